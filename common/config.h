@@ -1,0 +1,30 @@
+/*
+ * config — the validated mount configuration, one plain struct.
+ * Filled once by fs/options.c before mount; read-only afterwards, so every
+ * thread may read it without locking.
+ */
+#ifndef SPW_CONFIG_H
+#define SPW_CONFIG_H
+
+#include <stdint.h>
+
+enum restore_mode { RESTORE_OPEN = 0, RESTORE_LAZY = 1 };
+
+struct spw_config {
+	char *mountpoint;     /* absolute */
+	char *hot_dir;        /* absolute, created 0700 */
+	uint64_t hot_size;    /* bytes of RAM the hot tier may allocate */
+	uint64_t chunk_size;  /* residency granularity, power of two */
+	int log_level;        /* LOG_ERR .. LOG_DEBUG */
+	/* tiering (evictor, cold stores) */
+	char *nvme;           /* colon-separated cold directories, or NULL */
+	double spill_threshold, low_watermark, hard_watermark;
+	uint64_t min_spill_size;
+	unsigned io_workers;
+	enum restore_mode restore;
+	uint64_t write_wait_ms;
+	double gc_threshold;
+	int allow_other, default_permissions;
+};
+
+#endif

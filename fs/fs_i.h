@@ -1,0 +1,72 @@
+/* fs_i.h — private to fs/: the mount context and the ops tables' pieces. */
+#ifndef SPW_FS_I_H
+#define SPW_FS_I_H
+
+#include "common/config.h"
+#include "index/index.h"
+#include "tier/tier.h"
+
+#include <fuse_lowlevel.h>
+
+/* The one context main() builds; every op gets it from fuse_req_userdata. */
+struct spw {
+	struct spw_config cfg;
+	struct index *idx;
+	struct tier *tier;
+	struct fuse_session *se;
+	double entry_timeout, attr_timeout;
+};
+
+static inline struct spw *spw_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* The inode behind an open file handle (an internal ref the fh owns). */
+static inline struct inode *fh_inode(struct fuse_file_info *fi)
+{
+	return (struct inode *)(uintptr_t)fi->fh;
+}
+
+/* Fill a fuse_entry_param for `in` (takes in->lock). */
+void fs_fill_entry(struct spw *s, struct inode *in, struct fuse_entry_param *e);
+
+/* ops_entry.c */
+void op_lookup(fuse_req_t, fuse_ino_t, const char *);
+void op_forget(fuse_req_t, fuse_ino_t, uint64_t);
+void op_forget_multi(fuse_req_t, size_t, struct fuse_forget_data *);
+void op_getattr(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
+void op_setattr(fuse_req_t, fuse_ino_t, struct stat *, int, struct fuse_file_info *);
+void op_readlink(fuse_req_t, fuse_ino_t);
+void op_mknod(fuse_req_t, fuse_ino_t, const char *, mode_t, dev_t);
+void op_mkdir(fuse_req_t, fuse_ino_t, const char *, mode_t);
+void op_unlink(fuse_req_t, fuse_ino_t, const char *);
+void op_rmdir(fuse_req_t, fuse_ino_t, const char *);
+void op_symlink(fuse_req_t, const char *, fuse_ino_t, const char *);
+void op_rename(fuse_req_t, fuse_ino_t, const char *, fuse_ino_t, const char *, unsigned int);
+void op_link(fuse_req_t, fuse_ino_t, fuse_ino_t, const char *);
+void op_access(fuse_req_t, fuse_ino_t, int);
+void op_create(fuse_req_t, fuse_ino_t, const char *, mode_t, struct fuse_file_info *);
+/* ops_dir.c */
+void op_opendir(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
+void op_readdir(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
+void op_readdirplus(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
+void op_releasedir(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
+void op_fsyncdir(fuse_req_t, fuse_ino_t, int, struct fuse_file_info *);
+void op_statfs(fuse_req_t, fuse_ino_t);
+/* ops_io.c */
+void op_open(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
+void op_read(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
+void op_write_buf(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
+void op_flush(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
+void op_release(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
+void op_fsync(fuse_req_t, fuse_ino_t, int, struct fuse_file_info *);
+void op_fallocate(fuse_req_t, fuse_ino_t, int, off_t, off_t, struct fuse_file_info *);
+void op_lseek(fuse_req_t, fuse_ino_t, off_t, int, struct fuse_file_info *);
+/* ops_xattr.c */
+void op_setxattr(fuse_req_t, fuse_ino_t, const char *, const char *, size_t, int);
+void op_getxattr(fuse_req_t, fuse_ino_t, const char *, size_t);
+void op_listxattr(fuse_req_t, fuse_ino_t, size_t);
+void op_removexattr(fuse_req_t, fuse_ino_t, const char *);
+
+#endif

@@ -1,0 +1,213 @@
+/*
+ * spillway — a FUSE filesystem whose files live in RAM (a tmpfs hot tier)
+ * and spill to NVMe directories in large segments when RAM runs short.
+ * main() builds the one context (struct spw), validates the options, mounts,
+ * and runs libfuse's multi-threaded session loop.
+ */
+#include "common/log.h"
+#include "fs/fs_i.h"
+#include "fs/options.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#define SPW_VERSION "0.1.0"
+
+static void inval_cb(void *arg, uint64_t ino, uint64_t off, uint64_t len)
+{
+	struct spw *s = arg;
+	fuse_lowlevel_notify_inval_inode(s->se, ino, (off_t)off, (off_t)len);
+}
+
+/* Raise the mount's readahead so sequential reads arrive in 1 MiB requests.
+ * Runs in its own thread: stat() of the mountpoint needs the session loop. */
+static void *tune_readahead(void *arg)
+{
+	struct spw *s = arg;
+	struct stat st;
+	char path[128];
+	FILE *f;
+
+	if (stat(s->cfg.mountpoint, &st) < 0)
+		return NULL;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev),
+		 minor(st.st_dev));
+	f = fopen(path, "w");
+	if (!f) {
+		log_debug("readahead: cannot open %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	fprintf(f, "1024\n");
+	if (fclose(f) != 0)
+		log_debug("readahead: cannot set %s: %s", path, strerror(errno));
+	return NULL;
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct spw *s = userdata;
+	pthread_t th;
+
+	conn->max_write = 1 << 20;
+	conn->max_readahead = conn->max_readahead > (1u << 20) ? conn->max_readahead : (1u << 20);
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/* all changes pass through us: no need to compare mtimes */
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	if (pthread_create(&th, NULL, tune_readahead, s) == 0)
+		pthread_detach(th);
+}
+
+static const struct fuse_lowlevel_ops spw_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write_buf = op_write_buf,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.access = op_access,
+	.create = op_create,
+	.fallocate = op_fallocate,
+	.lseek = op_lseek,
+};
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [options] MOUNTPOINT\n\n", prog);
+	printf("    -f                     stay in the foreground\n"
+	       "    -d                     debug output (implies -f)\n"
+	       "    -s                     single-threaded\n"
+	       "    -o opt,[opt...]        mount options\n"
+	       "    -h, --help             this help\n"
+	       "    -V, --version          version\n\n");
+	opt_help();
+	printf("\nFUSE options:\n");
+	fuse_lowlevel_help();
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts opts = {0};
+	struct fuse_loop_config *lcfg = NULL;
+	struct spw s = {.entry_timeout = 10.0, .attr_timeout = 10.0};
+	char err[1024];
+	int ret = 1;
+
+	if (fuse_parse_cmdline(&args, &opts) != 0) {
+		fprintf(stderr, "spillway: cannot parse the command line (see spillway --help)\n");
+		goto out_args;
+	}
+	if (opts.show_help) {
+		usage(argv[0]);
+		ret = 0;
+		goto out_args;
+	}
+	if (opts.show_version) {
+		printf("spillway %s (libfuse %s)\n", SPW_VERSION, fuse_pkgversion());
+		ret = 0;
+		goto out_args;
+	}
+	if (opt_parse(&args, opts.mountpoint, &s.cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "spillway: %s\n", err);
+		goto out_cfg;
+	}
+	spw_log_level = opts.debug ? LOG_DEBUG : s.cfg.log_level;
+
+	if (idx_new(s.cfg.chunk_size, &s.idx) < 0) {
+		fprintf(stderr, "spillway: out of memory\n");
+		goto out_cfg;
+	}
+	if (tier_new(&s.cfg, s.idx, &s.tier, err, sizeof(err)) < 0) {
+		fprintf(stderr, "spillway: %s\n", err);
+		goto out_idx;
+	}
+	tier_set_inval(s.tier, inval_cb, &s);
+
+	s.se = fuse_session_new(&args, &spw_ops, sizeof(spw_ops), &s);
+	if (!s.se) {
+		fprintf(stderr, "spillway: cannot create the FUSE session (bad FUSE option?)\n");
+		goto out_tier;
+	}
+	if (fuse_set_signal_handlers(s.se) != 0)
+		goto out_session;
+	if (fuse_session_mount(s.se, s.cfg.mountpoint) != 0) {
+		fprintf(stderr, "spillway: cannot mount on '%s'\n", s.cfg.mountpoint);
+		goto out_signals;
+	}
+	if (!opts.foreground)
+		spw_log_to_syslog();
+	if (fuse_daemonize(opts.foreground) != 0)
+		goto out_unmount;
+	if (tier_start(s.tier) < 0) {
+		log_err("cannot start background workers");
+		goto out_unmount;
+	}
+	log_info("mounted %s (hot_dir %s, hot_size %lluM, chunk_size %lluM)", s.cfg.mountpoint,
+		 s.cfg.hot_dir, (unsigned long long)(s.cfg.hot_size >> 20),
+		 (unsigned long long)(s.cfg.chunk_size >> 20));
+
+	if (opts.singlethread) {
+		ret = fuse_session_loop(s.se);
+	} else {
+		lcfg = fuse_loop_cfg_create();
+		fuse_loop_cfg_set_clone_fd(lcfg, opts.clone_fd);
+		fuse_loop_cfg_set_idle_threads(lcfg, opts.max_idle_threads);
+		if (opts.max_threads > 0 && opts.max_threads <= 100000)
+			fuse_loop_cfg_set_max_threads(lcfg, opts.max_threads);
+		ret = fuse_session_loop_mt(s.se, lcfg);
+		fuse_loop_cfg_destroy(lcfg);
+	}
+	ret = ret != 0;
+	log_info("unmounting %s", s.cfg.mountpoint);
+out_unmount:
+	fuse_session_unmount(s.se);
+out_signals:
+	fuse_remove_signal_handlers(s.se);
+out_session:
+	fuse_session_destroy(s.se);
+out_tier:
+	idx_free(s.idx); /* drops hot files through the release hook */
+	s.idx = NULL;
+	tier_free(s.tier);
+out_idx:
+	idx_free(s.idx);
+out_cfg:
+	opt_free(&s.cfg);
+out_args:
+	free(opts.mountpoint);
+	fuse_opt_free_args(&args);
+	return ret;
+}

@@ -1,0 +1,284 @@
+/* ops_entry.c — FUSE ops on names and attributes: thin wrappers over index/. */
+#include "fs/fs_i.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void fs_fill_entry(struct spw *s, struct inode *in, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = in->ino;
+	e->generation = 0; /* inode numbers are never reused */
+	e->attr_timeout = s->attr_timeout;
+	e->entry_timeout = s->entry_timeout;
+	idx_stat(s->idx, in, &e->attr);
+}
+
+static void reply_entry_put(fuse_req_t req, struct inode *in)
+{
+	struct spw *s = spw_of(req);
+	struct fuse_entry_param e;
+	fs_fill_entry(s, in, &e);
+	idx_put(s->idx, in);
+	fuse_reply_entry(req, &e);
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in;
+	int ret = idx_lookup(s->idx, parent, name, 1, &in);
+	if (ret == -ENOENT) {
+		/* negative entry: we are the only writer, the kernel may cache it */
+		struct fuse_entry_param e = {.ino = 0, .entry_timeout = s->entry_timeout};
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	reply_entry_put(req, in);
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	idx_forget(spw_of(req)->idx, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct spw *s = spw_of(req);
+	for (size_t i = 0; i < count; i++)
+		idx_forget(s->idx, forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in = idx_get(s->idx, ino);
+	struct stat st;
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	idx_stat(s->idx, in, &st);
+	idx_put(s->idx, in);
+	fuse_reply_attr(req, &st, s->attr_timeout);
+}
+
+static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int valid)
+{
+	struct timespec now;
+	int ret;
+
+	if (valid & FUSE_SET_ATTR_SIZE) {
+		if (in->dir)
+			return -EISDIR;
+		if (!S_ISREG(in->mode))
+			return -EINVAL;
+		if ((ret = tier_truncate(s->tier, in, (uint64_t)attr->st_size)) < 0)
+			return ret;
+	}
+	idx_touch(&now);
+	pthread_mutex_lock(&in->lock);
+	if (valid & FUSE_SET_ATTR_MODE)
+		in->mode = (in->mode & S_IFMT) | (attr->st_mode & 07777);
+	if (valid & FUSE_SET_ATTR_UID)
+		in->uid = attr->st_uid;
+	if (valid & FUSE_SET_ATTR_GID)
+		in->gid = attr->st_gid;
+	if ((valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) && !(valid & FUSE_SET_ATTR_MODE) &&
+	    !in->dir)
+		in->mode &= ~(S_ISUID | ((in->mode & S_IXGRP) ? S_ISGID : 0));
+	if (valid & FUSE_SET_ATTR_ATIME_NOW)
+		in->atime = now;
+	else if (valid & FUSE_SET_ATTR_ATIME)
+		in->atime = attr->st_atim;
+	if (valid & FUSE_SET_ATTR_MTIME_NOW)
+		in->mtime = now;
+	else if (valid & FUSE_SET_ATTR_MTIME)
+		in->mtime = attr->st_mtim;
+	if (valid & FUSE_SET_ATTR_CTIME)
+		in->ctime = attr->st_ctim;
+	else
+		in->ctime = now;
+	pthread_mutex_unlock(&in->lock);
+	return 0;
+}
+
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
+		struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in = idx_get(s->idx, ino);
+	struct stat st;
+	int ret;
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	ret = do_setattr(s, in, attr, valid);
+	if (ret == 0)
+		idx_stat(s->idx, in, &st);
+	idx_put(s->idx, in);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, &st, s->attr_timeout);
+}
+
+void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in = idx_get(s->idx, ino);
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!in->symlink)
+		fuse_reply_err(req, EINVAL);
+	else
+		fuse_reply_readlink(req, in->symlink);
+	idx_put(s->idx, in);
+}
+
+/* Create a node, inheriting the group of a set-group-ID parent. */
+static int do_make(struct spw *s, fuse_req_t req, fuse_ino_t parent, const char *name,
+		   mode_t mode, dev_t rdev, const char *link, struct inode **out)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct idx_new_node nn = {.mode = mode, .uid = ctx->uid, .gid = ctx->gid, .rdev = rdev,
+				  .symlink = link};
+	struct inode *p = idx_get(s->idx, parent);
+	if (p) {
+		pthread_mutex_lock(&p->lock);
+		if (p->mode & S_ISGID) {
+			nn.gid = p->gid;
+			if (S_ISDIR(mode))
+				nn.mode |= S_ISGID;
+		}
+		pthread_mutex_unlock(&p->lock);
+		idx_put(s->idx, p);
+	}
+	return idx_create(s->idx, parent, name, &nn, out);
+}
+
+static void make_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		       dev_t rdev, const char *link)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in;
+	int ret = do_make(s, req, parent, name, mode, rdev, link, &in);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		reply_entry_put(req, in);
+}
+
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) && !S_ISCHR(mode) &&
+	    !S_ISBLK(mode)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	make_reply(req, parent, name, mode, rdev, NULL);
+}
+
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	make_reply(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL);
+}
+
+void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	if (strlen(link) >= 4096) {
+		fuse_reply_err(req, ENAMETOOLONG);
+		return;
+	}
+	make_reply(req, parent, name, S_IFLNK | 0777, 0, link);
+}
+
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -idx_unlink(spw_of(req)->idx, parent, name));
+}
+
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -idx_rmdir(spw_of(req)->idx, parent, name));
+}
+
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+	       const char *newname, unsigned int flags)
+{
+	fuse_reply_err(req, -idx_rename(spw_of(req)->idx, parent, name, newparent, newname, flags));
+}
+
+void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct inode *in;
+	int ret = idx_link(spw_of(req)->idx, ino, newparent, newname, &in);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		reply_entry_put(req, in);
+}
+
+void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	struct spw *s = spw_of(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct inode *in = idx_get(s->idx, ino);
+	int ret = 0;
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	pthread_mutex_lock(&in->lock);
+	if (mask != F_OK) {
+		mode_t m = in->mode;
+		int bits = ctx->uid == in->uid ? (m >> 6) & 7
+			   : ctx->gid == in->gid ? (m >> 3) & 7
+						 : m & 7;
+		if (ctx->uid == 0) /* root: X needs some x bit, or a directory */
+			bits = 6 | ((m & 0111) || S_ISDIR(m) ? 1 : 0);
+		if ((mask & bits) != mask)
+			ret = -EACCES;
+	}
+	pthread_mutex_unlock(&in->lock);
+	idx_put(s->idx, in);
+	fuse_reply_err(req, -ret);
+}
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+	       struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	struct fuse_entry_param e;
+	struct inode *in;
+	int ret = do_make(s, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &in);
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	ret = tier_open(s->tier, in);
+	if (ret < 0) {
+		/* the name exists; the kernel holds a lookup ref we must return */
+		idx_forget(s->idx, in->ino, 1);
+		idx_put(s->idx, in);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fi->fh = (uintptr_t)in; /* the create's internal ref now belongs to fh */
+	fi->keep_cache = 1;
+	fs_fill_entry(s, in, &e);
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		tier_close(s->tier, in);
+		idx_put(s->idx, in);
+	}
+}

@@ -1,0 +1,138 @@
+/* ops_io.c — open files: zero-copy reads and writes through the hot file. */
+#include "fs/fs_i.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in = idx_get(s->idx, ino);
+	int ret;
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!S_ISREG(in->mode)) {
+		idx_put(s->idx, in);
+		fuse_reply_err(req, in->dir ? EISDIR : EINVAL);
+		return;
+	}
+	ret = tier_open(s->tier, in);
+	if (ret < 0) {
+		idx_put(s->idx, in);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fi->fh = (uintptr_t)in;
+	/* Every change passes through this daemon, so cached pages stay valid;
+	 * the evictor invalidates what it takes out of RAM. */
+	fi->keep_cache = 1;
+	if (fuse_reply_open(req, fi) != 0) {
+		tier_close(s->tier, in);
+		idx_put(s->idx, in);
+	}
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in = fh_inode(fi);
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+	struct tier_io io;
+	int ret = tier_read_begin(s->tier, in, (uint64_t)off, size, &io);
+
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (io.len == 0) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	buf.buf[0].size = io.len;
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = io.fd;
+	buf.buf[0].pos = off;
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+	tier_read_end(s->tier, in, &io);
+}
+
+void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, off_t off,
+		  struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in = fh_inode(fi);
+	size_t len = fuse_buf_size(in_buf);
+	struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
+	struct tier_io io;
+	ssize_t res;
+	int ret = tier_write_begin(s->tier, in, (uint64_t)off, len, &io);
+
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	out.buf[0].fd = io.fd;
+	out.buf[0].pos = off;
+	res = fuse_buf_copy(&out, in_buf, 0);
+	res = tier_write_end(s->tier, in, &io, res);
+	if (res < 0)
+		fuse_reply_err(req, (int)-res);
+	else
+		fuse_reply_write(req, (size_t)res);
+}
+
+void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in = fh_inode(fi);
+	tier_close(s->tier, in);
+	idx_put(s->idx, in);
+	fuse_reply_err(req, 0);
+}
+
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	fuse_reply_err(req, -tier_fsync(s->tier, fh_inode(fi)));
+}
+
+void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+		  struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	if (off < 0 || len <= 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	fuse_reply_err(req, -tier_fallocate(s->tier, fh_inode(fi), mode, (uint64_t)off,
+					    (uint64_t)len));
+}
+
+void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	int64_t r;
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (off < 0) {
+		fuse_reply_err(req, ENXIO);
+		return;
+	}
+	r = tier_lseek(s->tier, fh_inode(fi), (uint64_t)off, whence);
+	if (r < 0)
+		fuse_reply_err(req, (int)-r);
+	else
+		fuse_reply_lseek(req, (off_t)r);
+}

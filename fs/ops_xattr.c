@@ -1,0 +1,158 @@
+/*
+ * ops_xattr.c — user.* xattrs kept in the index, plus the virtual
+ * user.spillway.* names (the CephFS convention): per file "state" and "pin",
+ * on the root "stats" (JSON); writing "evict" or "warm" acts on a file.
+ */
+#include "fs/fs_i.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+
+#define VPREFIX "user.spillway."
+
+static int is_user(const char *name)
+{
+	return strncmp(name, "user.", 5) == 0;
+}
+
+static int vx_set(struct spw *s, struct inode *in, const char *what, const char *value,
+		  size_t size)
+{
+	char v[16] = {0};
+	memcpy(v, value, size < sizeof(v) - 1 ? size : sizeof(v) - 1);
+	if (!S_ISREG(in->mode))
+		return -EINVAL;
+	if (!strcmp(what, "pin")) {
+		if (strcmp(v, "1") && strcmp(v, "0"))
+			return -EINVAL;
+		return tier_pin(s->tier, in, v[0] == '1');
+	}
+	if (!strcmp(what, "evict"))
+		return tier_evict_file(s->tier, in);
+	if (!strcmp(what, "warm"))
+		return tier_warm_file(s->tier, in);
+	return -EINVAL;
+}
+
+static ssize_t vx_get(struct spw *s, struct inode *in, const char *what, char *buf, size_t len)
+{
+	if (!strcmp(what, "stats") && in->ino == IDX_ROOT_INO)
+		return tier_stats_json(s->tier, buf, len);
+	if (!S_ISREG(in->mode))
+		return -ENODATA;
+	if (!strcmp(what, "state"))
+		return tier_file_state(s->tier, in, buf, len);
+	if (!strcmp(what, "pin"))
+		return snprintf(buf, len, "%d", in->pinned);
+	return -ENODATA;
+}
+
+void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
+		 int flags)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in;
+	int ret;
+	if (!is_user(name)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (!(in = idx_get(s->idx, ino))) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!strncmp(name, VPREFIX, strlen(VPREFIX)))
+		ret = vx_set(s, in, name + strlen(VPREFIX), value, size);
+	else if (!S_ISREG(in->mode) && !in->dir)
+		ret = -EPERM; /* as on Linux: user.* only on files and directories */
+	else
+		ret = idx_xattr_set(in, name, value, size, flags);
+	idx_put(s->idx, in);
+	fuse_reply_err(req, -ret);
+}
+
+void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in;
+	ssize_t ret;
+	char *buf = NULL;
+
+	/* ENODATA, never EOPNOTSUPP: the kernel would stop asking for all names */
+	if (!is_user(name)) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	if (!(in = idx_get(s->idx, ino))) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!strncmp(name, VPREFIX, strlen(VPREFIX))) {
+		size_t cap = 65536;
+		buf = malloc(cap);
+		ret = buf ? vx_get(s, in, name + strlen(VPREFIX), buf, cap) : -ENOMEM;
+		if (ret >= (ssize_t)cap)
+			ret = -E2BIG;
+		if (ret >= 0 && size && (size_t)ret > size)
+			ret = -ERANGE;
+	} else {
+		if (size && !(buf = malloc(size)))
+			ret = -ENOMEM;
+		else
+			ret = idx_xattr_get(in, name, buf, size);
+	}
+	idx_put(s->idx, in);
+	if (ret < 0)
+		fuse_reply_err(req, (int)-ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)ret);
+	else
+		fuse_reply_buf(req, buf, (size_t)ret);
+	free(buf);
+}
+
+void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in = idx_get(s->idx, ino);
+	char *buf = NULL;
+	ssize_t ret;
+	if (!in) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (size && !(buf = malloc(size)))
+		ret = -ENOMEM;
+	else
+		ret = idx_xattr_list(in, buf, size);
+	idx_put(s->idx, in);
+	if (ret < 0)
+		fuse_reply_err(req, (int)-ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)ret);
+	else
+		fuse_reply_buf(req, buf, (size_t)ret);
+	free(buf);
+}
+
+void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct spw *s = spw_of(req);
+	struct inode *in;
+	int ret;
+	if (!is_user(name)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (!(in = idx_get(s->idx, ino))) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	ret = !strncmp(name, VPREFIX, strlen(VPREFIX)) ? -EINVAL : idx_xattr_remove(in, name);
+	idx_put(s->idx, in);
+	fuse_reply_err(req, -ret);
+}

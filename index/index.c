@@ -1,0 +1,995 @@
+/*
+ * DESIGN
+ * - Inodes live in a chained hash keyed by number; numbers come from a
+ *   counter that only grows, so the kernel never sees a number reused.
+ * - An inode is destroyed when it has no names (nlink 0), no kernel lookup
+ *   references (nlookup 0) and no internal references (refs 0); then the
+ *   release hook drops its data (hot file, cold chunks). Unlinked-but-open
+ *   files therefore stay readable: the open holds a ref.
+ * - Directory entries live in one chained hash keyed by (parent, name) and
+ *   in their directory's array, ordered by a per-directory cookie that only
+ *   grows. Removing an entry leaves a NULL slot (compacted when more than
+ *   half are empty), so the readdir offset (= cookie) of every surviving entry
+ *   stays valid and resuming is a binary search.
+ * - All of the above under idx->lock; per-inode fields under ino->lock.
+ */
+#include "index/index.h"
+
+#include <errno.h>
+#include <linux/fs.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+struct dirent_node {
+	struct dirent_node *hash_next;
+	uint64_t parent;
+	uint64_t ino;
+	uint64_t cookie;
+	uint32_t hash;
+	char name[];
+};
+
+struct idx_dir {
+	struct dirent_node **ents; /* ordered by cookie; NULL = removed */
+	uint64_t n, cap, live;
+	uint64_t next_cookie;
+};
+
+struct index {
+	pthread_mutex_t lock;
+	uint64_t chunk_size;
+	uint64_t next_ino;       /* protected by lock */
+	uint64_t tick;           /* atomic */
+	struct inode **itab;     /* protected by lock */
+	uint64_t itab_size, ninodes, nfiles;
+	struct dirent_node **dtab; /* protected by lock */
+	uint64_t dtab_size, ndents;
+	struct inode all;        /* list head of live inodes */
+	idx_release_fn release;
+	void *release_arg;
+};
+
+static uint32_t name_hash(uint64_t parent, const char *name)
+{
+	/* FNV-1a over parent and name */
+	uint32_t h = 2166136261u;
+	for (int i = 0; i < 8; i++) {
+		h ^= (parent >> (i * 8)) & 0xff;
+		h *= 16777619u;
+	}
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+		h ^= *p;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+static int rehash_inodes(struct index *idx)
+{
+	uint64_t nsize = idx->itab_size ? idx->itab_size * 2 : 1024;
+	struct inode **nt = calloc(nsize, sizeof(*nt));
+	if (!nt)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < idx->itab_size; i++) {
+		struct inode *in = idx->itab[i], *next;
+		for (; in; in = next) {
+			next = in->hash_next;
+			in->hash_next = nt[in->ino & (nsize - 1)];
+			nt[in->ino & (nsize - 1)] = in;
+		}
+	}
+	free(idx->itab);
+	idx->itab = nt;
+	idx->itab_size = nsize;
+	return 0;
+}
+
+static int rehash_dents(struct index *idx)
+{
+	uint64_t nsize = idx->dtab_size ? idx->dtab_size * 2 : 1024;
+	struct dirent_node **nt = calloc(nsize, sizeof(*nt));
+	if (!nt)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < idx->dtab_size; i++) {
+		struct dirent_node *d = idx->dtab[i], *next;
+		for (; d; d = next) {
+			next = d->hash_next;
+			d->hash_next = nt[d->hash & (nsize - 1)];
+			nt[d->hash & (nsize - 1)] = d;
+		}
+	}
+	free(idx->dtab);
+	idx->dtab = nt;
+	idx->dtab_size = nsize;
+	return 0;
+}
+
+static struct inode *ino_find(struct index *idx, uint64_t ino)
+{
+	struct inode *in = idx->itab[ino & (idx->itab_size - 1)];
+	while (in && in->ino != ino)
+		in = in->hash_next;
+	return in;
+}
+
+static struct dirent_node **dent_slot(struct index *idx, uint64_t parent, const char *name,
+				      uint32_t h)
+{
+	struct dirent_node **pp = &idx->dtab[h & (idx->dtab_size - 1)];
+	for (; *pp; pp = &(*pp)->hash_next)
+		if ((*pp)->hash == h && (*pp)->parent == parent && strcmp((*pp)->name, name) == 0)
+			return pp;
+	return pp;
+}
+
+static struct dirent_node *dent_find(struct index *idx, uint64_t parent, const char *name)
+{
+	return *dent_slot(idx, parent, name, name_hash(parent, name));
+}
+
+void idx_touch(struct timespec *ts)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+}
+
+static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *nn)
+{
+	struct inode *in = calloc(1, sizeof(*in));
+	if (!in)
+		return NULL;
+	if (nn->symlink && !(in->symlink = strdup(nn->symlink))) {
+		free(in);
+		return NULL;
+	}
+	if (S_ISDIR(nn->mode) && !(in->dir = calloc(1, sizeof(*in->dir)))) {
+		free(in->symlink);
+		free(in);
+		return NULL;
+	}
+	if (in->dir)
+		in->dir->next_cookie = 3;
+	pthread_mutex_init(&in->lock, NULL);
+	pthread_cond_init(&in->cond, NULL);
+	in->ino = idx->next_ino++;
+	in->mode = nn->mode;
+	in->uid = nn->uid;
+	in->gid = nn->gid;
+	in->rdev = nn->rdev;
+	in->hot_fd = -1;
+	if (in->symlink)
+		in->size = strlen(in->symlink);
+	idx_touch(&in->atime);
+	in->mtime = in->ctime = in->atime;
+	return in;
+}
+
+static int inode_insert(struct index *idx, struct inode *in)
+{
+	if (idx->ninodes + 1 > idx->itab_size && rehash_inodes(idx) < 0)
+		return -ENOMEM;
+	in->hash_next = idx->itab[in->ino & (idx->itab_size - 1)];
+	idx->itab[in->ino & (idx->itab_size - 1)] = in;
+	idx->ninodes++;
+	if (S_ISREG(in->mode))
+		idx->nfiles++;
+	in->all_next = idx->all.all_next;
+	in->all_prev = &idx->all;
+	idx->all.all_next->all_prev = in;
+	idx->all.all_next = in;
+	return 0;
+}
+
+static void inode_destroy(struct inode *in)
+{
+	struct xattr *x, *next;
+	for (x = in->xattrs; x; x = next) {
+		next = x->next;
+		free(x->name);
+		free(x->value);
+		free(x);
+	}
+	if (in->dir) {
+		free(in->dir->ents);
+		free(in->dir);
+	}
+	free(in->chunks);
+	free(in->symlink);
+	pthread_mutex_destroy(&in->lock);
+	pthread_cond_destroy(&in->cond);
+	free(in);
+}
+
+/* Unhook an inode that has no names and no references; called with idx->lock.
+ * Returns it when the caller must destroy it (after dropping the lock). */
+static struct inode *inode_maybe_unhook(struct index *idx, struct inode *in)
+{
+	struct inode **pp;
+	if (in->nlink > 0 || in->nlookup > 0 || in->refs > 0 || in->ino == IDX_ROOT_INO)
+		return NULL;
+	for (pp = &idx->itab[in->ino & (idx->itab_size - 1)]; *pp != in; pp = &(*pp)->hash_next)
+		;
+	*pp = in->hash_next;
+	in->all_prev->all_next = in->all_next;
+	in->all_next->all_prev = in->all_prev;
+	idx->ninodes--;
+	if (S_ISREG(in->mode))
+		idx->nfiles--;
+	return in;
+}
+
+static void inode_release(struct index *idx, struct inode *dead)
+{
+	if (!dead)
+		return;
+	if (idx->release)
+		idx->release(idx->release_arg, dead);
+	inode_destroy(dead);
+}
+
+int idx_new(uint64_t chunk_size, struct index **out)
+{
+	struct index *idx = calloc(1, sizeof(*idx));
+	struct idx_new_node root = {.mode = S_IFDIR | 0755};
+	struct inode *r;
+
+	if (!idx)
+		return -ENOMEM;
+	pthread_mutex_init(&idx->lock, NULL);
+	idx->chunk_size = chunk_size;
+	idx->next_ino = IDX_ROOT_INO;
+	idx->all.all_next = idx->all.all_prev = &idx->all;
+	if (rehash_inodes(idx) < 0 || rehash_dents(idx) < 0)
+		goto fail;
+	r = inode_alloc(idx, &root);
+	if (!r)
+		goto fail;
+	r->nlink = 2;
+	r->parent = IDX_ROOT_INO;
+	r->uid = getuid();
+	r->gid = getgid();
+	inode_insert(idx, r);
+	*out = idx;
+	return 0;
+fail:
+	free(idx->itab);
+	free(idx->dtab);
+	free(idx);
+	return -ENOMEM;
+}
+
+void idx_free(struct index *idx)
+{
+	struct inode *in, *next;
+	if (!idx)
+		return;
+	for (in = idx->all.all_next; in != &idx->all; in = next) {
+		next = in->all_next;
+		if (idx->release)
+			idx->release(idx->release_arg, in);
+		inode_destroy(in);
+	}
+	for (uint64_t i = 0; i < idx->dtab_size; i++) {
+		struct dirent_node *d = idx->dtab[i], *dn;
+		for (; d; d = dn) {
+			dn = d->hash_next;
+			free(d);
+		}
+	}
+	free(idx->itab);
+	free(idx->dtab);
+	pthread_mutex_destroy(&idx->lock);
+	free(idx);
+}
+
+void idx_set_release_hook(struct index *idx, idx_release_fn fn, void *arg)
+{
+	idx->release = fn;
+	idx->release_arg = arg;
+}
+
+uint64_t idx_chunk_size(const struct index *idx)
+{
+	return idx->chunk_size;
+}
+
+uint64_t idx_tick(struct index *idx)
+{
+	return __atomic_add_fetch(&idx->tick, 1, __ATOMIC_RELAXED);
+}
+
+struct inode *idx_get(struct index *idx, uint64_t ino)
+{
+	struct inode *in;
+	pthread_mutex_lock(&idx->lock);
+	in = ino_find(idx, ino);
+	if (in)
+		in->refs++;
+	pthread_mutex_unlock(&idx->lock);
+	return in;
+}
+
+void idx_put(struct index *idx, struct inode *in)
+{
+	struct inode *dead;
+	if (!in)
+		return;
+	pthread_mutex_lock(&idx->lock);
+	if (in->refs == 0)
+		abort(); /* refcount underflow */
+	in->refs--;
+	dead = inode_maybe_unhook(idx, in);
+	pthread_mutex_unlock(&idx->lock);
+	inode_release(idx, dead);
+}
+
+void idx_forget(struct index *idx, uint64_t ino, uint64_t n)
+{
+	struct inode *in, *dead = NULL;
+	pthread_mutex_lock(&idx->lock);
+	in = ino_find(idx, ino);
+	if (in) {
+		in->nlookup = in->nlookup > n ? in->nlookup - n : 0;
+		dead = inode_maybe_unhook(idx, in);
+	}
+	pthread_mutex_unlock(&idx->lock);
+	inode_release(idx, dead);
+}
+
+void idx_kernel_ref_locked(struct inode *child)
+{
+	child->nlookup++;
+}
+
+int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_ref,
+	       struct inode **out)
+{
+	struct inode *p, *in = NULL;
+	struct dirent_node *d;
+	int ret = 0;
+
+	pthread_mutex_lock(&idx->lock);
+	p = ino_find(idx, parent);
+	if (!p) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (!p->dir) {
+		ret = -ENOTDIR;
+		goto out;
+	}
+	if (strcmp(name, ".") == 0)
+		in = p;
+	else if (strcmp(name, "..") == 0)
+		in = ino_find(idx, p->parent);
+	else if ((d = dent_find(idx, parent, name)))
+		in = ino_find(idx, d->ino);
+	if (!in) {
+		ret = -ENOENT;
+		goto out;
+	}
+	in->refs++;
+	if (kernel_ref)
+		in->nlookup++;
+	*out = in;
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return ret;
+}
+
+static int dir_append(struct idx_dir *dir, struct dirent_node *d)
+{
+	if (dir->n == dir->cap) {
+		uint64_t ncap = dir->cap ? dir->cap * 2 : 16;
+		struct dirent_node **ne = realloc(dir->ents, ncap * sizeof(*ne));
+		if (!ne)
+			return -ENOMEM;
+		dir->ents = ne;
+		dir->cap = ncap;
+	}
+	d->cookie = dir->next_cookie++;
+	dir->ents[dir->n++] = d;
+	dir->live++;
+	return 0;
+}
+
+/* Index of the first slot whose cookie is > off (slots may be NULL). */
+static uint64_t dir_search(const struct idx_dir *dir, uint64_t off)
+{
+	uint64_t lo = 0, hi = dir->n;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2, m = mid;
+		/* find a non-NULL slot at or after mid, within [mid, hi) */
+		while (m < hi && !dir->ents[m])
+			m++;
+		if (m == hi) {
+			hi = mid;
+			continue;
+		}
+		if (dir->ents[m]->cookie <= off)
+			lo = m + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void dir_remove(struct idx_dir *dir, struct dirent_node *d)
+{
+	uint64_t i = dir_search(dir, d->cookie - 1);
+	while (i < dir->n && dir->ents[i] != d)
+		i++;
+	if (i < dir->n)
+		dir->ents[i] = NULL;
+	dir->live--;
+	if (dir->n > 64 && dir->live < dir->n / 2) {
+		uint64_t j = 0;
+		for (i = 0; i < dir->n; i++)
+			if (dir->ents[i])
+				dir->ents[j++] = dir->ents[i];
+		dir->n = j;
+	}
+}
+
+static int dent_add(struct index *idx, struct inode *parent, const char *name, uint64_t ino)
+{
+	size_t len = strlen(name);
+	struct dirent_node *d;
+	int ret;
+
+	if (idx->ndents + 1 > idx->dtab_size && (ret = rehash_dents(idx)) < 0)
+		return ret;
+	d = malloc(sizeof(*d) + len + 1);
+	if (!d)
+		return -ENOMEM;
+	memcpy(d->name, name, len + 1);
+	d->parent = parent->ino;
+	d->ino = ino;
+	d->hash = name_hash(parent->ino, name);
+	if ((ret = dir_append(parent->dir, d)) < 0) {
+		free(d);
+		return ret;
+	}
+	d->hash_next = idx->dtab[d->hash & (idx->dtab_size - 1)];
+	idx->dtab[d->hash & (idx->dtab_size - 1)] = d;
+	idx->ndents++;
+	return 0;
+}
+
+static void dent_del(struct index *idx, struct inode *parent, struct dirent_node *d)
+{
+	struct dirent_node **pp = dent_slot(idx, d->parent, d->name, d->hash);
+	*pp = d->hash_next;
+	dir_remove(parent->dir, d);
+	idx->ndents--;
+	free(d);
+}
+
+static void parent_changed(struct inode *p)
+{
+	pthread_mutex_lock(&p->lock);
+	idx_touch(&p->mtime);
+	p->ctime = p->mtime;
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void nlink_add(struct inode *in, int delta)
+{
+	pthread_mutex_lock(&in->lock);
+	in->nlink += delta;
+	idx_touch(&in->ctime);
+	pthread_mutex_unlock(&in->lock);
+}
+
+static int check_name(const char *name)
+{
+	size_t len = strlen(name);
+	if (len == 0)
+		return -ENOENT;
+	if (len > 255)
+		return -ENAMETOOLONG;
+	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return -EEXIST;
+	return 0;
+}
+
+static struct inode *dir_of(struct index *idx, uint64_t ino, int *err)
+{
+	struct inode *p = ino_find(idx, ino);
+	if (!p)
+		*err = -ENOENT;
+	else if (!p->dir)
+		*err = -ENOTDIR;
+	else if (p->nlink == 0)
+		*err = -ENOENT; /* removed directory */
+	else
+		return p;
+	return NULL;
+}
+
+int idx_create(struct index *idx, uint64_t parent, const char *name,
+	       const struct idx_new_node *nn, struct inode **out)
+{
+	struct inode *p, *in;
+	int ret = 0;
+
+	pthread_mutex_lock(&idx->lock);
+	if (!(p = dir_of(idx, parent, &ret)))
+		goto out;
+	if ((ret = check_name(name)) < 0)
+		goto out;
+	if (dent_find(idx, parent, name)) {
+		ret = -EEXIST;
+		goto out;
+	}
+	if (!(in = inode_alloc(idx, nn))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if ((ret = inode_insert(idx, in)) < 0 || (ret = dent_add(idx, p, name, in->ino)) < 0) {
+		/* inode_insert failure leaves nothing behind; undo insert otherwise */
+		if (ino_find(idx, in->ino))
+			inode_maybe_unhook(idx, in);
+		inode_destroy(in);
+		goto out;
+	}
+	in->nlink = in->dir ? 2 : 1;
+	in->parent = parent;
+	if (in->dir)
+		nlink_add(p, 1);
+	parent_changed(p);
+	in->refs = 1;
+	in->nlookup = 1;
+	*out = in;
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return ret;
+}
+
+int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *newname,
+	     struct inode **out)
+{
+	struct inode *p, *in;
+	int ret = 0;
+
+	pthread_mutex_lock(&idx->lock);
+	if (!(p = dir_of(idx, newparent, &ret)))
+		goto out;
+	if (!(in = ino_find(idx, ino))) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (in->dir) {
+		ret = -EPERM;
+		goto out;
+	}
+	if ((ret = check_name(newname)) < 0)
+		goto out;
+	if (dent_find(idx, newparent, newname)) {
+		ret = -EEXIST;
+		goto out;
+	}
+	if ((ret = dent_add(idx, p, newname, ino)) < 0)
+		goto out;
+	nlink_add(in, 1);
+	parent_changed(p);
+	in->refs++;
+	in->nlookup++;
+	*out = in;
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return ret;
+}
+
+static int do_remove(struct index *idx, uint64_t parent, const char *name, int want_dir)
+{
+	struct inode *p, *in, *dead = NULL;
+	struct dirent_node *d;
+	int ret = 0;
+
+	pthread_mutex_lock(&idx->lock);
+	if (!(p = dir_of(idx, parent, &ret)))
+		goto out;
+	if (want_dir && strcmp(name, ".") == 0) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (want_dir && strcmp(name, "..") == 0) {
+		ret = -ENOTEMPTY;
+		goto out;
+	}
+	if (!(d = dent_find(idx, parent, name)) || !(in = ino_find(idx, d->ino))) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (want_dir && !in->dir) {
+		ret = -ENOTDIR;
+		goto out;
+	}
+	if (!want_dir && in->dir) {
+		ret = -EISDIR;
+		goto out;
+	}
+	if (in->dir && in->dir->live > 0) {
+		ret = -ENOTEMPTY;
+		goto out;
+	}
+	dent_del(idx, p, d);
+	if (in->dir) {
+		nlink_add(in, -2);
+		nlink_add(p, -1);
+	} else {
+		nlink_add(in, -1);
+	}
+	parent_changed(p);
+	dead = inode_maybe_unhook(idx, in);
+out:
+	pthread_mutex_unlock(&idx->lock);
+	inode_release(idx, dead);
+	return ret;
+}
+
+int idx_unlink(struct index *idx, uint64_t parent, const char *name)
+{
+	return do_remove(idx, parent, name, 0);
+}
+
+int idx_rmdir(struct index *idx, uint64_t parent, const char *name)
+{
+	return do_remove(idx, parent, name, 1);
+}
+
+/* Is `anc` an ancestor of (or equal to) directory `ino`? */
+static int is_ancestor(struct index *idx, uint64_t anc, uint64_t ino)
+{
+	while (1) {
+		struct inode *in;
+		if (ino == anc)
+			return 1;
+		if (ino == IDX_ROOT_INO)
+			return 0;
+		in = ino_find(idx, ino);
+		if (!in)
+			return 0;
+		ino = in->parent;
+	}
+}
+
+int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t newparent,
+	       const char *newname, unsigned flags)
+{
+	struct inode *p, *np, *src, *dst = NULL, *dead = NULL;
+	struct dirent_node *sd, *dd;
+	int ret = 0;
+
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+		return -EINVAL;
+	pthread_mutex_lock(&idx->lock);
+	if (!(p = dir_of(idx, parent, &ret)) || !(np = dir_of(idx, newparent, &ret)))
+		goto out;
+	if (!(sd = dent_find(idx, parent, name)) || !(src = ino_find(idx, sd->ino))) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if ((ret = check_name(newname)) < 0) {
+		ret = -EBUSY;
+		goto out;
+	}
+	dd = dent_find(idx, newparent, newname);
+	if (dd)
+		dst = ino_find(idx, dd->ino);
+	if ((flags & RENAME_EXCHANGE) && !dst) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (dst == src)
+		goto out; /* same inode: POSIX says do nothing */
+	if (dst && (flags & RENAME_NOREPLACE)) {
+		ret = -EEXIST;
+		goto out;
+	}
+	/* moving a directory into its own subtree */
+	if (src->dir && newparent != parent && is_ancestor(idx, src->ino, newparent)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if ((flags & RENAME_EXCHANGE) && dst->dir && newparent != parent &&
+	    is_ancestor(idx, dst->ino, parent)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (flags & RENAME_EXCHANGE) {
+		sd->ino = dst->ino;
+		dd->ino = src->ino;
+		if (src->dir)
+			src->parent = newparent;
+		if (dst->dir)
+			dst->parent = parent;
+		if (src->dir && !dst->dir) {
+			nlink_add(p, -1);
+			nlink_add(np, 1);
+		} else if (!src->dir && dst->dir) {
+			nlink_add(p, 1);
+			nlink_add(np, -1);
+		}
+		nlink_add(src, 0);
+		nlink_add(dst, 0);
+		parent_changed(p);
+		parent_changed(np);
+		goto out;
+	}
+	if (dst) {
+		if (src->dir && !dst->dir) {
+			ret = -ENOTDIR;
+			goto out;
+		}
+		if (!src->dir && dst->dir) {
+			ret = -EISDIR;
+			goto out;
+		}
+		if (dst->dir && dst->dir->live > 0) {
+			ret = -ENOTEMPTY;
+			goto out;
+		}
+	}
+	/* add the new name first so an allocation failure changes nothing */
+	if (dd) {
+		dd->ino = src->ino;
+	} else if ((ret = dent_add(idx, np, newname, src->ino)) < 0) {
+		goto out;
+	}
+	/* sd may have moved? no: dent_add never frees nodes; dir_remove only clears slots */
+	dent_del(idx, p, sd);
+	if (dst) {
+		if (dst->dir) {
+			nlink_add(dst, -2);
+			nlink_add(np, -1);
+		} else {
+			nlink_add(dst, -1);
+		}
+		dead = inode_maybe_unhook(idx, dst);
+	}
+	if (src->dir && parent != newparent) {
+		src->parent = newparent;
+		nlink_add(p, -1);
+		nlink_add(np, 1);
+	}
+	nlink_add(src, 0); /* ctime */
+	parent_changed(p);
+	if (np != p)
+		parent_changed(np);
+out:
+	pthread_mutex_unlock(&idx->lock);
+	inode_release(idx, dead);
+	return ret;
+}
+
+int idx_readdir(struct index *idx, uint64_t dir, uint64_t off, idx_dirent_fn fn, void *arg)
+{
+	struct inode *p, *c;
+	uint64_t i;
+	int ret = 0;
+
+	pthread_mutex_lock(&idx->lock);
+	p = ino_find(idx, dir);
+	if (!p) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (!p->dir) {
+		ret = -ENOTDIR;
+		goto out;
+	}
+	if (off < 1 && fn(arg, ".", p, 1))
+		goto out;
+	if (off < 2 && (c = ino_find(idx, p->parent)) && fn(arg, "..", c, 2))
+		goto out;
+	for (i = dir_search(p->dir, off); i < p->dir->n; i++) {
+		struct dirent_node *d = p->dir->ents[i];
+		if (!d || !(c = ino_find(idx, d->ino)))
+			continue;
+		if (fn(arg, d->name, c, d->cookie))
+			break;
+	}
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return ret;
+}
+
+uint64_t idx_dir_entries(struct index *idx, uint64_t dir)
+{
+	struct inode *p;
+	uint64_t n = 0;
+	pthread_mutex_lock(&idx->lock);
+	p = ino_find(idx, dir);
+	if (p && p->dir)
+		n = p->dir->live;
+	pthread_mutex_unlock(&idx->lock);
+	return n;
+}
+
+void idx_stat(struct index *idx, struct inode *in, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&in->lock);
+	st->st_ino = in->ino;
+	st->st_mode = in->mode;
+	st->st_nlink = in->nlink;
+	st->st_uid = in->uid;
+	st->st_gid = in->gid;
+	st->st_rdev = in->rdev;
+	st->st_size = in->dir ? 4096 : (off_t)in->size;
+	st->st_blksize = 4096;
+	if (in->dir) {
+		st->st_blocks = 8;
+	} else {
+		/* RAM-resident bytes plus bytes held only in cold segments */
+		uint64_t bytes = in->hot_bytes;
+		for (uint64_t c = 0; c < in->nchunks; c++)
+			if (in->chunks[c].state == CHUNK_COLD)
+				bytes += in->chunks[c].seg_len;
+		st->st_blocks = (bytes + 511) / 512;
+	}
+	st->st_atim = in->atime;
+	st->st_mtim = in->mtime;
+	st->st_ctim = in->ctime;
+	pthread_mutex_unlock(&in->lock);
+}
+
+int idx_for_each(struct index *idx, int (*fn)(void *arg, struct inode *ino), void *arg)
+{
+	int ret = 0;
+	pthread_mutex_lock(&idx->lock);
+	for (struct inode *in = idx->all.all_next; in != &idx->all; in = in->all_next)
+		if ((ret = fn(arg, in)) != 0)
+			break;
+	pthread_mutex_unlock(&idx->lock);
+	return ret;
+}
+
+void idx_counts(struct index *idx, uint64_t *inodes, uint64_t *files)
+{
+	pthread_mutex_lock(&idx->lock);
+	*inodes = idx->ninodes;
+	*files = idx->nfiles;
+	pthread_mutex_unlock(&idx->lock);
+}
+
+static struct xattr **xattr_find(struct inode *in, const char *name)
+{
+	struct xattr **pp = &in->xattrs;
+	while (*pp && strcmp((*pp)->name, name) != 0)
+		pp = &(*pp)->next;
+	return pp;
+}
+
+int idx_xattr_set(struct inode *in, const char *name, const void *value, size_t size, int flags)
+{
+	struct xattr **pp, *x;
+	void *v;
+	int ret = 0;
+
+	if (strlen(name) > 255)
+		return -ERANGE;
+	if (size > 65536)
+		return -E2BIG;
+	v = malloc(size ? size : 1);
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, value, size);
+	pthread_mutex_lock(&in->lock);
+	pp = xattr_find(in, name);
+	if (*pp && (flags & XATTR_CREATE)) {
+		ret = -EEXIST;
+		goto fail;
+	}
+	if (!*pp && (flags & XATTR_REPLACE)) {
+		ret = -ENODATA;
+		goto fail;
+	}
+	if (*pp) {
+		x = *pp;
+		free(x->value);
+	} else {
+		x = calloc(1, sizeof(*x));
+		if (!x || !(x->name = strdup(name))) {
+			free(x);
+			ret = -ENOMEM;
+			goto fail;
+		}
+		*pp = x;
+	}
+	x->value = v;
+	x->size = size;
+	idx_touch(&in->ctime);
+	pthread_mutex_unlock(&in->lock);
+	return 0;
+fail:
+	pthread_mutex_unlock(&in->lock);
+	free(v);
+	return ret;
+}
+
+ssize_t idx_xattr_get(struct inode *in, const char *name, void *buf, size_t size)
+{
+	struct xattr *x;
+	ssize_t ret;
+	pthread_mutex_lock(&in->lock);
+	x = *xattr_find(in, name);
+	if (!x)
+		ret = -ENODATA;
+	else if (size == 0)
+		ret = x->size;
+	else if (size < x->size)
+		ret = -ERANGE;
+	else {
+		memcpy(buf, x->value, x->size);
+		ret = x->size;
+	}
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+ssize_t idx_xattr_list(struct inode *in, char *buf, size_t size)
+{
+	size_t need = 0;
+	ssize_t ret;
+	pthread_mutex_lock(&in->lock);
+	for (struct xattr *x = in->xattrs; x; x = x->next)
+		need += strlen(x->name) + 1;
+	if (size == 0) {
+		ret = need;
+	} else if (size < need) {
+		ret = -ERANGE;
+	} else {
+		char *p = buf;
+		for (struct xattr *x = in->xattrs; x; x = x->next) {
+			size_t l = strlen(x->name) + 1;
+			memcpy(p, x->name, l);
+			p += l;
+		}
+		ret = need;
+	}
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+int idx_xattr_remove(struct inode *in, const char *name)
+{
+	struct xattr **pp, *x;
+	int ret = 0;
+	pthread_mutex_lock(&in->lock);
+	pp = xattr_find(in, name);
+	if (!(x = *pp)) {
+		ret = -ENODATA;
+	} else {
+		*pp = x->next;
+		free(x->name);
+		free(x->value);
+		free(x);
+		idx_touch(&in->ctime);
+	}
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+int idx_chunks_reserve(struct inode *in, uint64_t n)
+{
+	struct chunk *nc;
+	uint64_t cap;
+	if (n <= in->nchunks)
+		return 0;
+	cap = in->nchunks ? in->nchunks : 4;
+	while (cap < n)
+		cap *= 2;
+	nc = realloc(in->chunks, cap * sizeof(*nc));
+	if (!nc)
+		return -ENOMEM;
+	memset(nc + in->nchunks, 0, (cap - in->nchunks) * sizeof(*nc));
+	in->chunks = nc;
+	in->nchunks = cap;
+	return 0;
+}

@@ -1,0 +1,157 @@
+/*
+ * index — the namespace and every file's chunk map, in memory.
+ * Owns inodes (by number, never reused: numbers only grow), directory entries
+ * (a hash on parent+name for lookup, and per-directory arrays ordered by a
+ * never-reused cookie, so readdir offsets stay stable while entries come and
+ * go), symlink targets, user xattrs and chunk maps. POSIX rules of the
+ * namespace (EEXIST, ENOTEMPTY, rename flags, ...) are enforced here.
+ * Threading: idx->lock (internal) guards the namespace, the inode table and
+ * link/lookup counts; each inode's `lock` guards its attributes and chunk map.
+ * Lock order: index lock, then inode lock. Functions return 0 or -errno.
+ */
+#ifndef SPW_INDEX_H
+#define SPW_INDEX_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+
+#define IDX_ROOT_INO 1
+
+enum chunk_state {
+	CHUNK_ABSENT = 0, /* never written: a hole, no copy anywhere */
+	CHUNK_HOT_DIRTY,  /* RAM copy only, or cold copy stale */
+	CHUNK_SPILLING,   /* RAM copy; being written into a segment */
+	CHUNK_HOT_CLEAN,  /* RAM copy and valid cold copy */
+	CHUNK_COLD,       /* cold copy only; hole punched in the hot file */
+	CHUNK_RESTORING,  /* cold copy being read back into RAM */
+};
+
+/* One chunk of a regular file. Protected by its inode's lock. */
+struct chunk {
+	uint8_t state;    /* enum chunk_state */
+	uint8_t queued;   /* restore queued/in flight */
+	uint16_t pins;    /* reads/writes in flight on this chunk: not evictable */
+	uint32_t gen;     /* bumped by every write/punch of the chunk */
+	uint64_t atime;   /* index tick of the last access (LRU) */
+	/* cold location, valid in HOT_CLEAN, COLD, RESTORING (and SPILLING's old copy) */
+	uint64_t seg_id;  /* 0 = none */
+	uint64_t seg_off;
+	uint32_t seg_len;
+	uint32_t seg_crc;
+	uint32_t seg_dev;
+	uint32_t seg_gen; /* generation stored in the segment */
+};
+
+struct xattr {
+	struct xattr *next;
+	char *name;
+	void *value;
+	size_t size;
+};
+
+struct idx_dir;
+
+struct inode {
+	uint64_t ino;           /* immutable */
+	pthread_mutex_t lock;   /* guards everything below unless noted */
+	pthread_cond_t cond;    /* signalled when a chunk leaves RESTORING/SPILLING */
+	mode_t mode;
+	uid_t uid;
+	gid_t gid;
+	uint32_t nlink;         /* changed under index lock + inode lock */
+	dev_t rdev;
+	uint64_t size;
+	struct timespec atime, mtime, ctime;
+	char *symlink;          /* immutable after creation */
+	struct xattr *xattrs;
+	/* regular files: the chunk map; chunks past nchunks are ABSENT */
+	struct chunk *chunks;
+	uint64_t nchunks;
+	/* hot tier state, owned by tier/hot.c */
+	int hot_fd;             /* -1 when closed */
+	uint32_t hot_users;     /* opens + internal users of hot_fd */
+	uint64_t hot_bytes;     /* allocated bytes of the hot file, last accounted */
+	uint32_t open_count;
+	uint8_t pinned;         /* user.spillway.pin */
+	/* namespace bookkeeping, guarded by the index lock */
+	uint64_t nlookup;       /* kernel references */
+	uint64_t refs;          /* internal references (idx_get/idx_put) */
+	struct idx_dir *dir;    /* directories only */
+	uint64_t parent;        /* directories only: ino of '..' */
+	struct inode *hash_next;
+	struct inode *all_prev, *all_next; /* list of all live inodes */
+};
+
+struct index;
+
+/* Called (without locks held) when an inode is destroyed: drop its data. */
+typedef void (*idx_release_fn)(void *arg, struct inode *ino);
+
+int idx_new(uint64_t chunk_size, struct index **out);
+void idx_free(struct index *idx);
+void idx_set_release_hook(struct index *idx, idx_release_fn fn, void *arg);
+uint64_t idx_chunk_size(const struct index *idx);
+uint64_t idx_tick(struct index *idx); /* monotonic access clock for LRU */
+
+/* Take/drop an internal reference on inode `ino`; NULL if it does not exist. */
+struct inode *idx_get(struct index *idx, uint64_t ino);
+void idx_put(struct index *idx, struct inode *ino);
+/* Kernel reference counting (lookup/forget). */
+void idx_forget(struct index *idx, uint64_t ino, uint64_t n);
+
+/* Lookup: on success *out has one internal ref and nlookup was incremented
+ * when `kernel_ref` is set. */
+int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_ref,
+	       struct inode **out);
+
+struct idx_new_node {
+	mode_t mode; /* includes file type */
+	uid_t uid;
+	gid_t gid;
+	dev_t rdev;
+	const char *symlink;
+};
+/* Create a node (file, dir, fifo, symlink, ...) named `name` in `parent`.
+ * *out gets an internal ref and one kernel lookup ref. */
+int idx_create(struct index *idx, uint64_t parent, const char *name,
+	       const struct idx_new_node *nn, struct inode **out);
+int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *newname,
+	     struct inode **out);
+int idx_unlink(struct index *idx, uint64_t parent, const char *name);
+int idx_rmdir(struct index *idx, uint64_t parent, const char *name);
+/* flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (linux/fs.h values). */
+int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t newparent,
+	       const char *newname, unsigned flags);
+
+/* readdir: calls fn for each entry with cookie > off, in cookie order,
+ * with the index lock held ("." = 1, ".." = 2). fn returns non-zero to stop;
+ * `child` is valid only during the call (use idx_ref_locked to keep it). */
+typedef int (*idx_dirent_fn)(void *arg, const char *name, struct inode *child, uint64_t cookie);
+int idx_readdir(struct index *idx, uint64_t dir, uint64_t off, idx_dirent_fn fn, void *arg);
+/* Inside an idx_readdir callback: add a kernel lookup ref to child. */
+void idx_kernel_ref_locked(struct inode *child);
+uint64_t idx_dir_entries(struct index *idx, uint64_t dir);
+
+/* Attributes. idx_stat fills st from the inode (takes its lock). */
+void idx_stat(struct index *idx, struct inode *ino, struct stat *st);
+void idx_touch(struct timespec *ts); /* current time */
+
+/* Iterate all live inodes (for the evictor, stats): fn called with the
+ * index lock held; return non-zero to stop. */
+int idx_for_each(struct index *idx, int (*fn)(void *arg, struct inode *ino), void *arg);
+void idx_counts(struct index *idx, uint64_t *inodes, uint64_t *files);
+
+/* user xattrs (inode lock taken inside). flags: XATTR_CREATE / XATTR_REPLACE. */
+int idx_xattr_set(struct inode *ino, const char *name, const void *value, size_t size, int flags);
+/* Returns value size, copying into buf when size > 0 (-ERANGE if too small). */
+ssize_t idx_xattr_get(struct inode *ino, const char *name, void *buf, size_t size);
+ssize_t idx_xattr_list(struct inode *ino, char *buf, size_t size);
+int idx_xattr_remove(struct inode *ino, const char *name);
+
+/* Chunk map (caller holds ino->lock). Grows the map to cover chunk `c`. */
+int idx_chunks_reserve(struct inode *ino, uint64_t nchunks);
+
+#endif

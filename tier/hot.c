@@ -1,0 +1,279 @@
+#include "tier/hot.h"
+
+#include "common/log.h"
+#include "index/index.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define PAGE 4096ULL
+
+struct hot {
+	char *dir;
+	int dirfd;
+	int lockfd;
+	uint64_t limit;
+	uint64_t used;     /* atomic: bytes allocated by hot files */
+	uint64_t reserved; /* atomic: bytes promised to writes in flight */
+};
+
+static int is_hot_name(const char *n)
+{
+	if (strlen(n) != 16)
+		return 0;
+	for (int i = 0; i < 16; i++)
+		if (!((n[i] >= '0' && n[i] <= '9') || (n[i] >= 'a' && n[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+/* Remove hot files a previous daemon left; refuse a directory with anything else. */
+static int clean_dir(struct hot *hot, const char **why)
+{
+	int fd = dup(hot->dirfd), ret = 0;
+	DIR *d;
+	struct dirent *de;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		*why = "cannot list it";
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    !strcmp(de->d_name, ".lock"))
+			continue;
+		if (!is_hot_name(de->d_name)) {
+			*why = "it holds files that are not spillway's (use an empty or new directory)";
+			ret = -ENOTEMPTY;
+			break;
+		}
+		unlinkat(hot->dirfd, de->d_name, 0);
+	}
+	closedir(d);
+	return ret;
+}
+
+int hot_new(const char *dir, uint64_t limit, struct hot **out, const char **why)
+{
+	struct hot *hot = calloc(1, sizeof(*hot));
+	struct stat st;
+	int ret;
+
+	*why = NULL;
+	if (!hot)
+		return -ENOMEM;
+	hot->dirfd = hot->lockfd = -1;
+	hot->limit = limit;
+	if (!(hot->dir = strdup(dir))) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		ret = -errno;
+		*why = "cannot create it";
+		goto fail;
+	}
+	hot->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (hot->dirfd < 0) {
+		ret = -errno;
+		*why = "cannot open it";
+		goto fail;
+	}
+	if (fstat(hot->dirfd, &st) < 0 || st.st_uid != geteuid()) {
+		ret = -EPERM;
+		*why = "it exists and belongs to another user";
+		goto fail;
+	}
+	if ((st.st_mode & 0777) != 0700 && fchmod(hot->dirfd, 0700) < 0) {
+		ret = -errno;
+		*why = "cannot make it mode 0700";
+		goto fail;
+	}
+	hot->lockfd = openat(hot->dirfd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (hot->lockfd < 0) {
+		ret = -errno;
+		*why = "cannot create its lock file";
+		goto fail;
+	}
+	if (flock(hot->lockfd, LOCK_EX | LOCK_NB) < 0) {
+		ret = -EBUSY;
+		*why = "another spillway daemon is using it";
+		goto fail;
+	}
+	if ((ret = clean_dir(hot, why)) < 0)
+		goto fail;
+	*out = hot;
+	return 0;
+fail:
+	hot_free(hot);
+	return ret;
+}
+
+void hot_free(struct hot *hot)
+{
+	if (!hot)
+		return;
+	if (hot->lockfd >= 0) {
+		unlinkat(hot->dirfd, ".lock", 0);
+		close(hot->lockfd);
+	}
+	if (hot->dirfd >= 0)
+		close(hot->dirfd);
+	if (hot->dir)
+		rmdir(hot->dir); /* only succeeds when empty */
+	free(hot->dir);
+	free(hot);
+}
+
+static void hot_name(uint64_t ino, char name[17])
+{
+	snprintf(name, 17, "%016llx", (unsigned long long)ino);
+}
+
+int hot_fd_get_locked(struct hot *hot, struct inode *in)
+{
+	if (in->hot_fd < 0) {
+		char name[17];
+		int fd;
+		hot_name(in->ino, name);
+		fd = openat(hot->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return -errno;
+		/* the hot file mirrors the logical size; holes cost nothing */
+		if (ftruncate(fd, (off_t)in->size) < 0) {
+			int e = -errno;
+			close(fd);
+			return e;
+		}
+		in->hot_fd = fd;
+	}
+	in->hot_users++;
+	return in->hot_fd;
+}
+
+void hot_fd_put_locked(struct hot *hot, struct inode *in)
+{
+	if (in->hot_users == 0)
+		abort(); /* unbalanced put */
+	if (--in->hot_users == 0) {
+		close(in->hot_fd);
+		in->hot_fd = -1;
+	}
+}
+
+void hot_drop(struct hot *hot, struct inode *in)
+{
+	char name[17];
+	if (!S_ISREG(in->mode))
+		return;
+	hot_name(in->ino, name);
+	if (unlinkat(hot->dirfd, name, 0) < 0 && errno != ENOENT)
+		log_warn("hot: cannot remove hot file %s: %s", name, strerror(errno));
+	if (in->hot_fd >= 0) {
+		close(in->hot_fd);
+		in->hot_fd = -1;
+	}
+	__atomic_sub_fetch(&hot->used, in->hot_bytes, __ATOMIC_RELAXED);
+	in->hot_bytes = 0;
+}
+
+/* Bytes of [off, off+len) not yet allocated in fd, rounded to pages. */
+static uint64_t unallocated(int fd, uint64_t off, uint64_t len)
+{
+	uint64_t pos = off & ~(PAGE - 1), end = (off + len + PAGE - 1) & ~(PAGE - 1), need = 0;
+	while (pos < end) {
+		off_t data = lseek(fd, (off_t)pos, SEEK_DATA);
+		if (data < 0 || (uint64_t)data >= end) {
+			need += end - pos;
+			break;
+		}
+		need += (uint64_t)data - pos;
+		off_t hole = lseek(fd, data, SEEK_HOLE);
+		if (hole < 0)
+			break;
+		pos = (uint64_t)hole;
+	}
+	return need;
+}
+
+static int take(struct hot *hot, uint64_t bytes)
+{
+	uint64_t r = __atomic_add_fetch(&hot->reserved, bytes, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&hot->used, __ATOMIC_RELAXED) + r <= hot->limit)
+		return 0;
+	__atomic_sub_fetch(&hot->reserved, bytes, __ATOMIC_RELAXED);
+	return -ENOSPC;
+}
+
+int64_t hot_try_reserve(struct hot *hot, int fd, uint64_t off, uint64_t len)
+{
+	uint64_t worst = ((off + len + PAGE - 1) & ~(PAGE - 1)) - (off & ~(PAGE - 1));
+	uint64_t need;
+
+	if (take(hot, worst) == 0)
+		return (int64_t)worst;
+	/* Near the limit: an overwrite of allocated pages needs no room. */
+	need = unallocated(fd, off, len);
+	if (need == 0)
+		return 0;
+	if (take(hot, need) == 0)
+		return (int64_t)need;
+	return -ENOSPC;
+}
+
+void hot_unreserve(struct hot *hot, uint64_t bytes)
+{
+	__atomic_sub_fetch(&hot->reserved, bytes, __ATOMIC_RELAXED);
+}
+
+void hot_account_locked(struct hot *hot, struct inode *in)
+{
+	struct stat st;
+	uint64_t now;
+	if (in->hot_fd < 0 || fstat(in->hot_fd, &st) < 0)
+		return;
+	now = (uint64_t)st.st_blocks * 512;
+	if (now >= in->hot_bytes)
+		__atomic_add_fetch(&hot->used, now - in->hot_bytes, __ATOMIC_RELAXED);
+	else
+		__atomic_sub_fetch(&hot->used, in->hot_bytes - now, __ATOMIC_RELAXED);
+	in->hot_bytes = now;
+}
+
+uint64_t hot_used(const struct hot *hot)
+{
+	return __atomic_load_n(&hot->used, __ATOMIC_RELAXED);
+}
+
+uint64_t hot_reserved(const struct hot *hot)
+{
+	return __atomic_load_n(&hot->reserved, __ATOMIC_RELAXED);
+}
+
+uint64_t hot_limit(const struct hot *hot)
+{
+	return hot->limit;
+}
+
+const char *hot_dir(const struct hot *hot)
+{
+	return hot->dir;
+}
+
+uint64_t hot_fs_avail(const struct hot *hot)
+{
+	struct statvfs sv;
+	if (fstatvfs(hot->dirfd, &sv) < 0)
+		return 0;
+	return (uint64_t)sv.f_bavail * sv.f_frsize;
+}

@@ -1,0 +1,43 @@
+/*
+ * hot — the RAM tier: one sparse file per inode in hot_dir (a tmpfs),
+ * named by inode number, never by user path. Usage is what those files
+ * allocate (st_blocks), tracked incrementally; reservations keep concurrent
+ * writers from overshooting hot_size together.
+ * Threading: usage counters are atomics; per-inode fields (hot_fd,
+ * hot_users, hot_bytes) are guarded by the inode's lock.
+ */
+#ifndef SPW_HOT_H
+#define SPW_HOT_H
+
+#include <stdint.h>
+
+struct inode;
+struct hot;
+
+/* Create (0700) or adopt hot_dir, lock it against a second daemon and
+ * remove stale hot files. *why gets a static reason on failure. */
+int hot_new(const char *dir, uint64_t limit, struct hot **out, const char **why);
+void hot_free(struct hot *hot);
+
+/* Open the inode's hot file (created on first use) and count a user.
+ * Returns the fd or -errno. Caller holds in->lock. */
+int hot_fd_get_locked(struct hot *hot, struct inode *in);
+void hot_fd_put_locked(struct hot *hot, struct inode *in);
+/* The inode is gone: unlink its hot file, give its bytes back. */
+void hot_drop(struct hot *hot, struct inode *in);
+
+/* Reserve room for writing [off, off+len) of `fd`. Returns the number of
+ * bytes reserved (>= 0, to pass to hot_unreserve) or -ENOSPC. Never waits. */
+int64_t hot_try_reserve(struct hot *hot, int fd, uint64_t off, uint64_t len);
+void hot_unreserve(struct hot *hot, uint64_t bytes);
+/* Re-read the hot file's allocation and adjust usage. Caller holds in->lock. */
+void hot_account_locked(struct hot *hot, struct inode *in);
+
+uint64_t hot_used(const struct hot *hot);
+uint64_t hot_reserved(const struct hot *hot);
+uint64_t hot_limit(const struct hot *hot);
+const char *hot_dir(const struct hot *hot);
+/* The host filesystem's free bytes under hot_dir. */
+uint64_t hot_fs_avail(const struct hot *hot);
+
+#endif

@@ -1,0 +1,500 @@
+/*
+ * DESIGN
+ * - The data path: fs/ brackets every read and write with tier_*_begin and tier_*_end.
+ *   begin pins the chunks it touches (chunk->pins) so the evictor never
+ *   punches a range a request is copying, makes cold chunks hot first, and
+ *   (writes) reserves hot room; end marks written chunks HOT_DIRTY with a new
+ *   generation, updates size and times and the hot usage, then unpins.
+ * - A write that finds no hot room waits (bounded by write_wait) for the
+ *   evictor when a cold tier exists; without one it fails with ENOSPC at once.
+ *   Nothing is acknowledged before its bytes are in the hot file.
+ * - Lock order: index lock, inode lock, tier lock.
+ */
+#include "tier/tier_i.h"
+
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void drop_inode(void *arg, struct inode *in)
+{
+	struct tier *t = arg;
+	pthread_mutex_lock(&in->lock);
+	for (uint64_t c = 0; c < in->nchunks; c++)
+		tier_chunk_release_cold(t, in, &in->chunks[c]);
+	pthread_mutex_unlock(&in->lock);
+	hot_drop(t->hot, in);
+	pthread_mutex_lock(&t->lock);
+	pthread_cond_broadcast(&t->room);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out, char *err,
+	     size_t errlen)
+{
+	struct tier *t = calloc(1, sizeof(*t));
+	const char *why;
+	int ret;
+
+	if (!t)
+		return -ENOMEM;
+	t->cfg = cfg;
+	t->idx = idx;
+	t->chunk_size = cfg->chunk_size;
+	pthread_mutex_init(&t->lock, NULL);
+	pthread_cond_init(&t->room, NULL);
+	pthread_cond_init(&t->wake, NULL);
+	ret = hot_new(cfg->hot_dir, cfg->hot_size, &t->hot, &why);
+	if (ret < 0) {
+		snprintf(err, errlen, "option 'hot_dir': '%s': %s%s%s", cfg->hot_dir,
+			 why ? why : "", why ? ": " : "", strerror(-ret));
+		free(t);
+		return ret;
+	}
+	idx_set_release_hook(idx, drop_inode, t);
+	*out = t;
+	return 0;
+}
+
+int tier_start(struct tier *t)
+{
+	return 0;
+}
+
+void tier_free(struct tier *t)
+{
+	if (!t)
+		return;
+	hot_free(t->hot);
+	pthread_cond_destroy(&t->room);
+	pthread_cond_destroy(&t->wake);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg)
+{
+	t->inval = fn;
+	t->inval_arg = arg;
+}
+
+void tier_chunk_release_cold(struct tier *t, struct inode *in, struct chunk *c)
+{
+	c->seg_id = 0;
+	c->seg_len = 0;
+}
+
+int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+{
+	return 0;
+}
+
+int tier_open(struct tier *t, struct inode *in)
+{
+	int fd;
+	pthread_mutex_lock(&in->lock);
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd >= 0)
+		in->open_count++;
+	pthread_mutex_unlock(&in->lock);
+	return fd < 0 ? fd : 0;
+}
+
+void tier_close(struct tier *t, struct inode *in)
+{
+	pthread_mutex_lock(&in->lock);
+	in->open_count--;
+	hot_fd_put_locked(t->hot, in);
+	pthread_mutex_unlock(&in->lock);
+}
+
+static void pin(struct inode *in, uint64_t first, uint64_t last, int delta)
+{
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++)
+		in->chunks[c].pins += delta;
+}
+
+int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io)
+{
+	int ret;
+	uint64_t size;
+
+	pthread_mutex_lock(&in->lock);
+	size = in->size;
+	if (off >= size || len == 0) {
+		io->first = 1;
+		io->last = 0; /* nothing pinned */
+		len = 0;
+	} else {
+		if (off + len > size)
+			len = size - off;
+		tier_chunk_range(t, off, len, &io->first, &io->last);
+		if (io->last >= in->nchunks)
+			io->last = in->nchunks ? in->nchunks - 1 : 0;
+		if ((ret = tier_make_hot_locked(t, in, io->first, io->last)) < 0) {
+			pthread_mutex_unlock(&in->lock);
+			return ret;
+		}
+		pin(in, io->first, io->last, 1);
+		uint64_t tick = idx_tick(t->idx);
+		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
+			in->chunks[c].atime = tick;
+	}
+	io->fd = in->hot_fd;
+	io->off = off;
+	io->len = len;
+	pthread_mutex_unlock(&in->lock);
+	return io->fd < 0 ? -EBADF : 0;
+}
+
+void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)
+{
+	if (io->first > io->last)
+		return;
+	pthread_mutex_lock(&in->lock);
+	pin(in, io->first, io->last, -1);
+	pthread_mutex_unlock(&in->lock);
+}
+
+/* Wait for hot room. Returns reserved bytes or -ENOSPC. */
+static int64_t reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len)
+{
+	int64_t r = hot_try_reserve(t->hot, fd, off, len);
+	struct timespec deadline;
+
+	if (r >= 0 || !t->store)
+		goto out;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += t->cfg->write_wait_ms / 1000;
+	deadline.tv_nsec += (t->cfg->write_wait_ms % 1000) * 1000000;
+	if (deadline.tv_nsec >= 1000000000) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000;
+	}
+	__atomic_add_fetch(&t->st.write_waits, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&t->lock);
+	t->writers_waiting++;
+	while ((r = hot_try_reserve(t->hot, fd, off, len)) < 0 && !t->stopping) {
+		pthread_cond_broadcast(&t->wake);
+		if (pthread_cond_timedwait(&t->room, &t->lock, &deadline) == ETIMEDOUT) {
+			r = hot_try_reserve(t->hot, fd, off, len);
+			break;
+		}
+	}
+	t->writers_waiting--;
+	pthread_mutex_unlock(&t->lock);
+out:
+	if (r < 0)
+		__atomic_add_fetch(&t->st.enospc, 1, __ATOMIC_RELAXED);
+	return r;
+}
+
+int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
+		     struct tier_io *io)
+{
+	int ret = 0;
+	int64_t r;
+
+	io->off = off;
+	io->len = len;
+	io->reserved = 0;
+	tier_chunk_range(t, off, len, &io->first, &io->last);
+	pthread_mutex_lock(&in->lock);
+	if ((ret = idx_chunks_reserve(in, io->last + 1)) < 0)
+		goto out_unlock;
+	/* A partial overwrite of a cold chunk needs its old bytes first. */
+	for (uint64_t c = io->first; c <= io->last; c++) {
+		uint64_t cs = c * t->chunk_size, ce = cs + t->chunk_size;
+		int full = off <= cs && off + len >= ce;
+		uint8_t s = in->chunks[c].state;
+		if ((s == CHUNK_COLD || s == CHUNK_RESTORING) && !full &&
+		    (ret = tier_make_hot_locked(t, in, c, c)) < 0)
+			goto out_unlock;
+	}
+	pin(in, io->first, io->last, 1);
+	io->fd = in->hot_fd;
+	pthread_mutex_unlock(&in->lock);
+	if (io->fd < 0) {
+		ret = -EBADF;
+		goto out_unpin;
+	}
+	r = reserve_room(t, io->fd, off, len);
+	if (r < 0) {
+		ret = (int)r;
+		goto out_unpin;
+	}
+	io->reserved = r;
+	return 0;
+out_unpin:
+	pthread_mutex_lock(&in->lock);
+	pin(in, io->first, io->last, -1);
+out_unlock:
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+/* Chunks [first,last] were written: new generation, dirty, recently used. */
+static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+{
+	uint64_t tick = idx_tick(t->idx);
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		if (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN)
+			tier_chunk_release_cold(t, in, ch);
+		if (ch->state != CHUNK_SPILLING)
+			ch->state = CHUNK_HOT_DIRTY;
+		else
+			ch->state = CHUNK_HOT_DIRTY; /* the evictor sees the new gen */
+		ch->gen++;
+		ch->atime = tick;
+	}
+}
+
+ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written)
+{
+	pthread_mutex_lock(&in->lock);
+	if (written > 0) {
+		uint64_t first, last;
+		tier_chunk_range(t, io->off, (uint64_t)written, &first, &last);
+		mark_dirty_locked(t, in, first, last);
+		if (io->off + (uint64_t)written > in->size)
+			in->size = io->off + (uint64_t)written;
+		idx_touch(&in->mtime);
+		in->ctime = in->mtime;
+		/* POSIX: a write by a non-owner clears set-user/group-ID */
+		in->mode &= ~(S_ISUID | S_ISGID);
+	}
+	pin(in, io->first, io->last, -1);
+	hot_account_locked(t->hot, in);
+	pthread_mutex_unlock(&in->lock);
+	hot_unreserve(t->hot, (uint64_t)io->reserved);
+	return written;
+}
+
+/* Drop chunks wholly past `size`; the boundary chunk stays. in->lock held. */
+static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t size)
+{
+	uint64_t keep = (size + t->chunk_size - 1) / t->chunk_size;
+	for (uint64_t c = keep; c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		if (ch->state == CHUNK_ABSENT)
+			continue;
+		tier_chunk_release_cold(t, in, ch);
+		ch->state = CHUNK_ABSENT;
+		ch->gen++;
+	}
+}
+
+int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
+{
+	int fd, ret = 0;
+
+	pthread_mutex_lock(&in->lock);
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0) {
+		ret = fd;
+		goto out;
+	}
+	if (size < in->size && size % t->chunk_size) {
+		/* the boundary chunk keeps its head: it must be hot to cut it */
+		uint64_t c = size / t->chunk_size;
+		if (c < in->nchunks && (ret = tier_make_hot_locked(t, in, c, c)) < 0)
+			goto out_put;
+		if (c < in->nchunks && in->chunks[c].state != CHUNK_ABSENT)
+			mark_dirty_locked(t, in, c, c);
+	}
+	if (ftruncate(fd, (off_t)size) < 0) {
+		ret = -errno;
+		goto out_put;
+	}
+	if (size < in->size)
+		drop_chunks_past_locked(t, in, size);
+	in->size = size;
+	idx_touch(&in->mtime);
+	in->ctime = in->mtime;
+	hot_account_locked(t->hot, in);
+out_put:
+	hot_fd_put_locked(t->hot, in);
+out:
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
+{
+	uint64_t first, last;
+	int64_t r = 0;
+	int fd, ret = 0;
+
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
+		return -EOPNOTSUPP;
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
+		return -EOPNOTSUPP;
+	if (len == 0)
+		return -EINVAL;
+	tier_chunk_range(t, off, len, &first, &last);
+	pthread_mutex_lock(&in->lock);
+	if ((ret = idx_chunks_reserve(in, last + 1)) < 0)
+		goto out;
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0) {
+		ret = fd;
+		goto out;
+	}
+	/* partial chunks at the edges must be hot; whole chunks are replaced */
+	for (uint64_t c = first; c <= last; c++) {
+		uint64_t cs = c * t->chunk_size;
+		int full = off <= cs && off + len >= cs + t->chunk_size;
+		if (!full && (ret = tier_make_hot_locked(t, in, c, c)) < 0)
+			goto out_put;
+	}
+	if (!(mode & FALLOC_FL_PUNCH_HOLE)) {
+		r = hot_try_reserve(t->hot, fd, off, len);
+		if (r < 0) {
+			ret = -ENOSPC;
+			goto out_put;
+		}
+	}
+	if (fallocate(fd, mode, (off_t)off, (off_t)len) < 0) {
+		ret = -errno;
+		goto out_unres;
+	}
+	for (uint64_t c = first; c <= last; c++) {
+		struct chunk *ch = &in->chunks[c];
+		uint64_t cs = c * t->chunk_size;
+		int full = off <= cs && off + len >= cs + t->chunk_size;
+		if ((mode & FALLOC_FL_PUNCH_HOLE) && full) {
+			tier_chunk_release_cold(t, in, ch);
+			ch->state = CHUNK_ABSENT;
+			ch->gen++;
+		} else if (cs < in->size || !(mode & FALLOC_FL_KEEP_SIZE) ||
+			   ch->state != CHUNK_ABSENT) {
+			mark_dirty_locked(t, in, c, c);
+		}
+	}
+	if (!(mode & FALLOC_FL_KEEP_SIZE) && off + len > in->size)
+		in->size = off + len;
+	idx_touch(&in->mtime);
+	in->ctime = in->mtime;
+	hot_account_locked(t->hot, in);
+out_unres:
+	if (r > 0)
+		hot_unreserve(t->hot, (uint64_t)r);
+out_put:
+	hot_fd_put_locked(t->hot, in);
+out:
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+int64_t tier_lseek(struct tier *t, struct inode *in, uint64_t off, int whence)
+{
+	int64_t ret;
+	uint64_t pos = off;
+	int fd;
+
+	pthread_mutex_lock(&in->lock);
+	if (off >= in->size) {
+		ret = -ENXIO;
+		goto out;
+	}
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0) {
+		ret = fd;
+		goto out;
+	}
+	ret = whence == SEEK_DATA ? -ENXIO : (int64_t)in->size;
+	while (pos < in->size) {
+		uint64_t c = pos / t->chunk_size, ce = (c + 1) * t->chunk_size;
+		uint8_t s = c < in->nchunks ? in->chunks[c].state : CHUNK_ABSENT;
+		if (s == CHUNK_COLD || s == CHUNK_RESTORING) {
+			/* a cold chunk counts as data throughout */
+			if (whence == SEEK_DATA) {
+				ret = (int64_t)pos;
+				break;
+			}
+		} else if (s != CHUNK_ABSENT) {
+			off_t r = lseek(fd, (off_t)pos, whence);
+			if (r >= 0 && (uint64_t)r < ce && (uint64_t)r < in->size) {
+				ret = r;
+				break;
+			}
+		} else if (whence == SEEK_HOLE) {
+			ret = (int64_t)pos;
+			break;
+		}
+		pos = ce;
+	}
+	hot_fd_put_locked(t->hot, in);
+out:
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+int tier_fsync(struct tier *t, struct inode *in)
+{
+	return 0;
+}
+
+int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
+{
+	uint64_t n[CHUNK_RESTORING + 1] = {0};
+	int pinned;
+	pthread_mutex_lock(&in->lock);
+	for (uint64_t c = 0; c < in->nchunks; c++)
+		n[in->chunks[c].state]++;
+	pinned = in->pinned;
+	pthread_mutex_unlock(&in->lock);
+	return snprintf(buf, len, "hot=%llu dirty=%llu cold=%llu restoring=%llu spilling=%llu pinned=%d",
+			(unsigned long long)(n[CHUNK_HOT_DIRTY] + n[CHUNK_HOT_CLEAN] +
+					     n[CHUNK_SPILLING]),
+			(unsigned long long)n[CHUNK_HOT_DIRTY], (unsigned long long)n[CHUNK_COLD],
+			(unsigned long long)n[CHUNK_RESTORING], (unsigned long long)n[CHUNK_SPILLING],
+			pinned);
+}
+
+int tier_pin(struct tier *t, struct inode *in, int on)
+{
+	pthread_mutex_lock(&in->lock);
+	in->pinned = on ? 1 : 0;
+	pthread_mutex_unlock(&in->lock);
+	return 0;
+}
+
+int tier_evict_file(struct tier *t, struct inode *in)
+{
+	return t->store ? 0 : -ENOTSUP;
+}
+
+int tier_warm_file(struct tier *t, struct inode *in)
+{
+	return 0;
+}
+
+int tier_stats_json(struct tier *t, char *buf, size_t len)
+{
+	uint64_t inodes, files;
+	idx_counts(t->idx, &inodes, &files);
+	return snprintf(buf, len,
+			"{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu},"
+			"\"inodes\":%llu,\"files\":%llu,\"enospc\":%llu}",
+			(unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
+			(unsigned long long)hot_reserved(t->hot), (unsigned long long)inodes,
+			(unsigned long long)files,
+			(unsigned long long)__atomic_load_n(&t->st.enospc, __ATOMIC_RELAXED));
+}
+
+void tier_statfs(struct tier *t, uint64_t *total, uint64_t *avail)
+{
+	uint64_t used = hot_used(t->hot), lim = hot_limit(t->hot);
+	*total = lim;
+	*avail = used < lim ? lim - used : 0;
+}

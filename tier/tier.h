@@ -1,0 +1,65 @@
+/*
+ * tier — the data path the fs layer calls: open/close, read and write
+ * bracketing, truncate, fallocate, SEEK_DATA/HOLE, statfs, stats. It owns the
+ * hot tier and (when configured) the evictor, cold stores and restore.
+ * Guarantees: a chunk pinned by a read or write in flight is never evicted;
+ * a write is only acknowledged once its bytes are in the hot file.
+ * Threading: every call is thread-safe; callers hold no inode lock.
+ */
+#ifndef SPW_TIER_H
+#define SPW_TIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct spw_config;
+struct index;
+struct inode;
+struct tier;
+
+/* One read or write in flight (caller-allocated, filled by *_begin). */
+struct tier_io {
+	int fd;            /* hot file to read from / write into */
+	uint64_t off, len;
+	uint64_t first, last; /* chunk range pinned */
+	int64_t reserved;  /* hot bytes reserved (writes) */
+};
+
+/* Page-cache invalidation, provided by the fs layer (FUSE notify). */
+typedef void (*tier_inval_fn)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
+
+/* On failure, err gets a one-line reason naming the option at fault. */
+int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out, char *err,
+	     size_t errlen);
+/* Start background threads (after daemonizing). */
+int tier_start(struct tier *t);
+void tier_free(struct tier *t);
+void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg);
+
+int tier_open(struct tier *t, struct inode *in);
+void tier_close(struct tier *t, struct inode *in);
+
+int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io);
+void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io);
+int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
+		     struct tier_io *io);
+/* written: bytes the copy wrote, or -errno. Returns written or -errno. */
+ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written);
+
+int tier_truncate(struct tier *t, struct inode *in, uint64_t size);
+int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len);
+/* SEEK_DATA / SEEK_HOLE: returns the offset or -errno (-ENXIO past EOF). */
+int64_t tier_lseek(struct tier *t, struct inode *in, uint64_t off, int whence);
+int tier_fsync(struct tier *t, struct inode *in);
+
+/* Residency of one file, e.g. "hot=3 cold=9 restoring=0 pinned=0 segments=2". */
+int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len);
+int tier_pin(struct tier *t, struct inode *in, int pin);
+int tier_evict_file(struct tier *t, struct inode *in);
+int tier_warm_file(struct tier *t, struct inode *in);
+/* Whole-tier statistics as one JSON object. Returns length or -errno. */
+int tier_stats_json(struct tier *t, char *buf, size_t len);
+void tier_statfs(struct tier *t, uint64_t *total, uint64_t *avail);
+
+#endif
