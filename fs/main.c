@@ -9,6 +9,7 @@
 #include "fs/options.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,7 +185,8 @@ int main(int argc, char *argv[])
 	} else {
 		lcfg = fuse_loop_cfg_create();
 		fuse_loop_cfg_set_clone_fd(lcfg, opts.clone_fd);
-		fuse_loop_cfg_set_idle_threads(lcfg, opts.max_idle_threads);
+		if (opts.max_idle_threads != UINT_MAX)
+			fuse_loop_cfg_set_idle_threads(lcfg, opts.max_idle_threads);
 		if (opts.max_threads > 0 && opts.max_threads <= 100000)
 			fuse_loop_cfg_set_max_threads(lcfg, opts.max_threads);
 		ret = fuse_session_loop_mt(s.se, lcfg);
