@@ -201,6 +201,7 @@ out_signals:
 out_session:
 	fuse_session_destroy(s.se);
 out_tier:
+	tier_stop(s.tier);
 	idx_free(s.idx); /* drops hot files through the release hook */
 	s.idx = NULL;
 	tier_free(s.tier);

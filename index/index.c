@@ -337,6 +337,11 @@ void idx_forget(struct index *idx, uint64_t ino, uint64_t n)
 	inode_release(idx, dead);
 }
 
+void idx_get_locked(struct inode *in)
+{
+	in->refs++;
+}
+
 void idx_kernel_ref_locked(struct inode *child)
 {
 	child->nlookup++;

@@ -131,6 +131,9 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
  * `child` is valid only during the call (use idx_ref_locked to keep it). */
 typedef int (*idx_dirent_fn)(void *arg, const char *name, struct inode *child, uint64_t cookie);
 int idx_readdir(struct index *idx, uint64_t dir, uint64_t off, idx_dirent_fn fn, void *arg);
+/* Inside an idx_readdir/idx_for_each callback: take an internal ref
+ * (drop it later with idx_put). */
+void idx_get_locked(struct inode *in);
 /* Inside an idx_readdir callback: add a kernel lookup ref to child. */
 void idx_kernel_ref_locked(struct inode *child);
 uint64_t idx_dir_entries(struct index *idx, uint64_t dir);

@@ -13,6 +13,7 @@
 #include "tier/tier_i.h"
 
 #include "common/log.h"
+#include "tier/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +39,49 @@ static void drop_inode(void *arg, struct inode *in)
 	pthread_mutex_unlock(&t->lock);
 }
 
+static int remove_seg(void *arg, uint64_t id, uint32_t dev, uint64_t size)
+{
+	struct tier *t = arg;
+	store_remove(t->store, id, dev);
+	return 0;
+}
+
+static int count_seg(void *arg, uint64_t id, uint32_t dev, uint64_t size)
+{
+	(*(uint64_t *)arg)++;
+	return 0;
+}
+
+/* Open the NVMe store; segments left by an earlier mount have no index to
+ * belong to (the journal comes later): they are removed. */
+static int open_nvme(struct tier *t, char *err, size_t errlen)
+{
+	char *copy = strdup(t->cfg->nvme), *save = NULL, *d;
+	const char *dirs[64];
+	int n = 0, ret;
+	uint64_t stale = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (d = strtok_r(copy, ":", &save); d && n < 64; d = strtok_r(NULL, ":", &save))
+		dirs[n++] = d;
+	ret = store_nvme_open(dirs, n, &t->store);
+	if (ret < 0) {
+		snprintf(err, errlen, "option 'nvme': invalid value '%s': %s", t->cfg->nvme,
+			 strerror(-ret));
+		goto out;
+	}
+	store_list(t->store, count_seg, &stale);
+	if (stale) {
+		log_warn("nvme: removing %llu segments left by an earlier mount",
+			 (unsigned long long)stale);
+		store_list(t->store, remove_seg, t);
+	}
+out:
+	free(copy);
+	return ret;
+}
+
 int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out, char *err,
 	     size_t errlen)
 {
@@ -52,10 +97,21 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_cond_init(&t->room, NULL);
 	pthread_cond_init(&t->wake, NULL);
+	pthread_mutex_init(&t->seg_lock, NULL);
+	pthread_mutex_init(&t->rlock, NULL);
+	pthread_cond_init(&t->rcond, NULL);
+	t->next_seg = 1;
+	if (getrandom(t->uuid, sizeof(t->uuid), 0) != sizeof(t->uuid))
+		memset(t->uuid, 0x5a, sizeof(t->uuid));
 	ret = hot_new(cfg->hot_dir, cfg->hot_size, &t->hot, &why);
 	if (ret < 0) {
 		snprintf(err, errlen, "option 'hot_dir': '%s': %s%s%s", cfg->hot_dir,
 			 why ? why : "", why ? ": " : "", strerror(-ret));
+		free(t);
+		return ret;
+	}
+	if (cfg->nvme && (ret = open_nvme(t, err, errlen)) < 0) {
+		hot_free(t->hot);
 		free(t);
 		return ret;
 	}
@@ -66,17 +122,39 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 
 int tier_start(struct tier *t)
 {
-	return 0;
+	int ret;
+	if (!t->store)
+		return 0;
+	if ((ret = restore_start(t)) < 0)
+		return ret;
+	return evict_start(t);
+}
+
+void tier_stop(struct tier *t)
+{
+	if (!t->store)
+		return;
+	evict_stop(t);
+	restore_stop(t);
 }
 
 void tier_free(struct tier *t)
 {
 	if (!t)
 		return;
+	if (t->store) {
+		/* Without a journal the segments cannot be found again: remove them. */
+		store_list(t->store, remove_seg, t);
+		store_close(t->store);
+	}
+	free(t->segs);
 	hot_free(t->hot);
 	pthread_cond_destroy(&t->room);
 	pthread_cond_destroy(&t->wake);
+	pthread_cond_destroy(&t->rcond);
 	pthread_mutex_destroy(&t->lock);
+	pthread_mutex_destroy(&t->seg_lock);
+	pthread_mutex_destroy(&t->rlock);
 	free(t);
 }
 
@@ -86,15 +164,12 @@ void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg)
 	t->inval_arg = arg;
 }
 
-void tier_chunk_release_cold(struct tier *t, struct inode *in, struct chunk *c)
+/* Wait until no chunk in [first, last] is RESTORING. in->lock held. */
+static void wait_restoring_locked(struct inode *in, uint64_t first, uint64_t last)
 {
-	c->seg_id = 0;
-	c->seg_len = 0;
-}
-
-int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
-{
-	return 0;
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++)
+		while (in->chunks[c].state == CHUNK_RESTORING)
+			pthread_cond_wait(&in->cond, &in->lock);
 }
 
 int tier_open(struct tier *t, struct inode *in)
@@ -105,6 +180,8 @@ int tier_open(struct tier *t, struct inode *in)
 	if (fd >= 0)
 		in->open_count++;
 	pthread_mutex_unlock(&in->lock);
+	if (fd >= 0 && t->store && t->cfg->restore == RESTORE_OPEN)
+		restore_file_async(t, in);
 	return fd < 0 ? fd : 0;
 }
 
@@ -165,7 +242,7 @@ void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)
 }
 
 /* Wait for hot room. Returns reserved bytes or -ENOSPC. */
-static int64_t reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len)
+int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len)
 {
 	int64_t r = hot_try_reserve(t->hot, fd, off, len);
 	struct timespec deadline;
@@ -197,6 +274,17 @@ out:
 	return r;
 }
 
+/* Chunks claimed by a write that did not complete go back to COLD. */
+static void unclaim_locked(struct inode *in, struct tier_io *io)
+{
+	for (uint64_t i = 0; io->claimed >> i; i++)
+		if ((io->claimed >> i) & 1 && in->chunks[io->first + i].state == CHUNK_RESTORING)
+			in->chunks[io->first + i].state = CHUNK_COLD;
+	if (io->claimed)
+		pthread_cond_broadcast(&in->cond);
+	io->claimed = 0;
+}
+
 int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		     struct tier_io *io)
 {
@@ -206,18 +294,25 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 	io->off = off;
 	io->len = len;
 	io->reserved = 0;
+	io->claimed = 0;
 	tier_chunk_range(t, off, len, &io->first, &io->last);
 	pthread_mutex_lock(&in->lock);
 	if ((ret = idx_chunks_reserve(in, io->last + 1)) < 0)
-		goto out_unlock;
-	/* A partial overwrite of a cold chunk needs its old bytes first. */
+		goto out_unclaim;
+	/* A partial overwrite of a cold chunk needs its old bytes first; a whole
+	 * overwrite claims it (RESTORING, so no restore races the new bytes). */
 	for (uint64_t c = io->first; c <= io->last; c++) {
 		uint64_t cs = c * t->chunk_size, ce = cs + t->chunk_size;
-		int full = off <= cs && off + len >= ce;
-		uint8_t s = in->chunks[c].state;
-		if ((s == CHUNK_COLD || s == CHUNK_RESTORING) && !full &&
-		    (ret = tier_make_hot_locked(t, in, c, c)) < 0)
-			goto out_unlock;
+		int full = off <= cs && off + len >= ce && c - io->first < 64;
+		wait_restoring_locked(in, c, c);
+		if (in->chunks[c].state != CHUNK_COLD)
+			continue;
+		if (full) {
+			in->chunks[c].state = CHUNK_RESTORING;
+			io->claimed |= 1ULL << (c - io->first);
+		} else if ((ret = tier_make_hot_locked(t, in, c, c)) < 0) {
+			goto out_unclaim;
+		}
 	}
 	pin(in, io->first, io->last, 1);
 	io->fd = in->hot_fd;
@@ -226,7 +321,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		ret = -EBADF;
 		goto out_unpin;
 	}
-	r = reserve_room(t, io->fd, off, len);
+	r = tier_reserve_room(t, io->fd, off, len);
 	if (r < 0) {
 		ret = (int)r;
 		goto out_unpin;
@@ -236,7 +331,8 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 out_unpin:
 	pthread_mutex_lock(&in->lock);
 	pin(in, io->first, io->last, -1);
-out_unlock:
+out_unclaim:
+	unclaim_locked(in, io);
 	pthread_mutex_unlock(&in->lock);
 	return ret;
 }
@@ -247,12 +343,9 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 	uint64_t tick = idx_tick(t->idx);
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
-		if (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN)
-			tier_chunk_release_cold(t, in, ch);
-		if (ch->state != CHUNK_SPILLING)
-			ch->state = CHUNK_HOT_DIRTY;
-		else
-			ch->state = CHUNK_HOT_DIRTY; /* the evictor sees the new gen */
+		/* the old cold copy is stale now (a spill in flight sees the new gen) */
+		tier_chunk_release_cold(t, in, ch);
+		ch->state = CHUNK_HOT_DIRTY;
 		ch->gen++;
 		ch->atime = tick;
 	}
@@ -273,9 +366,29 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 		in->mode &= ~(S_ISUID | S_ISGID);
 	}
 	pin(in, io->first, io->last, -1);
+	if (io->claimed) {
+		/* claimed chunks the write did not fully cover keep their cold copy */
+		uint64_t done_end = io->off + (written > 0 ? (uint64_t)written : 0);
+		for (uint64_t i = 0; io->claimed >> i; i++) {
+			uint64_t c = io->first + i;
+			if (((io->claimed >> i) & 1) && (c + 1) * t->chunk_size <= done_end)
+				io->claimed &= ~(1ULL << i);
+		}
+		if (io->claimed && in->hot_fd >= 0)
+			for (uint64_t i = 0; io->claimed >> i; i++)
+				if ((io->claimed >> i) & 1)
+					fallocate(in->hot_fd,
+						  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+						  (off_t)((io->first + i) * t->chunk_size),
+						  (off_t)t->chunk_size);
+		unclaim_locked(in, io);
+		pthread_cond_broadcast(&in->cond);
+	}
 	hot_account_locked(t->hot, in);
 	pthread_mutex_unlock(&in->lock);
 	hot_unreserve(t->hot, (uint64_t)io->reserved);
+	if (t->store && hot_used(t->hot) > t->cfg->spill_threshold * hot_limit(t->hot))
+		pthread_cond_signal(&t->wake);
 	return written;
 }
 
@@ -303,6 +416,8 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 		ret = fd;
 		goto out;
 	}
+	if (size < in->size)
+		wait_restoring_locked(in, size / t->chunk_size, in->nchunks);
 	if (size < in->size && size % t->chunk_size) {
 		/* the boundary chunk keeps its head: it must be hot to cut it */
 		uint64_t c = size / t->chunk_size;
@@ -350,6 +465,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		goto out;
 	}
 	/* partial chunks at the edges must be hot; whole chunks are replaced */
+	wait_restoring_locked(in, first, last);
 	for (uint64_t c = first; c <= last; c++) {
 		uint64_t cs = c * t->chunk_size;
 		int full = off <= cs && off + len >= cs + t->chunk_size;
@@ -446,19 +562,28 @@ int tier_fsync(struct tier *t, struct inode *in)
 
 int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
 {
-	uint64_t n[CHUNK_RESTORING + 1] = {0};
+	uint64_t n[CHUNK_RESTORING + 1] = {0}, segs = 0, last = 0;
 	int pinned;
 	pthread_mutex_lock(&in->lock);
-	for (uint64_t c = 0; c < in->nchunks; c++)
-		n[in->chunks[c].state]++;
+	for (uint64_t c = 0; c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		n[ch->state]++;
+		/* distinct segments (chunks of a file are mostly contiguous) */
+		if (ch->seg_id && ch->seg_id != last) {
+			segs++;
+			last = ch->seg_id;
+		}
+	}
 	pinned = in->pinned;
 	pthread_mutex_unlock(&in->lock);
-	return snprintf(buf, len, "hot=%llu dirty=%llu cold=%llu restoring=%llu spilling=%llu pinned=%d",
+	return snprintf(buf, len,
+			"hot=%llu dirty=%llu cold=%llu restoring=%llu spilling=%llu pinned=%d "
+			"segments=%llu",
 			(unsigned long long)(n[CHUNK_HOT_DIRTY] + n[CHUNK_HOT_CLEAN] +
 					     n[CHUNK_SPILLING]),
 			(unsigned long long)n[CHUNK_HOT_DIRTY], (unsigned long long)n[CHUNK_COLD],
 			(unsigned long long)n[CHUNK_RESTORING], (unsigned long long)n[CHUNK_SPILLING],
-			pinned);
+			pinned, (unsigned long long)segs);
 }
 
 int tier_pin(struct tier *t, struct inode *in, int on)
@@ -471,25 +596,78 @@ int tier_pin(struct tier *t, struct inode *in, int on)
 
 int tier_evict_file(struct tier *t, struct inode *in)
 {
-	return t->store ? 0 : -ENOTSUP;
+	if (!t->store)
+		return -ENOTSUP;
+	return evict_file(t, in, 1);
 }
 
 int tier_warm_file(struct tier *t, struct inode *in)
 {
-	return 0;
+	int ret;
+	if (!t->store)
+		return 0;
+	pthread_mutex_lock(&in->lock);
+	ret = in->nchunks ? tier_make_hot_locked(t, in, 0, in->nchunks - 1) : 0;
+	pthread_mutex_unlock(&in->lock);
+	return ret;
 }
+
+#define LD(x) ((unsigned long long)__atomic_load_n(&(x), __ATOMIC_RELAXED))
 
 int tier_stats_json(struct tier *t, char *buf, size_t len)
 {
-	uint64_t inodes, files;
+	struct store_dev_stat devs[16];
+	uint64_t inodes, files, segs, seg_bytes, seg_live;
+	unsigned waiting;
+	int ndev = 0, cold_full, pos;
+
 	idx_counts(t->idx, &inodes, &files);
-	return snprintf(buf, len,
-			"{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu},"
-			"\"inodes\":%llu,\"files\":%llu,\"enospc\":%llu}",
-			(unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
-			(unsigned long long)hot_reserved(t->hot), (unsigned long long)inodes,
-			(unsigned long long)files,
-			(unsigned long long)__atomic_load_n(&t->st.enospc, __ATOMIC_RELAXED));
+	pthread_mutex_lock(&t->seg_lock);
+	segs = t->seg_count;
+	seg_bytes = t->seg_bytes;
+	seg_live = t->seg_live;
+	pthread_mutex_unlock(&t->seg_lock);
+	pthread_mutex_lock(&t->lock);
+	waiting = t->writers_waiting;
+	cold_full = t->cold_full;
+	pthread_mutex_unlock(&t->lock);
+	if (t->store) {
+		ndev = store_stat(t->store, devs, 16);
+		if (ndev > 16)
+			ndev = 16;
+	}
+	double spill_s = LD(t->st.spill_ns) / 1e9, rest_s = LD(t->st.restore_ns) / 1e9;
+	pos = snprintf(buf, len,
+		       "{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu},"
+		       "\"inodes\":%llu,\"files\":%llu,"
+		       "\"segments\":{\"count\":%llu,\"bytes\":%llu,\"live_bytes\":%llu,"
+		       "\"live_ratio\":%.3f,\"written\":%llu,\"deleted\":%llu,"
+		       "\"compacted\":%llu},"
+		       "\"spilled\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
+		       "\"restored\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
+		       "\"writers_waiting\":%u,\"write_waits\":%llu,\"enospc\":%llu,"
+		       "\"cold_full\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},\"cold\":[",
+		       (unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
+		       (unsigned long long)hot_reserved(t->hot), (unsigned long long)inodes,
+		       (unsigned long long)files, (unsigned long long)segs,
+		       (unsigned long long)seg_bytes, (unsigned long long)seg_live,
+		       seg_bytes ? (double)seg_live / (double)seg_bytes : 1.0,
+		       LD(t->st.segments_written), LD(t->st.segments_deleted),
+		       LD(t->st.segments_compacted), LD(t->st.bytes_spilled),
+		       LD(t->st.chunks_spilled),
+		       spill_s > 0 ? LD(t->st.bytes_spilled) / 1048576.0 / spill_s : 0.0,
+		       LD(t->st.bytes_restored), LD(t->st.chunks_restored),
+		       rest_s > 0 ? LD(t->st.bytes_restored) / 1048576.0 / rest_s : 0.0, waiting,
+		       LD(t->st.write_waits), LD(t->st.enospc), cold_full, LD(t->st.errors_io),
+		       LD(t->st.errors_crc));
+	for (int i = 0; i < ndev && pos > 0 && (size_t)pos < len; i++)
+		pos += snprintf(buf + pos, len - (size_t)pos,
+				"%s{\"dir\":\"%s\",\"used\":%llu,\"avail\":%llu,\"failed\":%d}",
+				i ? "," : "", devs[i].name, (unsigned long long)devs[i].used,
+				(unsigned long long)devs[i].avail, devs[i].failed);
+	if (pos > 0 && (size_t)pos < len)
+		pos += snprintf(buf + pos, len - (size_t)pos, "]}");
+	return pos;
 }
 
 void tier_statfs(struct tier *t, uint64_t *total, uint64_t *avail)
@@ -497,4 +675,13 @@ void tier_statfs(struct tier *t, uint64_t *total, uint64_t *avail)
 	uint64_t used = hot_used(t->hot), lim = hot_limit(t->hot);
 	*total = lim;
 	*avail = used < lim ? lim - used : 0;
+	if (t->store) {
+		struct store_dev_stat devs[16];
+		int n = store_stat(t->store, devs, 16);
+		for (int i = 0; i < n && i < 16; i++) {
+			*total += devs[i].total;
+			if (!devs[i].failed)
+				*avail += devs[i].avail;
+		}
+	}
 }

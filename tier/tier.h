@@ -24,6 +24,7 @@ struct tier_io {
 	uint64_t off, len;
 	uint64_t first, last; /* chunk range pinned */
 	int64_t reserved;  /* hot bytes reserved (writes) */
+	uint64_t claimed;  /* bit i: chunk first+i was COLD, wholly overwritten */
 };
 
 /* Page-cache invalidation, provided by the fs layer (FUSE notify). */
@@ -32,8 +33,10 @@ typedef void (*tier_inval_fn)(void *arg, uint64_t ino, uint64_t off, uint64_t le
 /* On failure, err gets a one-line reason naming the option at fault. */
 int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out, char *err,
 	     size_t errlen);
-/* Start background threads (after daemonizing). */
+/* Start background threads (after daemonizing); stop them before the
+ * index is freed. */
 int tier_start(struct tier *t);
+void tier_stop(struct tier *t);
 void tier_free(struct tier *t);
 void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg);
 

@@ -10,6 +10,16 @@
 #include <pthread.h>
 
 struct store;
+struct restore_job;
+
+/* One sealed segment. Protected by tier->seg_lock. */
+struct seg_info {
+	uint64_t len;     /* 0 = slot unused (deleted or never sealed) */
+	uint64_t live;    /* payload bytes still referenced by chunks */
+	uint64_t payload; /* payload bytes when sealed */
+	uint32_t dev;
+	uint8_t gc_busy;  /* being compacted or deleted */
+};
 
 struct tier_stats {
 	/* atomics */
@@ -35,9 +45,55 @@ struct tier {
 	unsigned writers_waiting;
 	int stopping;
 	int cold_full;            /* last spill failed for lack of cold room */
-	struct evictor *ev;
-	struct restorer *rs;
+	uint8_t uuid[16];
+
+	/* segment table, indexed by segment id */
+	pthread_mutex_t seg_lock;
+	struct seg_info *segs;    /* protected by seg_lock */
+	uint64_t nsegs_cap, next_seg; /* protected by seg_lock */
+	uint64_t seg_count, seg_bytes, seg_live; /* protected by seg_lock */
+
+	/* evictor thread */
+	pthread_t evict_th;
+	int evict_started;
+
+	/* restore workers; queue protected by rlock */
+	pthread_mutex_t rlock;
+	pthread_cond_t rcond;
+	struct restore_job *rq_head, *rq_tail;
+	pthread_t *rworkers;
+	unsigned nrworkers;
 };
+
+/* evict.c */
+int evict_start(struct tier *t);
+void evict_stop(struct tier *t);
+/* Spill the given file's dirty chunks and drop its hot chunks (evict xattr),
+ * or only spill them (fsync write-through) when `drop` is 0. */
+int evict_file(struct tier *t, struct inode *in, int drop);
+uint64_t seg_alloc_id(struct tier *t);
+void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
+void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes);
+
+/* restore.c */
+int restore_start(struct tier *t);
+void restore_stop(struct tier *t);
+/* Queue every COLD chunk of `in` for background restore (file order). */
+void restore_file_async(struct tier *t, struct inode *in);
+/* Restore chunk c, which the caller set to RESTORING (in->lock held; dropped
+ * during I/O). Leaves it HOT_CLEAN, or COLD on error. 0 or -errno. */
+int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
+
+/* tier.c */
+int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len);
+/* Length of chunk c of a file of `size` bytes. */
+static inline uint32_t tier_chunk_len(const struct tier *t, uint64_t size, uint64_t c)
+{
+	uint64_t start = c * t->chunk_size;
+	if (start >= size)
+		return 0;
+	return (uint32_t)(size - start < t->chunk_size ? size - start : t->chunk_size);
+}
 
 /* Chunk range of [off, off+len). */
 static inline void tier_chunk_range(const struct tier *t, uint64_t off, uint64_t len,

@@ -1,0 +1,767 @@
+/*
+ * evict — the evictor thread, segment spilling, the segment table and GC.
+ *
+ * DESIGN
+ * - One thread wakes when hot usage (allocated + reserved) crosses
+ *   spill_threshold x hot_size, when a writer waits, or every 200 ms, and
+ *   works until usage is below low_watermark x hot_size:
+ *     1. drops HOT_CLEAN chunks, least recently used first (no I/O);
+ *     2. gathers HOT_DIRTY chunks LRU-first, at least min_spill_size bytes,
+ *        sorts them by (inode, chunk), cuts them into segments of about
+ *        min_spill_size and writes up to io_workers segments in parallel.
+ *        Under pressure (above hard_watermark, or a writer waiting) it also
+ *        writes a partial segment rather than wait for min_spill_size.
+ * - Spill of one chunk: HOT_DIRTY -> SPILLING (generation noted) -> payload
+ *   copied into the segment -> segment durable (seg_writer_finish) -> for
+ *   each chunk whose state is still SPILLING with the same generation: its
+ *   location is recorded and, unless a request has it pinned, its hole is
+ *   punched (COLD) and the kernel's page cache for it invalidated. A chunk
+ *   written during the spill went back to HOT_DIRTY: its copy in the
+ *   segment is dead weight for GC. A failed segment puts every chunk back
+ *   to HOT_DIRTY: a hot copy is never dropped before its segment is durable.
+ * - Pinned files, RESTORING chunks and chunks pinned by requests are never
+ *   candidates.
+ * - GC: a segment whose live bytes reach 0 is deleted; one below
+ *   gc_threshold live is compacted (live chunks copied into a new segment,
+ *   relocated if unchanged meanwhile), then deleted.
+ * - Lock order: index lock, inode lock, seg_lock, tier lock.
+ */
+#include "tier/tier_i.h"
+
+#include "common/log.h"
+#include "tier/segment.h"
+#include "tier/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct cand {
+	struct inode *in;
+	uint64_t c;
+	uint64_t atime;
+	uint32_t len;
+	uint8_t state;
+};
+
+struct cand_set {
+	struct cand *v;
+	size_t n, cap;
+	struct inode **refs; /* one internal ref per inode in v */
+	size_t nrefs, refcap;
+	int oom;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- segment table ---- */
+
+uint64_t seg_alloc_id(struct tier *t)
+{
+	uint64_t id;
+	pthread_mutex_lock(&t->seg_lock);
+	id = t->next_seg++;
+	pthread_mutex_unlock(&t->seg_lock);
+	return id;
+}
+
+void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload)
+{
+	pthread_mutex_lock(&t->seg_lock);
+	if (id >= t->nsegs_cap) {
+		uint64_t ncap = t->nsegs_cap ? t->nsegs_cap : 1024;
+		struct seg_info *ns;
+		while (ncap <= id)
+			ncap *= 2;
+		ns = realloc(t->segs, ncap * sizeof(*ns));
+		if (!ns)
+			abort(); /* cannot track a durable segment: nothing sane to do */
+		memset(ns + t->nsegs_cap, 0, (ncap - t->nsegs_cap) * sizeof(*ns));
+		t->segs = ns;
+		t->nsegs_cap = ncap;
+	}
+	t->segs[id] = (struct seg_info){.len = len, .live = payload, .payload = payload, .dev = dev};
+	t->seg_count++;
+	t->seg_bytes += len;
+	t->seg_live += payload;
+	pthread_mutex_unlock(&t->seg_lock);
+}
+
+void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes)
+{
+	pthread_mutex_lock(&t->seg_lock);
+	if (id < t->nsegs_cap && t->segs[id].len) {
+		if (t->segs[id].live < bytes)
+			abort(); /* live-bytes underflow: accounting bug */
+		t->segs[id].live -= bytes;
+		t->seg_live -= bytes;
+	}
+	pthread_mutex_unlock(&t->seg_lock);
+}
+
+void tier_chunk_release_cold(struct tier *t, struct inode *in, struct chunk *c)
+{
+	if (c->seg_id)
+		seg_release_bytes(t, c->seg_id, c->seg_len);
+	c->seg_id = 0;
+	c->seg_len = 0;
+}
+
+/* ---- candidates ---- */
+
+static int cand_push(struct cand_set *cs, const struct cand *c)
+{
+	if (cs->n == cs->cap) {
+		size_t ncap = cs->cap ? cs->cap * 2 : 1024;
+		struct cand *nv = realloc(cs->v, ncap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		cs->v = nv;
+		cs->cap = ncap;
+	}
+	cs->v[cs->n++] = *c;
+	return 0;
+}
+
+/* idx_for_each callback: index lock held. */
+static int collect_one(void *arg, struct inode *in)
+{
+	void **a = arg;
+	struct tier *t = a[0];
+	struct cand_set *cs = a[1];
+	struct inode *only = a[2];
+	size_t before = cs->n;
+
+	if (!S_ISREG(in->mode) || (only && in != only))
+		return 0;
+	pthread_mutex_lock(&in->lock);
+	if (!in->pinned || only) {
+		for (uint64_t c = 0; c < in->nchunks; c++) {
+			struct chunk *ch = &in->chunks[c];
+			uint32_t len = tier_chunk_len(t, in->size, c);
+			if (ch->pins || len == 0 ||
+			    (ch->state != CHUNK_HOT_CLEAN && ch->state != CHUNK_HOT_DIRTY))
+				continue;
+			struct cand cd = {.in = in, .c = c, .atime = ch->atime, .len = len,
+					  .state = ch->state};
+			if (cand_push(cs, &cd) < 0) {
+				cs->oom = 1;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&in->lock);
+	if (cs->n > before) {
+		if (cs->nrefs == cs->refcap) {
+			size_t ncap = cs->refcap ? cs->refcap * 2 : 256;
+			struct inode **nr = realloc(cs->refs, ncap * sizeof(*nr));
+			if (!nr) {
+				cs->n = before;
+				cs->oom = 1;
+				return 1;
+			}
+			cs->refs = nr;
+			cs->refcap = ncap;
+		}
+		idx_get_locked(in);
+		cs->refs[cs->nrefs++] = in;
+	}
+	return cs->oom;
+}
+
+static void cand_free(struct tier *t, struct cand_set *cs)
+{
+	for (size_t i = 0; i < cs->nrefs; i++)
+		idx_put(t->idx, cs->refs[i]);
+	free(cs->refs);
+	free(cs->v);
+	memset(cs, 0, sizeof(*cs));
+}
+
+static int by_atime(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+	return x->atime < y->atime ? -1 : x->atime > y->atime;
+}
+
+static int by_location(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+	if (x->in->ino != y->in->ino)
+		return x->in->ino < y->in->ino ? -1 : 1;
+	return x->c < y->c ? -1 : x->c > y->c;
+}
+
+/* ---- dropping hot copies ---- */
+
+/* Punch chunk c out of RAM if it is HOT_CLEAN and unpinned. in->lock held.
+ * Returns bytes of the chunk dropped (0 if it was not). */
+static uint32_t drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	struct chunk *ch = &in->chunks[c];
+	uint32_t len = tier_chunk_len(t, in->size, c);
+	int fd;
+
+	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->seg_id)
+		return 0;
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0)
+		return 0;
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(c * t->chunk_size),
+		      (off_t)len) < 0) {
+		log_warn("evict: cannot punch inode %llu chunk %llu: %s",
+			 (unsigned long long)in->ino, (unsigned long long)c, strerror(errno));
+		hot_fd_put_locked(t->hot, in);
+		return 0;
+	}
+	ch->state = CHUNK_COLD;
+	hot_account_locked(t->hot, in);
+	hot_fd_put_locked(t->hot, in);
+	return len;
+}
+
+static void room_freed(struct tier *t)
+{
+	pthread_mutex_lock(&t->lock);
+	pthread_cond_broadcast(&t->room);
+	pthread_mutex_unlock(&t->lock);
+}
+
+static void drop_and_inval(struct tier *t, struct inode *in, uint64_t c)
+{
+	uint32_t n;
+	pthread_mutex_lock(&in->lock);
+	n = drop_chunk_locked(t, in, c);
+	pthread_mutex_unlock(&in->lock);
+	/* outside the lock: the kernel may call back into us to write pages */
+	if (n && t->inval)
+		t->inval(t->inval_arg, in->ino, c * t->chunk_size, n);
+}
+
+/* ---- spilling ---- */
+
+struct spill_job {
+	struct tier *t;
+	struct cand *v; /* sorted by location */
+	size_t n;
+	int drop;  /* punch the chunks once durable */
+	int ret;
+	pthread_t th;
+};
+
+struct spilled {
+	struct seg_entry e;
+	struct inode *in;
+	uint64_t c;
+};
+
+static void *spill_segment(void *arg)
+{
+	struct spill_job *job = arg;
+	struct tier *t = job->t;
+	struct seg_writer *w = NULL;
+	struct spilled *done = calloc(job->n ? job->n : 1, sizeof(*done));
+	uint64_t id = seg_alloc_id(t), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
+		 payload = 0, t0 = now_ns();
+	size_t nd = 0;
+	uint32_t dev = 0;
+	int ret;
+
+	if (!done) {
+		job->ret = -ENOMEM;
+		return NULL;
+	}
+	for (size_t i = 0; i < job->n; i++)
+		size_hint += (job->v[i].len + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN +
+			     SEG_ENTRY_SIZE;
+	ret = seg_writer_new(t->store, t->uuid, id, size_hint, &w);
+	if (ret < 0)
+		goto out;
+	for (size_t i = 0; i < job->n; i++) {
+		struct cand *cd = &job->v[i];
+		struct inode *in = cd->in;
+		struct chunk *ch;
+		uint64_t gen;
+		uint32_t len;
+		int fd;
+
+		pthread_mutex_lock(&in->lock);
+		ch = &in->chunks[cd->c];
+		len = tier_chunk_len(t, in->size, cd->c);
+		if (ch->state != CHUNK_HOT_DIRTY || len == 0 || (in->pinned && !job->drop)) {
+			pthread_mutex_unlock(&in->lock);
+			continue;
+		}
+		fd = hot_fd_get_locked(t->hot, in);
+		if (fd < 0) {
+			pthread_mutex_unlock(&in->lock);
+			continue;
+		}
+		ch->state = CHUNK_SPILLING;
+		gen = ch->gen;
+		pthread_mutex_unlock(&in->lock);
+
+		ret = seg_writer_add_fd(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size, len,
+					&done[nd].e);
+		pthread_mutex_lock(&in->lock);
+		hot_fd_put_locked(t->hot, in);
+		if (ret < 0) {
+			/* truncated meanwhile (-ENODATA) or a read error: stays dirty */
+			if (ch->state == CHUNK_SPILLING)
+				ch->state = CHUNK_HOT_DIRTY;
+			pthread_mutex_unlock(&in->lock);
+			if (ret == -ENODATA)
+				continue;
+			goto out;
+		}
+		pthread_mutex_unlock(&in->lock);
+		done[nd].in = in;
+		done[nd].c = cd->c;
+		payload += len;
+		nd++;
+	}
+	if (nd == 0) {
+		ret = 0;
+		goto out;
+	}
+	ret = seg_writer_finish(w, &dev, &seg_len);
+	w = NULL;
+	if (ret < 0)
+		goto out;
+	seg_register(t, id, dev, seg_len, payload);
+	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.chunks_spilled, nd, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.spill_ns, now_ns() - t0, __ATOMIC_RELAXED);
+	/* durable: record locations; punch what is still unchanged */
+	for (size_t i = 0; i < nd; i++) {
+		struct inode *in = done[i].in;
+		struct chunk *ch;
+		uint32_t n = 0;
+		pthread_mutex_lock(&in->lock);
+		ch = &in->chunks[done[i].c];
+		if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen) {
+			ch->seg_id = id;
+			ch->seg_off = done[i].e.off;
+			ch->seg_len = done[i].e.len;
+			ch->seg_crc = done[i].e.crc;
+			ch->seg_dev = dev;
+			ch->seg_gen = (uint32_t)done[i].e.gen;
+			ch->state = CHUNK_HOT_CLEAN;
+			if (job->drop)
+				n = drop_chunk_locked(t, in, done[i].c);
+		} else {
+			seg_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
+		}
+		pthread_mutex_unlock(&in->lock);
+		if (n && t->inval)
+			t->inval(t->inval_arg, in->ino, done[i].c * t->chunk_size, n);
+	}
+	room_freed(t);
+	nd = 0;
+	ret = 0;
+out:
+	if (w)
+		seg_writer_abort(w);
+	/* failure: every chunk taken goes back to HOT_DIRTY, its RAM copy intact */
+	for (size_t i = 0; i < nd; i++) {
+		struct inode *in = done[i].in;
+		pthread_mutex_lock(&in->lock);
+		if (in->chunks[done[i].c].state == CHUNK_SPILLING)
+			in->chunks[done[i].c].state = CHUNK_HOT_DIRTY;
+		pthread_mutex_unlock(&in->lock);
+	}
+	if (ret < 0) {
+		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+		log_err("evict: segment %llu not written: %s (chunks stay in RAM)",
+			(unsigned long long)id, strerror(-ret));
+	}
+	free(done);
+	job->ret = ret;
+	return NULL;
+}
+
+/* Write the candidates v[0..n) (sorted by location) as segments of about
+ * seg_bytes, up to io_workers at once. Returns 0 or the first -errno. */
+static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_bytes, int drop)
+{
+	unsigned par = t->cfg->io_workers;
+	struct spill_job *jobs;
+	size_t njobs = 0, start = 0;
+	int ret = 0;
+
+	jobs = calloc(n ? n : 1, sizeof(*jobs));
+	if (!jobs)
+		return -ENOMEM;
+	while (start < n) {
+		uint64_t sum = 0;
+		size_t end = start;
+		while (end < n && sum < seg_bytes)
+			sum += v[end++].len;
+		/* fold a short tail into this segment rather than write a small one */
+		uint64_t rest = 0;
+		for (size_t k = end; k < n; k++)
+			rest += v[k].len;
+		if (rest && rest < seg_bytes / 2)
+			end = n;
+		jobs[njobs++] = (struct spill_job){.t = t, .v = v + start, .n = end - start,
+						   .drop = drop};
+		start = end;
+	}
+	for (size_t i = 0; i < njobs; i += par) {
+		size_t k, lim = i + par < njobs ? i + par : njobs;
+		for (k = i; k < lim; k++)
+			if (lim - i == 1 ||
+			    pthread_create(&jobs[k].th, NULL, spill_segment, &jobs[k]) != 0) {
+				jobs[k].th = 0;
+				spill_segment(&jobs[k]);
+			}
+		for (k = i; k < lim; k++) {
+			if (jobs[k].th)
+				pthread_join(jobs[k].th, NULL);
+			if (jobs[k].ret < 0 && ret == 0)
+				ret = jobs[k].ret;
+		}
+		if (ret < 0)
+			break;
+	}
+	free(jobs);
+	return ret;
+}
+
+static uint64_t usage(struct tier *t)
+{
+	return hot_used(t->hot) + hot_reserved(t->hot);
+}
+
+static int under_pressure(struct tier *t)
+{
+	unsigned waiting;
+	pthread_mutex_lock(&t->lock);
+	waiting = t->writers_waiting;
+	pthread_mutex_unlock(&t->lock);
+	return waiting > 0 || usage(t) > (uint64_t)(t->cfg->hard_watermark * hot_limit(t->hot));
+}
+
+/* One round of eviction. Returns 1 if it freed or spilled anything. */
+static int evict_round(struct tier *t)
+{
+	uint64_t limit = hot_limit(t->hot);
+	uint64_t low = (uint64_t)(t->cfg->low_watermark * limit);
+	uint64_t used = usage(t), need, got = 0, dirty = 0;
+	struct cand_set cs = {0};
+	void *arg[3] = {t, &cs, NULL};
+	size_t nd = 0;
+	int pressure = under_pressure(t), progress = 0, ret;
+
+	if (used <= low && !pressure)
+		return 0;
+	need = used > low ? used - low : t->chunk_size;
+	idx_for_each(t->idx, collect_one, arg);
+	qsort(cs.v, cs.n, sizeof(*cs.v), by_atime);
+
+	/* 1. clean chunks, LRU first: no I/O */
+	for (size_t i = 0; i < cs.n && got < need; i++) {
+		if (cs.v[i].state != CHUNK_HOT_CLEAN)
+			continue;
+		uint64_t before = hot_used(t->hot);
+		drop_and_inval(t, cs.v[i].in, cs.v[i].c);
+		uint64_t after = hot_used(t->hot);
+		got += before > after ? before - after : 0;
+		progress = 1;
+	}
+	if (progress)
+		room_freed(t);
+	/* 2. dirty chunks, LRU first, batched into large segments */
+	if (got < need) {
+		uint64_t want = need - got;
+		if (want < t->cfg->min_spill_size)
+			want = t->cfg->min_spill_size;
+		for (size_t i = 0; i < cs.n && dirty < want; i++) {
+			if (cs.v[i].state != CHUNK_HOT_DIRTY)
+				continue;
+			cs.v[nd++] = cs.v[i]; /* compact dirty ones to the front */
+			dirty += cs.v[i].len;
+		}
+		if (nd && (dirty >= t->cfg->min_spill_size || pressure)) {
+			qsort(cs.v, nd, sizeof(*cs.v), by_location);
+			ret = spill_batch(t, cs.v, nd, t->cfg->min_spill_size, 1);
+			if (ret == -ENOSPC || ret == -EIO) {
+				pthread_mutex_lock(&t->lock);
+				t->cold_full = ret == -ENOSPC;
+				pthread_mutex_unlock(&t->lock);
+			} else if (ret == 0) {
+				pthread_mutex_lock(&t->lock);
+				t->cold_full = 0;
+				pthread_mutex_unlock(&t->lock);
+				progress = 1;
+			}
+		}
+	}
+	cand_free(t, &cs);
+	return progress;
+}
+
+int evict_file(struct tier *t, struct inode *in, int drop)
+{
+	struct cand_set cs = {0};
+	void *arg[3] = {t, &cs, in};
+	size_t nd = 0;
+	int ret = 0;
+
+	idx_for_each(t->idx, collect_one, arg);
+	if (cs.oom) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < cs.n; i++)
+		if (cs.v[i].state == CHUNK_HOT_DIRTY)
+			cs.v[nd++] = cs.v[i];
+	if (nd) {
+		qsort(cs.v, nd, sizeof(*cs.v), by_location);
+		ret = spill_batch(t, cs.v, nd, UINT64_MAX, drop);
+	}
+	if (drop && ret == 0) {
+		pthread_mutex_lock(&in->lock);
+		uint64_t n = in->nchunks;
+		pthread_mutex_unlock(&in->lock);
+		for (uint64_t c = 0; c < n; c++)
+			drop_and_inval(t, in, c);
+		room_freed(t);
+	}
+out:
+	cand_free(t, &cs);
+	return ret;
+}
+
+/* ---- garbage collection ---- */
+
+static void seg_delete(struct tier *t, uint64_t id)
+{
+	uint32_t dev;
+	int ret;
+	pthread_mutex_lock(&t->seg_lock);
+	dev = t->segs[id].dev;
+	pthread_mutex_unlock(&t->seg_lock);
+	ret = store_remove(t->store, id, dev);
+	pthread_mutex_lock(&t->seg_lock);
+	if (ret == 0 || ret == -ENOENT) {
+		t->seg_count--;
+		t->seg_bytes -= t->segs[id].len;
+		t->seg_live -= t->segs[id].live;
+		memset(&t->segs[id], 0, sizeof(t->segs[id]));
+		__atomic_add_fetch(&t->st.segments_deleted, 1, __ATOMIC_RELAXED);
+	} else {
+		t->segs[id].gc_busy = 0;
+		log_warn("gc: cannot delete segment %llu: %s", (unsigned long long)id,
+			 strerror(-ret));
+	}
+	pthread_mutex_unlock(&t->seg_lock);
+}
+
+/* Copy segment id's live chunks into a new segment, then relocate them. */
+static int seg_compact(struct tier *t, uint64_t id)
+{
+	struct seg_entry *ents = NULL;
+	struct spilled *moved = NULL;
+	struct seg_writer *w = NULL;
+	uint32_t n = 0, dev, newdev = 0;
+	uint64_t len, newid = 0, newlen = 0, payload = 0;
+	size_t nm = 0;
+	void *buf = NULL;
+	int ret;
+
+	pthread_mutex_lock(&t->seg_lock);
+	dev = t->segs[id].dev;
+	len = t->segs[id].len;
+	pthread_mutex_unlock(&t->seg_lock);
+	ret = seg_read_manifest(t->store, id, dev, len, NULL, &ents, &n);
+	if (ret < 0)
+		goto out;
+	moved = calloc(n ? n : 1, sizeof(*moved));
+	buf = seg_buf_alloc(t->chunk_size);
+	if (!moved || !buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	newid = seg_alloc_id(t);
+	if ((ret = seg_writer_new(t->store, t->uuid, newid, 0, &w)) < 0)
+		goto out;
+	for (uint32_t i = 0; i < n; i++) {
+		struct inode *in = idx_get(t->idx, ents[i].ino);
+		int live;
+		if (!in)
+			continue;
+		pthread_mutex_lock(&in->lock);
+		live = ents[i].chunk < in->nchunks && in->chunks[ents[i].chunk].seg_id == id &&
+		       in->chunks[ents[i].chunk].seg_off == ents[i].off;
+		pthread_mutex_unlock(&in->lock);
+		if (!live || (ret = seg_read_chunk(t->store, id, dev, &ents[i], buf)) < 0 ||
+		    (ret = seg_writer_add(w, ents[i].ino, ents[i].chunk, ents[i].gen, buf,
+					  ents[i].len, &moved[nm].e)) < 0) {
+			idx_put(t->idx, in);
+			if (ret < 0)
+				goto out;
+			continue;
+		}
+		moved[nm].in = in; /* keeps the ref until relocated */
+		moved[nm].c = ents[i].chunk;
+		payload += ents[i].len;
+		nm++;
+	}
+	if (nm) {
+		ret = seg_writer_finish(w, &newdev, &newlen);
+		w = NULL;
+		if (ret < 0)
+			goto out;
+		seg_register(t, newid, newdev, newlen, payload);
+		__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
+	}
+	for (size_t i = 0; i < nm; i++) {
+		struct inode *in = moved[i].in;
+		struct chunk *ch;
+		pthread_mutex_lock(&in->lock);
+		ch = &in->chunks[moved[i].c];
+		if (moved[i].c < in->nchunks && ch->seg_id == id && ch->seg_off == moved[i].e.off - 0 &&
+		    0) {
+			/* unreachable: offsets differ between segments */
+		}
+		if (ch->seg_id == id && (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN ||
+					 ch->state == CHUNK_RESTORING)) {
+			seg_release_bytes(t, id, ch->seg_len);
+			ch->seg_id = newid;
+			ch->seg_off = moved[i].e.off;
+			ch->seg_dev = newdev;
+		} else {
+			seg_release_bytes(t, newid, moved[i].e.len);
+		}
+		pthread_mutex_unlock(&in->lock);
+	}
+	__atomic_add_fetch(&t->st.segments_compacted, 1, __ATOMIC_RELAXED);
+	ret = 0;
+out:
+	for (size_t i = 0; i < nm; i++)
+		idx_put(t->idx, moved[i].in);
+	if (w)
+		seg_writer_abort(w);
+	seg_buf_free(buf);
+	free(moved);
+	free(ents);
+	if (ret < 0)
+		log_warn("gc: cannot compact segment %llu: %s", (unsigned long long)id,
+			 strerror(-ret));
+	return ret;
+}
+
+static void gc_round(struct tier *t)
+{
+	uint64_t compact = 0, *dead = NULL;
+	size_t ndead = 0, cap = 0;
+
+	pthread_mutex_lock(&t->seg_lock);
+	for (uint64_t id = 1; id < t->next_seg && id < t->nsegs_cap; id++) {
+		struct seg_info *s = &t->segs[id];
+		if (!s->len || s->gc_busy)
+			continue;
+		if (s->live == 0) {
+			if (ndead == cap) {
+				size_t ncap = cap ? cap * 2 : 64;
+				uint64_t *nd = realloc(dead, ncap * sizeof(*nd));
+				if (!nd)
+					break;
+				dead = nd;
+				cap = ncap;
+			}
+			s->gc_busy = 1;
+			dead[ndead++] = id;
+		} else if (!compact && (double)s->live < t->cfg->gc_threshold * (double)s->payload) {
+			s->gc_busy = 1;
+			compact = id;
+		}
+	}
+	pthread_mutex_unlock(&t->seg_lock);
+	for (size_t i = 0; i < ndead; i++)
+		seg_delete(t, dead[i]);
+	free(dead);
+	if (compact) {
+		seg_compact(t, compact);
+		pthread_mutex_lock(&t->seg_lock);
+		t->segs[compact].gc_busy = 0;
+		pthread_mutex_unlock(&t->seg_lock);
+		/* its live bytes are now 0 if everything moved: next round deletes it */
+	}
+}
+
+static void *evictor(void *arg)
+{
+	struct tier *t = arg;
+	uint64_t threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
+
+	pthread_mutex_lock(&t->lock);
+	while (!t->stopping) {
+		int busy = usage(t) > threshold || t->writers_waiting > 0;
+		if (!busy) {
+			struct timespec dl;
+			clock_gettime(CLOCK_REALTIME, &dl);
+			dl.tv_nsec += 200 * 1000000L;
+			if (dl.tv_nsec >= 1000000000L) {
+				dl.tv_sec++;
+				dl.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&t->wake, &t->lock, &dl);
+		}
+		if (t->stopping)
+			break;
+		busy = usage(t) > threshold || t->writers_waiting > 0;
+		pthread_mutex_unlock(&t->lock);
+		int progress = 0;
+		if (busy)
+			progress = evict_round(t);
+		gc_round(t);
+		pthread_mutex_lock(&t->lock);
+		if (busy && !progress && !t->stopping) {
+			/* nothing evictable right now (or the cold tier failed): back off */
+			struct timespec dl;
+			clock_gettime(CLOCK_REALTIME, &dl);
+			dl.tv_nsec += 50 * 1000000L;
+			if (dl.tv_nsec >= 1000000000L) {
+				dl.tv_sec++;
+				dl.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&t->wake, &t->lock, &dl);
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return NULL;
+}
+
+int evict_start(struct tier *t)
+{
+	int ret = pthread_create(&t->evict_th, NULL, evictor, t);
+	if (ret)
+		return -ret;
+	t->evict_started = 1;
+	return 0;
+}
+
+void evict_stop(struct tier *t)
+{
+	if (!t->evict_started)
+		return;
+	pthread_mutex_lock(&t->lock);
+	t->stopping = 1;
+	pthread_cond_broadcast(&t->wake);
+	pthread_cond_broadcast(&t->room);
+	pthread_mutex_unlock(&t->lock);
+	pthread_join(t->evict_th, NULL);
+	t->evict_started = 0;
+}

@@ -1,0 +1,238 @@
+/*
+ * restore — faulting cold chunks back into RAM.
+ *
+ * DESIGN
+ * - A chunk goes COLD -> RESTORING -> HOT_CLEAN (or back to COLD on error)
+ *   under its inode's lock; whoever flips it to RESTORING does the I/O and
+ *   everyone else waits on in->cond. A read of a chunk not yet restored
+ *   restores it itself at once (it is "served first"); the background
+ *   workers skip chunks no longer COLD.
+ * - Opening a file with restore=open queues all its COLD chunks in file
+ *   order; io_workers threads work the queue. Prefetch stops while the hot
+ *   tier is above spill_threshold, so it never pushes out hotter data.
+ * - Every chunk read back is checked against its crc32c (seg_read_chunk):
+ *   a mismatch is EIO to the reader and a log line, never wrong bytes.
+ */
+#include "tier/tier_i.h"
+
+#include "common/log.h"
+#include "common/uring.h"
+#include "tier/segment.h"
+#include "tier/store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct restore_job {
+	struct restore_job *next;
+	struct inode *in; /* internal ref */
+	uint64_t c;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	struct chunk *ch = &in->chunks[c];
+	struct seg_entry e = {.ino = in->ino, .chunk = c, .gen = ch->seg_gen, .off = ch->seg_off,
+			      .len = ch->seg_len, .crc = ch->seg_crc};
+	uint64_t seg = ch->seg_id, off = c * t->chunk_size, t0 = now_ns();
+	uint32_t dev = ch->seg_dev;
+	int64_t reserved = 0;
+	void *buf = NULL;
+	int fd, ret;
+
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0) {
+		ch->state = CHUNK_COLD;
+		pthread_cond_broadcast(&in->cond);
+		return fd;
+	}
+	pthread_mutex_unlock(&in->lock);
+
+	reserved = tier_reserve_room(t, fd, off, e.len);
+	if (reserved < 0) {
+		ret = (int)reserved;
+		reserved = 0;
+		goto out;
+	}
+	buf = seg_buf_alloc(e.len);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = seg_read_chunk(t->store, seg, dev, &e, buf);
+	if (ret == -EIO)
+		__atomic_add_fetch(&t->st.errors_crc, 1, __ATOMIC_RELAXED);
+	if (ret == 0)
+		ret = uring_write_full(fd, buf, e.len, off);
+out:
+	seg_buf_free(buf);
+	pthread_mutex_lock(&in->lock);
+	if (ret == 0) {
+		ch->state = CHUNK_HOT_CLEAN;
+		ch->atime = idx_tick(t->idx);
+		__atomic_add_fetch(&t->st.bytes_restored, e.len, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&t->st.restore_ns, now_ns() - t0, __ATOMIC_RELAXED);
+	} else {
+		ch->state = CHUNK_COLD;
+		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
+			(unsigned long long)in->ino, (unsigned long long)c,
+			(unsigned long long)seg, strerror(-ret));
+	}
+	hot_account_locked(t->hot, in);
+	hot_fd_put_locked(t->hot, in);
+	pthread_cond_broadcast(&in->cond);
+	if (reserved > 0)
+		hot_unreserve(t->hot, (uint64_t)reserved);
+	return ret;
+}
+
+int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+{
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
+		for (;;) {
+			uint8_t s = in->chunks[c].state;
+			if (s == CHUNK_RESTORING) {
+				pthread_cond_wait(&in->cond, &in->lock);
+				continue;
+			}
+			if (s != CHUNK_COLD)
+				break;
+			in->chunks[c].state = CHUNK_RESTORING;
+			int ret = restore_chunk_locked(t, in, c);
+			if (ret < 0)
+				return ret;
+		}
+	}
+	return 0;
+}
+
+void restore_file_async(struct tier *t, struct inode *in)
+{
+	struct restore_job *head = NULL, **tail = &head;
+	uint64_t n = 0;
+
+	if (!t->store || t->nrworkers == 0)
+		return;
+	pthread_mutex_lock(&in->lock);
+	for (uint64_t c = 0; c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		struct restore_job *j;
+		if (ch->state != CHUNK_COLD || ch->queued)
+			continue;
+		if (!(j = calloc(1, sizeof(*j))))
+			break;
+		ch->queued = 1;
+		j->c = c;
+		*tail = j;
+		tail = &j->next;
+		n++;
+	}
+	pthread_mutex_unlock(&in->lock);
+	if (!head)
+		return;
+	/* each job holds a ref so the inode outlives its queue entries */
+	for (struct restore_job *j = head; j; j = j->next) {
+		struct inode *r = idx_get(t->idx, in->ino);
+		j->in = r ? r : in;
+		if (!r)
+			j->c = UINT64_MAX; /* gone: the worker only clears nothing */
+	}
+	pthread_mutex_lock(&t->rlock);
+	if (t->rq_tail)
+		t->rq_tail->next = head;
+	else
+		t->rq_head = head;
+	for (t->rq_tail = head; t->rq_tail->next; t->rq_tail = t->rq_tail->next)
+		;
+	pthread_cond_broadcast(&t->rcond);
+	pthread_mutex_unlock(&t->rlock);
+	log_debug("restore: inode %llu: %llu chunks queued", (unsigned long long)in->ino,
+		  (unsigned long long)n);
+}
+
+static void *restore_worker(void *arg)
+{
+	struct tier *t = arg;
+	uint64_t threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
+
+	pthread_mutex_lock(&t->rlock);
+	for (;;) {
+		struct restore_job *j;
+		while (!t->rq_head && !t->stopping)
+			pthread_cond_wait(&t->rcond, &t->rlock);
+		if (t->stopping)
+			break;
+		j = t->rq_head;
+		t->rq_head = j->next;
+		if (!t->rq_head)
+			t->rq_tail = NULL;
+		pthread_mutex_unlock(&t->rlock);
+
+		if (j->c != UINT64_MAX) {
+			struct inode *in = j->in;
+			pthread_mutex_lock(&in->lock);
+			if (j->c < in->nchunks) {
+				struct chunk *ch = &in->chunks[j->c];
+				ch->queued = 0;
+				/* prefetch only while there is room to spare */
+				if (ch->state == CHUNK_COLD && in->nlink + in->open_count > 0 &&
+				    hot_used(t->hot) + hot_reserved(t->hot) < threshold) {
+					ch->state = CHUNK_RESTORING;
+					restore_chunk_locked(t, in, j->c);
+				}
+			}
+			pthread_mutex_unlock(&in->lock);
+			idx_put(t->idx, in);
+		}
+		free(j);
+		pthread_mutex_lock(&t->rlock);
+	}
+	pthread_mutex_unlock(&t->rlock);
+	return NULL;
+}
+
+int restore_start(struct tier *t)
+{
+	unsigned n = t->cfg->io_workers;
+	t->rworkers = calloc(n, sizeof(*t->rworkers));
+	if (!t->rworkers)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++) {
+		if (pthread_create(&t->rworkers[i], NULL, restore_worker, t) != 0)
+			break;
+		t->nrworkers++;
+	}
+	return t->nrworkers ? 0 : -EAGAIN;
+}
+
+void restore_stop(struct tier *t)
+{
+	struct restore_job *j, *next;
+	pthread_mutex_lock(&t->rlock);
+	t->stopping = 1;
+	pthread_cond_broadcast(&t->rcond);
+	pthread_mutex_unlock(&t->rlock);
+	for (unsigned i = 0; i < t->nrworkers; i++)
+		pthread_join(t->rworkers[i], NULL);
+	free(t->rworkers);
+	t->rworkers = NULL;
+	t->nrworkers = 0;
+	for (j = t->rq_head; j; j = next) {
+		next = j->next;
+		if (j->c != UINT64_MAX)
+			idx_put(t->idx, j->in);
+		free(j);
+	}
+	t->rq_head = t->rq_tail = NULL;
+}
