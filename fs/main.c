@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,8 +119,57 @@ static void usage(const char *prog)
 	fuse_lowlevel_help();
 }
 
+/*
+ * mount(8) runs helpers as "spillway SOURCE MOUNTPOINT -o ...": drop the
+ * source word. And say plainly when the mountpoint does not exist, before
+ * libfuse reports it its own way. Returns 0, or 1 after printing the error.
+ */
+static int fix_argv(int *argc, char *argv[])
+{
+	int pos[3], npos = 0;
+	for (int i = 1; i < *argc; i++) {
+		if (strcmp(argv[i], "-o") == 0) {
+			i++; /* its value */
+			continue;
+		}
+		if (argv[i][0] == '-')
+			continue;
+		if (npos < 3)
+			pos[npos] = i;
+		npos++;
+	}
+	if (npos == 2) {
+		for (int i = pos[0]; i < *argc - 1; i++)
+			argv[i] = argv[i + 1];
+		(*argc)--;
+		argv[*argc] = NULL;
+		pos[0] = pos[1] - 1;
+		npos = 1;
+	}
+	if (npos == 1) {
+		char real[PATH_MAX];
+		if (!realpath(argv[pos[0]], real)) {
+			fprintf(stderr, "spillway: mountpoint '%s': %s\n", argv[pos[0]],
+				strerror(errno));
+			return 1;
+		}
+	} else if (npos > 2) {
+		fprintf(stderr, "spillway: too many arguments (usage: spillway [options] "
+				"MOUNTPOINT)\n");
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char *argv[])
 {
+	if (fix_argv(&argc, argv))
+		return 1;
+	/* libfuse allocates a buffer per read reply it cannot splice; keep such
+	 * 1 MiB buffers in the heap instead of an mmap/munmap (and page faults)
+	 * per request */
+	mallopt(M_MMAP_THRESHOLD, 8 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts opts = {0};
 	struct fuse_loop_config *lcfg = NULL;
@@ -194,6 +244,7 @@ int main(int argc, char *argv[])
 	}
 	ret = ret != 0;
 	log_info("unmounting %s", s.cfg.mountpoint);
+	tier_stop(s.tier); /* before the session goes: workers send notifications */
 out_unmount:
 	fuse_session_unmount(s.se);
 out_signals:

@@ -20,6 +20,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, in->dir ? EISDIR : EINVAL);
 		return;
 	}
+	/* atomic_o_trunc: the truncation arrives with the open; cold chunks are
+	 * dropped, never read back */
+	if ((fi->flags & O_TRUNC) && (ret = tier_truncate(s->tier, in, 0)) < 0) {
+		idx_put(s->idx, in);
+		fuse_reply_err(req, -ret);
+		return;
+	}
 	ret = tier_open(s->tier, in);
 	if (ret < 0) {
 		idx_put(s->idx, in);
@@ -56,8 +63,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	buf.buf[0].fd = io.fd;
 	buf.buf[0].pos = off;
+	/* Once replied, the file may be released and the inode freed before
+	 * the unpin below: hold a reference across it. */
+	idx_ref(s->idx, in);
 	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 	tier_read_end(s->tier, in, &io);
+	idx_put(s->idx, in);
 }
 
 void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, off_t off,

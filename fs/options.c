@@ -75,8 +75,8 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	struct raw_opts *raw = data;
 	if (key == FUSE_OPT_KEY_KEEP)
 		return 1;
-	if (key != FUSE_OPT_KEY_OPT)
-		return 1; /* non-options: libfuse's business */
+	if (key != FUSE_OPT_KEY_OPT || arg[0] == '-')
+		return 1; /* non-options and flags like -d: libfuse's business */
 	if (matches(arg, fuse_known))
 		return 1;
 	if (matches(arg, fstab_words))
@@ -202,7 +202,8 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	struct raw_opts raw = {0};
 	char real[PATH_MAX], buf[PATH_MAX + 64];
 	struct stat st;
-	int ret = -1, r, created = 0;
+	int ret = -1, r;
+	char *created = NULL; /* hot_dir made here: removed again on failure */
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->chunk_size = 4ULL << 20;
@@ -258,7 +259,7 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 			FAIL("option 'hot_dir': invalid value '%s': must be an absolute path",
 			     raw.hot_dir);
 		if (mkdir(raw.hot_dir, 0700) == 0)
-			created = 1;
+			created = strdup(raw.hot_dir);
 		else if (errno != EEXIST)
 			FAIL("option 'hot_dir': cannot create '%s': %s", raw.hot_dir,
 			     strerror(errno));
@@ -274,7 +275,7 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 		snprintf(buf, sizeof(buf), "/dev/shm/spillway-%u-%08x", (unsigned)getuid(),
 			 fnv(real));
 		if (mkdir(buf, 0700) == 0)
-			created = 1;
+			created = strdup(buf);
 		else if (errno != EEXIST)
 			FAIL("option 'hot_dir': cannot create default '%s': %s", buf,
 			     strerror(errno));
@@ -362,8 +363,9 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	}
 	ret = 0;
 fail:
-	if (ret < 0 && created && cfg->hot_dir)
-		rmdir(cfg->hot_dir); /* leave nothing behind */
+	if (ret < 0 && created)
+		rmdir(created); /* leave nothing behind */
+	free(created);
 	free(raw.hot_dir);
 	free(raw.hot_size);
 	free(raw.chunk_size);

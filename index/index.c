@@ -33,6 +33,7 @@ struct dirent_node {
 
 struct idx_dir {
 	struct dirent_node **ents; /* ordered by cookie; NULL = removed */
+	uint64_t *cookies;         /* cookies[i]: cookie of slot i, kept for NULL slots */
 	uint64_t n, cap, live;
 	uint64_t next_cookie;
 };
@@ -192,6 +193,7 @@ static void inode_destroy(struct inode *in)
 	}
 	if (in->dir) {
 		free(in->dir->ents);
+		free(in->dir->cookies);
 		free(in->dir);
 	}
 	free(in->chunks);
@@ -310,6 +312,13 @@ struct inode *idx_get(struct index *idx, uint64_t ino)
 	return in;
 }
 
+void idx_ref(struct index *idx, struct inode *in)
+{
+	pthread_mutex_lock(&idx->lock);
+	in->refs++;
+	pthread_mutex_unlock(&idx->lock);
+}
+
 void idx_put(struct index *idx, struct inode *in)
 {
 	struct inode *dead;
@@ -364,6 +373,10 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 		ret = -ENOTDIR;
 		goto out;
 	}
+	if (strlen(name) > 255) {
+		ret = -ENAMETOOLONG;
+		goto out;
+	}
 	if (strcmp(name, ".") == 0)
 		in = p;
 	else if (strcmp(name, "..") == 0)
@@ -391,29 +404,28 @@ static int dir_append(struct idx_dir *dir, struct dirent_node *d)
 		if (!ne)
 			return -ENOMEM;
 		dir->ents = ne;
+		uint64_t *nc = realloc(dir->cookies, ncap * sizeof(*nc));
+		if (!nc)
+			return -ENOMEM;
+		dir->cookies = nc;
 		dir->cap = ncap;
 	}
 	d->cookie = dir->next_cookie++;
+	dir->cookies[dir->n] = d->cookie;
 	dir->ents[dir->n++] = d;
 	dir->live++;
 	return 0;
 }
 
-/* Index of the first slot whose cookie is > off (slots may be NULL). */
+/* Index of the first slot whose cookie is > off (slots may be NULL; their
+ * cookies stay in `cookies`, so this is a plain binary search). */
 static uint64_t dir_search(const struct idx_dir *dir, uint64_t off)
 {
 	uint64_t lo = 0, hi = dir->n;
 	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo) / 2, m = mid;
-		/* find a non-NULL slot at or after mid, within [mid, hi) */
-		while (m < hi && !dir->ents[m])
-			m++;
-		if (m == hi) {
-			hi = mid;
-			continue;
-		}
-		if (dir->ents[m]->cookie <= off)
-			lo = m + 1;
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (dir->cookies[mid] <= off)
+			lo = mid + 1;
 		else
 			hi = mid;
 	}
@@ -423,16 +435,16 @@ static uint64_t dir_search(const struct idx_dir *dir, uint64_t off)
 static void dir_remove(struct idx_dir *dir, struct dirent_node *d)
 {
 	uint64_t i = dir_search(dir, d->cookie - 1);
-	while (i < dir->n && dir->ents[i] != d)
-		i++;
-	if (i < dir->n)
+	if (i < dir->n && dir->ents[i] == d)
 		dir->ents[i] = NULL;
 	dir->live--;
 	if (dir->n > 64 && dir->live < dir->n / 2) {
 		uint64_t j = 0;
 		for (i = 0; i < dir->n; i++)
-			if (dir->ents[i])
+			if (dir->ents[i]) {
+				dir->cookies[j] = dir->cookies[i];
 				dir->ents[j++] = dir->ents[i];
+			}
 		dir->n = j;
 	}
 }
@@ -690,12 +702,12 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 		ret = -ENOENT;
 		goto out;
 	}
-	if (dst == src)
-		goto out; /* same inode: POSIX says do nothing */
 	if (dst && (flags & RENAME_NOREPLACE)) {
 		ret = -EEXIST;
 		goto out;
 	}
+	if (dst == src)
+		goto out; /* same inode: POSIX says do nothing */
 	/* moving a directory into its own subtree */
 	if (src->dir && newparent != parent && is_ancestor(idx, src->ino, newparent)) {
 		ret = -EINVAL;
@@ -879,6 +891,8 @@ int idx_xattr_set(struct inode *in, const char *name, const void *value, size_t 
 
 	if (strlen(name) > 255)
 		return -ERANGE;
+	if (strcmp(name, "user.") == 0)
+		return -EINVAL; /* a namespace with no name, as the VFS says */
 	if (size > 65536)
 		return -E2BIG;
 	v = malloc(size ? size : 1);

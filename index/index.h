@@ -99,6 +99,8 @@ uint64_t idx_tick(struct index *idx); /* monotonic access clock for LRU */
 /* Take/drop an internal reference on inode `ino`; NULL if it does not exist. */
 struct inode *idx_get(struct index *idx, uint64_t ino);
 void idx_put(struct index *idx, struct inode *ino);
+/* Take one more internal reference on an inode the caller already holds. */
+void idx_ref(struct index *idx, struct inode *ino);
 /* Kernel reference counting (lookup/forget). */
 void idx_forget(struct index *idx, uint64_t ino, uint64_t n);
 

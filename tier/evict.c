@@ -243,8 +243,8 @@ static void drop_and_inval(struct tier *t, struct inode *in, uint64_t c)
 	n = drop_chunk_locked(t, in, c);
 	pthread_mutex_unlock(&in->lock);
 	/* outside the lock: the kernel may call back into us to write pages */
-	if (n && t->inval)
-		t->inval(t->inval_arg, in->ino, c * t->chunk_size, n);
+	if (n)
+		tier_inval_async(t, in->ino, c * t->chunk_size, n);
 }
 
 /* ---- spilling ---- */
@@ -313,6 +313,7 @@ static void *spill_segment(void *arg)
 		ret = seg_writer_add_fd(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size, len,
 					&done[nd].e);
 		pthread_mutex_lock(&in->lock);
+		ch = &in->chunks[cd->c]; /* the map may have grown (moved) meanwhile */
 		hot_fd_put_locked(t->hot, in);
 		if (ret < 0) {
 			/* truncated meanwhile (-ENODATA) or a read error: stays dirty */
@@ -363,8 +364,8 @@ static void *spill_segment(void *arg)
 			seg_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
 		}
 		pthread_mutex_unlock(&in->lock);
-		if (n && t->inval)
-			t->inval(t->inval_arg, in->ino, done[i].c * t->chunk_size, n);
+		if (n)
+			tier_inval_async(t, in->ino, done[i].c * t->chunk_size, n);
 	}
 	room_freed(t);
 	nd = 0;
@@ -631,12 +632,9 @@ static int seg_compact(struct tier *t, uint64_t id)
 		struct chunk *ch;
 		pthread_mutex_lock(&in->lock);
 		ch = &in->chunks[moved[i].c];
-		if (moved[i].c < in->nchunks && ch->seg_id == id && ch->seg_off == moved[i].e.off - 0 &&
-		    0) {
-			/* unreachable: offsets differ between segments */
-		}
-		if (ch->seg_id == id && (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN ||
-					 ch->state == CHUNK_RESTORING)) {
+		/* a RESTORING chunk is being read from the old segment right now:
+		 * it stays there (the old segment stays live) */
+		if (ch->seg_id == id && (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN)) {
 			seg_release_bytes(t, id, ch->seg_len);
 			ch->seg_id = newid;
 			ch->seg_off = moved[i].e.off;

@@ -20,6 +20,7 @@ struct hot {
 	char *dir;
 	int dirfd;
 	int lockfd;
+	int locked;        /* this instance holds the lock: it may clean up */
 	uint64_t limit;
 	uint64_t used;     /* atomic: bytes allocated by hot files */
 	uint64_t reserved; /* atomic: bytes promised to writes in flight */
@@ -110,6 +111,7 @@ int hot_new(const char *dir, uint64_t limit, struct hot **out, const char **why)
 		*why = "another spillway daemon is using it";
 		goto fail;
 	}
+	hot->locked = 1;
 	if ((ret = clean_dir(hot, why)) < 0)
 		goto fail;
 	*out = hot;
@@ -123,13 +125,14 @@ void hot_free(struct hot *hot)
 {
 	if (!hot)
 		return;
-	if (hot->lockfd >= 0) {
+	/* only the instance holding the lock may remove what it made */
+	if (hot->locked)
 		unlinkat(hot->dirfd, ".lock", 0);
+	if (hot->lockfd >= 0)
 		close(hot->lockfd);
-	}
 	if (hot->dirfd >= 0)
 		close(hot->dirfd);
-	if (hot->dir)
+	if (hot->locked && hot->dir)
 		rmdir(hot->dir); /* only succeeds when empty */
 	free(hot->dir);
 	free(hot);

@@ -76,6 +76,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 out:
 	seg_buf_free(buf);
 	pthread_mutex_lock(&in->lock);
+	ch = &in->chunks[c]; /* the map may have grown (moved) meanwhile */
 	if (ret == 0) {
 		ch->state = CHUNK_HOT_CLEAN;
 		ch->atime = idx_tick(t->idx);
@@ -97,8 +98,10 @@ out:
 	return ret;
 }
 
-int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last, int pin)
 {
+	/* Restoring chunk c drops in->lock, so chunks made hot earlier in this
+	 * call are pinned at once or the evictor could take them again. */
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
 		for (;;) {
 			uint8_t s = in->chunks[c].state;
@@ -110,9 +113,14 @@ int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint6
 				break;
 			in->chunks[c].state = CHUNK_RESTORING;
 			int ret = restore_chunk_locked(t, in, c);
-			if (ret < 0)
+			if (ret < 0) {
+				while (pin && c-- > first)
+					in->chunks[c].pins--;
 				return ret;
+			}
 		}
+		if (pin)
+			in->chunks[c].pins++;
 	}
 	return 0;
 }

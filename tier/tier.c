@@ -100,6 +100,8 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	pthread_mutex_init(&t->seg_lock, NULL);
 	pthread_mutex_init(&t->rlock, NULL);
 	pthread_cond_init(&t->rcond, NULL);
+	pthread_mutex_init(&t->ilock, NULL);
+	pthread_cond_init(&t->icond, NULL);
 	t->next_seg = 1;
 	if (getrandom(t->uuid, sizeof(t->uuid), 0) != sizeof(t->uuid))
 		memset(t->uuid, 0x5a, sizeof(t->uuid));
@@ -120,11 +122,55 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	return 0;
 }
 
+struct inval_job {
+	struct inval_job *next;
+	uint64_t ino, off, len;
+};
+
+void tier_inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len)
+{
+	struct inval_job *j;
+	if (!t->inval || !(j = malloc(sizeof(*j))))
+		return; /* only page cache left behind: correct, just not freed */
+	j->ino = ino;
+	j->off = off;
+	j->len = len;
+	pthread_mutex_lock(&t->ilock);
+	j->next = t->iq;
+	t->iq = j;
+	pthread_cond_signal(&t->icond);
+	pthread_mutex_unlock(&t->ilock);
+}
+
+static void *inval_worker(void *arg)
+{
+	struct tier *t = arg;
+	pthread_mutex_lock(&t->ilock);
+	for (;;) {
+		struct inval_job *j;
+		while (!t->iq && !t->istop)
+			pthread_cond_wait(&t->icond, &t->ilock);
+		if (!t->iq)
+			break;
+		j = t->iq;
+		t->iq = j->next;
+		pthread_mutex_unlock(&t->ilock);
+		t->inval(t->inval_arg, j->ino, j->off, j->len);
+		free(j);
+		pthread_mutex_lock(&t->ilock);
+	}
+	pthread_mutex_unlock(&t->ilock);
+	return NULL;
+}
+
 int tier_start(struct tier *t)
 {
 	int ret;
 	if (!t->store)
 		return 0;
+	if ((ret = pthread_create(&t->inval_th, NULL, inval_worker, t)) != 0)
+		return -ret;
+	t->inval_started = 1;
 	if ((ret = restore_start(t)) < 0)
 		return ret;
 	return evict_start(t);
@@ -136,6 +182,14 @@ void tier_stop(struct tier *t)
 		return;
 	evict_stop(t);
 	restore_stop(t);
+	if (t->inval_started) {
+		pthread_mutex_lock(&t->ilock);
+		t->istop = 1;
+		pthread_cond_signal(&t->icond);
+		pthread_mutex_unlock(&t->ilock);
+		pthread_join(t->inval_th, NULL);
+		t->inval_started = 0;
+	}
 }
 
 void tier_free(struct tier *t)
@@ -216,11 +270,10 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		tier_chunk_range(t, off, len, &io->first, &io->last);
 		if (io->last >= in->nchunks)
 			io->last = in->nchunks ? in->nchunks - 1 : 0;
-		if ((ret = tier_make_hot_locked(t, in, io->first, io->last)) < 0) {
+		if ((ret = tier_make_hot_locked(t, in, io->first, io->last, 1)) < 0) {
 			pthread_mutex_unlock(&in->lock);
 			return ret;
 		}
-		pin(in, io->first, io->last, 1);
 		uint64_t tick = idx_tick(t->idx);
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
 			in->chunks[c].atime = tick;
@@ -305,16 +358,17 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		uint64_t cs = c * t->chunk_size, ce = cs + t->chunk_size;
 		int full = off <= cs && off + len >= ce && c - io->first < 64;
 		wait_restoring_locked(in, c, c);
-		if (in->chunks[c].state != CHUNK_COLD)
-			continue;
-		if (full) {
+		if (in->chunks[c].state == CHUNK_COLD && full) {
 			in->chunks[c].state = CHUNK_RESTORING;
 			io->claimed |= 1ULL << (c - io->first);
-		} else if ((ret = tier_make_hot_locked(t, in, c, c)) < 0) {
+			in->chunks[c].pins++;
+		} else if ((ret = tier_make_hot_locked(t, in, c, c, 1)) < 0) {
+			/* unpin what this loop pinned so far */
+			if (c > io->first)
+				pin(in, io->first, c - 1, -1);
 			goto out_unclaim;
 		}
 	}
-	pin(in, io->first, io->last, 1);
 	io->fd = in->hot_fd;
 	pthread_mutex_unlock(&in->lock);
 	if (io->fd < 0) {
@@ -354,6 +408,13 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written)
 {
 	pthread_mutex_lock(&in->lock);
+	/* A claimed (cold, wholly overwritten) chunk the copy did not finish
+	 * keeps its cold copy: acknowledge only the bytes before it. */
+	for (uint64_t i = 0; written > 0 && io->claimed >> i; i++) {
+		uint64_t cs = (io->first + i) * t->chunk_size;
+		if (((io->claimed >> i) & 1) && io->off + (uint64_t)written < cs + t->chunk_size)
+			written = cs > io->off ? (ssize_t)(cs - io->off) : -EIO;
+	}
 	if (written > 0) {
 		uint64_t first, last;
 		tier_chunk_range(t, io->off, (uint64_t)written, &first, &last);
@@ -421,7 +482,7 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 	if (size < in->size && size % t->chunk_size) {
 		/* the boundary chunk keeps its head: it must be hot to cut it */
 		uint64_t c = size / t->chunk_size;
-		if (c < in->nchunks && (ret = tier_make_hot_locked(t, in, c, c)) < 0)
+		if (c < in->nchunks && (ret = tier_make_hot_locked(t, in, c, c, 0)) < 0)
 			goto out_put;
 		if (c < in->nchunks && in->chunks[c].state != CHUNK_ABSENT)
 			mark_dirty_locked(t, in, c, c);
@@ -445,6 +506,7 @@ out:
 
 int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
 {
+	int replaces = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE);
 	uint64_t first, last;
 	int64_t r = 0;
 	int fd, ret = 0;
@@ -464,24 +526,34 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		ret = fd;
 		goto out;
 	}
-	/* partial chunks at the edges must be hot; whole chunks are replaced */
+	/* Cold chunks keep their bytes through an allocation, so they must be
+	 * hot first; only a punch or zeroing of a whole chunk replaces it. */
 	wait_restoring_locked(in, first, last);
 	for (uint64_t c = first; c <= last; c++) {
 		uint64_t cs = c * t->chunk_size;
 		int full = off <= cs && off + len >= cs + t->chunk_size;
-		if (!full && (ret = tier_make_hot_locked(t, in, c, c)) < 0)
-			goto out_put;
-	}
-	if (!(mode & FALLOC_FL_PUNCH_HOLE)) {
-		r = hot_try_reserve(t->hot, fd, off, len);
-		if (r < 0) {
-			ret = -ENOSPC;
+		if (replaces && full) {
+			in->chunks[c].pins++;
+		} else if ((ret = tier_make_hot_locked(t, in, c, c, 1)) < 0) {
+			if (c > first)
+				pin(in, first, c - 1, -1);
 			goto out_put;
 		}
 	}
+	if (!(mode & FALLOC_FL_PUNCH_HOLE)) {
+		pthread_mutex_unlock(&in->lock);
+		r = tier_reserve_room(t, fd, off, len); /* may wait for the evictor */
+		pthread_mutex_lock(&in->lock);
+		if (r < 0) {
+			ret = -ENOSPC;
+			r = 0;
+			goto out_unpin;
+		}
+	}
+	wait_restoring_locked(in, first, last);
 	if (fallocate(fd, mode, (off_t)off, (off_t)len) < 0) {
 		ret = -errno;
-		goto out_unres;
+		goto out_unpin;
 	}
 	for (uint64_t c = first; c <= last; c++) {
 		struct chunk *ch = &in->chunks[c];
@@ -491,9 +563,10 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 			tier_chunk_release_cold(t, in, ch);
 			ch->state = CHUNK_ABSENT;
 			ch->gen++;
-		} else if (cs < in->size || !(mode & FALLOC_FL_KEEP_SIZE) ||
-			   ch->state != CHUNK_ABSENT) {
+		} else if (replaces || ch->state == CHUNK_COLD) {
 			mark_dirty_locked(t, in, c, c);
+		} else if (ch->state == CHUNK_ABSENT && (cs < in->size || !(mode & FALLOC_FL_KEEP_SIZE))) {
+			mark_dirty_locked(t, in, c, c); /* allocated zeros are data now */
 		}
 	}
 	if (!(mode & FALLOC_FL_KEEP_SIZE) && off + len > in->size)
@@ -501,7 +574,8 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 	idx_touch(&in->mtime);
 	in->ctime = in->mtime;
 	hot_account_locked(t->hot, in);
-out_unres:
+out_unpin:
+	pin(in, first, last, -1);
 	if (r > 0)
 		hot_unreserve(t->hot, (uint64_t)r);
 out_put:
@@ -607,7 +681,7 @@ int tier_warm_file(struct tier *t, struct inode *in)
 	if (!t->store)
 		return 0;
 	pthread_mutex_lock(&in->lock);
-	ret = in->nchunks ? tier_make_hot_locked(t, in, 0, in->nchunks - 1) : 0;
+	ret = in->nchunks ? tier_make_hot_locked(t, in, 0, in->nchunks - 1, 0) : 0;
 	pthread_mutex_unlock(&in->lock);
 	return ret;
 }

@@ -11,6 +11,7 @@
 
 struct store;
 struct restore_job;
+struct inval_job;
 
 /* One sealed segment. Protected by tier->seg_lock. */
 struct seg_info {
@@ -57,6 +58,15 @@ struct tier {
 	pthread_t evict_th;
 	int evict_started;
 
+	/* page-cache invalidations, sent by their own thread: the kernel may
+	 * wait on page locks held by reads that wait for us */
+	pthread_mutex_t ilock;
+	pthread_cond_t icond;
+	struct inval_job *iq;    /* protected by ilock */
+	int istop;               /* protected by ilock */
+	pthread_t inval_th;
+	int inval_started;
+
 	/* restore workers; queue protected by rlock */
 	pthread_mutex_t rlock;
 	pthread_cond_t rcond;
@@ -85,6 +95,8 @@ void restore_file_async(struct tier *t, struct inode *in);
 int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
 
 /* tier.c */
+/* Queue a page-cache invalidation of [off, off+len) of ino (never blocks). */
+void tier_inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len);
 int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len);
 /* Length of chunk c of a file of `size` bytes. */
 static inline uint32_t tier_chunk_len(const struct tier *t, uint64_t size, uint64_t c)
@@ -105,8 +117,9 @@ static inline void tier_chunk_range(const struct tier *t, uint64_t off, uint64_t
 
 /* Forget a chunk's cold copy (segment live bytes drop). Caller holds in->lock. */
 void tier_chunk_release_cold(struct tier *t, struct inode *in, struct chunk *c);
-/* Make chunks [first,last] RAM-resident, waiting for restores. in->lock held;
- * may drop and retake it. Returns 0 or -errno. */
-int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last);
+/* Make chunks [first,last] RAM-resident, waiting for restores, and pin each
+ * (when `pin`) as soon as it is hot. in->lock held; may drop and retake it.
+ * Returns 0 or -errno (with nothing left pinned). */
+int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last, int pin);
 
 #endif
