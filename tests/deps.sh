@@ -18,6 +18,20 @@ spw_deps() {
 	[ -e /dev/fuse ] || modprobe fuse 2>/dev/null || true
 }
 
+# The S3 tests run a real S3-compatible server (@20minutes/s3rver, pinned in
+# tests/s3/package-lock.json) on loopback.
+spw_s3_deps() {
+	local top=$1
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get install -y -qq nodejs npm >/dev/null || { echo "cannot install node" >&2; return 1; }
+	fi
+	if [ ! -d "$top/tests/s3/node_modules/@20minutes/s3rver" ]; then
+		(cd "$top/tests/s3" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+			{ echo "npm ci in tests/s3 failed" >&2; return 1; }
+	fi
+}
+
 spw_build() {
 	local top=$1 build=$2
 	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&

@@ -1,0 +1,1408 @@
+/*
+ * DESIGN
+ * Requests. Every request is an s3_xfer: method, key, query, body (whose
+ * real SHA-256 goes into x-amz-content-sha256), optional byte range with a
+ * destination buffer. It is signed afresh (SigV4, current time) on every
+ * attempt and run on an s3_conn: one libcurl multi handle whose connection
+ * cache keeps up to io_workers connections alive between requests. Conns
+ * are pooled in the store (s3_store.idle); a put holds one for its whole
+ * life, a read/remove/list borrows one per call, so there is no lock around
+ * libcurl and connections are reused across calls.
+ * Retries. An attempt that ends in a connection error, a timeout, a
+ * truncated body (Content-Length mismatch, fewer bytes than the range
+ * asked), HTTP 5xx (but 501) or 429, or 400 RequestTimeout/IncompleteBody,
+ * or a CompleteMultipartUpload 200 OK carrying <Error> InternalError or
+ * SlowDown is retried after s3_retry_delay_ms() (full jitter, Retry-After
+ * honoured) up to max_attempts; the waiting transfer stays on its conn and
+ * others keep running meanwhile. Other 4xx fail at once with the S3 error
+ * Code. What failed is left in x->why for the caller's log line; nothing
+ * logged or kept ever holds a secret key, a signature or an Authorization
+ * header.
+ * Writes. put_append copies into a part buffer. A full buffer is handed to
+ * a free slot (one of io_workers) only when more data arrives, so a segment
+ * of at most part_size bytes is one PUT at put_finish. The first hand-off
+ * starts a multipart upload; each slot's UploadPart runs in the background
+ * (driven by every later append and by waits for a free slot), so memory
+ * stays at io_workers + 1 parts. put_finish sends the last part, waits for
+ * all, and completes; any failure aborts the upload and returns -EIO.
+ * Reads. One ranged GET per part_size piece, io_workers at a time, each
+ * writing straight into the caller's buffer.
+ */
+#include "tier/store_s3.h"
+
+#include "common/log.h"
+#include "tier/s3xml.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#define EMPTY_SHA256   "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#define RESP_MAX       (16u << 20) /* largest XML response kept */
+#define CONNECT_MS     10000L
+#define LOW_SPEED_TIME 30L /* seconds below 1 KiB/s: the attempt timed out */
+
+enum { XS_IDLE, XS_WAITING, XS_RUNNING, XS_DONE };
+
+struct s3_xfer {
+	/* request, set before xfer_submit() */
+	const char *method;
+	const char *key; /* NULL: the bucket */
+	struct sigv4_kv q[4];
+	size_t nq;
+	const uint8_t *body;
+	size_t body_len;
+	char body_hash[SIGV4_HASH_HEX];
+	uint8_t *dst; /* ranged GET: dst_len bytes of the object from off */
+	size_t dst_len;
+	uint64_t off;
+	unsigned max_attempts;
+	int complete; /* CompleteMultipartUpload: a 200 OK may carry <Error> */
+	/* per attempt */
+	int state;
+	unsigned attempt;
+	uint64_t due; /* ms, monotonic: when a waiting retry starts */
+	CURL *easy;
+	struct curl_slist *hdrs;
+	size_t up_pos;
+	uint64_t pos; /* object offset of the next body byte (ranged GET) */
+	int pos_set, overflow;
+	size_t got;
+	char *resp;
+	size_t resp_len, resp_cap;
+	long status;
+	char etag[128];
+	char region[64];      /* x-amz-bucket-region */
+	int64_t obj_total;    /* from Content-Range, -1 when unknown */
+	int64_t clen;	      /* Content-Length (HEAD), -1 when unknown */
+	uint32_t retry_after; /* seconds */
+	char curl_err[CURL_ERROR_SIZE];
+	/* result */
+	int err;
+	int conn_fail; /* gave up on connection-level errors */
+	char why[400];
+	struct s3_xfer *next; /* in conn->live */
+};
+
+struct s3_conn {
+	CURLM *multi;
+	struct s3_xfer *live; /* waiting or running transfers */
+	uint64_t rng;
+	struct s3_conn *next; /* in s3_store.idle */
+};
+
+struct s3_store {
+	struct store base;
+	struct s3_target target;
+	char *endpoint, *region, *bucket, *prefix, *ca_file;
+	char name[256];
+	uint64_t part_size;
+	unsigned io_workers;
+	struct s3_creds creds;
+	pthread_mutex_t lock;
+	struct s3_conn *idle; /* protected by lock */
+	uint64_t used;	      /* protected by lock: bytes put minus removed since open */
+	uint64_t rng;	      /* protected by lock */
+	int failed;	      /* protected by lock: the last request ran out of retries */
+	unsigned puts;	      /* protected by lock: puts in flight */
+};
+
+struct part_slot {
+	uint8_t *buf;
+	size_t len;
+	unsigned part_no;
+	char part_str[12];
+	int busy; /* submitted, result not collected */
+	struct s3_xfer x;
+};
+
+struct s3_put {
+	struct store_put base;
+	uint64_t seg_id;
+	char *key;
+	struct s3_conn *conn;
+	uint8_t *fill; /* part being filled */
+	size_t fill_len;
+	struct part_slot *slots; /* io_workers */
+	char *upload_id;	 /* multipart, once started */
+	unsigned nparts;	 /* parts handed to slots */
+	char **etags;		 /* [part_no - 1] */
+	unsigned etags_cap;
+	uint64_t size;
+	int err; /* first error: the put is then only good for abort */
+};
+
+static const struct store_ops s3_ops;
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+static struct s3_store *to_s3(struct store *st)
+{
+	return (struct s3_store *)st;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}
+
+static void curl_init_once(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n'))
+		*--e = 0;
+	return s;
+}
+
+/* ---- transfers ---- */
+
+static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
+{
+	struct s3_xfer *x = arg;
+	size_t len = size * nmemb;
+	char line[256], *v;
+
+	if (len >= 5 && !strncmp(p, "HTTP/", 5)) { /* a new response (after 100 Continue too) */
+		x->etag[0] = x->region[0] = 0;
+		x->obj_total = x->clen = -1;
+		x->retry_after = 0;
+		return len;
+	}
+	snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), p);
+	v = strchr(line, ':');
+	if (!v)
+		return len;
+	*v++ = 0;
+	v = trim(v);
+	if (!strcasecmp(line, "etag")) {
+		snprintf(x->etag, sizeof(x->etag), "%s", v);
+	} else if (!strcasecmp(line, "retry-after")) {
+		unsigned long s = strtoul(v, NULL, 10);
+
+		x->retry_after = s > 3600 ? 3600 : (uint32_t)s;
+	} else if (!strcasecmp(line, "content-range")) {
+		char *slash = strrchr(v, '/');
+
+		if (slash && isdigit((unsigned char)slash[1]))
+			x->obj_total = (int64_t)strtoull(slash + 1, NULL, 10);
+	} else if (!strcasecmp(line, "content-length")) {
+		x->clen = (int64_t)strtoull(v, NULL, 10);
+	} else if (!strcasecmp(line, "x-amz-bucket-region")) {
+		snprintf(x->region, sizeof(x->region), "%s", v);
+	}
+	return len;
+}
+
+static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
+{
+	struct s3_xfer *x = arg;
+	size_t len = size * nmemb;
+	long status = 0;
+
+	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+	if (x->dst && status >= 200 && status < 300) {
+		uint64_t end = x->off + x->dst_len;
+
+		if (!x->pos_set) {
+			/* 206: the body starts at off; 200 (Range ignored): at 0. */
+			x->pos = status == 206 ? x->off : 0;
+			x->pos_set = 1;
+		}
+		if (status == 206 && x->pos + len > end) {
+			x->overflow = 1;
+			return 0;
+		}
+		for (size_t i = 0; i < len;) {
+			uint64_t pos = x->pos;
+			size_t n = len - i;
+
+			if (pos < x->off) {
+				n = x->off - pos < n ? (size_t)(x->off - pos) : n;
+			} else if (pos < end) {
+				n = end - pos < n ? (size_t)(end - pos) : n;
+				memcpy(x->dst + (pos - x->off), p + i, n);
+				x->got += n;
+			}
+			x->pos += n;
+			i += n;
+		}
+		return len;
+	}
+	if (x->resp_len + len > RESP_MAX)
+		return 0;
+	if (x->resp_len + len + 1 > x->resp_cap) {
+		size_t cap = x->resp_cap ? x->resp_cap : 4096;
+		char *r;
+
+		while (cap < x->resp_len + len + 1)
+			cap *= 2;
+		r = realloc(x->resp, cap);
+		if (!r)
+			return 0;
+		x->resp = r;
+		x->resp_cap = cap;
+	}
+	memcpy(x->resp + x->resp_len, p, len);
+	x->resp_len += len;
+	x->resp[x->resp_len] = 0;
+	return len;
+}
+
+static size_t on_read(char *p, size_t size, size_t nmemb, void *arg)
+{
+	struct s3_xfer *x = arg;
+	size_t n = size * nmemb;
+
+	if (n > x->body_len - x->up_pos)
+		n = x->body_len - x->up_pos;
+	if (n)
+		memcpy(p, x->body + x->up_pos, n);
+	x->up_pos += n;
+	return n;
+}
+
+static const char *xfer_what(const struct s3_xfer *x)
+{
+	return x->key ? x->key : "(bucket)";
+}
+
+static void xfer_release(struct s3_conn *c, struct s3_xfer *x)
+{
+	if (x->easy) {
+		curl_multi_remove_handle(c->multi, x->easy);
+		curl_easy_cleanup(x->easy);
+		x->easy = NULL;
+	}
+	curl_slist_free_all(x->hdrs);
+	x->hdrs = NULL;
+}
+
+static void conn_unlink(struct s3_conn *c, struct s3_xfer *x)
+{
+	for (struct s3_xfer **pp = &c->live; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			break;
+		}
+	x->next = NULL;
+}
+
+static void xfer_finish(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, int err)
+{
+	xfer_release(c, x);
+	conn_unlink(c, x);
+	x->err = err;
+	x->state = XS_DONE;
+	pthread_mutex_lock(&s->lock);
+	if (err == 0)
+		s->failed = 0;
+	else if (x->attempt + 1 >= x->max_attempts && (x->conn_fail || err == -EIO))
+		s->failed = 1;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Sign and start one attempt. 0 or -errno (then the transfer is finished with it). */
+static int xfer_start(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
+{
+	char range[64];
+	struct s3_req_spec rq = {x->method, x->key, x->q, x->nq, NULL, x->body_hash};
+	struct s3_req req;
+	CURL *e;
+	int ret;
+
+	x->up_pos = x->got = x->resp_len = 0;
+	x->pos_set = x->overflow = 0;
+	x->status = 0;
+	x->etag[0] = x->region[0] = x->curl_err[0] = 0;
+	x->obj_total = x->clen = -1;
+	x->retry_after = 0;
+	if (x->dst) {
+		snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, x->off,
+			 x->off + x->dst_len - 1);
+		rq.range = range;
+	}
+	ret = s3_req_build(&s->target, &s->creds, &rq, time(NULL), &req);
+	if (ret)
+		return ret;
+	x->easy = e = curl_easy_init();
+	ret = -ENOMEM;
+	if (!e)
+		goto out;
+	for (int i = 0; i < req.nheaders; i++) {
+		struct curl_slist *l = curl_slist_append(x->hdrs, req.headers[i]);
+
+		if (!l)
+			goto out;
+		x->hdrs = l;
+	}
+	x->hdrs = curl_slist_append(x->hdrs, "Expect:") ?: x->hdrs;
+	curl_easy_setopt(e, CURLOPT_URL, req.url);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_VERBOSE, 0L);
+	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->curl_err);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_MS);
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, LOW_SPEED_TIME);
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (s->ca_file)
+		curl_easy_setopt(e, CURLOPT_CAINFO, s->ca_file);
+#if LIBCURL_VERSION_NUM >= 0x075500
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+#endif
+	if (!strcmp(x->method, "HEAD")) {
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+	} else if (!strcmp(x->method, "PUT") || !strcmp(x->method, "POST")) {
+		curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
+		curl_easy_setopt(e, CURLOPT_READDATA, x);
+		curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)x->body_len);
+		if (strcmp(x->method, "PUT"))
+			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, x->method);
+	} else if (strcmp(x->method, "GET")) {
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, x->method);
+	}
+	if (curl_multi_add_handle(c->multi, e) != CURLM_OK)
+		goto out;
+	x->state = XS_RUNNING;
+	ret = 0;
+out:
+	s3_req_free(&req);
+	if (ret)
+		xfer_release(c, x);
+	return ret;
+}
+
+static void xfer_submit(struct s3_conn *c, struct s3_xfer *x)
+{
+	if (!x->max_attempts)
+		x->max_attempts = S3_MAX_ATTEMPTS;
+	if (!x->body_hash[0])
+		sigv4_sha256_hex(x->body ? (const void *)x->body : "", x->body_len, x->body_hash);
+	x->attempt = 0;
+	x->due = 0;
+	x->err = 0;
+	x->conn_fail = 0;
+	x->why[0] = 0;
+	x->state = XS_WAITING;
+	x->next = c->live;
+	c->live = x;
+}
+
+static int retryable_curl(CURLcode r, int *conn)
+{
+	switch (r) {
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY:
+	case CURLE_COULDNT_CONNECT:
+		*conn = 1;
+		return 1;
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+	case CURLE_WRITE_ERROR: /* body larger than asked */
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* One attempt ended with res: finish the transfer or schedule its retry. */
+static void xfer_done(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, CURLcode res)
+{
+	struct s3xml_error e = {{0}, {0}};
+	int retry = 0, throttled = 0, conn = 0, err = -EIO;
+	uint32_t delay;
+
+	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &x->status);
+	if (res != CURLE_OK) {
+		retry = retryable_curl(res, &conn);
+		snprintf(x->why, sizeof(x->why), "%s",
+			 x->overflow	  ? "server sent more than the range asked"
+			 : x->curl_err[0] ? x->curl_err
+					  : curl_easy_strerror(res));
+	} else if (x->status >= 200 && x->status < 300) {
+		err = 0;
+		if (x->dst && x->status == 200 && x->obj_total < 0)
+			x->obj_total = x->clen; /* Range ignored: the whole object came */
+		if (x->dst && x->got != x->dst_len) {
+			err = -EIO;
+			if (x->obj_total >= 0 && x->off + x->dst_len > (uint64_t)x->obj_total) {
+				snprintf(x->why, sizeof(x->why),
+					 "short read: object is %" PRId64
+					 " bytes, asked %zu at %" PRIu64,
+					 x->obj_total, x->dst_len, x->off);
+			} else {
+				retry = 1;
+				snprintf(x->why, sizeof(x->why), "truncated body: %zu of %zu bytes",
+					 x->got, x->dst_len);
+			}
+		} else if (x->complete) {
+			int r = s3xml_parse_complete(x->resp, x->resp_len, &e);
+
+			if (r == -EREMOTEIO) {
+				err = -EIO;
+				retry = !strcmp(e.code, "InternalError") ||
+					!strcmp(e.code, "SlowDown") ||
+					!strcmp(e.code, "ServiceUnavailable");
+				throttled = !strcmp(e.code, "SlowDown");
+				snprintf(x->why, sizeof(x->why), "200 OK with Error %s: %s", e.code,
+					 e.message);
+			} else if (r) {
+				err = -EIO;
+				retry = 1;
+				snprintf(x->why, sizeof(x->why), "unparsable reply to complete");
+			}
+		}
+	} else {
+		if (x->resp_len)
+			s3xml_parse_error(x->resp, x->resp_len, &e);
+		snprintf(x->why, sizeof(x->why), "HTTP %ld%s%s%s%s", x->status,
+			 e.code[0] ? " " : "", e.code, e.message[0] ? ": " : "", e.message);
+		if (x->status == 429 || (x->status >= 500 && x->status != 501)) {
+			retry = 1;
+			throttled =
+			    x->status == 429 || x->status == 503 || !strcmp(e.code, "SlowDown");
+		} else if (x->status == 400 && (!strcmp(e.code, "RequestTimeout") ||
+						!strcmp(e.code, "IncompleteBody"))) {
+			retry = 1;
+		} else if (x->status == 404) {
+			err = -ENOENT;
+		} else if (x->status == 403 || !strcmp(e.code, "ExpiredToken") ||
+			   !strcmp(e.code, "InvalidToken")) {
+			err = -EACCES;
+		} else if (x->status == 405 || x->status == 501) {
+			err = -EOPNOTSUPP;
+		}
+	}
+	x->conn_fail = conn;
+	if (!retry || x->attempt + 1 >= x->max_attempts) {
+		if (retry && x->max_attempts > 1) {
+			size_t l = strlen(x->why);
+
+			snprintf(x->why + l, sizeof(x->why) - l, " (gave up after %u attempts)",
+				 x->attempt + 1);
+		}
+		xfer_finish(s, c, x, err);
+		return;
+	}
+	delay = s3_retry_delay_ms(x->attempt, throttled, x->retry_after, xorshift(&c->rng));
+	log_warn("s3 %s %s: %s; retry %u of %u in %u ms", x->method, xfer_what(x), x->why,
+		 x->attempt + 1, x->max_attempts - 1, delay);
+	xfer_release(c, x);
+	x->attempt++;
+	x->due = now_ms() + delay;
+	x->state = XS_WAITING;
+}
+
+static int conn_reap(struct s3_store *s, struct s3_conn *c)
+{
+	CURLMsg *m;
+	int left, n = 0;
+
+	while ((m = curl_multi_info_read(c->multi, &left))) {
+		struct s3_xfer *x = NULL;
+
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+		xfer_done(s, c, x, m->data.result);
+		n++;
+	}
+	return n;
+}
+
+/* Start due retries, move data; with wait, block (<= 1 s) until something completes. */
+static void conn_step(struct s3_store *s, struct s3_conn *c, int wait)
+{
+	uint64_t now = now_ms(), next_due = UINT64_MAX;
+	struct s3_xfer *x, *nx;
+	int running, timeout = 1000;
+
+	for (x = c->live; x; x = nx) {
+		nx = x->next;
+		if (x->state != XS_WAITING)
+			continue;
+		if (x->due <= now) {
+			int ret = xfer_start(s, c, x);
+
+			if (ret) {
+				snprintf(x->why, sizeof(x->why), "%s", strerror(-ret));
+				xfer_finish(s, c, x, ret);
+			}
+		} else if (x->due < next_due) {
+			next_due = x->due;
+		}
+	}
+	curl_multi_perform(c->multi, &running);
+	if (conn_reap(s, c) || !wait || !c->live)
+		return;
+	if (next_due != UINT64_MAX && next_due - now < (uint64_t)timeout)
+		timeout = (int)(next_due - now) + 1;
+	curl_multi_poll(c->multi, NULL, 0, timeout, NULL);
+	curl_multi_perform(c->multi, &running);
+	conn_reap(s, c);
+}
+
+static void xfer_cancel(struct s3_conn *c, struct s3_xfer *x)
+{
+	if (x->state == XS_WAITING || x->state == XS_RUNNING) {
+		xfer_release(c, x);
+		conn_unlink(c, x);
+		x->state = XS_DONE;
+		x->err = -ECANCELED;
+	}
+}
+
+static void xfer_fini(struct s3_xfer *x)
+{
+	free(x->resp);
+	x->resp = NULL;
+	x->resp_len = x->resp_cap = 0;
+}
+
+static struct s3_conn *conn_get(struct s3_store *s)
+{
+	struct s3_conn *c;
+
+	pthread_mutex_lock(&s->lock);
+	c = s->idle;
+	if (c)
+		s->idle = c->next;
+	pthread_mutex_unlock(&s->lock);
+	if (c)
+		return c;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->multi = curl_multi_init();
+	if (!c->multi) {
+		free(c);
+		return NULL;
+	}
+	curl_multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)s->io_workers);
+	curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)s->io_workers);
+	pthread_mutex_lock(&s->lock);
+	c->rng = xorshift(&s->rng) | 1;
+	pthread_mutex_unlock(&s->lock);
+	return c;
+}
+
+static void conn_free(struct s3_conn *c)
+{
+	curl_multi_cleanup(c->multi);
+	free(c);
+}
+
+static void conn_put(struct s3_store *s, struct s3_conn *c)
+{
+	if (!c)
+		return;
+	while (c->live)
+		xfer_cancel(c, c->live);
+	pthread_mutex_lock(&s->lock);
+	c->next = s->idle;
+	s->idle = c;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Run x to completion on c (or on a pooled conn when c is NULL). Returns x->err. */
+static int xfer_run(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
+{
+	struct s3_conn *own = NULL;
+
+	if (!c) {
+		c = own = conn_get(s);
+		if (!c) {
+			snprintf(x->why, sizeof(x->why), "out of memory");
+			return x->err = -ENOMEM;
+		}
+	}
+	xfer_submit(c, x);
+	while (x->state != XS_DONE)
+		conn_step(s, c, 1);
+	conn_put(s, own);
+	return x->err;
+}
+
+/* ---- put ---- */
+
+static void put_log(struct s3_put *p, const char *what, const struct s3_xfer *x)
+{
+	log_err("s3 %s: %s of segment %016" PRIx64 " failed: %s", to_s3(p->base.st)->name, what,
+		p->seg_id, x->why);
+}
+
+static int s3_put_begin(struct store *st, uint64_t seg_id, uint64_t size_hint,
+			struct store_put **out)
+{
+	struct s3_store *s = to_s3(st);
+	struct s3_put *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	p->base.st = st;
+	p->seg_id = seg_id;
+	p->key = s3_seg_key(s->prefix, seg_id);
+	p->slots = calloc(s->io_workers, sizeof(*p->slots));
+	p->conn = conn_get(s);
+	if (!p->key || !p->slots || !p->conn) {
+		conn_put(s, p->conn);
+		free(p->slots);
+		free(p->key);
+		free(p);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&s->lock);
+	s->puts++;
+	pthread_mutex_unlock(&s->lock);
+	*out = &p->base;
+	return 0;
+}
+
+/* Collect finished parts: record their ETags. 0, or -EIO on the first failed part. */
+static int put_collect(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+	int ret = 0;
+
+	for (unsigned i = 0; i < s->io_workers; i++) {
+		struct part_slot *sl = &p->slots[i];
+
+		if (!sl->busy || sl->x.state != XS_DONE)
+			continue;
+		sl->busy = 0;
+		if (sl->x.err == 0 && !sl->x.etag[0]) {
+			snprintf(sl->x.why, sizeof(sl->x.why), "no ETag in the UploadPart reply");
+			sl->x.err = -EIO;
+		}
+		if (sl->x.err) {
+			char what[40];
+
+			snprintf(what, sizeof(what), "upload of part %u", sl->part_no);
+			put_log(p, what, &sl->x);
+			ret = -EIO;
+		} else {
+			p->etags[sl->part_no - 1] = strdup(sl->x.etag);
+			if (!p->etags[sl->part_no - 1])
+				ret = -ENOMEM;
+		}
+		xfer_fini(&sl->x);
+	}
+	return ret;
+}
+
+static int put_initiate(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+	struct s3_xfer x = {.method = "POST", .key = p->key, .q = {{"uploads", ""}}, .nq = 1};
+	int ret = xfer_run(s, p->conn, &x);
+
+	if (ret == 0) {
+		ret = s3xml_parse_initiate(x.resp, x.resp_len, &p->upload_id);
+		if (ret == -EINVAL)
+			snprintf(x.why, sizeof(x.why), "no UploadId in the reply");
+	}
+	if (ret)
+		put_log(p, "CreateMultipartUpload", &x);
+	xfer_fini(&x);
+	return ret == -ENOMEM ? ret : ret ? -EIO : 0;
+}
+
+/* Hand the full fill buffer to a free slot as the next part and start its upload. */
+static int put_handoff(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+	struct part_slot *sl = NULL;
+	uint8_t *tmp;
+	int ret;
+
+	if (!p->upload_id && (ret = put_initiate(p)))
+		return ret;
+	if (p->nparts >= S3_MAX_PARTS) {
+		log_err("s3 %s: segment %016" PRIx64
+			" needs more than %u parts; raise s3_part_size",
+			s->name, p->seg_id, S3_MAX_PARTS);
+		return -EFBIG;
+	}
+	if (p->nparts >= p->etags_cap) {
+		unsigned cap = p->etags_cap ? p->etags_cap * 2 : 64;
+		char **e = realloc(p->etags, cap * sizeof(*e));
+
+		if (!e)
+			return -ENOMEM;
+		memset(e + p->etags_cap, 0, (cap - p->etags_cap) * sizeof(*e));
+		p->etags = e;
+		p->etags_cap = cap;
+	}
+	for (;;) {
+		if ((ret = put_collect(p)))
+			return ret;
+		for (unsigned i = 0; i < s->io_workers && !sl; i++)
+			if (!p->slots[i].busy)
+				sl = &p->slots[i];
+		if (sl)
+			break;
+		conn_step(s, p->conn, 1);
+	}
+	tmp = sl->buf;
+	sl->buf = p->fill;
+	sl->len = p->fill_len;
+	p->fill = tmp;
+	p->fill_len = 0;
+	sl->part_no = ++p->nparts;
+	snprintf(sl->part_str, sizeof(sl->part_str), "%u", sl->part_no);
+	memset(&sl->x, 0, sizeof(sl->x));
+	sl->x.method = "PUT";
+	sl->x.key = p->key;
+	sl->x.q[0] = (struct sigv4_kv){"partNumber", sl->part_str};
+	sl->x.q[1] = (struct sigv4_kv){"uploadId", p->upload_id};
+	sl->x.nq = 2;
+	sl->x.body = sl->buf;
+	sl->x.body_len = sl->len;
+	sl->busy = 1;
+	xfer_submit(p->conn, &sl->x);
+	conn_step(s, p->conn, 0);
+	return 0;
+}
+
+static int s3_put_append(struct store_put *put, const void *buf, size_t len)
+{
+	struct s3_put *p = (struct s3_put *)put;
+	struct s3_store *s = to_s3(put->st);
+	const uint8_t *src = buf;
+
+	if (p->err)
+		return p->err;
+	if (len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
+		return -EINVAL;
+	while (len) {
+		size_t n;
+
+		if (p->fill_len == s->part_size && (p->err = put_handoff(p)))
+			return p->err;
+		if (!p->fill && !(p->fill = malloc(s->part_size)))
+			return p->err = -ENOMEM;
+		n = s->part_size - p->fill_len;
+		n = n < len ? n : len;
+		memcpy(p->fill + p->fill_len, src, n);
+		p->fill_len += n;
+		p->size += n;
+		src += n;
+		len -= n;
+	}
+	if (p->upload_id) { /* keep the parts in flight moving */
+		conn_step(s, p->conn, 0);
+		if ((p->err = put_collect(p)))
+			return p->err;
+	}
+	return 0;
+}
+
+static void put_abort_upload(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+	struct s3_xfer x = {.method = "DELETE", .key = p->key, .nq = 1, .max_attempts = 3};
+	int ret;
+
+	if (!p->upload_id)
+		return;
+	x.q[0] = (struct sigv4_kv){"uploadId", p->upload_id};
+	ret = xfer_run(s, p->conn, &x);
+	if (ret == -EOPNOTSUPP)
+		log_warn("s3 %s: the server cannot abort multipart uploads (%s); the parts of "
+			 "segment %016" PRIx64 " stay until its lifecycle rules remove them",
+			 s->name, x.why, p->seg_id);
+	else if (ret && ret != -ENOENT)
+		log_warn("s3 %s: aborting the upload of segment %016" PRIx64 ": %s", s->name,
+			 p->seg_id, x.why);
+	xfer_fini(&x);
+}
+
+static void put_free(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+
+	for (unsigned i = 0; i < s->io_workers; i++) {
+		xfer_cancel(p->conn, &p->slots[i].x);
+		xfer_fini(&p->slots[i].x);
+		free(p->slots[i].buf);
+	}
+	conn_put(s, p->conn);
+	for (unsigned i = 0; i < p->etags_cap; i++)
+		free(p->etags[i]);
+	free(p->etags);
+	free(p->slots);
+	free(p->fill);
+	free(p->upload_id);
+	free(p->key);
+	pthread_mutex_lock(&s->lock);
+	s->puts--;
+	pthread_mutex_unlock(&s->lock);
+	free(p);
+}
+
+static int put_complete(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+	struct s3_xfer x = {.method = "POST", .key = p->key, .nq = 1, .complete = 1};
+	char *body = NULL;
+	size_t blen = 0;
+	FILE *f = open_memstream(&body, &blen);
+	int ret;
+
+	if (!f)
+		return -ENOMEM;
+	fputs("<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">", f);
+	for (unsigned i = 0; i < p->nparts; i++) {
+		fprintf(f, "<Part><PartNumber>%u</PartNumber><ETag>", i + 1);
+		for (const char *c = p->etags[i]; *c; c++) {
+			if (*c == '&')
+				fputs("&amp;", f);
+			else if (*c == '<')
+				fputs("&lt;", f);
+			else if (*c == '>')
+				fputs("&gt;", f);
+			else
+				fputc(*c, f);
+		}
+		fputs("</ETag></Part>", f);
+	}
+	fputs("</CompleteMultipartUpload>", f);
+	if (fclose(f) || !body) {
+		free(body);
+		return -ENOMEM;
+	}
+	x.q[0] = (struct sigv4_kv){"uploadId", p->upload_id};
+	x.body = (const uint8_t *)body;
+	x.body_len = blen;
+	ret = xfer_run(s, p->conn, &x);
+	if (ret)
+		put_log(p, "CompleteMultipartUpload", &x);
+	xfer_fini(&x);
+	free(body);
+	return ret == -ENOMEM ? ret : ret ? -EIO : 0;
+}
+
+static int s3_put_finish(struct store_put *put, uint32_t *dev)
+{
+	struct s3_put *p = (struct s3_put *)put;
+	struct s3_store *s = to_s3(put->st);
+	int ret = p->err;
+
+	if (ret)
+		goto fail;
+	if (!p->upload_id) {
+		struct s3_xfer x = {.method = "PUT", .key = p->key};
+
+		x.body = p->fill;
+		x.body_len = p->fill_len;
+		ret = xfer_run(s, p->conn, &x);
+		if (ret) {
+			put_log(p, "PUT", &x);
+			ret = ret == -ENOMEM ? ret : -EIO;
+		}
+		xfer_fini(&x);
+		if (ret)
+			goto fail;
+	} else {
+		if (p->fill_len && (ret = put_handoff(p)))
+			goto fail;
+		for (;;) {
+			int busy = 0;
+
+			if ((ret = put_collect(p)))
+				goto fail;
+			for (unsigned i = 0; i < s->io_workers; i++)
+				busy |= p->slots[i].busy;
+			if (!busy)
+				break;
+			conn_step(s, p->conn, 1);
+		}
+		if ((ret = put_complete(p)))
+			goto fail;
+	}
+	pthread_mutex_lock(&s->lock);
+	s->used += p->size;
+	pthread_mutex_unlock(&s->lock);
+	*dev = 0;
+	put_free(p);
+	return 0;
+fail:
+	for (unsigned i = 0; i < s->io_workers; i++)
+		xfer_cancel(p->conn, &p->slots[i].x);
+	put_abort_upload(p);
+	put_free(p);
+	return ret;
+}
+
+static void s3_put_abort(struct store_put *put)
+{
+	struct s3_put *p = (struct s3_put *)put;
+	struct s3_store *s = to_s3(put->st);
+
+	for (unsigned i = 0; i < s->io_workers; i++)
+		xfer_cancel(p->conn, &p->slots[i].x);
+	put_abort_upload(p);
+	put_free(p);
+}
+
+/* ---- read, remove, stat, list ---- */
+
+static int s3_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off, void *buf,
+		   size_t len)
+{
+	struct s3_store *s = to_s3(st);
+	size_t npieces, nslots, next = 0;
+	struct s3_xfer *xs = NULL;
+	struct s3_conn *c = NULL;
+	char *key = NULL;
+	int ret = 0;
+
+	if (dev != 0)
+		return -EINVAL;
+	if (off % STORE_ALIGN || len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
+		return -EINVAL;
+	if (len == 0)
+		return 0;
+	npieces = (len + s->part_size - 1) / s->part_size;
+	nslots = npieces < s->io_workers ? npieces : s->io_workers;
+	key = s3_seg_key(s->prefix, seg_id);
+	xs = calloc(nslots, sizeof(*xs));
+	c = conn_get(s);
+	if (!key || !xs || !c) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (;;) {
+		int busy = 0;
+
+		for (size_t i = 0; i < nslots; i++) {
+			struct s3_xfer *x = &xs[i];
+
+			if (x->state == XS_DONE) {
+				if (x->err && !ret) {
+					ret = x->err;
+					if (ret != -ENOENT)
+						log_err("s3 %s: reading segment %016" PRIx64
+							" at %" PRIu64 ": %s",
+							s->name, seg_id, x->off, x->why);
+					ret = ret == -ENOENT || ret == -EACCES || ret == -ENOMEM
+						  ? ret
+						  : -EIO;
+				}
+				xfer_fini(x);
+				x->state = XS_IDLE;
+			}
+			if (x->state == XS_IDLE && !ret && next < npieces) {
+				uint64_t poff = (uint64_t)next * s->part_size;
+
+				memset(x, 0, sizeof(*x));
+				x->method = "GET";
+				x->key = key;
+				x->off = off + poff;
+				x->dst = (uint8_t *)buf + poff;
+				x->dst_len = len - poff < s->part_size ? len - poff : s->part_size;
+				memcpy(x->body_hash, EMPTY_SHA256, sizeof(EMPTY_SHA256));
+				xfer_submit(c, x);
+				next++;
+			}
+			busy |= x->state != XS_IDLE;
+		}
+		if (!busy)
+			break;
+		if (ret) { /* one piece failed: drop the others */
+			for (size_t i = 0; i < nslots; i++) {
+				xfer_cancel(c, &xs[i]);
+				xfer_fini(&xs[i]);
+				xs[i].state = XS_IDLE;
+			}
+			break;
+		}
+		conn_step(s, c, 1);
+	}
+out:
+	conn_put(s, c);
+	free(xs);
+	free(key);
+	return ret;
+}
+
+static int s3_remove(struct store *st, uint64_t seg_id, uint32_t dev)
+{
+	struct s3_store *s = to_s3(st);
+	struct s3_xfer head = {.method = "HEAD"}, del = {.method = "DELETE"};
+	char *key;
+	int ret;
+
+	if (dev != 0)
+		return -EINVAL;
+	key = s3_seg_key(s->prefix, seg_id);
+	if (!key)
+		return -ENOMEM;
+	head.key = del.key = key;
+	/* S3's DELETE succeeds on absent keys: HEAD first, for -ENOENT and the size. */
+	ret = xfer_run(s, NULL, &head);
+	if (ret == 0)
+		ret = xfer_run(s, NULL, &del);
+	if (ret == 0) {
+		uint64_t size = head.clen > 0 ? (uint64_t)head.clen : 0;
+
+		pthread_mutex_lock(&s->lock);
+		s->used -= size < s->used ? size : s->used;
+		pthread_mutex_unlock(&s->lock);
+	} else if (ret != -ENOENT) {
+		log_err("s3 %s: removing segment %016" PRIx64 ": %s", s->name, seg_id,
+			head.err ? head.why : del.why);
+		ret = ret == -EACCES || ret == -ENOMEM ? ret : -EIO;
+	}
+	xfer_fini(&head);
+	xfer_fini(&del);
+	free(key);
+	return ret;
+}
+
+static int s3_stat(struct store *st, struct store_dev_stat *out, int max)
+{
+	struct s3_store *s = to_s3(st);
+
+	if (max < 1)
+		return 1;
+	memset(out, 0, sizeof(*out));
+	snprintf(out->name, sizeof(out->name), "%s", s->name);
+	pthread_mutex_lock(&s->lock);
+	out->used = s->used;
+	out->failed = s->failed;
+	pthread_mutex_unlock(&s->lock);
+	out->total = S3_CAPACITY;
+	out->avail = S3_CAPACITY > out->used ? S3_CAPACITY - out->used : 0;
+	return 1;
+}
+
+/* The listing prefix: "<prefix>/" or "" for the whole bucket. */
+static char *list_prefix(const struct s3_store *s)
+{
+	char *p;
+
+	if (asprintf(&p, "%s%s", s->prefix, *s->prefix ? "/" : "") < 0)
+		return NULL;
+	return p;
+}
+
+static int s3_list(struct store *st, store_list_fn fn, void *arg)
+{
+	struct s3_store *s = to_s3(st);
+	char *prefix = list_prefix(s), *token = NULL;
+	struct s3_conn *c = conn_get(s);
+	int ret = 0;
+
+	if (!prefix || !c) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (;;) {
+		struct s3_xfer x = {.method = "GET", .nq = 2};
+		struct s3xml_objects o;
+
+		x.q[0] = (struct sigv4_kv){"list-type", "2"};
+		x.q[1] = (struct sigv4_kv){"prefix", prefix};
+		if (token)
+			x.q[x.nq++] = (struct sigv4_kv){"continuation-token", token};
+		ret = xfer_run(s, c, &x);
+		if (ret == 0) {
+			ret = s3xml_parse_list_objects(x.resp, x.resp_len, &o);
+			if (ret == -EINVAL)
+				snprintf(x.why, sizeof(x.why), "unparsable ListObjectsV2 reply");
+		}
+		if (ret) {
+			log_err("s3 %s: listing segments: %s", s->name, x.why);
+			xfer_fini(&x);
+			ret = ret == -EACCES || ret == -ENOMEM ? ret : -EIO;
+			break;
+		}
+		xfer_fini(&x);
+		for (size_t i = 0; i < o.n && !ret; i++) {
+			uint64_t id;
+
+			if (s3_seg_key_parse(s->prefix, o.v[i].key, &id) == 0)
+				ret = fn(arg, id, 0, o.v[i].size);
+		}
+		free(token);
+		token = NULL;
+		if (!ret && o.truncated) {
+			if (!o.next_token || !(token = strdup(o.next_token))) {
+				log_err("s3 %s: truncated listing without a continuation token",
+					s->name);
+				ret = o.next_token ? -ENOMEM : -EIO;
+			}
+		}
+		s3xml_objects_free(&o);
+		if (ret || !token)
+			break;
+	}
+out:
+	conn_put(s, c);
+	free(token);
+	free(prefix);
+	return ret;
+}
+
+static void s3_close(struct store *st)
+{
+	struct s3_store *s = to_s3(st);
+
+	if (s->puts)
+		log_err("s3 %s: closed with %u puts in flight", s->name, s->puts);
+	while (s->idle) {
+		struct s3_conn *c = s->idle;
+
+		s->idle = c->next;
+		conn_free(c);
+	}
+	s3_credentials_free(&s->creds);
+	pthread_mutex_destroy(&s->lock);
+	free(s->endpoint);
+	free(s->region);
+	free(s->bucket);
+	free(s->prefix);
+	free(s->ca_file);
+	free(s);
+}
+
+static const struct store_ops s3_ops = {
+    .name = "s3",
+    .put_begin = s3_put_begin,
+    .put_append = s3_put_append,
+    .put_finish = s3_put_finish,
+    .put_abort = s3_put_abort,
+    .read = s3_read,
+    .remove = s3_remove,
+    .stat = s3_stat,
+    .list = s3_list,
+    .close = s3_close,
+};
+
+/* ---- open ---- */
+
+/* HEAD the bucket; on failure err gets the reason. */
+static int check_bucket(struct s3_store *s, char *err, size_t errlen)
+{
+	struct s3_xfer x = {.method = "HEAD", .max_attempts = S3_OPEN_ATTEMPTS};
+	int ret = xfer_run(s, NULL, &x);
+
+	if (ret == 0)
+		goto out;
+	if (x.conn_fail || (x.status == 0 && ret != -ENOMEM)) {
+		snprintf(err, errlen, "cannot reach S3 endpoint %s: %s", s->endpoint, x.why);
+		ret = -EHOSTUNREACH;
+	} else if (x.status == 403) {
+		snprintf(err, errlen,
+			 "%s: access denied (HTTP 403 on HEAD bucket): the access key or secret "
+			 "is wrong (signature mismatch), or the key lacks permission on the bucket",
+			 s->name);
+		ret = -EACCES;
+	} else if (x.status == 404) {
+		snprintf(err, errlen, "%s: bucket %s does not exist (HTTP 404)", s->name,
+			 s->bucket);
+		ret = -ENOENT;
+	} else if (x.region[0] && strcmp(x.region, s->region)) {
+		snprintf(err, errlen, "%s: the bucket is in region %s, not %s (set s3_region=%s)",
+			 s->name, x.region, s->region, x.region);
+		ret = -EINVAL;
+	} else {
+		snprintf(err, errlen, "%s: checking the bucket: %s", s->name, x.why);
+		ret = ret == -ENOMEM ? ret : -EIO;
+	}
+out:
+	xfer_fini(&x);
+	return ret;
+}
+
+/* Abort the unfinished multipart uploads of our segments (left by a crash). */
+static void abort_stale_uploads(struct s3_store *s)
+{
+	char *prefix = list_prefix(s), *key_marker = NULL, *id_marker = NULL;
+	unsigned aborted = 0;
+
+	while (prefix) {
+		struct s3_xfer x = {.method = "GET", .nq = 2};
+		struct s3xml_uploads u;
+		int ret;
+
+		x.q[0] = (struct sigv4_kv){"uploads", ""};
+		x.q[1] = (struct sigv4_kv){"prefix", prefix};
+		if (key_marker)
+			x.q[x.nq++] = (struct sigv4_kv){"key-marker", key_marker};
+		if (id_marker)
+			x.q[x.nq++] = (struct sigv4_kv){"upload-id-marker", id_marker};
+		ret = xfer_run(s, NULL, &x);
+		if (ret == 0 && s3xml_parse_list_uploads(x.resp, x.resp_len, &u)) {
+			snprintf(x.why, sizeof(x.why), "unparsable ListMultipartUploads reply");
+			ret = -EIO;
+		}
+		if (ret) {
+			log_warn("s3 %s: cannot list unfinished multipart uploads (%s)%s", s->name,
+				 x.why,
+				 ret == -EOPNOTSUPP ? ": the server does not support it" : "");
+			xfer_fini(&x);
+			break;
+		}
+		xfer_fini(&x);
+		for (size_t i = 0; i < u.n; i++) {
+			struct s3_xfer a = {.method = "DELETE", .key = u.v[i].key, .nq = 1};
+			uint64_t id;
+
+			if (s3_seg_key_parse(s->prefix, u.v[i].key, &id))
+				continue;
+			a.q[0] = (struct sigv4_kv){"uploadId", u.v[i].upload_id};
+			ret = xfer_run(s, NULL, &a);
+			if (ret && ret != -ENOENT)
+				log_warn("s3 %s: aborting a stale upload of %s: %s", s->name,
+					 u.v[i].key, a.why);
+			aborted += !ret;
+			xfer_fini(&a);
+		}
+		free(key_marker);
+		free(id_marker);
+		key_marker = id_marker = NULL;
+		if (u.truncated && u.next_key_marker) {
+			key_marker = strdup(u.next_key_marker);
+			id_marker =
+			    u.next_upload_id_marker ? strdup(u.next_upload_id_marker) : NULL;
+		}
+		s3xml_uploads_free(&u);
+		if (!key_marker)
+			break;
+	}
+	if (aborted)
+		log_info("s3 %s: aborted %u unfinished segment uploads", s->name, aborted);
+	free(key_marker);
+	free(id_marker);
+	free(prefix);
+}
+
+int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, size_t errlen)
+{
+	struct s3_store *s;
+	const char *scheme_end, *host;
+	size_t hostlen;
+	struct timespec ts;
+	int ret;
+
+	snprintf(err, errlen, "out of memory");
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	pthread_mutex_init(&s->lock, NULL);
+	s->base.ops = &s3_ops;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	s->rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (uint64_t)getpid() ^
+		 (uint64_t)(uintptr_t)s;
+	s->rng |= 1;
+	ret = s3_url_parse_err(cfg->url, &s->bucket, &s->prefix, err, errlen);
+	if (ret)
+		goto err;
+	snprintf(s->name, sizeof(s->name), "s3://%s%s%s", s->bucket, *s->prefix ? "/" : "",
+		 s->prefix);
+	s->region = strdup(cfg->region && *cfg->region ? cfg->region : S3_DEFAULT_REGION);
+	if (!s->region)
+		goto err_nomem;
+	if (cfg->endpoint && *cfg->endpoint)
+		s->endpoint = strdup(cfg->endpoint);
+	else if (asprintf(&s->endpoint, "https://s3.%s.amazonaws.com", s->region) < 0)
+		s->endpoint = NULL;
+	if (!s->endpoint)
+		goto err_nomem;
+	if (s3_endpoint_split(s->endpoint, &scheme_end, &host, &hostlen)) {
+		snprintf(err, errlen, "s3_endpoint=%s: expected http(s)://host[:port]",
+			 s->endpoint);
+		ret = -EINVAL;
+		goto err;
+	}
+	if (cfg->ca_file && *cfg->ca_file) {
+		if (access(cfg->ca_file, R_OK) < 0) {
+			ret = -errno;
+			snprintf(err, errlen, "s3_ca_file=%s: %s", cfg->ca_file, strerror(errno));
+			goto err;
+		}
+		if (!(s->ca_file = strdup(cfg->ca_file)))
+			goto err_nomem;
+	}
+	s->part_size = cfg->part_size ? cfg->part_size : S3_DEFAULT_PART_SIZE;
+	if (s->part_size < S3_MIN_PART_SIZE || s->part_size > S3_MAX_PART_SIZE ||
+	    s->part_size % STORE_ALIGN) {
+		snprintf(err, errlen,
+			 "s3_part_size=%" PRIu64 ": must be 5M to 5G and a multiple of 4K",
+			 s->part_size);
+		ret = -EINVAL;
+		goto err;
+	}
+	s->io_workers = cfg->io_workers ? cfg->io_workers : S3_DEFAULT_IO_WORKERS;
+	if (s->io_workers > S3_MAX_IO_WORKERS)
+		s->io_workers = S3_MAX_IO_WORKERS;
+	s->target = (struct s3_target){s->endpoint, s->region, s->bucket, cfg->path_style};
+	ret = s3_credentials_load(cfg->credentials_file, &s->creds, err, errlen);
+	if (ret)
+		goto err;
+	pthread_once(&curl_once, curl_init_once);
+	ret = check_bucket(s, err, errlen);
+	if (ret)
+		goto err;
+	abort_stale_uploads(s);
+	log_info("s3 %s: bucket reachable at %s (%s-style, parts of %" PRIu64 " MiB, %u "
+		 "connections)",
+		 s->name, s->endpoint, cfg->path_style ? "path" : "virtual-host",
+		 s->part_size >> 20, s->io_workers);
+	err[0] = 0;
+	*out = &s->base;
+	return 0;
+err_nomem:
+	snprintf(err, errlen, "out of memory");
+	ret = -ENOMEM;
+err:
+	s3_close(&s->base);
+	return ret;
+}
