@@ -4,7 +4,10 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/tests/deps.sh"
 spw_deps
+spw_s3_deps "$top"
 build="$top/build"
 spw_build "$top" "$build"
+# mount -t fuse.spillway (tested) finds the program on the default PATH
+cmake --install "$build" >/dev/null
 cd "$build"
 ctest --output-on-failure --timeout 900 -j"$(nproc)" "$@"
