@@ -297,7 +297,7 @@ static void *spill_segment(void *arg)
 		pthread_mutex_lock(&in->lock);
 		ch = &in->chunks[cd->c];
 		len = tier_chunk_len(t, in->size, cd->c);
-		if (ch->state != CHUNK_HOT_DIRTY || len == 0 || (in->pinned && !job->drop)) {
+		if (ch->state != CHUNK_HOT_DIRTY || len == 0 || (in->pinned && job->drop)) {
 			pthread_mutex_unlock(&in->lock);
 			continue;
 		}
@@ -358,7 +358,7 @@ static void *spill_segment(void *arg)
 			ch->seg_dev = dev;
 			ch->seg_gen = (uint32_t)done[i].e.gen;
 			ch->state = CHUNK_HOT_CLEAN;
-			if (job->drop)
+			if (job->drop && !in->pinned)
 				n = drop_chunk_locked(t, in, done[i].c);
 		} else {
 			seg_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
@@ -381,7 +381,11 @@ out:
 			in->chunks[done[i].c].state = CHUNK_HOT_DIRTY;
 		pthread_mutex_unlock(&in->lock);
 	}
-	if (ret < 0) {
+	if (ret == -ENOSPC) {
+		/* the caller reports a full cold tier once, not every retry */
+		log_debug("evict: segment %llu not written: cold tier full",
+			  (unsigned long long)id);
+	} else if (ret < 0) {
 		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
 		log_err("evict: segment %llu not written: %s (chunks stay in RAM)",
 			(unsigned long long)id, strerror(-ret));
@@ -496,16 +500,18 @@ static int evict_round(struct tier *t)
 		if (nd && (dirty >= t->cfg->min_spill_size || pressure)) {
 			qsort(cs.v, nd, sizeof(*cs.v), by_location);
 			ret = spill_batch(t, cs.v, nd, t->cfg->min_spill_size, 1);
-			if (ret == -ENOSPC || ret == -EIO) {
-				pthread_mutex_lock(&t->lock);
-				t->cold_full = ret == -ENOSPC;
-				pthread_mutex_unlock(&t->lock);
-			} else if (ret == 0) {
-				pthread_mutex_lock(&t->lock);
+			pthread_mutex_lock(&t->lock);
+			if (ret == -ENOSPC && !t->cold_full)
+				log_warn("evict: every cold directory is full: writers wait up to "
+					 "write_wait, then get ENOSPC");
+			else if (ret == 0 && t->cold_full)
+				log_info("evict: cold tier has room again");
+			if (ret == -ENOSPC)
+				t->cold_full = 1;
+			else if (ret == 0)
 				t->cold_full = 0;
-				pthread_mutex_unlock(&t->lock);
-				progress = 1;
-			}
+			pthread_mutex_unlock(&t->lock);
+			progress = ret == 0;
 		}
 	}
 	cand_free(t, &cs);
@@ -518,6 +524,9 @@ int evict_file(struct tier *t, struct inode *in, int drop)
 	void *arg[3] = {t, &cs, in};
 	size_t nd = 0;
 	int ret = 0;
+
+	if (drop && in->pinned)
+		return -EBUSY;
 
 	idx_for_each(t->idx, collect_one, arg);
 	if (cs.oom) {
@@ -730,7 +739,7 @@ static void *evictor(void *arg)
 			/* nothing evictable right now (or the cold tier failed): back off */
 			struct timespec dl;
 			clock_gettime(CLOCK_REALTIME, &dl);
-			dl.tv_nsec += 50 * 1000000L;
+			dl.tv_nsec += (t->cold_full ? 500 : 50) * 1000000L;
 			if (dl.tv_nsec >= 1000000000L) {
 				dl.tv_sec++;
 				dl.tv_nsec -= 1000000000L;

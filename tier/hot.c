@@ -234,6 +234,13 @@ int64_t hot_try_reserve(struct hot *hot, int fd, uint64_t off, uint64_t len)
 	return -ENOSPC;
 }
 
+int64_t hot_force_reserve(struct hot *hot, uint64_t off, uint64_t len)
+{
+	uint64_t worst = ((off + len + PAGE - 1) & ~(PAGE - 1)) - (off & ~(PAGE - 1));
+	__atomic_add_fetch(&hot->reserved, worst, __ATOMIC_RELAXED);
+	return (int64_t)worst;
+}
+
 void hot_unreserve(struct hot *hot, uint64_t bytes)
 {
 	__atomic_sub_fetch(&hot->reserved, bytes, __ATOMIC_RELAXED);

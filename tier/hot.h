@@ -30,6 +30,9 @@ void hot_drop(struct hot *hot, struct inode *in);
  * bytes reserved (>= 0, to pass to hot_unreserve) or -ENOSPC. Never waits. */
 int64_t hot_try_reserve(struct hot *hot, int fd, uint64_t off, uint64_t len);
 void hot_unreserve(struct hot *hot, uint64_t bytes);
+/* Reserve past the limit (bounded by the caller): restores of acknowledged
+ * data when nothing can be spilled. Returns the bytes reserved. */
+int64_t hot_force_reserve(struct hot *hot, uint64_t off, uint64_t len);
 /* Re-read the hot file's allocation and adjust usage. Caller holds in->lock. */
 void hot_account_locked(struct hot *hot, struct inode *in);
 

@@ -57,12 +57,14 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	}
 	pthread_mutex_unlock(&in->lock);
 
-	reserved = tier_reserve_room(t, fd, off, e.len);
-	if (reserved < 0) {
-		ret = (int)reserved;
-		reserved = 0;
-		goto out;
-	}
+	/* Acknowledged data must stay readable even when RAM is all dirty and
+	 * the cold tier is full: then a restore may overshoot hot_size by the
+	 * chunks in flight (at most io_workers + readers); the evictor drops
+	 * them first, as they are clean. */
+	reserved = t->cold_full ? hot_try_reserve(t->hot, fd, off, e.len)
+				: tier_reserve_room(t, fd, off, e.len);
+	if (reserved < 0)
+		reserved = hot_force_reserve(t->hot, off, e.len);
 	buf = seg_buf_alloc(e.len);
 	if (!buf) {
 		ret = -ENOMEM;

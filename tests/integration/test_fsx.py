@@ -37,13 +37,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 # The tiny hot tier. Extra options come from this one variable; COLD_TIER
-# adds a fresh cold directory per mount (make it the default once the tiering
-# path passes).
+# (on by default; SPW_FSX_COLD=0 turns it off) adds a fresh cold directory per
+# mount, so the files together exceed hot_size and every operation races the
+# evictor and restore.
 HOT_SIZE = "16M"
 CHUNK_SIZE = "1M"
 EXTRA_OPTS = [o for o in os.environ.get("SPW_FSX_EXTRA_OPTS", "").split(",") if o]
-COLD_TIER = os.environ.get("SPW_FSX_COLD", "0") not in ("", "0")
-COLD_OPTS = ["min_spill_size=4M"]
+COLD_TIER = os.environ.get("SPW_FSX_COLD", "1") not in ("", "0")
+COLD_OPTS = ["min_spill_size=2M"]
 
 NFILES = 4
 # Without a cold tier the model must fit the hot tier: 4 files x 3 MiB =
