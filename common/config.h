@@ -25,6 +25,12 @@ struct spw_config {
 	uint64_t write_wait_ms;
 	double gc_threshold;
 	int allow_other, default_permissions;
+	/* S3 cold tier (alone, or below nvme) */
+	char *s3;             /* s3://bucket/prefix, or NULL */
+	char *s3_endpoint, *s3_region, *s3_credentials, *s3_ca_file;
+	int s3_path_style;
+	uint64_t s3_part_size;
+	double nvme_threshold; /* with nvme and s3: demote segments above this */
 };
 
 #endif

@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 #include "common/size.h"
+#include "tier/store_s3.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -19,6 +20,9 @@ struct raw_opts {
 	char *hot_dir, *hot_size, *chunk_size, *log_level;
 	char *nvme, *spill_threshold, *low_watermark, *hard_watermark, *min_spill_size;
 	char *io_workers, *restore, *write_wait, *gc_threshold;
+	char *s3, *s3_endpoint, *s3_region, *s3_part_size, *s3_credentials, *s3_ca_file;
+	char *s3_path_style, *nvme_threshold;
+	int s3_path_style_flag;
 	int allow_other, default_permissions;
 	char *bad; /* first unknown option */
 };
@@ -38,6 +42,15 @@ static const struct fuse_opt spw_opts[] = {
 	OPT(restore),
 	OPT(write_wait),
 	OPT(gc_threshold),
+	OPT(s3),
+	OPT(s3_endpoint),
+	OPT(s3_region),
+	OPT(s3_part_size),
+	OPT(s3_credentials),
+	OPT(s3_ca_file),
+	OPT(s3_path_style),
+	OPT(nvme_threshold),
+	{"s3_path_style", offsetof(struct raw_opts, s3_path_style_flag), 1},
 	/* seen and passed on to the kernel */
 	{"allow_other", offsetof(struct raw_opts, allow_other), 1},
 	{"default_permissions", offsetof(struct raw_opts, default_permissions), 1},
@@ -101,6 +114,14 @@ void opt_help(void)
 	       "    restore=open|lazy      restore a cold file on open, or only chunks read (default open)\n"
 	       "    write_wait=DURATION    longest a writer waits for room before ENOSPC (default 60s)\n"
 	       "    gc_threshold=F         compact segments below F live (default 0.5)\n"
+	       "    s3=s3://BUCKET/PREFIX  S3 cold tier (alone, or below nvme)\n"
+	       "    s3_endpoint=URL        http(s)://host[:port] (default AWS for s3_region)\n"
+	       "    s3_region=REGION       signing region (default us-east-1)\n"
+	       "    s3_path_style[=0|1]    path-style URLs (MinIO, Ceph RGW, local servers)\n"
+	       "    s3_part_size=SIZE      multipart part size, 5M..5G (default 16M)\n"
+	       "    s3_credentials=FILE    AWS credentials file, mode 0600 (default: AWS_* env)\n"
+	       "    s3_ca_file=FILE        CA bundle for a private TLS endpoint\n"
+	       "    nvme_threshold=F       with nvme and s3: demote segments above F full (0.90)\n"
 	       "    log_level=LEVEL        error, warn, info, debug (default info)\n"
 	       "Sizes take K/M/G/T suffixes (powers of 1024); durations ms/s/m/h.\n"
 	       "allow_other requires default_permissions.\n");
@@ -216,6 +237,8 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	cfg->restore = RESTORE_OPEN;
 	cfg->write_wait_ms = 60000;
 	cfg->gc_threshold = 0.5;
+	cfg->nvme_threshold = 0.90;
+	cfg->s3_part_size = 16ULL << 20;
 
 	if (fuse_opt_parse(args, &raw, spw_opts, opt_proc) < 0)
 		FAIL("cannot parse options");
@@ -361,6 +384,71 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 			goto fail;
 		cfg->nvme = strdup(raw.nvme);
 	}
+	if (raw.nvme_threshold && parse_frac_opt("nvme_threshold", raw.nvme_threshold,
+						 &cfg->nvme_threshold, err, errlen))
+		goto fail;
+	if (raw.s3) {
+		char *bucket = NULL, *prefix = NULL, why[256];
+		if (s3_url_parse_err(raw.s3, &bucket, &prefix, why, sizeof(why)) < 0)
+			FAIL("option 's3': invalid value '%s': %s", raw.s3, why);
+		free(bucket);
+		free(prefix);
+		cfg->s3 = strdup(raw.s3);
+	}
+	if (raw.s3_endpoint) {
+		if (strncmp(raw.s3_endpoint, "http://", 7) && strncmp(raw.s3_endpoint, "https://", 8))
+			FAIL("option 's3_endpoint': invalid value '%s': expected http://HOST[:PORT] "
+			     "or https://HOST[:PORT]",
+			     raw.s3_endpoint);
+		cfg->s3_endpoint = strdup(raw.s3_endpoint);
+	}
+	if (raw.s3_region) {
+		for (const char *c = raw.s3_region; *c; c++)
+			if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-'))
+				FAIL("option 's3_region': invalid value '%s': expected a region "
+				     "name like us-east-1",
+				     raw.s3_region);
+		cfg->s3_region = strdup(raw.s3_region);
+	}
+	cfg->s3_path_style = raw.s3_path_style_flag;
+	if (raw.s3_path_style) {
+		if (!strcmp(raw.s3_path_style, "1") || !strcmp(raw.s3_path_style, "true"))
+			cfg->s3_path_style = 1;
+		else if (!strcmp(raw.s3_path_style, "0") || !strcmp(raw.s3_path_style, "false"))
+			cfg->s3_path_style = 0;
+		else
+			FAIL("option 's3_path_style': invalid value '%s': expected 0 or 1",
+			     raw.s3_path_style);
+	}
+	if (raw.s3_part_size) {
+		if (parse_size_opt("s3_part_size", raw.s3_part_size, &cfg->s3_part_size, err,
+				   errlen))
+			goto fail;
+		if (cfg->s3_part_size < S3_MIN_PART_SIZE || cfg->s3_part_size > S3_MAX_PART_SIZE ||
+		    cfg->s3_part_size % 4096)
+			FAIL("option 's3_part_size': invalid value '%s': must be between 5M and 5G, "
+			     "a multiple of 4K",
+			     raw.s3_part_size);
+	}
+	if (raw.s3_credentials) {
+		struct s3_creds cr;
+		char why[512];
+		if (raw.s3_credentials[0] != '/')
+			FAIL("option 's3_credentials': invalid value '%s': must be an absolute path",
+			     raw.s3_credentials);
+		if (s3_credentials_load(raw.s3_credentials, &cr, why, sizeof(why)) < 0)
+			FAIL("option 's3_credentials': '%s': %s", raw.s3_credentials, why);
+		s3_credentials_free(&cr);
+		cfg->s3_credentials = strdup(raw.s3_credentials);
+	}
+	if (raw.s3_ca_file) {
+		if (access(raw.s3_ca_file, R_OK) < 0)
+			FAIL("option 's3_ca_file': '%s': %s", raw.s3_ca_file, strerror(errno));
+		cfg->s3_ca_file = strdup(raw.s3_ca_file);
+	}
+	if (!cfg->s3 && (raw.s3_endpoint || raw.s3_region || raw.s3_part_size || raw.s3_credentials ||
+			 raw.s3_ca_file))
+		FAIL("option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
 	ret = 0;
 fail:
 	if (ret < 0 && created)
@@ -379,6 +467,14 @@ fail:
 	free(raw.restore);
 	free(raw.write_wait);
 	free(raw.gc_threshold);
+	free(raw.s3);
+	free(raw.s3_endpoint);
+	free(raw.s3_region);
+	free(raw.s3_part_size);
+	free(raw.s3_credentials);
+	free(raw.s3_ca_file);
+	free(raw.s3_path_style);
+	free(raw.nvme_threshold);
 	free(raw.bad);
 	return ret;
 }
@@ -388,4 +484,9 @@ void opt_free(struct spw_config *cfg)
 	free(cfg->mountpoint);
 	free(cfg->hot_dir);
 	free(cfg->nvme);
+	free(cfg->s3);
+	free(cfg->s3_endpoint);
+	free(cfg->s3_region);
+	free(cfg->s3_credentials);
+	free(cfg->s3_ca_file);
 }

@@ -89,11 +89,26 @@ void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint6
 		t->segs = ns;
 		t->nsegs_cap = ncap;
 	}
-	t->segs[id] = (struct seg_info){.len = len, .live = payload, .payload = payload, .dev = dev};
+	t->segs[id] = (struct seg_info){.len = len, .live = payload, .payload = payload, .dev = dev,
+					.atime = idx_tick(t->idx)};
 	t->seg_count++;
 	t->seg_bytes += len;
 	t->seg_live += payload;
 	pthread_mutex_unlock(&t->seg_lock);
+}
+
+int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev)
+{
+	int ret = -ENOENT;
+	pthread_mutex_lock(&t->seg_lock);
+	if (id < t->nsegs_cap && t->segs[id].len) {
+		*st = t->segs[id].store ? t->s3 : t->store;
+		*dev = t->segs[id].dev;
+		t->segs[id].atime = idx_tick(t->idx);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&t->seg_lock);
+	return ret;
 }
 
 void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes)
@@ -557,12 +572,14 @@ out:
 
 static void seg_delete(struct tier *t, uint64_t id)
 {
+	struct store *st;
 	uint32_t dev;
 	int ret;
 	pthread_mutex_lock(&t->seg_lock);
 	dev = t->segs[id].dev;
+	st = t->segs[id].store ? t->s3 : t->store;
 	pthread_mutex_unlock(&t->seg_lock);
-	ret = store_remove(t->store, id, dev);
+	ret = store_remove(st, id, dev);
 	pthread_mutex_lock(&t->seg_lock);
 	if (ret == 0 || ret == -ENOENT) {
 		t->seg_count--;
@@ -590,11 +607,13 @@ static int seg_compact(struct tier *t, uint64_t id)
 	void *buf = NULL;
 	int ret;
 
+	struct store *old;
 	pthread_mutex_lock(&t->seg_lock);
 	dev = t->segs[id].dev;
 	len = t->segs[id].len;
+	old = t->segs[id].store ? t->s3 : t->store;
 	pthread_mutex_unlock(&t->seg_lock);
-	ret = seg_read_manifest(t->store, id, dev, len, NULL, &ents, &n);
+	ret = seg_read_manifest(old, id, dev, len, NULL, &ents, &n);
 	if (ret < 0)
 		goto out;
 	moved = calloc(n ? n : 1, sizeof(*moved));
@@ -615,7 +634,7 @@ static int seg_compact(struct tier *t, uint64_t id)
 		live = ents[i].chunk < in->nchunks && in->chunks[ents[i].chunk].seg_id == id &&
 		       in->chunks[ents[i].chunk].seg_off == ents[i].off;
 		pthread_mutex_unlock(&in->lock);
-		if (!live || (ret = seg_read_chunk(t->store, id, dev, &ents[i], buf)) < 0 ||
+		if (!live || (ret = seg_read_chunk(old, id, dev, &ents[i], buf)) < 0 ||
 		    (ret = seg_writer_add(w, ents[i].ino, ents[i].chunk, ents[i].gen, buf,
 					  ents[i].len, &moved[nm].e)) < 0) {
 			idx_put(t->idx, in);
@@ -708,6 +727,93 @@ static void gc_round(struct tier *t)
 	}
 }
 
+/* ---- demotion: nvme -> s3 ---- */
+
+/* Fill fraction of the nvme tier (0..1). */
+static double nvme_fill(struct tier *t)
+{
+	struct store_dev_stat devs[16];
+	uint64_t total = 0, avail = 0;
+	int n = store_stat(t->store, devs, 16);
+	for (int i = 0; i < n && i < 16; i++) {
+		total += devs[i].total;
+		avail += devs[i].avail;
+	}
+	return total ? 1.0 - (double)avail / (double)total : 0.0;
+}
+
+/* Copy segment id to S3 (segments are immutable: a plain copy), switch the
+ * table entry, then delete the local copy. */
+static int seg_demote(struct tier *t, uint64_t id)
+{
+	struct store_put *put = NULL;
+	uint64_t len, off;
+	uint32_t dev, newdev = 0;
+	void *buf = seg_buf_alloc(SEG_STAGE_SIZE);
+	int ret;
+
+	if (!buf)
+		return -ENOMEM;
+	pthread_mutex_lock(&t->seg_lock);
+	len = t->segs[id].len;
+	dev = t->segs[id].dev;
+	pthread_mutex_unlock(&t->seg_lock);
+	if ((ret = store_put_begin(t->s3, id, len, &put)) < 0)
+		goto out;
+	for (off = 0; off < len; off += SEG_STAGE_SIZE) {
+		size_t n = len - off < SEG_STAGE_SIZE ? len - off : SEG_STAGE_SIZE;
+		if ((ret = store_read(t->store, id, dev, off, buf, n)) < 0 ||
+		    (ret = store_put_append(put, buf, n)) < 0) {
+			store_put_abort(put);
+			goto out;
+		}
+	}
+	ret = store_put_finish(put, &newdev);
+	if (ret < 0)
+		goto out;
+	pthread_mutex_lock(&t->seg_lock);
+	t->segs[id].store = 1;
+	t->segs[id].dev = newdev;
+	pthread_mutex_unlock(&t->seg_lock);
+	/* a restore that looked it up a moment ago retries on ENOENT */
+	store_remove(t->store, id, dev);
+	__atomic_add_fetch(&t->st.segments_demoted, 1, __ATOMIC_RELAXED);
+out:
+	seg_buf_free(buf);
+	if (ret < 0)
+		log_warn("demote: segment %llu to s3: %s", (unsigned long long)id, strerror(-ret));
+	return ret;
+}
+
+static void demote_round(struct tier *t)
+{
+	if (!t->s3 || nvme_fill(t) <= t->cfg->nvme_threshold)
+		return;
+	for (int guard = 0; guard < 1024 && nvme_fill(t) > t->cfg->nvme_threshold - 0.05;
+	     guard++) {
+		uint64_t pick = 0, best = UINT64_MAX;
+		pthread_mutex_lock(&t->seg_lock);
+		for (uint64_t id = 1; id < t->next_seg && id < t->nsegs_cap; id++) {
+			struct seg_info *si = &t->segs[id];
+			if (si->len && !si->store && !si->gc_busy && si->atime < best) {
+				best = si->atime;
+				pick = id;
+			}
+		}
+		if (pick)
+			t->segs[pick].gc_busy = 1;
+		pthread_mutex_unlock(&t->seg_lock);
+		if (!pick)
+			return;
+		int ret = seg_demote(t, pick);
+		pthread_mutex_lock(&t->seg_lock);
+		t->segs[pick].gc_busy = 0;
+		pthread_mutex_unlock(&t->seg_lock);
+		if (ret < 0)
+			return;
+	}
+}
+
 static void *evictor(void *arg)
 {
 	struct tier *t = arg;
@@ -734,6 +840,7 @@ static void *evictor(void *arg)
 		if (busy)
 			progress = evict_round(t);
 		gc_round(t);
+		demote_round(t);
 		pthread_mutex_lock(&t->lock);
 		if (busy && !progress && !t->stopping) {
 			/* nothing evictable right now (or the cold tier failed): back off */

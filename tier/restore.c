@@ -70,7 +70,15 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = seg_read_chunk(t->store, seg, dev, &e, buf);
+	for (int tries = 0; tries < 2; tries++) {
+		struct store *st;
+		/* the segment may have moved to s3 since: look it up each time */
+		ret = seg_locate(t, seg, &st, &dev);
+		if (ret == 0)
+			ret = seg_read_chunk(st, seg, dev, &e, buf);
+		if (ret != -ENOENT)
+			break;
+	}
 	if (ret == -EIO)
 		__atomic_add_fetch(&t->st.errors_crc, 1, __ATOMIC_RELAXED);
 	if (ret == 0)

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "tier/store.h"
+#include "tier/store_s3.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,6 +83,34 @@ out:
 	return ret;
 }
 
+/* Open the S3 store. Objects go under <prefix>/<filesystem uuid>/ so two
+ * mounts sharing a bucket prefix never touch each other's segments. */
+static int open_s3(struct tier *t, struct store **out, char *err, size_t errlen)
+{
+	char url[2048], why[512];
+	const char *base = t->cfg->s3;
+	size_t bl = strlen(base);
+	struct s3_config sc = {
+		.endpoint = t->cfg->s3_endpoint,
+		.region = t->cfg->s3_region,
+		.path_style = t->cfg->s3_path_style,
+		.part_size = t->cfg->s3_part_size,
+		.io_workers = t->cfg->io_workers,
+		.credentials_file = t->cfg->s3_credentials,
+		.ca_file = t->cfg->s3_ca_file,
+	};
+	int ret;
+
+	snprintf(url, sizeof(url), "%.*s/", (int)(base[bl - 1] == '/' ? bl - 1 : bl), base);
+	for (int i = 0; i < 16; i++)
+		snprintf(url + strlen(url), sizeof(url) - strlen(url), "%02x", t->uuid[i]);
+	sc.url = url;
+	ret = store_s3_open(&sc, out, why, sizeof(why));
+	if (ret < 0)
+		snprintf(err, errlen, "option 's3': '%s': %s", base, why);
+	return ret;
+}
+
 int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out, char *err,
 	     size_t errlen)
 {
@@ -113,6 +142,12 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 		return ret;
 	}
 	if (cfg->nvme && (ret = open_nvme(t, err, errlen)) < 0) {
+		hot_free(t->hot);
+		free(t);
+		return ret;
+	}
+	if (cfg->s3 && (ret = open_s3(t, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) {
+		store_close(t->store);
 		hot_free(t->hot);
 		free(t);
 		return ret;
@@ -196,11 +231,16 @@ void tier_free(struct tier *t)
 {
 	if (!t)
 		return;
+	/* Without a journal the segments cannot be found again: remove them. */
+	for (uint64_t id = 1; id < t->nsegs_cap; id++)
+		if (t->segs[id].len)
+			store_remove(t->segs[id].store ? t->s3 : t->store, id, t->segs[id].dev);
 	if (t->store) {
-		/* Without a journal the segments cannot be found again: remove them. */
 		store_list(t->store, remove_seg, t);
 		store_close(t->store);
 	}
+	if (t->s3)
+		store_close(t->s3);
 	free(t->segs);
 	hot_free(t->hot);
 	pthread_cond_destroy(&t->room);
@@ -705,10 +745,20 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	waiting = t->writers_waiting;
 	cold_full = t->cold_full;
 	pthread_mutex_unlock(&t->lock);
+	uint64_t tier_bytes[2] = {0, 0};
+	pthread_mutex_lock(&t->seg_lock);
+	for (uint64_t id = 1; id < t->nsegs_cap; id++)
+		if (t->segs[id].len)
+			tier_bytes[t->segs[id].store] += t->segs[id].len;
+	pthread_mutex_unlock(&t->seg_lock);
 	if (t->store) {
 		ndev = store_stat(t->store, devs, 16);
 		if (ndev > 16)
 			ndev = 16;
+	}
+	if (t->s3 && ndev < 16) {
+		int n = store_stat(t->s3, devs + ndev, 16 - ndev);
+		ndev += n < 16 - ndev ? n : 16 - ndev;
 	}
 	double spill_s = LD(t->st.spill_ns) / 1e9, rest_s = LD(t->st.restore_ns) / 1e9;
 	pos = snprintf(buf, len,
@@ -716,7 +766,8 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 		       "\"inodes\":%llu,\"files\":%llu,"
 		       "\"segments\":{\"count\":%llu,\"bytes\":%llu,\"live_bytes\":%llu,"
 		       "\"live_ratio\":%.3f,\"written\":%llu,\"deleted\":%llu,"
-		       "\"compacted\":%llu},"
+		       "\"compacted\":%llu,\"demoted\":%llu},"
+		       "\"tiers\":{\"nvme\":%llu,\"s3\":%llu},"
 		       "\"spilled\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
 		       "\"restored\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
 		       "\"writers_waiting\":%u,\"write_waits\":%llu,\"enospc\":%llu,"
@@ -727,7 +778,10 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 		       (unsigned long long)seg_bytes, (unsigned long long)seg_live,
 		       seg_bytes ? (double)seg_live / (double)seg_bytes : 1.0,
 		       LD(t->st.segments_written), LD(t->st.segments_deleted),
-		       LD(t->st.segments_compacted), LD(t->st.bytes_spilled),
+		       LD(t->st.segments_compacted), LD(t->st.segments_demoted),
+		       (unsigned long long)(t->cfg->nvme ? tier_bytes[0] : 0),
+		       (unsigned long long)(t->cfg->nvme ? tier_bytes[1] : tier_bytes[0]),
+		       LD(t->st.bytes_spilled),
 		       LD(t->st.chunks_spilled),
 		       spill_s > 0 ? LD(t->st.bytes_spilled) / 1048576.0 / spill_s : 0.0,
 		       LD(t->st.bytes_restored), LD(t->st.chunks_restored),
@@ -749,9 +803,10 @@ void tier_statfs(struct tier *t, uint64_t *total, uint64_t *avail)
 	uint64_t used = hot_used(t->hot), lim = hot_limit(t->hot);
 	*total = lim;
 	*avail = used < lim ? lim - used : 0;
-	if (t->store) {
+	for (int k = 0; k < 2; k++) {
+		struct store *st = k ? t->s3 : t->store;
 		struct store_dev_stat devs[16];
-		int n = store_stat(t->store, devs, 16);
+		int n = st ? store_stat(st, devs, 16) : 0;
 		for (int i = 0; i < n && i < 16; i++) {
 			*total += devs[i].total;
 			if (!devs[i].failed)

@@ -18,14 +18,16 @@ struct seg_info {
 	uint64_t len;     /* 0 = slot unused (deleted or never sealed) */
 	uint64_t live;    /* payload bytes still referenced by chunks */
 	uint64_t payload; /* payload bytes when sealed */
+	uint64_t atime;   /* last restore from it (demotion picks the oldest) */
 	uint32_t dev;
-	uint8_t gc_busy;  /* being compacted or deleted */
+	uint8_t store;    /* 0: t->store, 1: t->s3 (demoted) */
+	uint8_t gc_busy;  /* being compacted, demoted or deleted */
 };
 
 struct tier_stats {
 	/* atomics */
 	uint64_t bytes_spilled, chunks_spilled, segments_written, segments_deleted;
-	uint64_t segments_compacted, bytes_restored, chunks_restored;
+	uint64_t segments_compacted, segments_demoted, bytes_restored, chunks_restored;
 	uint64_t spill_ns, restore_ns;
 	uint64_t enospc, write_waits, errors_io, errors_crc, retries;
 };
@@ -34,7 +36,8 @@ struct tier {
 	const struct spw_config *cfg;
 	struct index *idx;
 	struct hot *hot;
-	struct store *store; /* NULL: no cold tier */
+	struct store *store; /* first cold tier (nvme, or s3 alone); NULL: none */
+	struct store *s3;    /* with nvme and s3: the third tier, else NULL */
 	uint64_t chunk_size;
 	tier_inval_fn inval;
 	void *inval_arg;
@@ -84,6 +87,8 @@ int evict_file(struct tier *t, struct inode *in, int drop);
 uint64_t seg_alloc_id(struct tier *t);
 void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
 void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes);
+/* Where segment id lives now (it may move from nvme to s3). 0 or -ENOENT. */
+int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev);
 
 /* restore.c */
 int restore_start(struct tier *t);
