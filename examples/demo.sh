@@ -10,7 +10,8 @@ spw_build "$top" "$build"
 
 work="$top/work"
 mnt="$work/mnt"
-mkdir -p "$mnt"
+mkdir -p "$mnt" "$work/cold"
+opts=${SPW_DEMO_OPTS-hot_size=512M,nvme=$work/cold}
 pid=
 cleanup() {
 	if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt"; fi
@@ -18,11 +19,11 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$build/spillway" -f ${SPW_DEMO_OPTS:+-o "$SPW_DEMO_OPTS"} "$mnt" &
+"$build/spillway" -f ${opts:+-o "$opts"} "$mnt" &
 pid=$!
 for _ in $(seq 100); do mountpoint -q "$mnt" && break; kill -0 "$pid" || exit 1; sleep 0.1; done
 mountpoint -q "$mnt" || { echo "mount did not appear" >&2; exit 1; }
 
-"$build/examples/longdoc_pipeline" "$mnt" -p 8 -t "${SPW_DEMO_TOTAL:-1G}" -s 64M
+"$build/examples/longdoc_pipeline" "$mnt" -p 8 -t "${SPW_DEMO_TOTAL:-2G}" -s 64M
 echo "stats:"
-getfattr --only-values -n user.spillway.stats "$mnt"; echo
+getfattr --only-values -n user.spillway.stats "$mnt" | python3 -m json.tool
