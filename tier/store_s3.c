@@ -1261,11 +1261,52 @@ out:
 	return ret;
 }
 
-/* Abort the unfinished multipart uploads of our segments (left by a crash). */
+/* Length of the parent of prefix when its last component is a 32-hex mount
+ * id ("data/<uuid>" -> 4, "<uuid>" -> 0), else -1. */
+static ssize_t mount_parent_len(const char *prefix)
+{
+	const char *slash = strrchr(prefix, '/');
+	const char *last = slash ? slash + 1 : prefix;
+	if (strlen(last) != 32 || strspn(last, "0123456789abcdef") != 32)
+		return -1;
+	return slash ? slash - prefix : 0;
+}
+
+/* Is key a segment of ours, or of another mount under the same parent? */
+static int stale_seg_key(const struct s3_store *s, ssize_t plen, const char *key)
+{
+	uint64_t id;
+	char sib[1024];
+	const char *mid;
+
+	if (s3_seg_key_parse(s->prefix, key, &id) == 0)
+		return 1;
+	if (plen < 0 || (plen && (strncmp(key, s->prefix, (size_t)plen) || key[plen] != '/')))
+		return 0;
+	mid = key + (plen ? plen + 1 : 0);
+	if (strlen(mid) < 33 || strspn(mid, "0123456789abcdef") != 32 || mid[32] != '/')
+		return 0;
+	snprintf(sib, sizeof(sib), "%.*s", (int)(mid - key + 32), key);
+	return s3_seg_key_parse(sib, key, &id) == 0;
+}
+
+/*
+ * Abort the unfinished multipart uploads of segments left by a crash. When
+ * the prefix ends in a mount id (the daemon mounts under <prefix>/<uuid>),
+ * the uploads of earlier mounts under the same parent are aborted too; an
+ * upload of a live mount aborted by mistake only makes that mount retry its
+ * segment, its chunks stay in RAM meanwhile.
+ */
 static void abort_stale_uploads(struct s3_store *s)
 {
-	char *prefix = list_prefix(s), *key_marker = NULL, *id_marker = NULL;
+	ssize_t plen = mount_parent_len(s->prefix);
+	char *prefix = NULL, *key_marker = NULL, *id_marker = NULL;
 	unsigned aborted = 0;
+
+	if (plen < 0)
+		prefix = list_prefix(s);
+	else if (asprintf(&prefix, "%.*s%s", (int)plen, s->prefix, plen ? "/" : "") < 0)
+		prefix = NULL;
 
 	while (prefix) {
 		struct s3_xfer x = {.method = "GET", .nq = 2};
@@ -1293,9 +1334,8 @@ static void abort_stale_uploads(struct s3_store *s)
 		xfer_fini(&x);
 		for (size_t i = 0; i < u.n; i++) {
 			struct s3_xfer a = {.method = "DELETE", .key = u.v[i].key, .nq = 1};
-			uint64_t id;
 
-			if (s3_seg_key_parse(s->prefix, u.v[i].key, &id))
+			if (!stale_seg_key(s, plen, u.v[i].key))
 				continue;
 			a.q[0] = (struct sigv4_kv){"uploadId", u.v[i].upload_id};
 			ret = xfer_run(s, NULL, &a);
