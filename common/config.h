@@ -31,6 +31,8 @@ struct spw_config {
 	int s3_path_style;
 	uint64_t s3_part_size;
 	double nvme_threshold; /* with nvme and s3: demote segments above this */
+	char *metrics;        /* Prometheus text file, or NULL */
+	uint64_t metrics_interval_ms;
 };
 
 #endif

@@ -21,7 +21,7 @@ struct raw_opts {
 	char *nvme, *spill_threshold, *low_watermark, *hard_watermark, *min_spill_size;
 	char *io_workers, *restore, *write_wait, *gc_threshold;
 	char *s3, *s3_endpoint, *s3_region, *s3_part_size, *s3_credentials, *s3_ca_file;
-	char *s3_path_style, *nvme_threshold;
+	char *s3_path_style, *nvme_threshold, *metrics, *metrics_interval;
 	int s3_path_style_flag;
 	int allow_other, default_permissions;
 	char *bad; /* first unknown option */
@@ -50,6 +50,8 @@ static const struct fuse_opt spw_opts[] = {
 	OPT(s3_ca_file),
 	OPT(s3_path_style),
 	OPT(nvme_threshold),
+	OPT(metrics),
+	OPT(metrics_interval),
 	{"s3_path_style", offsetof(struct raw_opts, s3_path_style_flag), 1},
 	/* seen and passed on to the kernel */
 	{"allow_other", offsetof(struct raw_opts, allow_other), 1},
@@ -122,6 +124,8 @@ void opt_help(void)
 	       "    s3_credentials=FILE    AWS credentials file, mode 0600 (default: AWS_* env)\n"
 	       "    s3_ca_file=FILE        CA bundle for a private TLS endpoint\n"
 	       "    nvme_threshold=F       with nvme and s3: demote segments above F full (0.90)\n"
+	       "    metrics=FILE           Prometheus text file, rewritten atomically\n"
+	       "    metrics_interval=DUR   how often (default 5s)\n"
 	       "    log_level=LEVEL        error, warn, info, debug (default info)\n"
 	       "Sizes take K/M/G/T suffixes (powers of 1024); durations ms/s/m/h.\n"
 	       "allow_other requires default_permissions.\n");
@@ -238,6 +242,7 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	cfg->write_wait_ms = 60000;
 	cfg->gc_threshold = 0.5;
 	cfg->nvme_threshold = 0.90;
+	cfg->metrics_interval_ms = 5000;
 	cfg->s3_part_size = 16ULL << 20;
 
 	if (fuse_opt_parse(args, &raw, spw_opts, opt_proc) < 0)
@@ -446,6 +451,26 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 			FAIL("option 's3_ca_file': '%s': %s", raw.s3_ca_file, strerror(errno));
 		cfg->s3_ca_file = strdup(raw.s3_ca_file);
 	}
+	if (raw.metrics) {
+		char *slash = strrchr(raw.metrics, '/');
+		struct stat mst;
+		if (raw.metrics[0] != '/' || !slash || !slash[1])
+			FAIL("option 'metrics': invalid value '%s': expected an absolute file path",
+			     raw.metrics);
+		*slash = '\0';
+		r = stat(slash == raw.metrics ? "/" : raw.metrics, &mst);
+		*slash = '/';
+		if (r < 0 || !S_ISDIR(mst.st_mode))
+			FAIL("option 'metrics': invalid value '%s': its directory does not exist",
+			     raw.metrics);
+		cfg->metrics = strdup(raw.metrics);
+	}
+	if (raw.metrics_interval &&
+	    (duration_parse_ms(raw.metrics_interval, &cfg->metrics_interval_ms) < 0 ||
+	     cfg->metrics_interval_ms < 100 || cfg->metrics_interval_ms > 3600000))
+		FAIL("option 'metrics_interval': invalid value '%s': expected a duration from 100ms "
+		     "to 1h",
+		     raw.metrics_interval);
 	if (!cfg->s3 && (raw.s3_endpoint || raw.s3_region || raw.s3_part_size || raw.s3_credentials ||
 			 raw.s3_ca_file))
 		FAIL("option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
@@ -475,6 +500,8 @@ fail:
 	free(raw.s3_ca_file);
 	free(raw.s3_path_style);
 	free(raw.nvme_threshold);
+	free(raw.metrics);
+	free(raw.metrics_interval);
 	free(raw.bad);
 	return ret;
 }
@@ -489,4 +516,5 @@ void opt_free(struct spw_config *cfg)
 	free(cfg->s3_region);
 	free(cfg->s3_credentials);
 	free(cfg->s3_ca_file);
+	free(cfg->metrics);
 }

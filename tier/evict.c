@@ -358,6 +358,7 @@ static void *spill_segment(void *arg)
 	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.chunks_spilled, nd, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.spill_ns, now_ns() - t0, __ATOMIC_RELAXED);
+	hist_observe(&t->st.h_spill, now_ns() - t0);
 	/* durable: record locations; punch what is still unchanged */
 	for (size_t i = 0; i < nd; i++) {
 		struct inode *in = done[i].in;

@@ -93,6 +93,7 @@ out:
 		__atomic_add_fetch(&t->st.bytes_restored, e.len, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.restore_ns, now_ns() - t0, __ATOMIC_RELAXED);
+		hist_observe(&t->st.h_restore, now_ns() - t0);
 	} else {
 		ch->state = CHUNK_COLD;
 		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);

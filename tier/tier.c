@@ -201,6 +201,8 @@ static void *inval_worker(void *arg)
 int tier_start(struct tier *t)
 {
 	int ret;
+	if ((ret = metrics_start(t)) < 0)
+		return ret;
 	if (!t->store)
 		return 0;
 	if ((ret = pthread_create(&t->inval_th, NULL, inval_worker, t)) != 0)
@@ -213,6 +215,7 @@ int tier_start(struct tier *t)
 
 void tier_stop(struct tier *t)
 {
+	metrics_stop(t);
 	if (!t->store)
 		return;
 	evict_stop(t);
@@ -350,6 +353,8 @@ int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len)
 		deadline.tv_nsec -= 1000000000;
 	}
 	__atomic_add_fetch(&t->st.write_waits, 1, __ATOMIC_RELAXED);
+	struct timespec w0, w1;
+	clock_gettime(CLOCK_MONOTONIC, &w0);
 	pthread_mutex_lock(&t->lock);
 	t->writers_waiting++;
 	while ((r = hot_try_reserve(t->hot, fd, off, len)) < 0 && !t->stopping) {
@@ -361,6 +366,9 @@ int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len)
 	}
 	t->writers_waiting--;
 	pthread_mutex_unlock(&t->lock);
+	clock_gettime(CLOCK_MONOTONIC, &w1);
+	hist_observe(&t->st.h_wait, (uint64_t)((w1.tv_sec - w0.tv_sec) * 1000000000LL +
+					       (w1.tv_nsec - w0.tv_nsec)));
 out:
 	if (r < 0)
 		__atomic_add_fetch(&t->st.enospc, 1, __ATOMIC_RELAXED);

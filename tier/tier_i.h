@@ -5,6 +5,7 @@
 #include "common/config.h"
 #include "index/index.h"
 #include "tier/hot.h"
+#include "tier/metrics.h"
 #include "tier/tier.h"
 
 #include <pthread.h>
@@ -30,6 +31,10 @@ struct tier_stats {
 	uint64_t segments_compacted, segments_demoted, bytes_restored, chunks_restored;
 	uint64_t spill_ns, restore_ns;
 	uint64_t enospc, write_waits, errors_io, errors_crc, retries;
+	uint64_t write_wait_ns;
+	struct hist h_spill;   /* one segment: first byte staged .. durable */
+	struct hist h_restore; /* one chunk: request .. in RAM (a reader's wait) */
+	struct hist h_wait;    /* a writer waiting for room */
 };
 
 struct tier {
@@ -69,6 +74,13 @@ struct tier {
 	int istop;               /* protected by ilock */
 	pthread_t inval_th;
 	int inval_started;
+
+	/* metrics file writer */
+	pthread_t metrics_th;
+	int metrics_started;
+	pthread_mutex_t mlock;
+	pthread_cond_t mcond;
+	int mstop; /* protected by mlock */
 
 	/* restore workers; queue protected by rlock */
 	pthread_mutex_t rlock;

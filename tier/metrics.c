@@ -1,0 +1,279 @@
+/*
+ * DESIGN
+ * - Counters live in struct tier_stats (atomics, bumped where things
+ *   happen); this file only renders them. Names follow Prometheus
+ *   conventions: spillway_<what>_<unit>[_total], histograms in seconds.
+ * - The file is written to FILE.tmp and renamed over FILE, so a scraper
+ *   (node_exporter's textfile collector) never reads half a sample.
+ */
+#include "tier/tier_i.h"
+
+#include "common/log.h"
+#include "tier/store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const double hist_bounds[HIST_BUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+					      0.25,  0.5,    1,	    2.5,  5,	 30};
+
+void hist_observe(struct hist *h, uint64_t ns)
+{
+	double s = ns / 1e9;
+	int i = 0;
+	while (i < HIST_BUCKETS - 1 && s > hist_bounds[i])
+		i++;
+	__atomic_add_fetch(&h->bucket[i], 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->sum_ns, ns, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->count, 1, __ATOMIC_RELAXED);
+}
+
+void hist_write(FILE *f, const char *name, const char *help, const struct hist *h)
+{
+	uint64_t cum = 0, b[HIST_BUCKETS];
+	for (int i = 0; i < HIST_BUCKETS; i++)
+		b[i] = __atomic_load_n(&h->bucket[i], __ATOMIC_RELAXED);
+	fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (int i = 0; i < HIST_BUCKETS - 1; i++) {
+		cum += b[i];
+		fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds[i],
+			(unsigned long long)cum);
+	}
+	cum += b[HIST_BUCKETS - 1];
+	/* count = the +Inf bucket, from the same loads, so the sample is consistent */
+	fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+	fprintf(f, "%s_sum %.9f\n", name, __atomic_load_n(&h->sum_ns, __ATOMIC_RELAXED) / 1e9);
+	fprintf(f, "%s_count %llu\n", name, (unsigned long long)cum);
+}
+
+#define LD(x) ((unsigned long long)__atomic_load_n(&(x), __ATOMIC_RELAXED))
+
+static void counter(FILE *f, const char *name, const char *help, unsigned long long v)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
+}
+
+struct unevictable {
+	uint64_t in_use, pinned, spilling, restoring;
+};
+
+static int count_unevictable(void *arg, struct inode *in)
+{
+	struct unevictable *u = arg;
+	if (!S_ISREG(in->mode))
+		return 0;
+	pthread_mutex_lock(&in->lock);
+	for (uint64_t c = 0; c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		int hot = ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_HOT_CLEAN;
+		if (ch->state == CHUNK_SPILLING)
+			u->spilling++;
+		else if (ch->state == CHUNK_RESTORING)
+			u->restoring++;
+		else if (hot && in->pinned)
+			u->pinned++;
+		else if (hot && ch->pins)
+			u->in_use++;
+	}
+	pthread_mutex_unlock(&in->lock);
+	return 0;
+}
+
+void metrics_write(struct tier *t, FILE *f)
+{
+	struct store_dev_stat devs[16];
+	struct unevictable u = {0};
+	uint64_t segs, seg_bytes, seg_live;
+
+	uint64_t tier_bytes[2] = {0, 0};
+	pthread_mutex_lock(&t->seg_lock);
+	for (uint64_t id = 1; id < t->nsegs_cap; id++)
+		if (t->segs[id].len)
+			tier_bytes[t->segs[id].store] += t->segs[id].len;
+	pthread_mutex_unlock(&t->seg_lock);
+	fprintf(f, "# HELP spillway_tier_used_bytes Bytes spillway holds in each tier.\n"
+		   "# TYPE spillway_tier_used_bytes gauge\n");
+	fprintf(f, "spillway_tier_used_bytes{tier=\"hot\"} %llu\n",
+		(unsigned long long)hot_used(t->hot));
+	for (int k = 0; k < 2; k++)
+		if (k ? t->s3 != NULL : t->store != NULL)
+			fprintf(f, "spillway_tier_used_bytes{tier=\"%s\"} %llu\n",
+				store_name(k ? t->s3 : t->store),
+				(unsigned long long)tier_bytes[k]);
+	fprintf(f,
+		"# HELP spillway_tier_limit_bytes RAM budget of the hot tier.\n"
+		"# TYPE spillway_tier_limit_bytes gauge\n"
+		"spillway_tier_limit_bytes{tier=\"hot\"} %llu\n",
+		(unsigned long long)hot_limit(t->hot));
+	/* each family's samples must stay together: one pass per family */
+	for (int fam = 0; fam < 2; fam++) {
+		fprintf(
+		    f,
+		    fam ? "# HELP spillway_cold_dir_failed 1 while a cold directory is skipped.\n"
+			  "# TYPE spillway_cold_dir_failed gauge\n"
+			: "# HELP spillway_cold_dir_avail_bytes Free bytes of each cold "
+			  "directory.\n"
+			  "# TYPE spillway_cold_dir_avail_bytes gauge\n");
+		for (int k = 0; k < 2; k++) {
+			struct store *st = k ? t->s3 : t->store;
+			int n = st ? store_stat(st, devs, 16) : 0;
+			for (int i = 0; i < n && i < 16; i++) {
+				if (fam)
+					fprintf(
+					    f,
+					    "spillway_cold_dir_failed{tier=\"%s\",dir=\"%s\"} %d\n",
+					    store_name(st), devs[i].name, devs[i].failed);
+				else
+					fprintf(f,
+						"spillway_cold_dir_avail_bytes{tier=\"%s\",dir=\"%"
+						"s\"} %llu\n",
+						store_name(st), devs[i].name,
+						(unsigned long long)devs[i].avail);
+			}
+		}
+	}
+
+	pthread_mutex_lock(&t->seg_lock);
+	segs = t->seg_count;
+	seg_bytes = t->seg_bytes;
+	seg_live = t->seg_live;
+	pthread_mutex_unlock(&t->seg_lock);
+	fprintf(f,
+		"# HELP spillway_segments Segments stored in the cold tiers.\n"
+		"# TYPE spillway_segments gauge\nspillway_segments %llu\n",
+		(unsigned long long)segs);
+	fprintf(f,
+		"# HELP spillway_segment_bytes Bytes of the stored segments.\n"
+		"# TYPE spillway_segment_bytes gauge\nspillway_segment_bytes %llu\n",
+		(unsigned long long)seg_bytes);
+	fprintf(f,
+		"# HELP spillway_segment_live_bytes Segment bytes still referenced.\n"
+		"# TYPE spillway_segment_live_bytes gauge\nspillway_segment_live_bytes %llu\n",
+		(unsigned long long)seg_live);
+
+	counter(f, "spillway_spilled_bytes_total", "Chunk bytes written into segments.",
+		LD(t->st.bytes_spilled));
+	counter(f, "spillway_spilled_chunks_total", "Chunks written into segments.",
+		LD(t->st.chunks_spilled));
+	counter(f, "spillway_restored_bytes_total", "Chunk bytes read back into RAM.",
+		LD(t->st.bytes_restored));
+	counter(f, "spillway_restored_chunks_total", "Chunks read back into RAM.",
+		LD(t->st.chunks_restored));
+	counter(f, "spillway_segments_written_total", "Segments written.",
+		LD(t->st.segments_written));
+	counter(f, "spillway_segments_deleted_total", "Segments deleted by GC.",
+		LD(t->st.segments_deleted));
+	counter(f, "spillway_segments_compacted_total", "Segments compacted by GC.",
+		LD(t->st.segments_compacted));
+	counter(f, "spillway_segments_demoted_total", "Segments moved from NVMe to S3.",
+		LD(t->st.segments_demoted));
+	counter(f, "spillway_enospc_total", "Writes failed with ENOSPC.", LD(t->st.enospc));
+	counter(f, "spillway_writer_waits_total", "Writes that waited for room.",
+		LD(t->st.write_waits));
+	fprintf(f,
+		"# HELP spillway_errors_total Errors by kind.\n"
+		"# TYPE spillway_errors_total counter\n"
+		"spillway_errors_total{kind=\"io\"} %llu\n"
+		"spillway_errors_total{kind=\"crc\"} %llu\n",
+		LD(t->st.errors_io), LD(t->st.errors_crc));
+	pthread_mutex_lock(&t->lock);
+	unsigned waiting = t->writers_waiting;
+	pthread_mutex_unlock(&t->lock);
+	fprintf(f,
+		"# HELP spillway_writers_waiting Writers waiting for room now.\n"
+		"# TYPE spillway_writers_waiting gauge\nspillway_writers_waiting %u\n",
+		waiting);
+	idx_for_each(t->idx, count_unevictable, &u);
+	fprintf(f,
+		"# HELP spillway_chunks_unevictable Hot chunks the evictor cannot take now.\n"
+		"# TYPE spillway_chunks_unevictable gauge\n"
+		"spillway_chunks_unevictable{reason=\"in_use\"} %llu\n"
+		"spillway_chunks_unevictable{reason=\"pinned\"} %llu\n"
+		"spillway_chunks_unevictable{reason=\"spilling\"} %llu\n"
+		"spillway_chunks_unevictable{reason=\"restoring\"} %llu\n",
+		(unsigned long long)u.in_use, (unsigned long long)u.pinned,
+		(unsigned long long)u.spilling, (unsigned long long)u.restoring);
+	hist_write(f, "spillway_spill_segment_seconds", "Time to write one segment durably.",
+		   &t->st.h_spill);
+	hist_write(f, "spillway_restore_chunk_seconds",
+		   "Time to bring one chunk back into RAM (what a reader waits for first bytes).",
+		   &t->st.h_restore);
+	hist_write(f, "spillway_writer_wait_seconds", "Time a writer waited for room.",
+		   &t->st.h_wait);
+}
+
+static int write_file(struct tier *t)
+{
+	char tmp[4200];
+	FILE *f;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", t->cfg->metrics);
+	f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	metrics_write(t, f);
+	if (fclose(f) != 0) {
+		int e = -errno;
+		unlink(tmp);
+		return e;
+	}
+	if (rename(tmp, t->cfg->metrics) < 0) {
+		int e = -errno;
+		unlink(tmp);
+		return e;
+	}
+	return 0;
+}
+
+static void *metrics_thread(void *arg)
+{
+	struct tier *t = arg;
+	pthread_mutex_lock(&t->mlock);
+	while (!t->mstop) {
+		struct timespec dl;
+		int ret;
+		pthread_mutex_unlock(&t->mlock);
+		if ((ret = write_file(t)) < 0)
+			log_warn("metrics: cannot write %s: %s", t->cfg->metrics, strerror(-ret));
+		pthread_mutex_lock(&t->mlock);
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += t->cfg->metrics_interval_ms / 1000;
+		dl.tv_nsec += (long)(t->cfg->metrics_interval_ms % 1000) * 1000000L;
+		if (dl.tv_nsec >= 1000000000L) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000L;
+		}
+		while (!t->mstop && pthread_cond_timedwait(&t->mcond, &t->mlock, &dl) == 0)
+			;
+	}
+	pthread_mutex_unlock(&t->mlock);
+	write_file(t); /* the last word */
+	return NULL;
+}
+
+int metrics_start(struct tier *t)
+{
+	int ret;
+	if (!t->cfg->metrics)
+		return 0;
+	pthread_mutex_init(&t->mlock, NULL);
+	pthread_cond_init(&t->mcond, NULL);
+	if ((ret = pthread_create(&t->metrics_th, NULL, metrics_thread, t)) != 0)
+		return -ret;
+	t->metrics_started = 1;
+	return 0;
+}
+
+void metrics_stop(struct tier *t)
+{
+	if (!t->metrics_started)
+		return;
+	pthread_mutex_lock(&t->mlock);
+	t->mstop = 1;
+	pthread_cond_signal(&t->mcond);
+	pthread_mutex_unlock(&t->mlock);
+	pthread_join(t->metrics_th, NULL);
+	t->metrics_started = 0;
+}

@@ -1,0 +1,36 @@
+/*
+ * metrics — latency histograms and the Prometheus text file.
+ * hist_observe() is lock-free (atomics) and may be called from any thread.
+ * metrics_start() runs one thread that rewrites cfg->metrics atomically
+ * (temp file + rename) every metrics_interval; metrics_stop() joins it and
+ * writes a last sample.
+ */
+#ifndef SPW_METRICS_H
+#define SPW_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define HIST_BUCKETS 14
+
+/* A Prometheus histogram with fixed bounds (seconds, 1 ms .. 30 s). */
+struct hist {
+	uint64_t bucket[HIST_BUCKETS]; /* non-cumulative counts; last = +Inf */
+	uint64_t count;
+	uint64_t sum_ns;
+};
+
+extern const double hist_bounds[HIST_BUCKETS - 1];
+
+void hist_observe(struct hist *h, uint64_t ns);
+/* Write h as NAME_bucket/_sum/_count lines. */
+void hist_write(FILE *f, const char *name, const char *help, const struct hist *h);
+
+struct tier;
+int metrics_start(struct tier *t);
+void metrics_stop(struct tier *t);
+/* Render all metrics into f (used by the thread and by tests). */
+void metrics_write(struct tier *t, FILE *f);
+
+#endif
