@@ -11,13 +11,13 @@
 enum restore_mode { RESTORE_OPEN = 0, RESTORE_LAZY = 1 };
 
 struct spw_config {
-	char *mountpoint;     /* absolute */
-	char *hot_dir;        /* absolute, created 0700 */
-	uint64_t hot_size;    /* bytes of RAM the hot tier may allocate */
-	uint64_t chunk_size;  /* residency granularity, power of two */
-	int log_level;        /* LOG_ERR .. LOG_DEBUG */
+	char *mountpoint;    /* absolute */
+	char *hot_dir;	     /* absolute, created 0700 */
+	uint64_t hot_size;   /* bytes of RAM the hot tier may allocate */
+	uint64_t chunk_size; /* residency granularity, power of two */
+	int log_level;	     /* LOG_ERR .. LOG_DEBUG */
 	/* tiering (evictor, cold stores) */
-	char *nvme;           /* colon-separated cold directories, or NULL */
+	char *nvme; /* colon-separated cold directories, or NULL */
 	double spill_threshold, low_watermark, hard_watermark;
 	uint64_t min_spill_size;
 	unsigned io_workers;
@@ -26,12 +26,12 @@ struct spw_config {
 	double gc_threshold;
 	int allow_other, default_permissions;
 	/* S3 cold tier (alone, or below nvme) */
-	char *s3;             /* s3://bucket/prefix, or NULL */
+	char *s3; /* s3://bucket/prefix, or NULL */
 	char *s3_endpoint, *s3_region, *s3_credentials, *s3_ca_file;
 	int s3_path_style;
 	uint64_t s3_part_size;
 	double nvme_threshold; /* with nvme and s3: demote segments above this */
-	char *metrics;        /* Prometheus text file, or NULL */
+	char *metrics;	       /* Prometheus text file, or NULL */
 	uint64_t metrics_interval_ms;
 };
 

@@ -10,11 +10,11 @@
 int spw_log_level = LOG_INFO;
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static int use_syslog;                /* protected by log_lock */
-static char last_msg[512];            /* protected by log_lock */
-static int last_level;                /* protected by log_lock */
-static unsigned long last_repeats;    /* protected by log_lock */
-static struct timespec last_time;     /* protected by log_lock */
+static int use_syslog;		   /* protected by log_lock */
+static char last_msg[512];	   /* protected by log_lock */
+static int last_level;		   /* protected by log_lock */
+static unsigned long last_repeats; /* protected by log_lock */
+static struct timespec last_time;  /* protected by log_lock */
 
 void spw_log_to_syslog(void)
 {
@@ -29,8 +29,8 @@ int spw_log_parse_level(const char *s)
 	static const struct {
 		const char *name;
 		int level;
-	} names[] = {{"error", LOG_ERR}, {"warn", LOG_WARNING}, {"info", LOG_INFO},
-		     {"debug", LOG_DEBUG}};
+	} names[] = {
+	    {"error", LOG_ERR}, {"warn", LOG_WARNING}, {"info", LOG_INFO}, {"debug", LOG_DEBUG}};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strcasecmp(s, names[i].name) == 0)
 			return names[i].level;
@@ -39,7 +39,7 @@ int spw_log_parse_level(const char *s)
 
 static void emit(int level, const char *msg)
 {
-	static const char *const tag[] = {"emerg", "alert", "crit", "error",
+	static const char *const tag[] = {"emerg", "alert",  "crit", "error",
 					  "warn",  "notice", "info", "debug"};
 	if (use_syslog) {
 		syslog(level, "%s", msg);

@@ -84,7 +84,8 @@ static void *producer(void *arg)
 			done += n;
 		}
 		if (close(fd) < 0) {
-			fprintf(stderr, "producer %d: close %s: %s\n", j->id, path, strerror(errno));
+			fprintf(stderr, "producer %d: close %s: %s\n", j->id, path,
+				strerror(errno));
 			j->failed = 1;
 		}
 		j->crcs[f] = crc;
@@ -118,7 +119,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (bad || optind != argc - 1 || nprod < 1 || file_size == 0) {
-		fprintf(stderr, "usage: %s DIR [-p PRODUCERS] [-t TOTAL] [-s FILE_SIZE]\n", argv[0]);
+		fprintf(stderr, "usage: %s DIR [-p PRODUCERS] [-t TOTAL] [-s FILE_SIZE]\n",
+			argv[0]);
 		return 2;
 	}
 	uint64_t nfiles = (total + file_size - 1) / file_size;
@@ -134,8 +136,12 @@ int main(int argc, char **argv)
 	       (unsigned long long)(nfiles * file_size >> 20), argv[optind]);
 	t0 = now();
 	for (int i = 0; i < nprod; i++) {
-		jobs[i] = (struct job){.dir = argv[optind], .id = i, .nprod = nprod,
-				       .nfiles = nfiles, .file_size = file_size, .crcs = crcs};
+		jobs[i] = (struct job){.dir = argv[optind],
+				       .id = i,
+				       .nprod = nprod,
+				       .nfiles = nfiles,
+				       .file_size = file_size,
+				       .crcs = crcs};
 		pthread_create(&th[i], NULL, producer, &jobs[i]);
 	}
 	for (int i = 0; i < nprod; i++) {

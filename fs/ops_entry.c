@@ -147,12 +147,12 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 }
 
 /* Create a node, inheriting the group of a set-group-ID parent. */
-static int do_make(struct spw *s, fuse_req_t req, fuse_ino_t parent, const char *name,
-		   mode_t mode, dev_t rdev, const char *link, struct inode **out)
+static int do_make(struct spw *s, fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		   dev_t rdev, const char *link, struct inode **out)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct idx_new_node nn = {.mode = mode, .uid = ctx->uid, .gid = ctx->gid, .rdev = rdev,
-				  .symlink = link};
+	struct idx_new_node nn = {
+	    .mode = mode, .uid = ctx->uid, .gid = ctx->gid, .rdev = rdev, .symlink = link};
 	struct inode *p = idx_get(s->idx, parent);
 	if (p) {
 		pthread_mutex_lock(&p->lock);
@@ -167,8 +167,8 @@ static int do_make(struct spw *s, fuse_req_t req, fuse_ino_t parent, const char 
 	return idx_create(s->idx, parent, name, &nn, out);
 }
 
-static void make_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		       dev_t rdev, const char *link)
+static void make_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev,
+		       const char *link)
 {
 	struct spw *s = spw_of(req);
 	struct inode *in;
@@ -242,7 +242,7 @@ void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 	pthread_mutex_lock(&in->lock);
 	if (mask != F_OK) {
 		mode_t m = in->mode;
-		int bits = ctx->uid == in->uid ? (m >> 6) & 7
+		int bits = ctx->uid == in->uid	 ? (m >> 6) & 7
 			   : ctx->gid == in->gid ? (m >> 3) & 7
 						 : m & 7;
 		if (ctx->uid == 0) /* root: X needs some x bit, or a directory */

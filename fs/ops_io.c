@@ -125,8 +125,8 @@ void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	fuse_reply_err(req, -tier_fallocate(s->tier, fh_inode(fi), mode, (uint64_t)off,
-					    (uint64_t)len));
+	fuse_reply_err(req,
+		       -tier_fallocate(s->tier, fh_inode(fi), mode, (uint64_t)off, (uint64_t)len));
 }
 
 void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)

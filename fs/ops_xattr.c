@@ -19,8 +19,7 @@ static int is_user(const char *name)
 	return strncmp(name, "user.", 5) == 0;
 }
 
-static int vx_set(struct spw *s, struct inode *in, const char *what, const char *value,
-		  size_t size)
+static int vx_set(struct spw *s, struct inode *in, const char *what, const char *value, size_t size)
 {
 	char v[16] = {0};
 	memcpy(v, value, size < sizeof(v) - 1 ? size : sizeof(v) - 1);

@@ -27,51 +27,56 @@ struct raw_opts {
 	char *bad; /* first unknown option */
 };
 
-#define OPT(name) {#name "=%s", offsetof(struct raw_opts, name), 0}
+#define OPT(name)                                                                                  \
+	{                                                                                          \
+#name "=%s", offsetof(struct raw_opts, name), 0                                    \
+	}
 static const struct fuse_opt spw_opts[] = {
-	OPT(hot_dir),
-	OPT(hot_size),
-	OPT(chunk_size),
-	OPT(log_level),
-	OPT(nvme),
-	OPT(spill_threshold),
-	OPT(low_watermark),
-	OPT(hard_watermark),
-	OPT(min_spill_size),
-	OPT(io_workers),
-	OPT(restore),
-	OPT(write_wait),
-	OPT(gc_threshold),
-	OPT(s3),
-	OPT(s3_endpoint),
-	OPT(s3_region),
-	OPT(s3_part_size),
-	OPT(s3_credentials),
-	OPT(s3_ca_file),
-	OPT(s3_path_style),
-	OPT(nvme_threshold),
-	OPT(metrics),
-	OPT(metrics_interval),
-	{"s3_path_style", offsetof(struct raw_opts, s3_path_style_flag), 1},
-	/* seen and passed on to the kernel */
-	{"allow_other", offsetof(struct raw_opts, allow_other), 1},
-	{"default_permissions", offsetof(struct raw_opts, default_permissions), 1},
-	FUSE_OPT_KEY("allow_other", FUSE_OPT_KEY_KEEP),
-	FUSE_OPT_KEY("default_permissions", FUSE_OPT_KEY_KEEP),
-	FUSE_OPT_END,
+    OPT(hot_dir),
+    OPT(hot_size),
+    OPT(chunk_size),
+    OPT(log_level),
+    OPT(nvme),
+    OPT(spill_threshold),
+    OPT(low_watermark),
+    OPT(hard_watermark),
+    OPT(min_spill_size),
+    OPT(io_workers),
+    OPT(restore),
+    OPT(write_wait),
+    OPT(gc_threshold),
+    OPT(s3),
+    OPT(s3_endpoint),
+    OPT(s3_region),
+    OPT(s3_part_size),
+    OPT(s3_credentials),
+    OPT(s3_ca_file),
+    OPT(s3_path_style),
+    OPT(nvme_threshold),
+    OPT(metrics),
+    OPT(metrics_interval),
+    {"s3_path_style", offsetof(struct raw_opts, s3_path_style_flag), 1},
+    /* seen and passed on to the kernel */
+    {"allow_other", offsetof(struct raw_opts, allow_other), 1},
+    {"default_permissions", offsetof(struct raw_opts, default_permissions), 1},
+    FUSE_OPT_KEY("allow_other", FUSE_OPT_KEY_KEEP),
+    FUSE_OPT_KEY("default_permissions", FUSE_OPT_KEY_KEEP),
+    FUSE_OPT_END,
 };
 
 /* Options libfuse, the kernel or mount(8)/fstab understand: passed on. */
 static const char *const fuse_known[] = {
-	"allow_root", "auto_unmount", "fsname=", "subtype=", "max_read=", "ro", "rw", "suid",
-	"nosuid", "dev", "nodev", "exec", "noexec", "async", "sync", "dirsync", "atime",
-	"noatime", "nodiratime", "relatime", "norelatime", "strictatime", "nostrictatime",
-	"lazytime", "nolazytime", "debug", "max_threads=", "clone_fd", NULL,
+    "allow_root", "auto_unmount", "fsname=",	   "subtype=",	 "max_read=",
+    "ro",	  "rw",		  "suid",	   "nosuid",	 "dev",
+    "nodev",	  "exec",	  "noexec",	   "async",	 "sync",
+    "dirsync",	  "atime",	  "noatime",	   "nodiratime", "relatime",
+    "norelatime", "strictatime",  "nostrictatime", "lazytime",	 "nolazytime",
+    "debug",	  "max_threads=", "clone_fd",	   NULL,
 };
 /* fstab-only words mount.fuse3 may hand us: accepted and dropped. */
 static const char *const fstab_words[] = {
-	"defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail", "owner",
-	"x-", "comment=", NULL,
+    "defaults", "auto",	  "noauto", "user", "nouser",	"users",
+    "_netdev",	"nofail", "owner",  "x-",   "comment=", NULL,
 };
 
 static int matches(const char *arg, const char *const *list)
@@ -103,32 +108,37 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 
 void opt_help(void)
 {
-	printf("spillway options (-o name=value,...):\n"
-	       "    hot_dir=DIR            RAM tier directory (default /dev/shm/spillway-<uid>-<hash>)\n"
-	       "    hot_size=SIZE          RAM budget (default: half of hot_dir's filesystem)\n"
-	       "    chunk_size=SIZE        residency granularity, power of two 1M..64M (default 4M)\n"
-	       "    nvme=DIR[:DIR...]      cold directories for spilled segments\n"
-	       "    spill_threshold=F      start spilling above F x hot_size (default 0.75)\n"
-	       "    low_watermark=F        spill until below F x hot_size (default 0.60)\n"
-	       "    hard_watermark=F       above this, spill partial segments (default 0.95)\n"
-	       "    min_spill_size=SIZE    smallest segment when not under pressure (default 64M)\n"
-	       "    io_workers=N           parallel segment writes / restore reads, 1..256 (default 8)\n"
-	       "    restore=open|lazy      restore a cold file on open, or only chunks read (default open)\n"
-	       "    write_wait=DURATION    longest a writer waits for room before ENOSPC (default 60s)\n"
-	       "    gc_threshold=F         compact segments below F live (default 0.5)\n"
-	       "    s3=s3://BUCKET/PREFIX  S3 cold tier (alone, or below nvme)\n"
-	       "    s3_endpoint=URL        http(s)://host[:port] (default AWS for s3_region)\n"
-	       "    s3_region=REGION       signing region (default us-east-1)\n"
-	       "    s3_path_style[=0|1]    path-style URLs (MinIO, Ceph RGW, local servers)\n"
-	       "    s3_part_size=SIZE      multipart part size, 5M..5G (default 16M)\n"
-	       "    s3_credentials=FILE    AWS credentials file, mode 0600 (default: AWS_* env)\n"
-	       "    s3_ca_file=FILE        CA bundle for a private TLS endpoint\n"
-	       "    nvme_threshold=F       with nvme and s3: demote segments above F full (0.90)\n"
-	       "    metrics=FILE           Prometheus text file, rewritten atomically\n"
-	       "    metrics_interval=DUR   how often (default 5s)\n"
-	       "    log_level=LEVEL        error, warn, info, debug (default info)\n"
-	       "Sizes take K/M/G/T suffixes (powers of 1024); durations ms/s/m/h.\n"
-	       "allow_other requires default_permissions.\n");
+	printf(
+	    "spillway options (-o name=value,...):\n"
+	    "    hot_dir=DIR            RAM tier directory (default "
+	    "/dev/shm/spillway-<uid>-<hash>)\n"
+	    "    hot_size=SIZE          RAM budget (default: half of hot_dir's filesystem)\n"
+	    "    chunk_size=SIZE        residency granularity, power of two 1M..64M (default 4M)\n"
+	    "    nvme=DIR[:DIR...]      cold directories for spilled segments\n"
+	    "    spill_threshold=F      start spilling above F x hot_size (default 0.75)\n"
+	    "    low_watermark=F        spill until below F x hot_size (default 0.60)\n"
+	    "    hard_watermark=F       above this, spill partial segments (default 0.95)\n"
+	    "    min_spill_size=SIZE    smallest segment when not under pressure (default 64M)\n"
+	    "    io_workers=N           parallel segment writes / restore reads, 1..256 (default "
+	    "8)\n"
+	    "    restore=open|lazy      restore a cold file on open, or only chunks read (default "
+	    "open)\n"
+	    "    write_wait=DURATION    longest a writer waits for room before ENOSPC (default "
+	    "60s)\n"
+	    "    gc_threshold=F         compact segments below F live (default 0.5)\n"
+	    "    s3=s3://BUCKET/PREFIX  S3 cold tier (alone, or below nvme)\n"
+	    "    s3_endpoint=URL        http(s)://host[:port] (default AWS for s3_region)\n"
+	    "    s3_region=REGION       signing region (default us-east-1)\n"
+	    "    s3_path_style[=0|1]    path-style URLs (MinIO, Ceph RGW, local servers)\n"
+	    "    s3_part_size=SIZE      multipart part size, 5M..5G (default 16M)\n"
+	    "    s3_credentials=FILE    AWS credentials file, mode 0600 (default: AWS_* env)\n"
+	    "    s3_ca_file=FILE        CA bundle for a private TLS endpoint\n"
+	    "    nvme_threshold=F       with nvme and s3: demote segments above F full (0.90)\n"
+	    "    metrics=FILE           Prometheus text file, rewritten atomically\n"
+	    "    metrics_interval=DUR   how often (default 5s)\n"
+	    "    log_level=LEVEL        error, warn, info, debug (default info)\n"
+	    "Sizes take K/M/G/T suffixes (powers of 1024); durations ms/s/m/h.\n"
+	    "allow_other requires default_permissions.\n");
 }
 
 #define FAIL(...)                                                                                  \
@@ -137,8 +147,7 @@ void opt_help(void)
 		goto fail;                                                                         \
 	} while (0)
 
-static int parse_size_opt(const char *name, const char *v, uint64_t *out, char *err,
-			  size_t errlen)
+static int parse_size_opt(const char *name, const char *v, uint64_t *out, char *err, size_t errlen)
 {
 	if (size_parse(v, out) < 0) {
 		snprintf(err, errlen,
@@ -153,9 +162,10 @@ static int parse_size_opt(const char *name, const char *v, uint64_t *out, char *
 static int parse_frac_opt(const char *name, const char *v, double *out, char *err, size_t errlen)
 {
 	if (fraction_parse(v, out) < 0 || *out <= 0) {
-		snprintf(err, errlen,
-			 "option '%s': invalid value '%s': expected a fraction above 0 and at most 1",
-			 name, v);
+		snprintf(
+		    err, errlen,
+		    "option '%s': invalid value '%s': expected a fraction above 0 and at most 1",
+		    name, v);
 		return -1;
 	}
 	return 0;
@@ -198,18 +208,22 @@ static int check_nvme(const char *list, const char *hot_dir, const char *mnt, ch
 		struct stat st;
 		n++;
 		if (d[0] != '/')
-			FAIL("option 'nvme': invalid value '%s': '%s' is not an absolute path", list, d);
+			FAIL("option 'nvme': invalid value '%s': '%s' is not an absolute path",
+			     list, d);
 		if (stat(d, &st) < 0)
-			FAIL("option 'nvme': invalid value '%s': '%s': %s", list, d, strerror(errno));
+			FAIL("option 'nvme': invalid value '%s': '%s': %s", list, d,
+			     strerror(errno));
 		if (!S_ISDIR(st.st_mode))
 			FAIL("option 'nvme': invalid value '%s': '%s' is not a directory", list, d);
 		if (!realpath(d, real))
-			FAIL("option 'nvme': invalid value '%s': '%s': %s", list, d, strerror(errno));
+			FAIL("option 'nvme': invalid value '%s': '%s': %s", list, d,
+			     strerror(errno));
 		if (strcmp(real, hot_dir) == 0)
-			FAIL("option 'nvme': invalid value '%s': '%s' is the hot_dir itself", list, d);
-		if (strcmp(real, mnt) == 0)
-			FAIL("option 'nvme': invalid value '%s': '%s' is the mountpoint itself", list,
+			FAIL("option 'nvme': invalid value '%s': '%s' is the hot_dir itself", list,
 			     d);
+		if (strcmp(real, mnt) == 0)
+			FAIL("option 'nvme': invalid value '%s': '%s' is the mountpoint itself",
+			     list, d);
 		if (access(real, W_OK) < 0)
 			FAIL("option 'nvme': invalid value '%s': '%s' is not writable", list, d);
 	}
@@ -322,8 +336,7 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 			if (cfg->hot_size < cfg->chunk_size * 2)
 				FAIL("option 'hot_size': invalid value '%s': must be at least two "
 				     "chunks (%lluM)",
-				     raw.hot_size,
-				     (unsigned long long)(cfg->chunk_size * 2 >> 20));
+				     raw.hot_size, (unsigned long long)(cfg->chunk_size * 2 >> 20));
 			if (cfg->hot_size > fs_size)
 				FAIL("option 'hot_size': invalid value '%s': larger than hot_dir's "
 				     "filesystem (%lluM)",
@@ -333,23 +346,24 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 		}
 	}
 
-	if (raw.spill_threshold &&
-	    parse_frac_opt("spill_threshold", raw.spill_threshold, &cfg->spill_threshold, err,
-			   errlen))
+	if (raw.spill_threshold && parse_frac_opt("spill_threshold", raw.spill_threshold,
+						  &cfg->spill_threshold, err, errlen))
 		goto fail;
 	if (raw.low_watermark &&
 	    parse_frac_opt("low_watermark", raw.low_watermark, &cfg->low_watermark, err, errlen))
 		goto fail;
-	if (raw.hard_watermark && parse_frac_opt("hard_watermark", raw.hard_watermark,
-						 &cfg->hard_watermark, err, errlen))
+	if (raw.hard_watermark &&
+	    parse_frac_opt("hard_watermark", raw.hard_watermark, &cfg->hard_watermark, err, errlen))
 		goto fail;
 	if (cfg->low_watermark >= cfg->spill_threshold)
-		FAIL("option 'low_watermark': invalid value '%g': must be below spill_threshold (%g)",
+		FAIL("option 'low_watermark': invalid value '%g': must be below spill_threshold "
+		     "(%g)",
 		     cfg->low_watermark, cfg->spill_threshold);
 	if (cfg->hard_watermark < cfg->spill_threshold)
-		FAIL("option 'hard_watermark': invalid value '%g': must be at least spill_threshold "
-		     "(%g)",
-		     cfg->hard_watermark, cfg->spill_threshold);
+		FAIL(
+		    "option 'hard_watermark': invalid value '%g': must be at least spill_threshold "
+		    "(%g)",
+		    cfg->hard_watermark, cfg->spill_threshold);
 	if (raw.gc_threshold &&
 	    parse_frac_opt("gc_threshold", raw.gc_threshold, &cfg->gc_threshold, err, errlen))
 		goto fail;
@@ -389,8 +403,8 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 			goto fail;
 		cfg->nvme = strdup(raw.nvme);
 	}
-	if (raw.nvme_threshold && parse_frac_opt("nvme_threshold", raw.nvme_threshold,
-						 &cfg->nvme_threshold, err, errlen))
+	if (raw.nvme_threshold &&
+	    parse_frac_opt("nvme_threshold", raw.nvme_threshold, &cfg->nvme_threshold, err, errlen))
 		goto fail;
 	if (raw.s3) {
 		char *bucket = NULL, *prefix = NULL, why[256];
@@ -401,10 +415,12 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 		cfg->s3 = strdup(raw.s3);
 	}
 	if (raw.s3_endpoint) {
-		if (strncmp(raw.s3_endpoint, "http://", 7) && strncmp(raw.s3_endpoint, "https://", 8))
-			FAIL("option 's3_endpoint': invalid value '%s': expected http://HOST[:PORT] "
-			     "or https://HOST[:PORT]",
-			     raw.s3_endpoint);
+		if (strncmp(raw.s3_endpoint, "http://", 7) &&
+		    strncmp(raw.s3_endpoint, "https://", 8))
+			FAIL(
+			    "option 's3_endpoint': invalid value '%s': expected http://HOST[:PORT] "
+			    "or https://HOST[:PORT]",
+			    raw.s3_endpoint);
 		cfg->s3_endpoint = strdup(raw.s3_endpoint);
 	}
 	if (raw.s3_region) {
@@ -431,16 +447,18 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 			goto fail;
 		if (cfg->s3_part_size < S3_MIN_PART_SIZE || cfg->s3_part_size > S3_MAX_PART_SIZE ||
 		    cfg->s3_part_size % 4096)
-			FAIL("option 's3_part_size': invalid value '%s': must be between 5M and 5G, "
-			     "a multiple of 4K",
-			     raw.s3_part_size);
+			FAIL(
+			    "option 's3_part_size': invalid value '%s': must be between 5M and 5G, "
+			    "a multiple of 4K",
+			    raw.s3_part_size);
 	}
 	if (raw.s3_credentials) {
 		struct s3_creds cr;
 		char why[512];
 		if (raw.s3_credentials[0] != '/')
-			FAIL("option 's3_credentials': invalid value '%s': must be an absolute path",
-			     raw.s3_credentials);
+			FAIL(
+			    "option 's3_credentials': invalid value '%s': must be an absolute path",
+			    raw.s3_credentials);
 		if (s3_credentials_load(raw.s3_credentials, &cr, why, sizeof(why)) < 0)
 			FAIL("option 's3_credentials': '%s': %s", raw.s3_credentials, why);
 		s3_credentials_free(&cr);
@@ -468,11 +486,12 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	if (raw.metrics_interval &&
 	    (duration_parse_ms(raw.metrics_interval, &cfg->metrics_interval_ms) < 0 ||
 	     cfg->metrics_interval_ms < 100 || cfg->metrics_interval_ms > 3600000))
-		FAIL("option 'metrics_interval': invalid value '%s': expected a duration from 100ms "
-		     "to 1h",
-		     raw.metrics_interval);
-	if (!cfg->s3 && (raw.s3_endpoint || raw.s3_region || raw.s3_part_size || raw.s3_credentials ||
-			 raw.s3_ca_file))
+		FAIL(
+		    "option 'metrics_interval': invalid value '%s': expected a duration from 100ms "
+		    "to 1h",
+		    raw.metrics_interval);
+	if (!cfg->s3 && (raw.s3_endpoint || raw.s3_region || raw.s3_part_size ||
+			 raw.s3_credentials || raw.s3_ca_file))
 		FAIL("option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
 	ret = 0;
 fail:

@@ -33,7 +33,7 @@ struct dirent_node {
 
 struct idx_dir {
 	struct dirent_node **ents; /* ordered by cookie; NULL = removed */
-	uint64_t *cookies;         /* cookies[i]: cookie of slot i, kept for NULL slots */
+	uint64_t *cookies;	   /* cookies[i]: cookie of slot i, kept for NULL slots */
 	uint64_t n, cap, live;
 	uint64_t next_cookie;
 };
@@ -41,13 +41,13 @@ struct idx_dir {
 struct index {
 	pthread_mutex_t lock;
 	uint64_t chunk_size;
-	uint64_t next_ino;       /* protected by lock */
-	uint64_t tick;           /* atomic */
-	struct inode **itab;     /* protected by lock */
+	uint64_t next_ino;   /* protected by lock */
+	uint64_t tick;	     /* atomic */
+	struct inode **itab; /* protected by lock */
 	uint64_t itab_size, ninodes, nfiles;
 	struct dirent_node **dtab; /* protected by lock */
 	uint64_t dtab_size, ndents;
-	struct inode all;        /* list head of live inodes */
+	struct inode all; /* list head of live inodes */
 	idx_release_fn release;
 	void *release_arg;
 };
@@ -525,8 +525,8 @@ static struct inode *dir_of(struct index *idx, uint64_t ino, int *err)
 	return NULL;
 }
 
-int idx_create(struct index *idx, uint64_t parent, const char *name,
-	       const struct idx_new_node *nn, struct inode **out)
+int idx_create(struct index *idx, uint64_t parent, const char *name, const struct idx_new_node *nn,
+	       struct inode **out)
 {
 	struct inode *p, *in;
 	int ret = 0;

@@ -23,21 +23,21 @@
 enum chunk_state {
 	CHUNK_ABSENT = 0, /* never written: a hole, no copy anywhere */
 	CHUNK_HOT_DIRTY,  /* RAM copy only, or cold copy stale */
-	CHUNK_SPILLING,   /* RAM copy; being written into a segment */
+	CHUNK_SPILLING,	  /* RAM copy; being written into a segment */
 	CHUNK_HOT_CLEAN,  /* RAM copy and valid cold copy */
-	CHUNK_COLD,       /* cold copy only; hole punched in the hot file */
+	CHUNK_COLD,	  /* cold copy only; hole punched in the hot file */
 	CHUNK_RESTORING,  /* cold copy being read back into RAM */
 };
 
 /* One chunk of a regular file. Protected by its inode's lock. */
 struct chunk {
-	uint8_t state;    /* enum chunk_state */
-	uint8_t queued;   /* restore queued/in flight */
-	uint16_t pins;    /* reads/writes in flight on this chunk: not evictable */
-	uint32_t gen;     /* bumped by every write/punch of the chunk */
-	uint64_t atime;   /* index tick of the last access (LRU) */
+	uint8_t state;	/* enum chunk_state */
+	uint8_t queued; /* restore queued/in flight */
+	uint16_t pins;	/* reads/writes in flight on this chunk: not evictable */
+	uint32_t gen;	/* bumped by every write/punch of the chunk */
+	uint64_t atime; /* index tick of the last access (LRU) */
 	/* cold location, valid in HOT_CLEAN, COLD, RESTORING (and SPILLING's old copy) */
-	uint64_t seg_id;  /* 0 = none */
+	uint64_t seg_id; /* 0 = none */
 	uint64_t seg_off;
 	uint32_t seg_len;
 	uint32_t seg_crc;
@@ -55,32 +55,32 @@ struct xattr {
 struct idx_dir;
 
 struct inode {
-	uint64_t ino;           /* immutable */
-	pthread_mutex_t lock;   /* guards everything below unless noted */
-	pthread_cond_t cond;    /* signalled when a chunk leaves RESTORING/SPILLING */
+	uint64_t ino;	      /* immutable */
+	pthread_mutex_t lock; /* guards everything below unless noted */
+	pthread_cond_t cond;  /* signalled when a chunk leaves RESTORING/SPILLING */
 	mode_t mode;
 	uid_t uid;
 	gid_t gid;
-	uint32_t nlink;         /* changed under index lock + inode lock */
+	uint32_t nlink; /* changed under index lock + inode lock */
 	dev_t rdev;
 	uint64_t size;
 	struct timespec atime, mtime, ctime;
-	char *symlink;          /* immutable after creation */
+	char *symlink; /* immutable after creation */
 	struct xattr *xattrs;
 	/* regular files: the chunk map; chunks past nchunks are ABSENT */
 	struct chunk *chunks;
 	uint64_t nchunks;
 	/* hot tier state, owned by tier/hot.c */
-	int hot_fd;             /* -1 when closed */
-	uint32_t hot_users;     /* opens + internal users of hot_fd */
-	uint64_t hot_bytes;     /* allocated bytes of the hot file, last accounted */
+	int hot_fd;	    /* -1 when closed */
+	uint32_t hot_users; /* opens + internal users of hot_fd */
+	uint64_t hot_bytes; /* allocated bytes of the hot file, last accounted */
 	uint32_t open_count;
-	uint8_t pinned;         /* user.spillway.pin */
+	uint8_t pinned; /* user.spillway.pin */
 	/* namespace bookkeeping, guarded by the index lock */
-	uint64_t nlookup;       /* kernel references */
-	uint64_t refs;          /* internal references (idx_get/idx_put) */
-	struct idx_dir *dir;    /* directories only */
-	uint64_t parent;        /* directories only: ino of '..' */
+	uint64_t nlookup;    /* kernel references */
+	uint64_t refs;	     /* internal references (idx_get/idx_put) */
+	struct idx_dir *dir; /* directories only */
+	uint64_t parent;     /* directories only: ino of '..' */
 	struct inode *hash_next;
 	struct inode *all_prev, *all_next; /* list of all live inodes */
 };
@@ -118,8 +118,8 @@ struct idx_new_node {
 };
 /* Create a node (file, dir, fifo, symlink, ...) named `name` in `parent`.
  * *out gets an internal ref and one kernel lookup ref. */
-int idx_create(struct index *idx, uint64_t parent, const char *name,
-	       const struct idx_new_node *nn, struct inode **out);
+int idx_create(struct index *idx, uint64_t parent, const char *name, const struct idx_new_node *nn,
+	       struct inode **out);
 int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *newname,
 	     struct inode **out);
 int idx_unlink(struct index *idx, uint64_t parent, const char *name);

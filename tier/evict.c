@@ -28,6 +28,7 @@
  */
 #include "tier/tier_i.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "tier/segment.h"
 #include "tier/store.h"
@@ -56,13 +57,6 @@ struct cand_set {
 	int oom;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- segment table ---- */
 
 uint64_t seg_alloc_id(struct tier *t)
@@ -89,8 +83,8 @@ void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint6
 		t->segs = ns;
 		t->nsegs_cap = ncap;
 	}
-	t->segs[id] = (struct seg_info){.len = len, .live = payload, .payload = payload, .dev = dev,
-					.atime = idx_tick(t->idx)};
+	t->segs[id] = (struct seg_info){
+	    .len = len, .live = payload, .payload = payload, .dev = dev, .atime = idx_tick(t->idx)};
 	t->seg_count++;
 	t->seg_bytes += len;
 	t->seg_live += payload;
@@ -109,6 +103,16 @@ int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev)
 	}
 	pthread_mutex_unlock(&t->seg_lock);
 	return ret;
+}
+
+void seg_tier_bytes(struct tier *t, uint64_t out[2])
+{
+	out[0] = out[1] = 0;
+	pthread_mutex_lock(&t->seg_lock);
+	for (uint64_t id = 1; id < t->nsegs_cap; id++)
+		if (t->segs[id].len)
+			out[t->segs[id].store] += t->segs[id].len;
+	pthread_mutex_unlock(&t->seg_lock);
 }
 
 void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes)
@@ -166,8 +170,8 @@ static int collect_one(void *arg, struct inode *in)
 			if (ch->pins || len == 0 ||
 			    (ch->state != CHUNK_HOT_CLEAN && ch->state != CHUNK_HOT_DIRTY))
 				continue;
-			struct cand cd = {.in = in, .c = c, .atime = ch->atime, .len = len,
-					  .state = ch->state};
+			struct cand cd = {
+			    .in = in, .c = c, .atime = ch->atime, .len = len, .state = ch->state};
 			if (cand_push(cs, &cd) < 0) {
 				cs->oom = 1;
 				break;
@@ -268,7 +272,7 @@ struct spill_job {
 	struct tier *t;
 	struct cand *v; /* sorted by location */
 	size_t n;
-	int drop;  /* punch the chunks once durable */
+	int drop; /* punch the chunks once durable */
 	int ret;
 	pthread_t th;
 };
@@ -286,7 +290,7 @@ static void *spill_segment(void *arg)
 	struct seg_writer *w = NULL;
 	struct spilled *done = calloc(job->n ? job->n : 1, sizeof(*done));
 	uint64_t id = seg_alloc_id(t), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
-		 payload = 0, t0 = now_ns();
+		 payload = 0, t0 = clock_now_ns();
 	size_t nd = 0;
 	uint32_t dev = 0;
 	int ret;
@@ -296,8 +300,8 @@ static void *spill_segment(void *arg)
 		return NULL;
 	}
 	for (size_t i = 0; i < job->n; i++)
-		size_hint += (job->v[i].len + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN +
-			     SEG_ENTRY_SIZE;
+		size_hint +=
+		    (job->v[i].len + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN + SEG_ENTRY_SIZE;
 	ret = seg_writer_new(t->store, t->uuid, id, size_hint, &w);
 	if (ret < 0)
 		goto out;
@@ -357,8 +361,8 @@ static void *spill_segment(void *arg)
 	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.chunks_spilled, nd, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&t->st.spill_ns, now_ns() - t0, __ATOMIC_RELAXED);
-	hist_observe(&t->st.h_spill, now_ns() - t0);
+	__atomic_add_fetch(&t->st.spill_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
+	hist_observe(&t->st.h_spill, clock_now_ns() - t0);
 	/* durable: record locations; punch what is still unchanged */
 	for (size_t i = 0; i < nd; i++) {
 		struct inode *in = done[i].in;
@@ -434,8 +438,8 @@ static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_by
 			rest += v[k].len;
 		if (rest && rest < seg_bytes / 2)
 			end = n;
-		jobs[njobs++] = (struct spill_job){.t = t, .v = v + start, .n = end - start,
-						   .drop = drop};
+		jobs[njobs++] =
+		    (struct spill_job){.t = t, .v = v + start, .n = end - start, .drop = drop};
 		start = end;
 	}
 	for (size_t i = 0; i < njobs; i += par) {
@@ -710,7 +714,8 @@ static void gc_round(struct tier *t)
 			}
 			s->gc_busy = 1;
 			dead[ndead++] = id;
-		} else if (!compact && (double)s->live < t->cfg->gc_threshold * (double)s->payload) {
+		} else if (!compact &&
+			   (double)s->live < t->cfg->gc_threshold * (double)s->payload) {
 			s->gc_busy = 1;
 			compact = id;
 		}
@@ -790,8 +795,7 @@ static void demote_round(struct tier *t)
 {
 	if (!t->s3 || nvme_fill(t) <= t->cfg->nvme_threshold)
 		return;
-	for (int guard = 0; guard < 1024 && nvme_fill(t) > t->cfg->nvme_threshold - 0.05;
-	     guard++) {
+	for (int guard = 0; guard < 1024 && nvme_fill(t) > t->cfg->nvme_threshold - 0.05; guard++) {
 		uint64_t pick = 0, best = UINT64_MAX;
 		pthread_mutex_lock(&t->seg_lock);
 		for (uint64_t id = 1; id < t->next_seg && id < t->nsegs_cap; id++) {
@@ -824,13 +828,7 @@ static void *evictor(void *arg)
 	while (!t->stopping) {
 		int busy = usage(t) > threshold || t->writers_waiting > 0;
 		if (!busy) {
-			struct timespec dl;
-			clock_gettime(CLOCK_REALTIME, &dl);
-			dl.tv_nsec += 200 * 1000000L;
-			if (dl.tv_nsec >= 1000000000L) {
-				dl.tv_sec++;
-				dl.tv_nsec -= 1000000000L;
-			}
+			struct timespec dl = clock_deadline_ms(200);
 			pthread_cond_timedwait(&t->wake, &t->lock, &dl);
 		}
 		if (t->stopping)
@@ -845,13 +843,7 @@ static void *evictor(void *arg)
 		pthread_mutex_lock(&t->lock);
 		if (busy && !progress && !t->stopping) {
 			/* nothing evictable right now (or the cold tier failed): back off */
-			struct timespec dl;
-			clock_gettime(CLOCK_REALTIME, &dl);
-			dl.tv_nsec += (t->cold_full ? 500 : 50) * 1000000L;
-			if (dl.tv_nsec >= 1000000000L) {
-				dl.tv_sec++;
-				dl.tv_nsec -= 1000000000L;
-			}
+			struct timespec dl = clock_deadline_ms(t->cold_full ? 500 : 50);
 			pthread_cond_timedwait(&t->wake, &t->lock, &dl);
 		}
 	}

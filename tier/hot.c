@@ -20,9 +20,9 @@ struct hot {
 	char *dir;
 	int dirfd;
 	int lockfd;
-	int locked;        /* this instance holds the lock: it may clean up */
+	int locked; /* this instance holds the lock: it may clean up */
 	uint64_t limit;
-	uint64_t used;     /* atomic: bytes allocated by hot files */
+	uint64_t used;	   /* atomic: bytes allocated by hot files */
 	uint64_t reserved; /* atomic: bytes promised to writes in flight */
 };
 
@@ -54,7 +54,8 @@ static int clean_dir(struct hot *hot, const char **why)
 		    !strcmp(de->d_name, ".lock"))
 			continue;
 		if (!is_hot_name(de->d_name)) {
-			*why = "it holds files that are not spillway's (use an empty or new directory)";
+			*why = "it holds files that are not spillway's (use an empty or new "
+			       "directory)";
 			ret = -ENOTEMPTY;
 			break;
 		}

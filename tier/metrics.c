@@ -8,6 +8,7 @@
  */
 #include "tier/tier_i.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "tier/store.h"
 
@@ -88,12 +89,8 @@ void metrics_write(struct tier *t, FILE *f)
 	struct unevictable u = {0};
 	uint64_t segs, seg_bytes, seg_live;
 
-	uint64_t tier_bytes[2] = {0, 0};
-	pthread_mutex_lock(&t->seg_lock);
-	for (uint64_t id = 1; id < t->nsegs_cap; id++)
-		if (t->segs[id].len)
-			tier_bytes[t->segs[id].store] += t->segs[id].len;
-	pthread_mutex_unlock(&t->seg_lock);
+	uint64_t tier_bytes[2];
+	seg_tier_bytes(t, tier_bytes);
 	fprintf(f, "# HELP spillway_tier_used_bytes Bytes spillway holds in each tier.\n"
 		   "# TYPE spillway_tier_used_bytes gauge\n");
 	fprintf(f, "spillway_tier_used_bytes{tier=\"hot\"} %llu\n",
@@ -238,13 +235,7 @@ static void *metrics_thread(void *arg)
 		if ((ret = write_file(t)) < 0)
 			log_warn("metrics: cannot write %s: %s", t->cfg->metrics, strerror(-ret));
 		pthread_mutex_lock(&t->mlock);
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += t->cfg->metrics_interval_ms / 1000;
-		dl.tv_nsec += (long)(t->cfg->metrics_interval_ms % 1000) * 1000000L;
-		if (dl.tv_nsec >= 1000000000L) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000L;
-		}
+		dl = clock_deadline_ms(t->cfg->metrics_interval_ms);
 		while (!t->mstop && pthread_cond_timedwait(&t->mcond, &t->mlock, &dl) == 0)
 			;
 	}

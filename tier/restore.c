@@ -15,6 +15,7 @@
  */
 #include "tier/tier_i.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/uring.h"
 #include "tier/segment.h"
@@ -31,19 +32,16 @@ struct restore_job {
 	uint64_t c;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 {
 	struct chunk *ch = &in->chunks[c];
-	struct seg_entry e = {.ino = in->ino, .chunk = c, .gen = ch->seg_gen, .off = ch->seg_off,
-			      .len = ch->seg_len, .crc = ch->seg_crc};
-	uint64_t seg = ch->seg_id, off = c * t->chunk_size, t0 = now_ns();
+	struct seg_entry e = {.ino = in->ino,
+			      .chunk = c,
+			      .gen = ch->seg_gen,
+			      .off = ch->seg_off,
+			      .len = ch->seg_len,
+			      .crc = ch->seg_crc};
+	uint64_t seg = ch->seg_id, off = c * t->chunk_size, t0 = clock_now_ns();
 	uint32_t dev = ch->seg_dev;
 	int64_t reserved = 0;
 	void *buf = NULL;
@@ -92,14 +90,14 @@ out:
 		ch->atime = idx_tick(t->idx);
 		__atomic_add_fetch(&t->st.bytes_restored, e.len, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&t->st.restore_ns, now_ns() - t0, __ATOMIC_RELAXED);
-		hist_observe(&t->st.h_restore, now_ns() - t0);
+		__atomic_add_fetch(&t->st.restore_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
+		hist_observe(&t->st.h_restore, clock_now_ns() - t0);
 	} else {
 		ch->state = CHUNK_COLD;
 		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
-			(unsigned long long)in->ino, (unsigned long long)c,
-			(unsigned long long)seg, strerror(-ret));
+			(unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)seg,
+			strerror(-ret));
 	}
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);

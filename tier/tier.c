@@ -12,6 +12,7 @@
  */
 #include "tier/tier_i.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "tier/store.h"
 #include "tier/store_s3.h"
@@ -91,13 +92,13 @@ static int open_s3(struct tier *t, struct store **out, char *err, size_t errlen)
 	const char *base = t->cfg->s3;
 	size_t bl = strlen(base);
 	struct s3_config sc = {
-		.endpoint = t->cfg->s3_endpoint,
-		.region = t->cfg->s3_region,
-		.path_style = t->cfg->s3_path_style,
-		.part_size = t->cfg->s3_part_size,
-		.io_workers = t->cfg->io_workers,
-		.credentials_file = t->cfg->s3_credentials,
-		.ca_file = t->cfg->s3_ca_file,
+	    .endpoint = t->cfg->s3_endpoint,
+	    .region = t->cfg->s3_region,
+	    .path_style = t->cfg->s3_path_style,
+	    .part_size = t->cfg->s3_part_size,
+	    .io_workers = t->cfg->io_workers,
+	    .credentials_file = t->cfg->s3_credentials,
+	    .ca_file = t->cfg->s3_ca_file,
 	};
 	int ret;
 
@@ -345,16 +346,9 @@ int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len)
 
 	if (r >= 0 || !t->store)
 		goto out;
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += t->cfg->write_wait_ms / 1000;
-	deadline.tv_nsec += (t->cfg->write_wait_ms % 1000) * 1000000;
-	if (deadline.tv_nsec >= 1000000000) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000;
-	}
+	deadline = clock_deadline_ms(t->cfg->write_wait_ms);
 	__atomic_add_fetch(&t->st.write_waits, 1, __ATOMIC_RELAXED);
-	struct timespec w0, w1;
-	clock_gettime(CLOCK_MONOTONIC, &w0);
+	uint64_t w0 = clock_now_ns();
 	pthread_mutex_lock(&t->lock);
 	t->writers_waiting++;
 	while ((r = hot_try_reserve(t->hot, fd, off, len)) < 0 && !t->stopping) {
@@ -366,9 +360,7 @@ int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len)
 	}
 	t->writers_waiting--;
 	pthread_mutex_unlock(&t->lock);
-	clock_gettime(CLOCK_MONOTONIC, &w1);
-	hist_observe(&t->st.h_wait, (uint64_t)((w1.tv_sec - w0.tv_sec) * 1000000000LL +
-					       (w1.tv_nsec - w0.tv_nsec)));
+	hist_observe(&t->st.h_wait, clock_now_ns() - w0);
 out:
 	if (r < 0)
 		__atomic_add_fetch(&t->st.enospc, 1, __ATOMIC_RELAXED);
@@ -386,8 +378,7 @@ static void unclaim_locked(struct inode *in, struct tier_io *io)
 	io->claimed = 0;
 }
 
-int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
-		     struct tier_io *io)
+int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io)
 {
 	int ret = 0;
 	int64_t r;
@@ -613,7 +604,8 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 			ch->gen++;
 		} else if (replaces || ch->state == CHUNK_COLD) {
 			mark_dirty_locked(t, in, c, c);
-		} else if (ch->state == CHUNK_ABSENT && (cs < in->size || !(mode & FALLOC_FL_KEEP_SIZE))) {
+		} else if (ch->state == CHUNK_ABSENT &&
+			   (cs < in->size || !(mode & FALLOC_FL_KEEP_SIZE))) {
 			mark_dirty_locked(t, in, c, c); /* allocated zeros are data now */
 		}
 	}
@@ -698,14 +690,14 @@ int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
 	}
 	pinned = in->pinned;
 	pthread_mutex_unlock(&in->lock);
-	return snprintf(buf, len,
-			"hot=%llu dirty=%llu cold=%llu restoring=%llu spilling=%llu pinned=%d "
-			"segments=%llu",
-			(unsigned long long)(n[CHUNK_HOT_DIRTY] + n[CHUNK_HOT_CLEAN] +
-					     n[CHUNK_SPILLING]),
-			(unsigned long long)n[CHUNK_HOT_DIRTY], (unsigned long long)n[CHUNK_COLD],
-			(unsigned long long)n[CHUNK_RESTORING], (unsigned long long)n[CHUNK_SPILLING],
-			pinned, (unsigned long long)segs);
+	return snprintf(
+	    buf, len,
+	    "hot=%llu dirty=%llu cold=%llu restoring=%llu spilling=%llu pinned=%d "
+	    "segments=%llu",
+	    (unsigned long long)(n[CHUNK_HOT_DIRTY] + n[CHUNK_HOT_CLEAN] + n[CHUNK_SPILLING]),
+	    (unsigned long long)n[CHUNK_HOT_DIRTY], (unsigned long long)n[CHUNK_COLD],
+	    (unsigned long long)n[CHUNK_RESTORING], (unsigned long long)n[CHUNK_SPILLING], pinned,
+	    (unsigned long long)segs);
 }
 
 int tier_pin(struct tier *t, struct inode *in, int on)
@@ -753,12 +745,8 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	waiting = t->writers_waiting;
 	cold_full = t->cold_full;
 	pthread_mutex_unlock(&t->lock);
-	uint64_t tier_bytes[2] = {0, 0};
-	pthread_mutex_lock(&t->seg_lock);
-	for (uint64_t id = 1; id < t->nsegs_cap; id++)
-		if (t->segs[id].len)
-			tier_bytes[t->segs[id].store] += t->segs[id].len;
-	pthread_mutex_unlock(&t->seg_lock);
+	uint64_t tier_bytes[2];
+	seg_tier_bytes(t, tier_bytes);
 	if (t->store) {
 		ndev = store_stat(t->store, devs, 16);
 		if (ndev > 16)
@@ -769,33 +757,31 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 		ndev += n < 16 - ndev ? n : 16 - ndev;
 	}
 	double spill_s = LD(t->st.spill_ns) / 1e9, rest_s = LD(t->st.restore_ns) / 1e9;
-	pos = snprintf(buf, len,
-		       "{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu},"
-		       "\"inodes\":%llu,\"files\":%llu,"
-		       "\"segments\":{\"count\":%llu,\"bytes\":%llu,\"live_bytes\":%llu,"
-		       "\"live_ratio\":%.3f,\"written\":%llu,\"deleted\":%llu,"
-		       "\"compacted\":%llu,\"demoted\":%llu},"
-		       "\"tiers\":{\"nvme\":%llu,\"s3\":%llu},"
-		       "\"spilled\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
-		       "\"restored\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
-		       "\"writers_waiting\":%u,\"write_waits\":%llu,\"enospc\":%llu,"
-		       "\"cold_full\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},\"cold\":[",
-		       (unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
-		       (unsigned long long)hot_reserved(t->hot), (unsigned long long)inodes,
-		       (unsigned long long)files, (unsigned long long)segs,
-		       (unsigned long long)seg_bytes, (unsigned long long)seg_live,
-		       seg_bytes ? (double)seg_live / (double)seg_bytes : 1.0,
-		       LD(t->st.segments_written), LD(t->st.segments_deleted),
-		       LD(t->st.segments_compacted), LD(t->st.segments_demoted),
-		       (unsigned long long)(t->cfg->nvme ? tier_bytes[0] : 0),
-		       (unsigned long long)(t->cfg->nvme ? tier_bytes[1] : tier_bytes[0]),
-		       LD(t->st.bytes_spilled),
-		       LD(t->st.chunks_spilled),
-		       spill_s > 0 ? LD(t->st.bytes_spilled) / 1048576.0 / spill_s : 0.0,
-		       LD(t->st.bytes_restored), LD(t->st.chunks_restored),
-		       rest_s > 0 ? LD(t->st.bytes_restored) / 1048576.0 / rest_s : 0.0, waiting,
-		       LD(t->st.write_waits), LD(t->st.enospc), cold_full, LD(t->st.errors_io),
-		       LD(t->st.errors_crc));
+	pos = snprintf(
+	    buf, len,
+	    "{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu},"
+	    "\"inodes\":%llu,\"files\":%llu,"
+	    "\"segments\":{\"count\":%llu,\"bytes\":%llu,\"live_bytes\":%llu,"
+	    "\"live_ratio\":%.3f,\"written\":%llu,\"deleted\":%llu,"
+	    "\"compacted\":%llu,\"demoted\":%llu},"
+	    "\"tiers\":{\"nvme\":%llu,\"s3\":%llu},"
+	    "\"spilled\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
+	    "\"restored\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
+	    "\"writers_waiting\":%u,\"write_waits\":%llu,\"enospc\":%llu,"
+	    "\"cold_full\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},\"cold\":[",
+	    (unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
+	    (unsigned long long)hot_reserved(t->hot), (unsigned long long)inodes,
+	    (unsigned long long)files, (unsigned long long)segs, (unsigned long long)seg_bytes,
+	    (unsigned long long)seg_live, seg_bytes ? (double)seg_live / (double)seg_bytes : 1.0,
+	    LD(t->st.segments_written), LD(t->st.segments_deleted), LD(t->st.segments_compacted),
+	    LD(t->st.segments_demoted), (unsigned long long)(t->cfg->nvme ? tier_bytes[0] : 0),
+	    (unsigned long long)(t->cfg->nvme ? tier_bytes[1] : tier_bytes[0]),
+	    LD(t->st.bytes_spilled), LD(t->st.chunks_spilled),
+	    spill_s > 0 ? LD(t->st.bytes_spilled) / 1048576.0 / spill_s : 0.0,
+	    LD(t->st.bytes_restored), LD(t->st.chunks_restored),
+	    rest_s > 0 ? LD(t->st.bytes_restored) / 1048576.0 / rest_s : 0.0, waiting,
+	    LD(t->st.write_waits), LD(t->st.enospc), cold_full, LD(t->st.errors_io),
+	    LD(t->st.errors_crc));
 	for (int i = 0; i < ndev && pos > 0 && (size_t)pos < len; i++)
 		pos += snprintf(buf + pos, len - (size_t)pos,
 				"%s{\"dir\":\"%s\",\"used\":%llu,\"avail\":%llu,\"failed\":%d}",

@@ -20,11 +20,11 @@ struct tier;
 
 /* One read or write in flight (caller-allocated, filled by *_begin). */
 struct tier_io {
-	int fd;            /* hot file to read from / write into */
+	int fd; /* hot file to read from / write into */
 	uint64_t off, len;
 	uint64_t first, last; /* chunk range pinned */
-	int64_t reserved;  /* hot bytes reserved (writes) */
-	uint64_t claimed;  /* bit i: chunk first+i was COLD, wholly overwritten */
+	int64_t reserved;     /* hot bytes reserved (writes) */
+	uint64_t claimed;     /* bit i: chunk first+i was COLD, wholly overwritten */
 };
 
 /* Page-cache invalidation, provided by the fs layer (FUSE notify). */

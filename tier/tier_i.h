@@ -16,13 +16,13 @@ struct inval_job;
 
 /* One sealed segment. Protected by tier->seg_lock. */
 struct seg_info {
-	uint64_t len;     /* 0 = slot unused (deleted or never sealed) */
-	uint64_t live;    /* payload bytes still referenced by chunks */
+	uint64_t len;	  /* 0 = slot unused (deleted or never sealed) */
+	uint64_t live;	  /* payload bytes still referenced by chunks */
 	uint64_t payload; /* payload bytes when sealed */
-	uint64_t atime;   /* last restore from it (demotion picks the oldest) */
+	uint64_t atime;	  /* last restore from it (demotion picks the oldest) */
 	uint32_t dev;
-	uint8_t store;    /* 0: t->store, 1: t->s3 (demoted) */
-	uint8_t gc_busy;  /* being compacted, demoted or deleted */
+	uint8_t store;	 /* 0: t->store, 1: t->s3 (demoted) */
+	uint8_t gc_busy; /* being compacted, demoted or deleted */
 };
 
 struct tier_stats {
@@ -48,18 +48,18 @@ struct tier {
 	void *inval_arg;
 	struct tier_stats st;
 
-	pthread_mutex_t lock;     /* guards the fields below */
-	pthread_cond_t room;      /* hot room was freed */
-	pthread_cond_t wake;      /* evictor: work to do */
+	pthread_mutex_t lock; /* guards the fields below */
+	pthread_cond_t room;  /* hot room was freed */
+	pthread_cond_t wake;  /* evictor: work to do */
 	unsigned writers_waiting;
 	int stopping;
-	int cold_full;            /* last spill failed for lack of cold room */
+	int cold_full; /* last spill failed for lack of cold room */
 	uint8_t uuid[16];
 
 	/* segment table, indexed by segment id */
 	pthread_mutex_t seg_lock;
-	struct seg_info *segs;    /* protected by seg_lock */
-	uint64_t nsegs_cap, next_seg; /* protected by seg_lock */
+	struct seg_info *segs;			 /* protected by seg_lock */
+	uint64_t nsegs_cap, next_seg;		 /* protected by seg_lock */
 	uint64_t seg_count, seg_bytes, seg_live; /* protected by seg_lock */
 
 	/* evictor thread */
@@ -70,8 +70,8 @@ struct tier {
 	 * wait on page locks held by reads that wait for us */
 	pthread_mutex_t ilock;
 	pthread_cond_t icond;
-	struct inval_job *iq;    /* protected by ilock */
-	int istop;               /* protected by ilock */
+	struct inval_job *iq; /* protected by ilock */
+	int istop;	      /* protected by ilock */
 	pthread_t inval_th;
 	int inval_started;
 
@@ -99,6 +99,8 @@ int evict_file(struct tier *t, struct inode *in, int drop);
 uint64_t seg_alloc_id(struct tier *t);
 void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
 void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes);
+/* Segment bytes held by t->store (out[0]) and t->s3 (out[1]). */
+void seg_tier_bytes(struct tier *t, uint64_t out[2]);
 /* Where segment id lives now (it may move from nvme to s3). 0 or -ENOENT. */
 int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev);
 
