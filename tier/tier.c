@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -67,6 +68,21 @@ static int open_nvme(struct tier *t, char *err, size_t errlen)
 		return -ENOMEM;
 	for (d = strtok_r(copy, ":", &save); d && n < 64; d = strtok_r(NULL, ":", &save))
 		dirs[n++] = d;
+	/* One mount per cold directory: the earlier-mount clean-up below would
+	 * otherwise delete a live neighbour's segments. */
+	for (int i = 0; i < n; i++) {
+		char lock[4200];
+		snprintf(lock, sizeof(lock), "%s/.spillway.lock", dirs[i]);
+		t->nvme_locks[i] = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (t->nvme_locks[i] < 0 || flock(t->nvme_locks[i], LOCK_EX | LOCK_NB) < 0) {
+			ret = t->nvme_locks[i] < 0 ? -errno : -EBUSY;
+			snprintf(err, errlen, "option 'nvme': '%s': %s", dirs[i],
+				 ret == -EBUSY ? "in use by another spillway mount"
+					       : strerror(-ret));
+			goto out;
+		}
+		t->nvme_nlocks = i + 1;
+	}
 	ret = store_nvme_open(dirs, n, &t->store);
 	if (ret < 0) {
 		snprintf(err, errlen, "option 'nvme': invalid value '%s': %s", t->cfg->nvme,
@@ -142,13 +158,12 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 		free(t);
 		return ret;
 	}
-	if (cfg->nvme && (ret = open_nvme(t, err, errlen)) < 0) {
-		hot_free(t->hot);
-		free(t);
-		return ret;
-	}
-	if (cfg->s3 && (ret = open_s3(t, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) {
-		store_close(t->store);
+	if ((cfg->nvme && (ret = open_nvme(t, err, errlen)) < 0) ||
+	    (cfg->s3 && (ret = open_s3(t, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0)) {
+		if (t->store)
+			store_close(t->store);
+		for (int i = 0; i < t->nvme_nlocks; i++)
+			close(t->nvme_locks[i]);
 		hot_free(t->hot);
 		free(t);
 		return ret;
@@ -245,6 +260,8 @@ void tier_free(struct tier *t)
 	}
 	if (t->s3)
 		store_close(t->s3);
+	for (int i = 0; i < t->nvme_nlocks; i++)
+		close(t->nvme_locks[i]); /* the lock file stays: unlinking it would race */
 	free(t->segs);
 	hot_free(t->hot);
 	pthread_cond_destroy(&t->room);

@@ -43,6 +43,8 @@ struct tier {
 	struct hot *hot;
 	struct store *store; /* first cold tier (nvme, or s3 alone); NULL: none */
 	struct store *s3;    /* with nvme and s3: the third tier, else NULL */
+	int nvme_locks[64];  /* flock'ed .spillway.lock in each cold directory */
+	int nvme_nlocks;
 	uint64_t chunk_size;
 	tier_inval_fn inval;
 	void *inval_arg;

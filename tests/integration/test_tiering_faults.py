@@ -339,6 +339,32 @@ class TestBadTierOptions(SpwTestCase):
     def test_restore_eager(self):
         self.bad("restore=eager", "restore", "eager")
 
+    def test_nvme_dir_of_a_live_mount(self):
+        # a second mount on the same cold directory would delete the first
+        # one's segments as leftovers: it is refused, and the first is intact
+        cold = self.tmpdir()
+        m = self.mount(hot_size="64M", opts=["chunk_size=1M", "nvme=" + cold,
+                                             "min_spill_size=4M"])
+        data = os.urandom(1 << 20)
+        with open(m.path("keep"), "wb") as f:
+            for _ in range(8):
+                f.write(data)
+        os.setxattr(m.path("keep"), "user.spillway.evict", b"1")
+        segs = sorted(x for x in os.listdir(cold) if x.startswith("seg-"))
+        self.assertTrue(segs, "evict wrote no segment")
+        mnt2 = self.tmpdir()
+        hot2 = os.path.join(self.tmpdir(on_shm=True), "hot")
+        rc, out, err, was_mounted = harness.run_spillway(
+            ["-f", "-o", "hot_dir=%s,hot_size=64M,nvme=%s" % (hot2, cold), mnt2], mnt2)
+        self.assertFalse(was_mounted, err)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("nvme", err)
+        self.assertIn("in use", err)
+        self.assertEqual(sorted(x for x in os.listdir(cold) if x.startswith("seg-")), segs)
+        with open(m.path("keep"), "rb") as f:
+            for _ in range(8):
+                self.assertEqual(f.read(1 << 20), data)
+
     def test_write_wait_forever(self):
         self.bad("write_wait=forever", "write_wait", "forever")
 
