@@ -36,6 +36,12 @@ struct uring_tl {
 static pthread_key_t tl_key;
 static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
 static _Thread_local struct uring_tl *tl_cache;
+static _Thread_local unsigned short tl_ioprio; /* sqe->ioprio of this thread's I/O */
+
+void uring_set_ioprio(unsigned short prio)
+{
+	tl_ioprio = prio;
+}
 static atomic_int forced_fallback;
 static atomic_int warned;
 
@@ -236,6 +242,7 @@ static void slot_prep(struct io_uring_sqe *sqe, struct xfer *x, int i)
 		io_uring_prep_read(sqe, x->fd, x->buf + pos, n, x->off + pos);
 	else
 		io_uring_prep_write(sqe, x->fd, x->buf + pos, n, x->off + pos);
+	sqe->ioprio = tl_ioprio;
 	io_uring_sqe_set_data64(sqe, (uint64_t)i);
 }
 

@@ -39,6 +39,10 @@ int uring_fdatasync(int fd);
  */
 void uring_disable(void);
 
+/* I/O priority (ioprio_set encoding) of the calling thread's requests from
+ * now on; 0 = the thread's own. Background work passes the idle class. */
+void uring_set_ioprio(unsigned short prio);
+
 /* "io_uring" or "pread": the backend the calling thread uses (sets it up). */
 const char *uring_backend(void);
 

@@ -558,7 +558,8 @@ int evict_file(struct tier *t, struct inode *in, int drop)
 			cs.v[nd++] = cs.v[i];
 	if (nd) {
 		qsort(cs.v, nd, sizeof(*cs.v), by_location);
-		ret = spill_batch(t, cs.v, nd, UINT64_MAX, drop);
+		/* segments of min_spill_size, io_workers of them in parallel */
+		ret = spill_batch(t, cs.v, nd, t->cfg->min_spill_size, drop);
 	}
 	if (drop && ret == 0) {
 		pthread_mutex_lock(&in->lock);

@@ -85,10 +85,13 @@ int hot_new(const char *dir, uint64_t limit, struct hot **out, const char **why)
 		*why = "cannot create it";
 		goto fail;
 	}
-	hot->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* O_NOFOLLOW: in a shared /dev/shm another user could plant a symlink
+	 * under the (predictable) default name and make us clean out its target */
+	hot->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (hot->dirfd < 0) {
 		ret = -errno;
-		*why = "cannot open it";
+		*why = ret == -ELOOP || ret == -ENOTDIR ? "it is a symbolic link or not a directory"
+							: "cannot open it";
 		goto fail;
 	}
 	if (fstat(hot->dirfd, &st) < 0 || st.st_uid != geteuid()) {

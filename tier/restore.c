@@ -24,7 +24,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 struct restore_job {
 	struct restore_job *next;
@@ -181,6 +183,13 @@ void restore_file_async(struct tier *t, struct inode *in)
 static void *restore_worker(void *arg)
 {
 	struct tier *t = arg;
+
+	/* Prefetch is best effort: idle I/O class, so a chunk a reader is
+	 * waiting for (restored by the reader's own thread) is not queued behind
+	 * a whole file's worth of prefetch in the disk scheduler. */
+	if (syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, (int)syscall(SYS_gettid), 3 << 13) <
+	    0) /* the pread fallback, and S3 */
+		log_debug("restore: cannot lower the prefetch I/O priority: %s", strerror(errno));
 	uint64_t threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
 
 	pthread_mutex_lock(&t->rlock);
@@ -205,6 +214,9 @@ static void *restore_worker(void *arg)
 				/* prefetch only while there is room to spare */
 				if (ch->state == CHUNK_COLD && in->nlink + in->open_count > 0 &&
 				    hot_used(t->hot) + hot_reserved(t->hot) < threshold) {
+					/* the head of a file is what its reader asks for
+					 * first: fetch it at normal priority */
+					uring_set_ioprio(j->c < 2 ? 0 : 3 << 13);
 					ch->state = CHUNK_RESTORING;
 					restore_chunk_locked(t, in, j->c);
 				}

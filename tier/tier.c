@@ -737,6 +737,9 @@ int tier_warm_file(struct tier *t, struct inode *in)
 	int ret;
 	if (!t->store)
 		return 0;
+	/* the restore workers fetch in parallel; this thread takes what is left
+	 * and waits for the rest */
+	restore_file_async(t, in);
 	pthread_mutex_lock(&in->lock);
 	ret = in->nchunks ? tier_make_hot_locked(t, in, 0, in->nchunks - 1, 0) : 0;
 	pthread_mutex_unlock(&in->lock);
