@@ -18,7 +18,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 static const char hdr_magic[8] = {'S', 'P', 'W', 'S', 'E', 'G', '0', '1'};
@@ -422,19 +424,61 @@ void seg_writer_abort(struct seg_writer *w)
 
 /* ---- readers ---- */
 
+/*
+ * I/O buffers come from mmap, never malloc: glibc keeps freed heap memory in
+ * per-thread arenas, and with a dozen worker threads that grew the daemon by
+ * hundreds of MiB on top of the RAM budget. Buffers up to SEG_STAGE_SIZE are
+ * recycled through a small pool (page faults on a fresh 4 MiB buffer cost
+ * more than the copy), larger ones are unmapped at once. A header page in
+ * front records the mapping's size.
+ */
+#define BUF_POOL_MAX 16
+
+static pthread_mutex_t buf_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *buf_pool[BUF_POOL_MAX]; /* protected by buf_pool_lock */
+static int buf_pool_n;              /* protected by buf_pool_lock */
+
 void *seg_buf_alloc(size_t len)
 {
-	void *p;
 	size_t n = align_up(len ? len : 1);
+	void *base = NULL;
 
-	if (posix_memalign(&p, SEG_ALIGN, n) != 0)
+	if (n <= SEG_STAGE_SIZE) {
+		n = SEG_STAGE_SIZE;
+		pthread_mutex_lock(&buf_pool_lock);
+		if (buf_pool_n > 0)
+			base = buf_pool[--buf_pool_n];
+		pthread_mutex_unlock(&buf_pool_lock);
+		if (base)
+			return (char *)base + SEG_ALIGN;
+	}
+	base = mmap(NULL, n + SEG_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		    0);
+	if (base == MAP_FAILED)
 		return NULL;
-	return p;
+	*(size_t *)base = n;
+	return (char *)base + SEG_ALIGN;
 }
 
 void seg_buf_free(void *buf)
 {
-	free(buf);
+	char *base;
+	size_t n;
+
+	if (!buf)
+		return;
+	base = (char *)buf - SEG_ALIGN;
+	n = *(size_t *)base;
+	if (n == SEG_STAGE_SIZE) {
+		pthread_mutex_lock(&buf_pool_lock);
+		if (buf_pool_n < BUF_POOL_MAX) {
+			buf_pool[buf_pool_n++] = base;
+			base = NULL;
+		}
+		pthread_mutex_unlock(&buf_pool_lock);
+	}
+	if (base)
+		munmap(base, n + SEG_ALIGN);
 }
 
 int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
