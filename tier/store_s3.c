@@ -975,6 +975,16 @@ fail:
 	for (unsigned i = 0; i < s->io_workers; i++)
 		xfer_cancel(p->conn, &p->slots[i].x);
 	put_abort_upload(p);
+	{
+		/* The PUT or CompleteMultipartUpload may have succeeded with its
+		 * reply lost: delete the key, so a failed put leaves nothing behind
+		 * (deleting a missing key is a 204 in S3). */
+		struct s3_xfer d = {.method = "DELETE", .key = p->key};
+		if (xfer_run(s, p->conn, &d) && d.status != 404)
+			log_warn("s3 %s: cannot delete %s after a failed put: %s", s->name, p->key,
+				 d.why);
+		xfer_fini(&d);
+	}
 	put_free(p);
 	return ret;
 }
