@@ -1,0 +1,906 @@
+#!/usr/bin/env python3
+"""
+test_s3 - spillway's S3 cold tier on real mounts against a local S3 server
+(tests/s3/s3rver.js, SigV4 checked), optionally through s3proxy.py.
+
+1. S3 alone: 4x hot_size overflow from several writers, multipart segments,
+   every byte read back, objects on the server while mounted.
+2. Restore by ranged GETs (restore=lazy): random ranges, then the whole file.
+3. Refusals at mount: wrong secret, missing bucket, closed port, credentials
+   file not 0600, bad option values.
+4. GC: deleting files deletes their objects; unmount leaves none.
+5. Three tiers (RAM -> small tmpfs "NVMe" -> S3): demotion, read back.
+6. Faults (503 SlowDown, 500, reset, stall, truncated body) through the proxy:
+   nothing lost, every referenced segment present, faults really injected.
+7. Secrets never reach /proc/mounts, the command line or the debug log.
+
+Needs node and `npm ci` in tests/s3 (else every test here is skipped with a
+reason). Run: python3 test_s3.py --build BUILD_DIR [-k pattern]
+"""
+
+import json
+import os
+import random
+import re
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import urllib.parse
+import urllib.request
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402
+from test_tiering import (KiB, MiB, TierCase, content, content_sha, first_diff,  # noqa: E402
+                          open_uncached, run_threads, seg_files, sha_file,
+                          write_content)
+from test_tiering_faults import Tmpfs  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(HERE))
+S3RVER_JS = os.path.join(REPO, "tests", "s3", "s3rver.js")
+S3PROXY_PY = os.path.join(HERE, "s3proxy.py")
+BUCKET = "spw-test"
+OBJ_SUFFIX = "._S3rver_object"  # how s3rver's filesystem store names object data
+START_DEADLINE = 20.0  # seconds for s3rver / the proxy to say "ready"
+AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+           "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_DEFAULT_REGION", "AWS_REGION")
+
+
+def _node_missing():
+    if not shutil.which("node"):
+        return "node is not installed"
+    if not os.path.isdir(os.path.join(REPO, "tests", "s3", "node_modules", "@20minutes")):
+        return "run `npm ci` in tests/s3 first"
+    return None
+
+
+# --------------------------------------------------------------------------
+# helper processes: the S3 server and the fault proxy
+
+
+class _Helper:
+    """A helper process that prints "ready PORT", killed by pid on every exit
+    path (stdin is a pipe: its lifeline). Registered with the harness, whose
+    cleanup on signals and timeouts may reach it before the mounts: it stops
+    the live mounts first, since their daemons talk to it while unmounting."""
+
+    name = "helper"
+
+    def __init__(self):
+        self.proc = None
+        self.port = None
+        self.mnt = "(%s)" % self.name  # the harness prints this on cleanup errors
+        self.log = None
+
+    def _spawn(self, argv, log_path):
+        self.log = log_path
+        with harness._live_lock:
+            harness._live.append(self)
+        try:
+            with open(log_path, "wb") as logf:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=logf, preexec_fn=harness._pdeathsig,
+                                             start_new_session=True)
+            deadline = time.monotonic() + START_DEADLINE
+            buf = b""
+            while b"\n" not in buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("%s did not say ready within %.0fs: %s"
+                                         % (self.name, START_DEADLINE, harness.log_tail(log_path)))
+                r, _, _ = select.select([self.proc.stdout], [], [], min(left, 0.5))
+                if r:
+                    b = os.read(self.proc.stdout.fileno(), 4096)
+                    if not b:
+                        raise AssertionError("%s exited (status %s) before ready: %s"
+                                             % (self.name, self.proc.wait(),
+                                                harness.log_tail(log_path)))
+                    buf += b
+            m = re.match(rb"ready (\d+)", buf)
+            if not m:
+                raise AssertionError("%s said %r" % (self.name, buf))
+            self.port = int(m.group(1))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def abort(self):
+        pass  # mounts are killed first; this one is stopped by cleanup_all
+
+    def stop(self):
+        with harness._live_lock:
+            mounts = [m for m in harness._live if isinstance(m, harness.Mount)]
+        for m in mounts:
+            m.stop()
+        p = self.proc
+        if p is not None and p.poll() is None:
+            harness.kill_pid(p.pid, p)
+            p.wait()
+        if p is not None:
+            for f in (p.stdin, p.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        with harness._live_lock:
+            if self in harness._live:
+                harness._live.remove(self)
+
+
+class S3Server(_Helper):
+    """tests/s3/s3rver.js on a free port, objects in a fresh temp dir."""
+
+    name = "s3rver"
+
+    def __init__(self, access_key="S3RVER", secret_key="S3RVER", buckets=(BUCKET,), tag="s3"):
+        super().__init__()
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.buckets = list(buckets)
+        self.tag = tag
+        self.dir = None
+
+    def start(self):
+        self.dir = harness.make_tmpdir()
+        argv = ["node", S3RVER_JS, "--dir", self.dir, "--port", "0",
+                "--access-key", self.access_key, "--secret-key", self.secret_key]
+        for b in self.buckets:
+            argv += ["--bucket", b]
+        return self._spawn(argv, harness._log_path(self.tag))
+
+    def stop(self):
+        super().stop()
+        if self.dir:
+            harness.remove_tmpdir(self.dir)
+
+    @property
+    def endpoint(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def objects(self, sub="", bucket=BUCKET):
+        """{key: size} of the objects stored under bucket/sub."""
+        root = os.path.join(self.dir, bucket)
+        top = os.path.join(root, sub) if sub else root
+        out = {}
+        for d, _, names in os.walk(top):
+            for n in names:
+                if n.endswith(OBJ_SUFFIX):
+                    p = os.path.join(d, n)
+                    try:
+                        out[os.path.relpath(p, root)[:-len(OBJ_SUFFIX)]] = os.stat(p).st_size
+                    except FileNotFoundError:
+                        pass
+        return out
+
+
+class Proxy(_Helper):
+    """s3proxy.py in front of an S3Server; faults off until configure()."""
+
+    name = "s3proxy"
+
+    def __init__(self, upstream_port, seed=1, stall="0.2:1.0", tag="proxy"):
+        super().__init__()
+        self.upstream_port = upstream_port
+        self.seed = seed
+        self.stall = stall
+        self.tag = tag
+
+    def start(self):
+        argv = [sys.executable, S3PROXY_PY, "--upstream", "127.0.0.1:%d" % self.upstream_port,
+                "--rate", "0", "--seed", str(self.seed), "--stall", self.stall]
+        return self._spawn(argv, harness._log_path(self.tag))
+
+    @property
+    def endpoint(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def _ctl(self, what):
+        with urllib.request.urlopen(self.endpoint + "/__s3proxy__/" + what, timeout=10) as r:
+            return json.loads(r.read())
+
+    def stats(self):
+        return self._ctl("stats")
+
+    def requests(self):
+        return self._ctl("log")
+
+    def configure(self, rate, kinds=None, match=None, budget=None):
+        q = {"rate": "%g" % rate}
+        if kinds is not None:
+            q["kinds"] = ",".join(kinds)
+        if match is not None:
+            q["match"] = match
+        if budget is not None:
+            q["budget"] = str(budget)
+        return self._ctl("config?" + urllib.parse.urlencode(q))
+
+
+def free_port():
+    """A port nobody listens on (bound, then closed)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def write_credentials(path, key, secret, mode=0o600, profile="default"):
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write("[%s]\naws_access_key_id = %s\naws_secret_access_key = %s\n"
+                % (profile, key, secret))
+    os.chmod(path, mode)
+    return path
+
+
+def classify(target):
+    """Kind of S3 request from a proxy log target (path?query)."""
+    keys = [kv.partition("=")[0] for kv in target.partition("?")[2].split("&")]
+    if "uploads" in keys:
+        return "initiate"
+    if "partNumber" in keys:
+        return "part"
+    if "uploadId" in keys:
+        return "complete_or_abort"
+    return "object"
+
+
+# --------------------------------------------------------------------------
+# base class
+
+
+class S3Case(TierCase):
+    timeout = 120
+
+    def setUp(self):
+        why = _node_missing()
+        if why:
+            raise unittest.SkipTest(why)
+        super().setUp()
+        self._saved_env = {k: os.environ.get(k) for k in AWS_ENV}
+        self.addCleanup(self._restore_env)
+
+    def _restore_env(self):
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    def set_aws_env(self, key, secret):
+        """The daemon inherits os.environ (harness.Mount passes no env)."""
+        for k in AWS_ENV:
+            os.environ.pop(k, None)
+        if key is not None:
+            os.environ["AWS_ACCESS_KEY_ID"] = key
+            os.environ["AWS_SECRET_ACCESS_KEY"] = secret
+
+    def s3server(self, **kw):
+        s = S3Server(**kw).start()
+        self.addCleanup(s.stop)
+        self.server = s
+        self.set_aws_env(s.access_key, s.secret_key)
+        return s
+
+    def proxy(self, server, **kw):
+        p = Proxy(server.port, **kw).start()
+        self.addCleanup(p.stop)
+        return p
+
+    def s3_mount(self, server, endpoint=None, prefix="pfx", hot_size="64M", chunk_size="1M",
+                 nvme=None, part_size="5M", tag="mnt", **opts):
+        o = ["chunk_size=" + chunk_size, "s3=s3://%s/%s" % (BUCKET, prefix),
+             "s3_endpoint=" + (endpoint or server.endpoint), "s3_path_style",
+             "s3_part_size=" + part_size]
+        if nvme:
+            o.append("nvme=" + nvme)
+        o += ["%s=%s" % (k, v) for k, v in opts.items()]
+        self.cold = [nvme] if nvme else []
+        self.m = self.mount(hot_size=hot_size, opts=o, tag=tag)
+        self.mnt = self.m.mnt
+        self.prefix = prefix
+        s3dirs = [c["dir"] for c in self.stats()["cold"] if c["dir"].startswith("s3://")]
+        self.assertEqual(len(s3dirs), 1, self.stats()["cold"])
+        self.assertTrue(s3dirs[0].startswith("s3://%s/%s/" % (BUCKET, prefix)), s3dirs)
+        self.uuid = s3dirs[0].rsplit("/", 1)[1]
+        self.assertRegex(self.uuid, r"^[0-9a-f]{32}$")
+        return self.m
+
+    def seg_objects(self):
+        """{seg-<16 hex>.spw: size} stored on the server for this mount."""
+        objs = self.server.objects("%s/%s" % (self.prefix, self.uuid))
+        out = {}
+        for k, v in objs.items():
+            n = k.rsplit("/", 1)[1]
+            self.assertRegex(n, r"^seg-[0-9a-f]{16}\.spw$", "unexpected object %s" % k)
+            out[n] = v
+        return out
+
+    def full_log(self, m):
+        with open(m.log, errors="replace") as f:
+            return f.read()
+
+
+def make_files(total, first_tag, big=(40 * MiB + 12345, 17 * MiB + 1, 5 * MiB + 4097)):
+    """[(name, size, tag)] of mixed sizes adding up to total bytes."""
+    sizes = list(big) + [3 * MiB + 17, MiB, 100 * KiB, 4 * KiB + 1]
+    rest = total - sum(sizes)
+    while rest > 0:
+        n = min(rest, 9 * MiB + 777 * len(sizes))
+        sizes.append(n)
+        rest -= n
+    return [("f%03d" % i, sz, first_tag + i) for i, sz in enumerate(sizes)]
+
+
+def deal(files, n):
+    """Split files into n queues of about equal bytes."""
+    queues = [[] for _ in range(n)]
+    loads = [0] * n
+    for f in sorted(files, key=lambda f: -f[1]):
+        i = loads.index(min(loads))
+        queues[i].append(f)
+        loads[i] += f[1]
+    return queues
+
+
+# --------------------------------------------------------------------------
+# 1. S3 alone: overflow
+
+
+class TestS3Overflow(S3Case):
+    timeout = 150
+    HOT = 64 * MiB
+    MIN_SPILL = 16 * MiB
+
+    def test_overflow_4x_multipart_every_byte(self):
+        srv = self.s3server()
+        px = self.proxy(srv)  # pass-through: counts the multipart requests
+        self.s3_mount(srv, endpoint=px.endpoint, hot_size="64M", min_spill_size="16M",
+                      part_size="5M")
+        total = 4 * self.HOT
+        files = make_files(total, 2000)
+        self.assertEqual(sum(f[1] for f in files), total)
+        queues = deal(files, 3)
+
+        stop = threading.Event()
+        seen = {"max": 0, "n": 0, "err": []}
+
+        def watcher():  # objects appear on the server while the mount runs
+            while not stop.is_set():
+                try:
+                    seen["max"] = max(seen["max"], len(self.seg_objects()))
+                except Exception as e:  # noqa: B902 - reported below
+                    seen["err"].append(e)
+                    return
+                seen["n"] += 1
+                stop.wait(0.05)
+
+        def writer(q):
+            for name, size, tag in q:
+                write_content(self.p(name), tag, size, bs=MiB if tag % 2 else 768 * KiB + 512)
+
+        wt = threading.Thread(target=watcher, daemon=True)
+        wt.start()
+        t0 = time.monotonic()
+        try:
+            run_threads([lambda q=q: writer(q) for q in queues])
+        finally:
+            stop.set()
+            wt.join()
+        dt = time.monotonic() - t0
+        self.assertFalse(seen["err"], seen["err"])
+        self.assertGreater(seen["max"], 0, "no segment object on the server during the writes")
+
+        self.poll(lambda: self.stats()["hot"]["used"] <= 0.75 * self.HOT, 10,
+                  "the evictor below spill_threshold")
+        s = self.stats()
+        limit = s["hot"]["limit"]
+        spilled = s["spilled"]["bytes"]
+        written = s["segments"]["written"]
+        self.assertGreaterEqual(spilled, total - limit, json.dumps(s))
+        # batching: about spilled / min_spill_size segments
+        est = -(-spilled // self.MIN_SPILL)
+        self.assertLessEqual(written, 2 * est + 4, "%d segments for %d spilled bytes\n%s"
+                             % (written, spilled, json.dumps(s)))
+        self.assertGreaterEqual(written, est // 4, json.dumps(s))
+        # the server holds exactly the live segments, byte for byte
+        objs = self.seg_objects()
+        self.assertEqual(len(objs), s["segments"]["count"], (sorted(objs), json.dumps(s)))
+        self.assertEqual(sum(objs.values()), s["tiers"]["s3"], json.dumps(s))
+        self.assertEqual(s["tiers"]["nvme"], 0)
+        self.assertEqual(s["errors"], {"io": 0, "crc": 0})
+        self.assertEqual(s["enospc"], 0)
+        # segments above s3_part_size went up in parts
+        # (the evictor may still be finishing an upload: wait for it)
+        def counts():
+            kinds = {}
+            for r in px.requests():
+                k = (r["method"], classify(r["target"]))
+                kinds[k] = kinds.get(k, 0) + 1
+            return kinds
+
+        try:
+            self.poll(lambda: counts().get(("POST", "initiate"), 0) ==
+                      counts().get(("POST", "complete_or_abort"), 0), 10, "uploads finished")
+        except AssertionError:
+            pass  # reported by the assertion below
+        kinds = counts()
+        ps = px.stats()
+        init = kinds.get(("POST", "initiate"), 0)
+        parts = kinds.get(("PUT", "part"), 0)
+        done = kinds.get(("POST", "complete_or_abort"), 0)
+        big = sum(1 for v in objs.values() if v > 5 * MiB)
+        self.assertGreater(init, 0, "no multipart upload: %s" % kinds)
+        self.assertGreaterEqual(init, big, kinds)
+        self.assertGreaterEqual(parts, 2 * init, kinds)
+        self.assertEqual(done, init, "every multipart upload completed: %s" % kinds)
+        self.assertEqual(ps["injected"], 0)
+        self.assertEqual(ps["errors"], 0, "s3proxy failed (see its log)")
+        sys.stderr.write("\n  [s3 overflow] %d MiB written in %.1fs (%.0f MiB/s), %d segments "
+                         "for %d MiB spilled, %d multipart uploads / %d parts (%d with Expect: "
+                         "100-continue), max %d objects seen while writing\n"
+                         % (total >> 20, dt, (total >> 20) / dt, written, spilled >> 20, init,
+                            parts, ps["expect_100"], seen["max"]))
+
+        def reader(q):
+            for name, size, tag in q:
+                got, n = sha_file(self.p(name))
+                self.assertEqual(n, size, name)
+                self.assertEqual(got, content_sha(tag, size), "%s: sha256 mismatch" % name)
+
+        run_threads([lambda q=q: reader(q) for q in queues])
+        s = self.stats()
+        self.assertGreater(s["restored"]["bytes"], 0)
+        self.assertEqual(s["errors"], {"io": 0, "crc": 0})
+
+
+# --------------------------------------------------------------------------
+# 2. restore by ranged GETs
+
+
+class TestS3RangedRestore(S3Case):
+    timeout = 90
+
+    def test_evict_then_random_ranges_and_whole(self):
+        srv = self.s3server()
+        px = self.proxy(srv)
+        self.s3_mount(srv, endpoint=px.endpoint, hot_size="128M", min_spill_size="8M",
+                      restore="lazy")
+        size = 40 * MiB + 12345
+        nchunks = -(-size // MiB)
+        p = self.p("ranged")
+        write_content(p, 77, size)
+        self.evict(p)
+        st = self.state(p)
+        self.assertEqual(st["cold"], nchunks, st)
+        objs = self.seg_objects()
+        self.assertTrue(objs, "evict stored no object")
+        s0 = self.stats()
+        n0 = len(px.requests())
+
+        rng = random.Random(5)
+        touched = set()
+        fd = open_uncached(p)
+        try:
+            for i in range(16):
+                off = rng.randrange(size)
+                n = rng.randint(1, min(512 * KiB, size - off))
+                got = os.pread(fd, n, off)
+                exp = content(77, off, n)
+                if got != exp:
+                    self.fail("range %d+%d: wrong from %d" % (off, n, off + first_diff(got, exp)))
+                touched |= set(range(off // MiB, (off + n - 1) // MiB + 1))
+        finally:
+            os.close(fd)
+        s1 = self.stats()
+        grew = s1["restored"]["bytes"] - s0["restored"]["bytes"]
+        self.assertGreater(grew, 0)
+        self.assertLess(len(touched), nchunks, "the ranges touched every chunk")
+        # lazy: only touched chunks came back (the kernel may read ahead a little)
+        self.assertLessEqual(grew, (len(touched) + 8) * MiB,
+                             "%d bytes restored for %d chunks touched" % (grew, len(touched)))
+        gets = [r for r in px.requests()[n0:] if r["method"] == "GET"]
+        self.assertTrue(gets, "no GET reached the server")
+        whole = [r for r in gets if not r["range"]]
+        self.assertFalse(whole, "GETs without a Range: %s" % whole[:3])
+        fetched = 0
+        for r in gets:
+            m = re.match(r"bytes=(\d+)-(\d+)$", r["range"])
+            self.assertTrue(m, r)
+            fetched += int(m.group(2)) - int(m.group(1)) + 1
+        self.assertGreaterEqual(fetched, grew)
+        self.assertLess(fetched, sum(objs.values()),
+                        "ranged reads fetched the whole segment(s) for a few chunks")
+        sys.stderr.write("\n  [ranged] %d ranges touched %d of %d chunks: %d GETs, %d bytes "
+                         "fetched, %d restored\n" % (16, len(touched), nchunks, len(gets),
+                                                     fetched, grew))
+        # evict again (clean chunks: free) and read the whole file
+        self.evict(p)
+        self.assertEqual(self.state(p)["cold"], nchunks)
+        self.assertContent(p, 77, size)
+        self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
+
+
+# --------------------------------------------------------------------------
+# 3. refusals at mount
+
+
+class TestS3Refusals(S3Case):
+    timeout = 120
+
+    def refused(self, opts, env=None, timeout=40):
+        """Run spillway with opts; it must exit 1 without mounting. Returns stderr+stdout."""
+        mnt = os.path.join(self.tmpdir(), "mnt")
+        os.mkdir(mnt)
+        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+        args = ["-f", "-o", "hot_dir=%s,hot_size=64M,%s" % (hot, opts), mnt]
+        t0 = time.monotonic()
+        rc, out, err, was_mounted = harness.run_spillway(args, mnt, timeout=timeout, env=env)
+        dt = time.monotonic() - t0
+        msg = (err + out).strip()
+        self.assertIsNotNone(rc, "spillway did not exit within %ds: %s" % (timeout, msg))
+        self.assertEqual(rc, 1, "exit status %s for %s: %s" % (rc, opts, msg))
+        self.assertFalse(was_mounted, "%s was mounted with %s" % (mnt, opts))
+        self.assertFalse(harness.is_mounted(mnt))
+        self.assertFalse(os.path.exists(hot) and os.listdir(hot),
+                         "hot_dir left with files: %s" % (os.path.exists(hot) and os.listdir(hot)))
+        sys.stderr.write("\n  [refused %.1fs] %s\n" % (dt, msg))
+        return msg
+
+    def env(self, key, secret):
+        e = {k: v for k, v in os.environ.items() if k not in AWS_ENV}
+        if key is not None:
+            e.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+        return e
+
+    def base(self, srv, **over):
+        o = {"s3": "s3://%s/p" % BUCKET, "s3_endpoint": srv.endpoint, "s3_path_style": None}
+        o.update(over)
+        return ",".join(k if v is None else "%s=%s" % (k, v) for k, v in o.items())
+
+    def one_line(self, msg, option):
+        lines = [ln for ln in msg.splitlines() if "option '%s'" % option in ln]
+        self.assertEqual(len(lines), 1, "expected one line naming option '%s':\n%s"
+                         % (option, msg))
+        return lines[0]
+
+    def test_wrong_secret_refused(self):
+        srv = self.s3server()
+        secret = "WrongSecret-%08x" % random.getrandbits(32)
+        msg = self.refused(self.base(srv), env=self.env(srv.access_key, secret))
+        ln = self.one_line(msg, "s3")
+        self.assertRegex(ln, re.compile(r"403|signature|credential|access denied", re.I))
+        self.assertNotIn(secret, msg)
+        # a wrong key id too
+        msg = self.refused(self.base(srv), env=self.env("NOSUCHKEY", srv.secret_key))
+        self.assertRegex(self.one_line(msg, "s3"),
+                         re.compile(r"403|InvalidAccessKeyId|credential|access denied", re.I))
+        # no credentials at all
+        msg = self.refused(self.base(srv), env=self.env(None, None))
+        self.assertRegex(msg, re.compile(r"credential|AWS_ACCESS_KEY_ID", re.I))
+
+    def test_missing_bucket_refused(self):
+        srv = self.s3server()
+        msg = self.refused(self.base(srv, s3="s3://no-such-bucket/p"),
+                           env=self.env(srv.access_key, srv.secret_key))
+        self.assertRegex(self.one_line(msg, "s3"),
+                         re.compile(r"404|NoSuchBucket|no such bucket|not exist", re.I))
+
+    def test_unreachable_endpoint_refused(self):
+        port = free_port()
+        t0 = time.monotonic()
+        msg = self.refused("s3=s3://%s/p,s3_endpoint=http://127.0.0.1:%d,s3_path_style"
+                           % (BUCKET, port), env=self.env("K", "S"))
+        self.assertLess(time.monotonic() - t0, 30)
+        self.assertRegex(self.one_line(msg, "s3"),
+                         re.compile(r"connect|unreachable|refused", re.I))
+
+    def test_credentials_file_mode_refused(self):
+        srv = self.s3server()
+        d = self.tmpdir()
+        secret = "FileSecret-%08x" % random.getrandbits(32)
+        loose = write_credentials(os.path.join(d, "creds-0644"), srv.access_key, secret,
+                                  mode=0o644)
+        msg = self.refused(self.base(srv, s3_credentials=loose), env=self.env(None, None))
+        ln = self.one_line(msg, "s3_credentials")
+        self.assertRegex(ln, re.compile(r"0600|mode|permission", re.I))
+        self.assertNotIn(secret, msg)
+        # relative path
+        msg = self.refused(self.base(srv, s3_credentials="creds"), env=self.env(None, None))
+        self.one_line(msg, "s3_credentials")
+
+    def test_bad_values_refused(self):
+        cases = [
+            ("s3=http://x", "s3"),
+            ("s3=s3://", "s3"),
+            ("s3=s3://%s/p,s3_part_size=1M" % BUCKET, "s3_part_size"),
+            ("s3=s3://%s/p,s3_part_size=6G" % BUCKET, "s3_part_size"),
+            ("s3=s3://%s/p,s3_endpoint=ftp://x" % BUCKET, "s3_endpoint"),
+            ("s3=s3://%s/p,s3_path_style=maybe" % BUCKET, "s3_path_style"),
+            ("s3_endpoint=http://127.0.0.1:9", "s3_*"),
+        ]
+        for opts, option in cases:
+            with self.subTest(opts=opts):
+                msg = self.refused(opts, env=self.env("K", "S"))
+                self.one_line(msg, option)
+
+
+# --------------------------------------------------------------------------
+# 4. GC
+
+
+class TestS3GC(S3Case):
+    timeout = 90
+
+    def test_delete_removes_objects_and_unmount_clears(self):
+        srv = self.s3server()
+        m = self.s3_mount(srv, hot_size="64M", min_spill_size="8M")
+        files = {}
+        for i in range(4):
+            p = self.p("g%d" % i)
+            before = set(self.seg_objects())
+            write_content(p, 60 + i, 10 * MiB)
+            self.evict(p)
+            files[p] = set(self.seg_objects()) - before
+            self.assertTrue(files[p], "evict stored no object for %s" % p)
+        s0 = self.stats()
+        self.assertEqual(len(self.seg_objects()), s0["segments"]["count"])
+        for i in (0, 2):
+            os.unlink(self.p("g%d" % i))
+        gone = files[self.p("g0")] | files[self.p("g2")]
+        self.poll(lambda: not (gone & set(self.seg_objects())) and
+                  self.stats()["segments"]["deleted"] - s0["segments"]["deleted"] >= len(gone),
+                  15, "objects of deleted files removed (%s left)"
+                  % (gone & set(self.seg_objects())))
+        s1 = self.stats()
+        self.assertLess(s1["tiers"]["s3"], s0["tiers"]["s3"])
+        for i in (1, 3):
+            self.assertTrue(files[self.p("g%d" % i)] <= set(self.seg_objects()))
+            self.assertContent(self.p("g%d" % i), 60 + i, 10 * MiB)
+        left = self.seg_objects()
+        self.assertTrue(left)
+        problems = m.stop()
+        self.assertFalse(problems, "%s\n%s" % (problems, m.log_text()))
+        self.assertEqual(self.seg_objects(), {}, "objects left after unmount")
+
+
+# --------------------------------------------------------------------------
+# 5. three tiers
+
+
+class TestThreeTiers(S3Case):
+    timeout = 150
+
+    def test_demotion_nvme_to_s3(self):
+        srv = self.s3server()
+        t = Tmpfs("64M")
+        self.addCleanup(t.stop)  # registered before the mount: unmounted after it
+        nvme = t.mnt
+        self.s3_mount(srv, nvme=nvme, hot_size="64M", min_spill_size="8M",
+                      nvme_threshold="0.5")
+        total = 4 * 64 * MiB
+        files = make_files(total, 3000)
+        queues = deal(files, 2)
+        t0 = time.monotonic()
+        run_threads([lambda q=q: [write_content(self.p(n), tag, sz) for n, sz, tag in q]
+                     for q in queues])
+        dt = time.monotonic() - t0
+        s = self.stats()
+        self.assertGreater(s["segments"]["demoted"], 0, json.dumps(s))
+        self.assertGreater(s["tiers"]["s3"], 0, json.dumps(s))
+        self.assertEqual(s["enospc"], 0)
+        self.assertGreaterEqual(s["spilled"]["bytes"], total - s["hot"]["limit"])
+
+        # each segment lives in exactly one place (demotion deletes the local copy)
+        def placed():
+            s = self.stats()
+            local, remote = seg_files(nvme), self.seg_objects()
+            return (len(local) + len(remote) == s["segments"]["count"]
+                    and not set(local) & set(remote)
+                    and sum(remote.values()) == s["tiers"]["s3"]
+                    and sum(local.values()) == s["tiers"]["nvme"])
+
+        self.poll(placed, 10, "segments on nvme + s3 matching the stats (nvme %s, s3 %s, %s)"
+                  % (sorted(seg_files(nvme)), sorted(self.seg_objects()),
+                     json.dumps(self.stats())))
+        # and demotion brings the nvme tier back under nvme_threshold
+        self.poll(lambda: self.stats()["tiers"]["nvme"] <= 0.5 * 64 * MiB, 20,
+                  "nvme below nvme_threshold (%s)" % json.dumps(self.stats()["tiers"]))
+        self.poll(placed, 10, "segments placed after demotion")
+        local, remote = seg_files(nvme), self.seg_objects()
+        # both tiers hold live segments: the read-back restores from each
+        self.assertTrue(remote)
+        self.assertTrue(local, "demotion emptied the nvme tier")
+        sys.stderr.write("\n  [3 tiers] %d MiB in %.1fs; %d segments demoted; now %d on nvme "
+                         "(%d MiB), %d on s3 (%d MiB)\n"
+                         % (total >> 20, dt, s["segments"]["demoted"], len(local),
+                            sum(local.values()) >> 20, len(remote), sum(remote.values()) >> 20))
+
+        def reader(q):
+            for name, size, tag in q:
+                got, n = sha_file(self.p(name))
+                self.assertEqual((n, got), (size, content_sha(tag, size)), name)
+
+        r0 = self.stats()["restored"]["bytes"]
+        run_threads([lambda q=q: reader(q) for q in queues])
+        s = self.stats()
+        self.assertGreater(s["restored"]["bytes"], r0)
+        self.assertEqual(s["errors"], {"io": 0, "crc": 0})
+
+
+# --------------------------------------------------------------------------
+# 6. faults
+
+
+class TestS3Faults(S3Case):
+    timeout = 200
+    RATE = 0.08
+
+    def test_faults_lose_nothing(self):
+        srv = self.s3server()
+        px = self.proxy(srv, seed=1234, stall="0.2:0.8")
+        self.s3_mount(srv, endpoint=px.endpoint, hot_size="48M", min_spill_size="8M",
+                      io_workers="4")
+        px.configure(self.RATE)  # after the bucket check at mount
+        files = make_files(3 * 48 * MiB, 4000, big=(20 * MiB + 333, 9 * MiB + 1))
+        queues = deal(files, 2)
+        run_threads([lambda q=q: [write_content(self.p(n), tag, sz) for n, sz, tag in q]
+                     for q in queues])
+        s = self.stats()
+        self.assertGreater(s["spilled"]["bytes"], 0)
+        self.assertEqual(s["enospc"], 0, json.dumps(s))
+        # everything evicted and read back twice (restores under faults)
+        for rnd in range(2):
+            for name, size, tag in files:
+                self.evict(self.p(name))
+            for name, size, tag in files:
+                got, n = sha_file(self.p(name))
+                if (n, got) != (size, content_sha(tag, size)):
+                    self.fail("round %d: %s (%d bytes) read back wrong (%d bytes)\n%s"
+                              % (rnd, name, size, n, self.m.log_text(30)))
+        # deletes under faults
+        doomed = files[::3]
+        for name, _, _ in doomed:
+            os.unlink(self.p(name))
+        keep = [f for f in files if f not in doomed]
+        for name, size, tag in keep:
+            self.evict(self.p(name))
+        px.configure(0)
+        ps = px.stats()
+        s = self.stats()
+        # every segment the daemon references is on the server
+        objs = self.seg_objects()
+        self.assertGreaterEqual(len(objs), s["segments"]["count"],
+                                "segments missing on the server: %d objects for %d segments\n%s"
+                                % (len(objs), s["segments"]["count"], json.dumps(s)))
+        for name, size, tag in keep:
+            got, n = sha_file(self.p(name))
+            self.assertEqual((n, got), (size, content_sha(tag, size)), name)
+        s = self.stats()
+        log = self.full_log(self.m)
+        retries = len(re.findall(r"; retry \d+ of \d+", log))
+        # the faults were real and the daemon saw them
+        self.assertEqual(ps["errors"], 0, "s3proxy failed (see its log)")
+        self.assertGreaterEqual(ps["injected"], 10, ps)
+        self.assertGreaterEqual(sum(1 for v in ps["faults"].values() if v), 4, ps)
+        self.assertGreater(retries, 0, "no retry in the daemon log")
+        self.assertEqual(s["errors"]["crc"], 0)
+        # objects the daemon no longer knows (see test_lost_complete_response_...)
+        # stay after unmount: reported here, asserted there
+        count = s["segments"]["count"]
+        self.assertFalse(self.m.stop(), self.m.log_text())
+        left = self.seg_objects()
+        sys.stderr.write("\n  [faults] proxy: %d requests, injected %s; daemon: %d retries "
+                         "logged, errors %s, %d segments written / %d deleted; %d objects for %d "
+                         "segments before unmount, %d left after it%s\n"
+                         % (sum(ps["requests"].values()), ps["faults"], retries, s["errors"],
+                            s["segments"]["written"], s["segments"]["deleted"], len(objs), count,
+                            len(left), " (%s)" % sorted(left) if left else ""))
+
+    def test_lost_complete_response_leaves_no_orphan(self):
+        """CompleteMultipartUpload succeeds on the server but its response is
+        lost (connection reset). The retry cannot succeed (the upload is gone:
+        AWS answers 404 NoSuchUpload, s3rver 500). Whatever the daemon then
+        decides, the bucket must not keep an object it does not reference."""
+        srv = self.s3server()
+        px = self.proxy(srv, seed=3)
+        m = self.s3_mount(srv, endpoint=px.endpoint, hot_size="64M", min_spill_size="8M")
+        px.configure(1.0, ["reset"], match=r"^POST \S*[?&]uploadId=", budget=1)
+        p = self.p("lost")
+        write_content(p, 55, 12 * MiB)
+        try:
+            self.evict(p)
+            how = "evict succeeded"
+        except OSError as e:
+            how = "evict failed: %s" % e
+        ps = px.stats()
+        self.assertEqual(ps["faults"]["reset"], 1, ps)
+        self.assertContent(p, 55, 12 * MiB)
+        self.evict(p)  # no more faults: this one must work
+        self.assertGreater(self.state(p)["cold"], 0)
+        self.assertContent(p, 55, 12 * MiB)
+        completes = [r for r in px.requests() if r["method"] == "POST" and
+                     "uploadId=" in r["target"]]
+        sys.stderr.write("\n  [lost complete] %s; complete requests: %s; stats %s\n"
+                         % (how, [(r["status"], r["fault"]) for r in completes],
+                            json.dumps({k: self.stats()[k] for k in ("segments", "errors")})))
+        leak = None
+        try:
+            self.poll(lambda: len(self.seg_objects()) == self.stats()["segments"]["count"], 10,
+                      "objects == segments.count")
+        except AssertionError:
+            leak = ("the bucket keeps %d objects for the %d segments the daemon references "
+                    "(%s) while mounted" % (len(self.seg_objects()),
+                                            self.stats()["segments"]["count"],
+                                            sorted(self.seg_objects())))
+        self.assertFalse(m.stop(), m.log_text())
+        left = self.seg_objects()
+        self.assertFalse(leak, "%s; %d left after unmount" % (leak, len(left)))
+        self.assertEqual(left, {}, "objects left after unmount")
+
+
+# --------------------------------------------------------------------------
+# 7. secrets
+
+
+class TestS3Secrets(S3Case):
+    timeout = 120
+
+    def exercise(self):
+        p = self.p("s")
+        write_content(p, 90, 12 * MiB)
+        self.evict(p)
+        self.assertGreater(self.state(p)["cold"], 0)
+        self.assertContent(p, 90, 12 * MiB)
+        os.unlink(p)
+        self.poll(lambda: self.stats()["segments"]["count"] == 0, 10, "GC after unlink")
+
+    def check_clean(self, m, secret):
+        with open("/proc/mounts") as f:
+            places = {"/proc/mounts": f.read()}
+        with open("/proc/%d/cmdline" % m.pid, "rb") as f:
+            places["cmdline"] = f.read().decode(errors="replace")
+        places["stats xattr"] = os.getxattr(self.mnt, "user.spillway.stats").decode()
+        # /proc/PID/environ may hold it: that is where it was given
+        self.assertFalse(m.stop(), m.log_text())
+        places["daemon log"] = self.full_log(m)
+        self.assertIn("debug", places["daemon log"].lower(), "log_level=debug produced no debug")
+        for where, text in places.items():
+            for bad in (secret, "Signature=", "Authorization:"):
+                self.assertNotIn(bad, text, "%r found in %s" % (bad, where))
+
+    def test_secret_not_exposed(self):
+        key = "SPWKEY%06d" % random.randrange(10**6)
+        secret = "spwSecret-%016x" % random.getrandbits(64)
+        srv = self.s3server(access_key=key, secret_key=secret)
+        # credentials from the environment; through the proxy with faults, so
+        # that the daemon logs failed requests too
+        px = self.proxy(srv, seed=7, stall="0.1:0.2")
+        m = self.s3_mount(srv, endpoint=px.endpoint, hot_size="64M", min_spill_size="4M",
+                          log_level="debug", tag="env")
+        px.configure(0.3, ["503", "500", "reset", "truncate"])
+        self.exercise()
+        px.configure(0)
+        self.assertGreater(px.stats()["injected"], 0)
+        self.check_clean(m, secret)
+        self.assertRegex(self.full_log(m), r"; retry \d+ of", "no failed request logged")
+        # credentials from a 0600 file, nothing in the environment
+        self.set_aws_env(None, None)
+        creds = write_credentials(os.path.join(self.tmpdir(), "credentials"), key, secret)
+        m = self.s3_mount(srv, hot_size="64M", min_spill_size="4M", log_level="debug",
+                          s3_credentials=creds, tag="file")
+        with open("/proc/%d/environ" % m.pid, "rb") as f:
+            self.assertNotIn(secret.encode(), f.read())
+        self.exercise()
+        self.check_clean(m, secret)
+
+
+if __name__ == "__main__":
+    harness.main()
