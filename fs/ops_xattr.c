@@ -50,6 +50,19 @@ static ssize_t vx_get(struct spw *s, struct inode *in, const char *what, char *b
 	return -ENODATA;
 }
 
+/* One reply for a get/list: the size asked about (size 0), the bytes, or the
+ * error. Frees buf. */
+static void reply_xattr(fuse_req_t req, size_t size, ssize_t ret, char *buf)
+{
+	if (ret < 0)
+		fuse_reply_err(req, (int)-ret);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)ret);
+	else
+		fuse_reply_buf(req, buf, (size_t)ret);
+	free(buf);
+}
+
 void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size,
 		 int flags)
 {
@@ -105,13 +118,7 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 			ret = idx_xattr_get(in, name, buf, size);
 	}
 	idx_put(s->idx, in);
-	if (ret < 0)
-		fuse_reply_err(req, (int)-ret);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)ret);
-	else
-		fuse_reply_buf(req, buf, (size_t)ret);
-	free(buf);
+	reply_xattr(req, size, ret, buf);
 }
 
 void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
@@ -129,13 +136,7 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	else
 		ret = idx_xattr_list(in, buf, size);
 	idx_put(s->idx, in);
-	if (ret < 0)
-		fuse_reply_err(req, (int)-ret);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)ret);
-	else
-		fuse_reply_buf(req, buf, (size_t)ret);
-	free(buf);
+	reply_xattr(req, size, ret, buf);
 }
 
 void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
