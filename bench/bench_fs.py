@@ -432,16 +432,20 @@ def loadavg():
         return "?"
 
 
-def environment(opts):
-    cpu = "?"
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo, or "?"."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return "?"
+
+
+def environment(opts):
+    cpu = cpu_model()
     env = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "kernel": platform.release(),

@@ -53,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
+import bench_fs  # noqa: E402
 from bench_fs import (  # noqa: E402
     CLEANUP,
     BenchError,
@@ -423,15 +424,7 @@ def one_round(opts, ctx, rnd, res):
 
 
 def environment(opts):
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = bench_fs.cpu_model()
     rev = cmd_first_line(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
     dirty = subprocess.run(
         ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],

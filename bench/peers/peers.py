@@ -788,12 +788,7 @@ def ratio_base(peer):
 
 
 def environment(ctx):
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = bench_fs.cpu_model()
     rev = cmd_first_line(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
