@@ -33,6 +33,12 @@ struct spw_config {
 	double nvme_threshold; /* with nvme and s3: demote segments above this */
 	char *metrics;	       /* Prometheus text file, or NULL */
 	uint64_t metrics_interval_ms;
+	/* durability */
+	char *state_dir;	  /* journal + checkpoints; NULL: volatile */
+	uint64_t journal_sync_ms; /* group commit period; 0: every change */
+	uint64_t checkpoint_size; /* journal bytes that trigger a checkpoint */
+	int takeover;		  /* s3: attach a prefix another node holds */
+	int io_psync;		  /* io_engine=psync */
 };
 
 #endif

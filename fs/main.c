@@ -253,7 +253,8 @@ out_session:
 	fuse_session_destroy(s.se);
 out_tier:
 	tier_stop(s.tier);
-	idx_free(s.idx); /* drops hot files through the release hook */
+	tier_detach(s.tier); /* with a journal: last checkpoint, keep the data */
+	idx_free(s.idx);     /* without: drops hot files through the release hook */
 	s.idx = NULL;
 	tier_free(s.tier);
 out_idx:

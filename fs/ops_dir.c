@@ -94,8 +94,8 @@ void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	/* Directory entries live in the index; durability comes with the journal. */
-	fuse_reply_err(req, 0);
+	/* directory entries live in the index: make its journal durable */
+	fuse_reply_err(req, -tier_sync(spw_of(req)->tier));
 }
 
 void op_statfs(fuse_req_t req, fuse_ino_t ino)

@@ -75,6 +75,8 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 	struct timespec now;
 	int ret;
 
+	if ((ret = idx_check_writable(s->idx)) < 0)
+		return ret;
 	if (valid & FUSE_SET_ATTR_SIZE) {
 		if (in->dir)
 			return -EISDIR;
@@ -106,8 +108,9 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 		in->ctime = attr->st_ctim;
 	else
 		in->ctime = now;
+	ret = idx_journal_attr_locked(s->idx, in);
 	pthread_mutex_unlock(&in->lock);
-	return 0;
+	return ret;
 }
 
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,

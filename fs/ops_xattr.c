@@ -82,7 +82,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 	else if (!S_ISREG(in->mode) && !in->dir)
 		ret = -EPERM; /* as on Linux: user.* only on files and directories */
 	else
-		ret = idx_xattr_set(in, name, value, size, flags);
+		ret = idx_xattr_set(s->idx, in, name, value, size, flags);
 	idx_put(s->idx, in);
 	fuse_reply_err(req, -ret);
 }
@@ -152,7 +152,7 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	ret = !strncmp(name, VPREFIX, strlen(VPREFIX)) ? -EINVAL : idx_xattr_remove(in, name);
+	ret = !strncmp(name, VPREFIX, strlen(VPREFIX)) ? -EINVAL : idx_xattr_remove(s->idx, in, name);
 	idx_put(s->idx, in);
 	fuse_reply_err(req, -ret);
 }

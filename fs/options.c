@@ -22,7 +22,8 @@ struct raw_opts {
 	char *io_workers, *restore, *write_wait, *gc_threshold;
 	char *s3, *s3_endpoint, *s3_region, *s3_part_size, *s3_credentials, *s3_ca_file;
 	char *s3_path_style, *nvme_threshold, *metrics, *metrics_interval;
-	int s3_path_style_flag;
+	char *state_dir, *journal_sync_ms, *checkpoint_size, *io_engine;
+	int s3_path_style_flag, takeover;
 	int allow_other, default_permissions;
 	char *bad; /* first unknown option */
 };
@@ -55,6 +56,11 @@ static const struct fuse_opt spw_opts[] = {
     OPT(nvme_threshold),
     OPT(metrics),
     OPT(metrics_interval),
+    OPT(state_dir),
+    OPT(journal_sync_ms),
+    OPT(checkpoint_size),
+    OPT(io_engine),
+    {"takeover", offsetof(struct raw_opts, takeover), 1},
     {"s3_path_style", offsetof(struct raw_opts, s3_path_style_flag), 1},
     /* seen and passed on to the kernel */
     {"allow_other", offsetof(struct raw_opts, allow_other), 1},
@@ -136,6 +142,13 @@ void opt_help(void)
 	    "    nvme_threshold=F       with nvme and s3: demote segments above F full (0.90)\n"
 	    "    metrics=FILE           Prometheus text file, rewritten atomically\n"
 	    "    metrics_interval=DUR   how often (default 5s)\n"
+	    "    state_dir=DIR|none     journal and checkpoints (default <first nvme>/.spillway;\n"
+	    "                           required with s3 alone; none: nothing survives unmount)\n"
+	    "    journal_sync_ms=N      group commit period in ms, 0..60000 (default 1000;\n"
+	    "                           0: every change is synced before the reply)\n"
+	    "    checkpoint_size=SIZE   journal size that triggers a checkpoint, 64K..4G (64M)\n"
+	    "    takeover               with s3: attach a prefix another node still holds\n"
+	    "    io_engine=uring|psync  cold-tier I/O through io_uring or pread/pwrite (uring)\n"
 	    "    log_level=LEVEL        error, warn, info, debug (default info)\n"
 	    "Sizes take K/M/G/T suffixes (powers of 1024); durations ms/s/m/h.\n"
 	    "allow_other requires default_permissions.\n");
@@ -258,6 +271,8 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	cfg->nvme_threshold = 0.90;
 	cfg->metrics_interval_ms = 5000;
 	cfg->s3_part_size = 16ULL << 20;
+	cfg->journal_sync_ms = 1000;
+	cfg->checkpoint_size = 64ULL << 20;
 
 	if (fuse_opt_parse(args, &raw, spw_opts, opt_proc) < 0)
 		FAIL("cannot parse options");
@@ -493,6 +508,64 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	if (!cfg->s3 && (raw.s3_endpoint || raw.s3_region || raw.s3_part_size ||
 			 raw.s3_credentials || raw.s3_ca_file))
 		FAIL("option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
+	if (raw.journal_sync_ms) {
+		char *end;
+		unsigned long v = strtoul(raw.journal_sync_ms, &end, 10);
+		if (raw.journal_sync_ms[0] < '0' || raw.journal_sync_ms[0] > '9' || *end ||
+		    v > 60000)
+			FAIL("option 'journal_sync_ms': invalid value '%s': expected an integer "
+			     "0..60000",
+			     raw.journal_sync_ms);
+		cfg->journal_sync_ms = v;
+	}
+	if (raw.checkpoint_size) {
+		if (parse_size_opt("checkpoint_size", raw.checkpoint_size, &cfg->checkpoint_size,
+				   err, errlen))
+			goto fail;
+		if (cfg->checkpoint_size < (64ULL << 10) || cfg->checkpoint_size > (4ULL << 30))
+			FAIL("option 'checkpoint_size': invalid value '%s': expected a size from "
+			     "64K to 4G",
+			     raw.checkpoint_size);
+	}
+	if (raw.io_engine) {
+		if (!strcmp(raw.io_engine, "psync"))
+			cfg->io_psync = 1;
+		else if (strcmp(raw.io_engine, "uring"))
+			FAIL("option 'io_engine': invalid value '%s': expected uring or psync",
+			     raw.io_engine);
+	}
+	cfg->takeover = raw.takeover;
+	if (raw.takeover && !cfg->s3)
+		FAIL("option 'takeover' needs 's3=s3://BUCKET/PREFIX'");
+	/* state_dir: absolute, or none; default in the first nvme directory */
+	if (raw.state_dir && !strcmp(raw.state_dir, "none")) {
+		cfg->state_dir = NULL;
+	} else if (raw.state_dir) {
+		if (raw.state_dir[0] != '/')
+			FAIL("option 'state_dir': invalid value '%s': must be an absolute path or "
+			     "none",
+			     raw.state_dir);
+		if (!strncmp(raw.state_dir, cfg->hot_dir, strlen(cfg->hot_dir)) &&
+		    (raw.state_dir[strlen(cfg->hot_dir)] == '/' ||
+		     !raw.state_dir[strlen(cfg->hot_dir)]))
+			FAIL("option 'state_dir': invalid value '%s': must not be inside hot_dir "
+			     "(RAM does not survive a reboot)",
+			     raw.state_dir);
+		if (!strncmp(raw.state_dir, cfg->mountpoint, strlen(cfg->mountpoint)) &&
+		    (raw.state_dir[strlen(cfg->mountpoint)] == '/' ||
+		     !raw.state_dir[strlen(cfg->mountpoint)]))
+			FAIL("option 'state_dir': invalid value '%s': must not be inside the "
+			     "mountpoint",
+			     raw.state_dir);
+		cfg->state_dir = strdup(raw.state_dir);
+	} else if (cfg->nvme) {
+		size_t n = strcspn(cfg->nvme, ":");
+		if (asprintf(&cfg->state_dir, "%.*s/.spillway", (int)n, cfg->nvme) < 0)
+			cfg->state_dir = NULL;
+	} else if (cfg->s3) {
+		FAIL("option 's3' alone needs 'state_dir=DIR' on a local disk for the journal "
+		     "(or state_dir=none: nothing survives an unmount)");
+	}
 	ret = 0;
 fail:
 	if (ret < 0 && created)
@@ -521,6 +594,7 @@ fail:
 	free(raw.nvme_threshold);
 	free(raw.metrics);
 	free(raw.metrics_interval);
+	free(raw.state_dir);
 	free(raw.bad);
 	return ret;
 }
@@ -536,4 +610,5 @@ void opt_free(struct spw_config *cfg)
 	free(cfg->s3_credentials);
 	free(cfg->s3_ca_file);
 	free(cfg->metrics);
+	free(cfg->state_dir);
 }

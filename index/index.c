@@ -15,8 +15,11 @@
  */
 #include "index/index.h"
 
+#include "index/journal.h"
+
 #include <errno.h>
 #include <linux/fs.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/xattr.h>
@@ -50,6 +53,7 @@ struct index {
 	struct inode all; /* list head of live inodes */
 	idx_release_fn release;
 	void *release_arg;
+	struct journal *jrnl; /* NULL: volatile (no state_dir) */
 };
 
 static uint32_t name_hash(uint64_t parent, const char *name)
@@ -133,6 +137,131 @@ static struct dirent_node *dent_find(struct index *idx, uint64_t parent, const c
 void idx_touch(struct timespec *ts)
 {
 	clock_gettime(CLOCK_REALTIME, ts);
+}
+
+/* ---- journal records ---- */
+
+static int64_t ts_ns(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec;
+}
+
+static struct timespec ns_ts(int64_t ns)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000LL),
+			      .tv_nsec = (long)(ns % 1000000000LL)};
+	if (ts.tv_nsec < 0) {
+		ts.tv_nsec += 1000000000L;
+		ts.tv_sec--;
+	}
+	return ts;
+}
+
+/* JR_INODE for in; caller holds in->lock (symlink is immutable). */
+static void attr_rec_locked(struct inode *in, struct jrec *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->type = JR_INODE;
+	r->ino = in->ino;
+	r->attr.mode = in->mode;
+	r->attr.uid = in->uid;
+	r->attr.gid = in->gid;
+	r->attr.rdev = in->rdev;
+	r->attr.size = in->size;
+	r->attr.atime_ns = ts_ns(&in->atime);
+	r->attr.mtime_ns = ts_ns(&in->mtime);
+	r->attr.ctime_ns = ts_ns(&in->ctime);
+	if (in->symlink) {
+		r->name = in->symlink;
+		r->name_len = (uint32_t)strlen(in->symlink);
+	}
+}
+
+static void attr_rec(struct inode *in, struct jrec *r)
+{
+	pthread_mutex_lock(&in->lock);
+	attr_rec_locked(in, r);
+	pthread_mutex_unlock(&in->lock);
+}
+
+static void name_rec(struct jrec *r, uint8_t type, uint64_t parent, const char *name, uint64_t ino)
+{
+	memset(r, 0, sizeof(*r));
+	r->type = type;
+	r->parent = parent;
+	r->ino = ino;
+	r->name = name;
+	r->name_len = (uint32_t)strlen(name);
+}
+
+/* Refuse changes once the journal is read-only. */
+static int jcheck(struct index *idx)
+{
+	return idx->jrnl && jrnl_failed(idx->jrnl) ? -EIO : 0;
+}
+
+static int jlog(struct index *idx, const struct jrec *rs, int n)
+{
+	return idx->jrnl ? jrnl_append_tx(idx->jrnl, rs, n) : 0;
+}
+
+void idx_set_journal(struct index *idx, struct journal *j)
+{
+	idx->jrnl = j;
+}
+
+struct journal *idx_journal(struct index *idx)
+{
+	return idx->jrnl;
+}
+
+int idx_check_writable(struct index *idx)
+{
+	return jcheck(idx);
+}
+
+int idx_journal_attr_locked(struct index *idx, struct inode *in)
+{
+	struct jrec r;
+	if (!idx->jrnl)
+		return 0;
+	attr_rec_locked(in, &r);
+	return jrnl_append(idx->jrnl, &r);
+}
+
+int idx_journal_attr(struct index *idx, struct inode *in)
+{
+	int ret;
+	if (!idx->jrnl)
+		return 0;
+	pthread_mutex_lock(&in->lock);
+	ret = idx_journal_attr_locked(idx, in);
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count)
+{
+	struct jrec r = {.ino = in->ino, .chunk = c};
+	struct chunk *ch;
+	if (!idx->jrnl)
+		return 0;
+	ch = c < in->nchunks ? &in->chunks[c] : NULL;
+	if (count > 1 || !ch || ch->state == CHUNK_ABSENT) {
+		r.type = JR_CHUNK_ABSENT;
+		r.count = count ? count : 1;
+	} else if (ch->seg_id && ch->state != CHUNK_HOT_DIRTY && ch->state != CHUNK_SPILLING) {
+		r.type = JR_CHUNK_LOC;
+		r.loc.seg_id = ch->seg_id;
+		r.loc.off = ch->seg_off;
+		r.loc.len = ch->seg_len;
+		r.loc.crc = ch->seg_crc;
+		r.loc.dev = ch->seg_dev;
+		r.loc.gen = ch->seg_gen;
+	} else {
+		r.type = JR_CHUNK_DIRTY;
+	}
+	return jrnl_append(idx->jrnl, &r);
 }
 
 static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *nn)
@@ -532,7 +661,7 @@ int idx_create(struct index *idx, uint64_t parent, const char *name, const struc
 	int ret = 0;
 
 	pthread_mutex_lock(&idx->lock);
-	if (!(p = dir_of(idx, parent, &ret)))
+	if ((ret = jcheck(idx)) < 0 || !(p = dir_of(idx, parent, &ret)))
 		goto out;
 	if ((ret = check_name(name)) < 0)
 		goto out;
@@ -559,6 +688,13 @@ int idx_create(struct index *idx, uint64_t parent, const char *name, const struc
 	in->refs = 1;
 	in->nlookup = 1;
 	*out = in;
+	if (idx->jrnl) {
+		struct jrec rs[3];
+		attr_rec(in, &rs[0]);
+		name_rec(&rs[1], JR_LINK, parent, name, in->ino);
+		attr_rec(p, &rs[2]);
+		ret = jlog(idx, rs, 3);
+	}
 out:
 	pthread_mutex_unlock(&idx->lock);
 	return ret;
@@ -571,7 +707,7 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 	int ret = 0;
 
 	pthread_mutex_lock(&idx->lock);
-	if (!(p = dir_of(idx, newparent, &ret)))
+	if ((ret = jcheck(idx)) < 0 || !(p = dir_of(idx, newparent, &ret)))
 		goto out;
 	if (!(in = ino_find(idx, ino))) {
 		ret = -ENOENT;
@@ -594,6 +730,13 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 	in->refs++;
 	in->nlookup++;
 	*out = in;
+	if (idx->jrnl) {
+		struct jrec rs[3];
+		name_rec(&rs[0], JR_LINK, newparent, newname, ino);
+		attr_rec(in, &rs[1]);
+		attr_rec(p, &rs[2]);
+		ret = jlog(idx, rs, 3);
+	}
 out:
 	pthread_mutex_unlock(&idx->lock);
 	return ret;
@@ -606,7 +749,7 @@ static int do_remove(struct index *idx, uint64_t parent, const char *name, int w
 	int ret = 0;
 
 	pthread_mutex_lock(&idx->lock);
-	if (!(p = dir_of(idx, parent, &ret)))
+	if ((ret = jcheck(idx)) < 0 || !(p = dir_of(idx, parent, &ret)))
 		goto out;
 	if (want_dir && strcmp(name, ".") == 0) {
 		ret = -EINVAL;
@@ -640,6 +783,12 @@ static int do_remove(struct index *idx, uint64_t parent, const char *name, int w
 		nlink_add(in, -1);
 	}
 	parent_changed(p);
+	if (idx->jrnl) {
+		struct jrec rs[2];
+		name_rec(&rs[0], JR_UNLINK, parent, name, 0);
+		attr_rec(p, &rs[1]);
+		ret = jlog(idx, rs, 2);
+	}
 	dead = inode_maybe_unhook(idx, in);
 out:
 	pthread_mutex_unlock(&idx->lock);
@@ -685,7 +834,8 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
 		return -EINVAL;
 	pthread_mutex_lock(&idx->lock);
-	if (!(p = dir_of(idx, parent, &ret)) || !(np = dir_of(idx, newparent, &ret)))
+	if ((ret = jcheck(idx)) < 0 || !(p = dir_of(idx, parent, &ret)) ||
+	    !(np = dir_of(idx, newparent, &ret)))
 		goto out;
 	if (!(sd = dent_find(idx, parent, name)) || !(src = ino_find(idx, sd->ino))) {
 		ret = -ENOENT;
@@ -736,6 +886,14 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 		nlink_add(dst, 0);
 		parent_changed(p);
 		parent_changed(np);
+		if (idx->jrnl) {
+			struct jrec rs[4];
+			name_rec(&rs[0], JR_LINK, parent, name, dst->ino);
+			name_rec(&rs[1], JR_LINK, newparent, newname, src->ino);
+			attr_rec(p, &rs[2]);
+			attr_rec(np, &rs[3]);
+			ret = jlog(idx, rs, np != p ? 4 : 3);
+		}
 		goto out;
 	}
 	if (dst) {
@@ -778,6 +936,14 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 	parent_changed(p);
 	if (np != p)
 		parent_changed(np);
+	if (idx->jrnl) {
+		struct jrec rs[4];
+		name_rec(&rs[0], JR_LINK, newparent, newname, src->ino);
+		name_rec(&rs[1], JR_UNLINK, parent, name, 0);
+		attr_rec(p, &rs[2]);
+		attr_rec(np, &rs[3]);
+		ret = jlog(idx, rs, np != p ? 4 : 3);
+	}
 out:
 	pthread_mutex_unlock(&idx->lock);
 	inode_release(idx, dead);
@@ -883,12 +1049,15 @@ static struct xattr **xattr_find(struct inode *in, const char *name)
 	return pp;
 }
 
-int idx_xattr_set(struct inode *in, const char *name, const void *value, size_t size, int flags)
+int idx_xattr_set(struct index *idx, struct inode *in, const char *name, const void *value,
+		  size_t size, int flags)
 {
 	struct xattr **pp, *x;
 	void *v;
 	int ret = 0;
 
+	if ((ret = jcheck(idx)) < 0)
+		return ret;
 	if (strlen(name) > 255)
 		return -ERANGE;
 	if (strcmp(name, "user.") == 0)
@@ -924,8 +1093,17 @@ int idx_xattr_set(struct inode *in, const char *name, const void *value, size_t 
 	x->value = v;
 	x->size = size;
 	idx_touch(&in->ctime);
+	if (idx->jrnl) {
+		struct jrec r = {.type = JR_XATTR_SET,
+				 .ino = in->ino,
+				 .name = name,
+				 .name_len = (uint32_t)strlen(name),
+				 .value = value,
+				 .value_len = (uint32_t)size};
+		ret = jrnl_append(idx->jrnl, &r);
+	}
 	pthread_mutex_unlock(&in->lock);
-	return 0;
+	return ret;
 fail:
 	pthread_mutex_unlock(&in->lock);
 	free(v);
@@ -976,10 +1154,12 @@ ssize_t idx_xattr_list(struct inode *in, char *buf, size_t size)
 	return ret;
 }
 
-int idx_xattr_remove(struct inode *in, const char *name)
+int idx_xattr_remove(struct index *idx, struct inode *in, const char *name)
 {
 	struct xattr **pp, *x;
-	int ret = 0;
+	int ret;
+	if ((ret = jcheck(idx)) < 0)
+		return ret;
 	pthread_mutex_lock(&in->lock);
 	pp = xattr_find(in, name);
 	if (!(x = *pp)) {
@@ -990,6 +1170,13 @@ int idx_xattr_remove(struct inode *in, const char *name)
 		free(x->value);
 		free(x);
 		idx_touch(&in->ctime);
+		if (idx->jrnl) {
+			struct jrec r = {.type = JR_XATTR_DEL,
+					 .ino = in->ino,
+					 .name = name,
+					 .name_len = (uint32_t)strlen(name)};
+			ret = jrnl_append(idx->jrnl, &r);
+		}
 	}
 	pthread_mutex_unlock(&in->lock);
 	return ret;
@@ -1011,4 +1198,327 @@ int idx_chunks_reserve(struct inode *in, uint64_t n)
 	in->chunks = nc;
 	in->nchunks = cap;
 	return 0;
+}
+
+/* ---- recovery and checkpoints ---- */
+
+/* An inode with a given number (recovery): found, or created bare. */
+static struct inode *replay_inode(struct index *idx, uint64_t ino, uint32_t mode)
+{
+	struct inode *in = ino_find(idx, ino);
+	struct idx_new_node nn = {.mode = mode};
+	uint64_t save;
+	if (in)
+		return in;
+	save = idx->next_ino;
+	idx->next_ino = ino;
+	in = inode_alloc(idx, &nn);
+	idx->next_ino = save > ino + 1 ? save : ino + 1;
+	if (in && inode_insert(idx, in) < 0) {
+		inode_destroy(in);
+		in = NULL;
+	}
+	return in;
+}
+
+int idx_replay(struct index *idx, const struct jrec *r)
+{
+	struct inode *in, *p;
+	struct dirent_node *d;
+	char name[256];
+	int ret = 0;
+
+	switch (r->type) {
+	case JR_META:
+		if (r->next_ino > idx->next_ino)
+			idx->next_ino = r->next_ino;
+		return 1;
+	case JR_INODE:
+		in = ino_find(idx, r->ino);
+		if (in && (in->mode & S_IFMT) != (r->attr.mode & S_IFMT))
+			return 0; /* never happens: numbers are not reused */
+		if (!in && !(in = replay_inode(idx, r->ino, r->attr.mode)))
+			return -ENOMEM;
+		in->mode = r->attr.mode;
+		in->uid = r->attr.uid;
+		in->gid = r->attr.gid;
+		in->rdev = (dev_t)r->attr.rdev;
+		in->size = r->attr.size;
+		in->atime = ns_ts(r->attr.atime_ns);
+		in->mtime = ns_ts(r->attr.mtime_ns);
+		in->ctime = ns_ts(r->attr.ctime_ns);
+		if (S_ISLNK(in->mode) && r->name_len && !in->symlink) {
+			if (!(in->symlink = strndup(r->name, r->name_len)))
+				return -ENOMEM;
+		}
+		return 0;
+	case JR_LINK:
+	case JR_UNLINK:
+		memcpy(name, r->name, r->name_len);
+		name[r->name_len] = '\0';
+		d = dent_find(idx, r->parent, name);
+		if (r->type == JR_UNLINK) {
+			if (d && (p = ino_find(idx, r->parent)))
+				dent_del(idx, p, d);
+			return 0;
+		}
+		/* a name in a directory that is gone by the end: harmless to skip */
+		if (!(p = ino_find(idx, r->parent)) || !p->dir || !ino_find(idx, r->ino))
+			return 0;
+		if (d)
+			d->ino = r->ino;
+		else
+			ret = dent_add(idx, p, name, r->ino);
+		return ret;
+	case JR_XATTR_SET:
+	case JR_XATTR_DEL:
+		/* idx->jrnl is not set yet: nothing is journaled again */
+		if (!(in = ino_find(idx, r->ino)))
+			return 0;
+		memcpy(name, r->name, r->name_len);
+		name[r->name_len] = '\0';
+		if (r->type == JR_XATTR_SET)
+			return idx_xattr_set(idx, in, name, r->value, r->value_len, 0);
+		idx_xattr_remove(idx, in, name); /* -ENODATA is fine */
+		return 0;
+	case JR_CHUNK_LOC:
+	case JR_CHUNK_DIRTY:
+	case JR_CHUNK_ABSENT: {
+		struct chunk *ch;
+		if (!(in = ino_find(idx, r->ino)) || !S_ISREG(in->mode))
+			return 0;
+		if (r->type == JR_CHUNK_ABSENT) {
+			for (uint64_t c = r->chunk; c < in->nchunks && c - r->chunk < r->count; c++)
+				memset(&in->chunks[c], 0, sizeof(in->chunks[c]));
+			return 0;
+		}
+		if ((ret = idx_chunks_reserve(in, r->chunk + 1)) < 0)
+			return ret;
+		ch = &in->chunks[r->chunk];
+		memset(ch, 0, sizeof(*ch));
+		if (r->type == JR_CHUNK_DIRTY) {
+			ch->state = CHUNK_HOT_DIRTY;
+		} else {
+			ch->state = CHUNK_COLD;
+			ch->seg_id = r->loc.seg_id;
+			ch->seg_off = r->loc.off;
+			ch->seg_len = r->loc.len;
+			ch->seg_crc = r->loc.crc;
+			ch->seg_dev = r->loc.dev;
+			ch->seg_gen = r->loc.gen;
+			ch->gen = r->loc.gen;
+		}
+		return 0;
+	}
+	default:
+		return 1;
+	}
+}
+
+uint64_t idx_replay_finish(struct index *idx)
+{
+	struct inode *in, *next, *root = ino_find(idx, IDX_ROOT_INO);
+	struct inode **stack = NULL;
+	size_t sp = 0, cap = 0;
+	uint64_t dropped = 0;
+
+	for (in = idx->all.all_next; in != &idx->all; in = in->all_next) {
+		in->nlink = in->dir ? 2 : 0;
+		in->mark = 0;
+	}
+	/* walk from the root: only names in reachable directories count */
+	root->mark = 1;
+	root->parent = IDX_ROOT_INO;
+	if ((stack = malloc(sizeof(*stack) * (cap = 64))))
+		stack[sp++] = root;
+	while (sp > 0) {
+		struct inode *dir = stack[--sp];
+		for (uint64_t i = 0; i < dir->dir->n; i++) {
+			struct dirent_node *d = dir->dir->ents[i];
+			struct inode *c;
+			if (!d || !(c = ino_find(idx, d->ino)))
+				continue;
+			if (c->dir) {
+				if (c->mark || c == root)
+					continue; /* a second name for a directory: ignored */
+				c->parent = dir->ino;
+				dir->nlink++;
+				if (sp == cap) {
+					struct inode **ns = realloc(stack, sizeof(*ns) * (cap *= 2));
+					if (!ns)
+						continue;
+					stack = ns;
+				}
+				stack[sp++] = c;
+			} else {
+				c->nlink++;
+			}
+			c->mark = 1;
+		}
+	}
+	free(stack);
+	/* names whose target or directory is gone */
+	for (uint64_t b = 0; b < idx->dtab_size; b++) {
+		struct dirent_node *d = idx->dtab[b], *dn;
+		for (; d; d = dn) {
+			struct inode *p = ino_find(idx, d->parent), *c = ino_find(idx, d->ino);
+			dn = d->hash_next;
+			if (!p || !p->mark || !c || (c->dir && c->parent != d->parent))
+				dent_del(idx, p && p->dir ? p : root, d);
+		}
+	}
+	for (in = idx->all.all_next; in != &idx->all; in = next) {
+		next = in->all_next;
+		if (in->mark || in == root)
+			continue;
+		in->nlink = 0;
+		if (inode_maybe_unhook(idx, in)) {
+			inode_destroy(in);
+			dropped++;
+		}
+	}
+	for (in = idx->all.all_next; in != &idx->all; in = in->all_next)
+		in->mark = 0;
+	return dropped;
+}
+
+uint64_t idx_next_ino(struct index *idx)
+{
+	uint64_t n;
+	pthread_mutex_lock(&idx->lock);
+	n = idx->next_ino;
+	pthread_mutex_unlock(&idx->lock);
+	return n;
+}
+
+static int snap_inode(struct jrnl_emitter *e, struct inode *in)
+{
+	struct jrec r;
+	int ret;
+	pthread_mutex_lock(&in->lock);
+	attr_rec_locked(in, &r);
+	ret = jrnl_emit(e, &r);
+	for (struct xattr *x = in->xattrs; x && !ret; x = x->next) {
+		struct jrec xr = {.type = JR_XATTR_SET,
+				  .ino = in->ino,
+				  .name = x->name,
+				  .name_len = (uint32_t)strlen(x->name),
+				  .value = x->value,
+				  .value_len = (uint32_t)x->size};
+		ret = jrnl_emit(e, &xr);
+	}
+	for (uint64_t c = 0; c < in->nchunks && !ret; c++) {
+		struct chunk *ch = &in->chunks[c];
+		struct jrec cr = {.ino = in->ino, .chunk = c};
+		if (ch->state == CHUNK_ABSENT)
+			continue;
+		if (ch->seg_id && ch->state != CHUNK_HOT_DIRTY && ch->state != CHUNK_SPILLING) {
+			cr.type = JR_CHUNK_LOC;
+			cr.loc.seg_id = ch->seg_id;
+			cr.loc.off = ch->seg_off;
+			cr.loc.len = ch->seg_len;
+			cr.loc.crc = ch->seg_crc;
+			cr.loc.dev = ch->seg_dev;
+			cr.loc.gen = ch->seg_gen;
+		} else {
+			cr.type = JR_CHUNK_DIRTY;
+		}
+		ret = jrnl_emit(e, &cr);
+	}
+	pthread_mutex_unlock(&in->lock);
+	return ret;
+}
+
+int idx_snapshot(struct index *idx, struct jrnl_emitter *e)
+{
+	struct inode *in;
+	int ret = 0;
+
+	pthread_mutex_lock(&idx->lock);
+	for (in = idx->all.all_next; in != &idx->all && !ret; in = in->all_next)
+		if (in->nlink > 0 || in->ino == IDX_ROOT_INO)
+			ret = snap_inode(e, in);
+	for (in = idx->all.all_next; in != &idx->all && !ret; in = in->all_next) {
+		if (!in->dir || in->nlink == 0)
+			continue;
+		for (uint64_t i = 0; i < in->dir->n && !ret; i++) {
+			struct dirent_node *d = in->dir->ents[i];
+			struct jrec r;
+			if (!d)
+				continue;
+			name_rec(&r, JR_LINK, d->parent, d->name, d->ino);
+			ret = jrnl_emit(e, &r);
+		}
+	}
+	pthread_mutex_unlock(&idx->lock);
+	return ret;
+}
+
+/* Path of a name: "/" + names of the directories up to the root. */
+static void dent_path(struct index *idx, struct dirent_node *d, char *buf, size_t len)
+{
+	char tmp[4096];
+	size_t pos = sizeof(tmp) - 1;
+	tmp[pos] = '\0';
+	for (int depth = 0; d && depth < 256; depth++) {
+		size_t nl = strlen(d->name);
+		struct inode *p;
+		if (nl + 1 > pos)
+			break;
+		pos -= nl;
+		memcpy(tmp + pos, d->name, nl);
+		tmp[--pos] = '/';
+		if (d->parent == IDX_ROOT_INO || !(p = ino_find(idx, d->parent)) || !p->dir)
+			break;
+		/* a directory's own name: the entry in its parent pointing to it */
+		struct inode *gp = ino_find(idx, p->parent);
+		struct dirent_node *up = NULL;
+		for (uint64_t i = 0; gp && gp->dir && i < gp->dir->n; i++)
+			if (gp->dir->ents[i] && gp->dir->ents[i]->ino == p->ino) {
+				up = gp->dir->ents[i];
+				break;
+			}
+		d = up;
+	}
+	snprintf(buf, len, "%s", tmp + pos);
+}
+
+uint64_t idx_remove_marked(struct index *idx,
+			   void (*report)(void *arg, const char *path, struct inode *in), void *arg)
+{
+	struct {
+		uint64_t parent;
+		char *name;
+	} *v = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t removed = 0;
+	char path[4096];
+
+	pthread_mutex_lock(&idx->lock);
+	for (uint64_t b = 0; b < idx->dtab_size; b++)
+		for (struct dirent_node *d = idx->dtab[b]; d; d = d->hash_next) {
+			struct inode *c = ino_find(idx, d->ino);
+			if (!c || c->mark != 2)
+				continue;
+			if (n == cap) {
+				void *nv = realloc(v, sizeof(*v) * (cap = cap ? cap * 2 : 16));
+				if (!nv)
+					continue;
+				v = nv;
+			}
+			dent_path(idx, d, path, sizeof(path));
+			if (report)
+				report(arg, path, c);
+			v[n].parent = d->parent;
+			v[n].name = strdup(d->name);
+			n++;
+		}
+	pthread_mutex_unlock(&idx->lock);
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].name && idx_unlink(idx, v[i].parent, v[i].name) == 0)
+			removed++;
+		free(v[i].name);
+	}
+	free(v);
+	return removed;
 }

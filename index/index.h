@@ -76,6 +76,8 @@ struct inode {
 	uint64_t hot_bytes; /* allocated bytes of the hot file, last accounted */
 	uint32_t open_count;
 	uint8_t pinned; /* user.spillway.pin */
+	uint8_t mark;	/* recovery only: reachable / lost */
+	uint8_t attr_dirty; /* mtime changed since its last journal record */
 	/* namespace bookkeeping, guarded by the index lock */
 	uint64_t nlookup;    /* kernel references */
 	uint64_t refs;	     /* internal references (idx_get/idx_put) */
@@ -150,13 +152,50 @@ int idx_for_each(struct index *idx, int (*fn)(void *arg, struct inode *ino), voi
 void idx_counts(struct index *idx, uint64_t *inodes, uint64_t *files);
 
 /* user xattrs (inode lock taken inside). flags: XATTR_CREATE / XATTR_REPLACE. */
-int idx_xattr_set(struct inode *ino, const char *name, const void *value, size_t size, int flags);
+int idx_xattr_set(struct index *idx, struct inode *ino, const char *name, const void *value,
+		  size_t size, int flags);
 /* Returns value size, copying into buf when size > 0 (-ERANGE if too small). */
 ssize_t idx_xattr_get(struct inode *ino, const char *name, void *buf, size_t size);
 ssize_t idx_xattr_list(struct inode *ino, char *buf, size_t size);
-int idx_xattr_remove(struct inode *ino, const char *name);
+int idx_xattr_remove(struct index *idx, struct inode *ino, const char *name);
 
 /* Chunk map (caller holds ino->lock). Grows the map to cover chunk `c`. */
 int idx_chunks_reserve(struct inode *ino, uint64_t nchunks);
+
+/* ---- journal (index/journal.h) ----
+ * With a journal set, every namespace, attribute and xattr change is
+ * appended before the call returns; once the journal is read-only, changes
+ * fail with -EIO before anything is modified. */
+struct journal;
+struct jrec;
+struct jrnl_emitter;
+void idx_set_journal(struct index *idx, struct journal *j);
+struct journal *idx_journal(struct index *idx);
+/* 0, or -EIO when the journal is read-only (callers check before changing data). */
+int idx_check_writable(struct index *idx);
+/* Journal the attributes of in (size, mode, owner, times); _locked: caller
+ * holds in->lock. 0 or -EIO. */
+int idx_journal_attr(struct index *idx, struct inode *in);
+int idx_journal_attr_locked(struct index *idx, struct inode *in);
+/* Journal the residency of chunk c (count > 1: chunks [c, c+count) became
+ * holes): a cold location, RAM-only (dirty) or a hole. Caller holds in->lock. */
+int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count);
+
+/* Recovery (single-threaded, before serving): apply one record. Returns 0,
+ * 1 when the record is not the index's (segments; META is both), or -errno. */
+int idx_replay(struct index *idx, const struct jrec *r);
+/* After the last record: recount links, set directory parents and drop
+ * every inode no name reaches (no release hook called). Returns the number
+ * dropped. */
+uint64_t idx_replay_finish(struct index *idx);
+/* Emit the live namespace, attributes, xattrs and chunk maps (inodes first,
+ * then names) for a checkpoint. Takes the index lock for the walk. */
+int idx_snapshot(struct index *idx, struct jrnl_emitter *e);
+uint64_t idx_next_ino(struct index *idx);
+/* Paths of every name of inodes with mark == 2 (one call per name), then
+ * remove those names (journaled). Returns the number of names removed. */
+uint64_t idx_remove_marked(struct index *idx, void (*report)(void *arg, const char *path,
+							      struct inode *in),
+			   void *arg);
 
 #endif

@@ -27,6 +27,7 @@
  * - Lock order: index lock, inode lock, seg_lock, tier lock.
  */
 #include "tier/tier_i.h"
+#include "index/journal.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -68,9 +69,8 @@ uint64_t seg_alloc_id(struct tier *t)
 	return id;
 }
 
-void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload)
+struct seg_info *seg_slot_locked(struct tier *t, uint64_t id)
 {
-	pthread_mutex_lock(&t->seg_lock);
 	if (id >= t->nsegs_cap) {
 		uint64_t ncap = t->nsegs_cap ? t->nsegs_cap : 1024;
 		struct seg_info *ns;
@@ -83,12 +83,21 @@ void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint6
 		t->segs = ns;
 		t->nsegs_cap = ncap;
 	}
-	t->segs[id] = (struct seg_info){
+	if (id >= t->next_seg)
+		t->next_seg = id + 1;
+	return &t->segs[id];
+}
+
+void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload)
+{
+	pthread_mutex_lock(&t->seg_lock);
+	*seg_slot_locked(t, id) = (struct seg_info){
 	    .len = len, .live = payload, .payload = payload, .dev = dev, .atime = idx_tick(t->idx)};
 	t->seg_count++;
 	t->seg_bytes += len;
 	t->seg_live += payload;
 	pthread_mutex_unlock(&t->seg_lock);
+	recover_log_seg(t, id, 0); /* durable before any chunk points at it */
 }
 
 int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev)
@@ -378,6 +387,7 @@ static void *spill_segment(void *arg)
 			ch->seg_dev = dev;
 			ch->seg_gen = (uint32_t)done[i].e.gen;
 			ch->state = CHUNK_HOT_CLEAN;
+			idx_journal_chunk_locked(t->idx, in, done[i].c, 1);
 			if (job->drop && !in->pinned)
 				n = drop_chunk_locked(t, in, done[i].c);
 		} else {
@@ -585,7 +595,11 @@ static void seg_delete(struct tier *t, uint64_t id)
 	dev = t->segs[id].dev;
 	st = t->segs[id].store ? t->s3 : t->store;
 	pthread_mutex_unlock(&t->seg_lock);
-	ret = store_remove(st, id, dev);
+	/* the records moving its chunks away must be durable before it goes */
+	if ((ret = recover_log_seg(t, id, 1)) == 0 && t->jrnl)
+		ret = jrnl_sync(t->jrnl);
+	if (ret == 0)
+		ret = store_remove(st, id, dev);
 	pthread_mutex_lock(&t->seg_lock);
 	if (ret == 0 || ret == -ENOENT) {
 		t->seg_count--;
@@ -673,6 +687,7 @@ static int seg_compact(struct tier *t, uint64_t id)
 			ch->seg_id = newid;
 			ch->seg_off = moved[i].e.off;
 			ch->seg_dev = newdev;
+			idx_journal_chunk_locked(t->idx, in, moved[i].c, 1);
 		} else {
 			seg_release_bytes(t, newid, moved[i].e.len);
 		}
@@ -782,6 +797,9 @@ static int seg_demote(struct tier *t, uint64_t id)
 	t->segs[id].store = 1;
 	t->segs[id].dev = newdev;
 	pthread_mutex_unlock(&t->seg_lock);
+	/* the new home must be durable in the journal before the old copy goes */
+	if ((ret = recover_log_seg(t, id, 0)) < 0 || (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0))
+		goto out;
 	/* a restore that looked it up a moment ago retries on ENOENT */
 	store_remove(t->store, id, dev);
 	__atomic_add_fetch(&t->st.segments_demoted, 1, __ATOMIC_RELAXED);

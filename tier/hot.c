@@ -36,8 +36,9 @@ static int is_hot_name(const char *n)
 	return 1;
 }
 
-/* Remove hot files a previous daemon left; refuse a directory with anything else. */
-static int clean_dir(struct hot *hot, const char **why)
+/* Call fn for each hot file (fn may be NULL: remove them all); refuse a
+ * directory with anything else. */
+static int scan_dir(struct hot *hot, int (*fn)(void *, uint64_t), void *arg, const char **why)
 {
 	int fd = dup(hot->dirfd), ret = 0;
 	DIR *d;
@@ -59,13 +60,29 @@ static int clean_dir(struct hot *hot, const char **why)
 			ret = -ENOTEMPTY;
 			break;
 		}
-		unlinkat(hot->dirfd, de->d_name, 0);
+		if (fn)
+			fn(arg, strtoull(de->d_name, NULL, 16));
+		else
+			unlinkat(hot->dirfd, de->d_name, 0);
 	}
 	closedir(d);
 	return ret;
 }
 
-int hot_new(const char *dir, uint64_t limit, struct hot **out, const char **why)
+int hot_list(struct hot *hot, int (*fn)(void *arg, uint64_t ino), void *arg)
+{
+	const char *why = NULL;
+	return scan_dir(hot, fn, arg, &why);
+}
+
+void hot_remove(struct hot *hot, uint64_t ino)
+{
+	char name[17];
+	snprintf(name, sizeof(name), "%016llx", (unsigned long long)ino);
+	unlinkat(hot->dirfd, name, 0);
+}
+
+int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const char **why)
 {
 	struct hot *hot = calloc(1, sizeof(*hot));
 	struct stat st;
@@ -116,7 +133,8 @@ int hot_new(const char *dir, uint64_t limit, struct hot **out, const char **why)
 		goto fail;
 	}
 	hot->locked = 1;
-	if ((ret = clean_dir(hot, why)) < 0)
+	/* keep: recovery decides file by file (recover.c); else a fresh start */
+	if (!keep && (ret = scan_dir(hot, NULL, NULL, why)) < 0)
 		goto fail;
 	*out = hot;
 	return 0;
@@ -137,7 +155,7 @@ void hot_free(struct hot *hot)
 	if (hot->dirfd >= 0)
 		close(hot->dirfd);
 	if (hot->locked && hot->dir)
-		rmdir(hot->dir); /* only succeeds when empty */
+		rmdir(hot->dir); /* only succeeds when empty (kept files stay) */
 	free(hot->dir);
 	free(hot);
 }

@@ -15,8 +15,13 @@ struct inode;
 struct hot;
 
 /* Create (0700) or adopt hot_dir, lock it against a second daemon and
- * remove stale hot files. *why gets a static reason on failure. */
-int hot_new(const char *dir, uint64_t limit, struct hot **out, const char **why);
+ * remove stale hot files (unless `keep`: recovery sorts them out). *why
+ * gets a static reason on failure. */
+int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const char **why);
+/* Recovery: call fn with the inode number of every hot file present. */
+int hot_list(struct hot *hot, int (*fn)(void *arg, uint64_t ino), void *arg);
+/* Remove the hot file of inode ino (recovery: orphans). */
+void hot_remove(struct hot *hot, uint64_t ino);
 void hot_free(struct hot *hot);
 
 /* Open the inode's hot file (created on first use) and count a user.

@@ -12,6 +12,9 @@
  */
 #include "tier/tier_i.h"
 
+#include "index/journal.h"
+#include "common/uring.h"
+
 #include "common/clock.h"
 #include "common/log.h"
 #include "tier/store.h"
@@ -55,8 +58,9 @@ static int count_seg(void *arg, uint64_t id, uint32_t dev, uint64_t size)
 	return 0;
 }
 
-/* Open the NVMe store; segments left by an earlier mount have no index to
- * belong to (the journal comes later): they are removed. */
+/* Open the NVMe store. Without a journal, segments left by an earlier mount
+ * have no index to belong to: they are removed (with one, recovery keeps
+ * what the index references and removes the rest). */
 static int open_nvme(struct tier *t, char *err, size_t errlen)
 {
 	char *copy = strdup(t->cfg->nvme), *save = NULL, *d;
@@ -89,7 +93,8 @@ static int open_nvme(struct tier *t, char *err, size_t errlen)
 			 strerror(-ret));
 		goto out;
 	}
-	store_list(t->store, count_seg, &stale);
+	if (!t->jrnl)
+		store_list(t->store, count_seg, &stale);
 	if (stale) {
 		log_warn("nvme: removing %llu segments left by an earlier mount",
 			 (unsigned long long)stale);
@@ -149,28 +154,56 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	pthread_mutex_init(&t->ilock, NULL);
 	pthread_cond_init(&t->icond, NULL);
 	t->next_seg = 1;
+	if (cfg->io_psync)
+		uring_disable();
 	if (getrandom(t->uuid, sizeof(t->uuid), 0) != sizeof(t->uuid))
 		memset(t->uuid, 0x5a, sizeof(t->uuid));
-	ret = hot_new(cfg->hot_dir, cfg->hot_size, &t->hot, &why);
+	/* the state first: it has the filesystem's uuid the stores are named by */
+	if ((ret = recover_open(t, err, errlen)) < 0) {
+		free(t->segs);
+		free(t);
+		return ret;
+	}
+	ret = hot_new(cfg->hot_dir, cfg->hot_size, t->jrnl != NULL, &t->hot, &why);
 	if (ret < 0) {
 		snprintf(err, errlen, "option 'hot_dir': '%s': %s%s%s", cfg->hot_dir,
 			 why ? why : "", why ? ": " : "", strerror(-ret));
-		free(t);
-		return ret;
+		goto fail;
 	}
 	if ((cfg->nvme && (ret = open_nvme(t, err, errlen)) < 0) ||
-	    (cfg->s3 && (ret = open_s3(t, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0)) {
-		if (t->store)
-			store_close(t->store);
-		for (int i = 0; i < t->nvme_nlocks; i++)
-			close(t->nvme_locks[i]);
-		hot_free(t->hot);
-		free(t);
-		return ret;
-	}
+	    (cfg->s3 && (ret = open_s3(t, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) ||
+	    (ret = recover_finish(t, err, errlen)) < 0)
+		goto fail;
 	idx_set_release_hook(idx, drop_inode, t);
 	*out = t;
 	return 0;
+fail:
+	idx_set_journal(idx, NULL);
+	jrnl_close(t->jrnl, 0);
+	if (t->store)
+		store_close(t->store);
+	if (t->s3)
+		store_close(t->s3);
+	for (int i = 0; i < t->nvme_nlocks; i++)
+		close(t->nvme_locks[i]);
+	hot_free(t->hot);
+	free(t->segs);
+	free(t);
+	return ret;
+}
+
+void tier_detach(struct tier *t)
+{
+	if (!t || !t->jrnl)
+		return;
+	/* a last checkpoint: the next mount starts from it, no replay */
+	jrnl_close(t->jrnl, 1);
+	t->jrnl = NULL;
+	idx_set_journal(t->idx, NULL);
+	/* hot files and segments belong to the state now: the index must not
+	 * drop them while it is freed */
+	idx_set_release_hook(t->idx, NULL, NULL);
+	t->keep = 1;
 }
 
 struct inval_job {
@@ -251,13 +284,13 @@ void tier_free(struct tier *t)
 	if (!t)
 		return;
 	/* Without a journal the segments cannot be found again: remove them. */
-	for (uint64_t id = 1; id < t->nsegs_cap; id++)
+	for (uint64_t id = 1; !t->keep && id < t->nsegs_cap; id++)
 		if (t->segs[id].len)
 			store_remove(t->segs[id].store ? t->s3 : t->store, id, t->segs[id].dev);
-	if (t->store) {
+	if (t->store && !t->keep)
 		store_list(t->store, remove_seg, t);
+	if (t->store)
 		store_close(t->store);
-	}
 	if (t->s3)
 		store_close(t->s3);
 	for (int i = 0; i < t->nvme_nlocks; i++)
@@ -303,6 +336,10 @@ int tier_open(struct tier *t, struct inode *in)
 void tier_close(struct tier *t, struct inode *in)
 {
 	pthread_mutex_lock(&in->lock);
+	if (in->attr_dirty) {
+		in->attr_dirty = 0;
+		idx_journal_attr_locked(t->idx, in);
+	}
 	in->open_count--;
 	hot_fd_put_locked(t->hot, in);
 	pthread_mutex_unlock(&in->lock);
@@ -400,6 +437,8 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 	int ret = 0;
 	int64_t r;
 
+	if ((ret = idx_check_writable(t->idx)) < 0)
+		return ret;
 	io->off = off;
 	io->len = len;
 	io->reserved = 0;
@@ -453,11 +492,14 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 	uint64_t tick = idx_tick(t->idx);
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
+		int was_dirty = ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING;
 		/* the old cold copy is stale now (a spill in flight sees the new gen) */
 		tier_chunk_release_cold(t, in, ch);
 		ch->state = CHUNK_HOT_DIRTY;
 		ch->gen++;
 		ch->atime = tick;
+		if (!was_dirty)
+			idx_journal_chunk_locked(t->idx, in, c, 1);
 	}
 }
 
@@ -473,14 +515,19 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 	}
 	if (written > 0) {
 		uint64_t first, last;
+		int grew = io->off + (uint64_t)written > in->size;
 		tier_chunk_range(t, io->off, (uint64_t)written, &first, &last);
 		mark_dirty_locked(t, in, first, last);
-		if (io->off + (uint64_t)written > in->size)
+		if (grew)
 			in->size = io->off + (uint64_t)written;
 		idx_touch(&in->mtime);
 		in->ctime = in->mtime;
 		/* POSIX: a write by a non-owner clears set-user/group-ID */
 		in->mode &= ~(S_ISUID | S_ISGID);
+		/* the size before the reply; mtime alone waits for close or fsync */
+		in->attr_dirty = !grew;
+		if (grew && idx_journal_attr_locked(t->idx, in) < 0)
+			written = -EIO;
 	}
 	pin(in, io->first, io->last, -1);
 	if (io->claimed) {
@@ -513,6 +560,7 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t size)
 {
 	uint64_t keep = (size + t->chunk_size - 1) / t->chunk_size;
+	int any = 0;
 	for (uint64_t c = keep; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		if (ch->state == CHUNK_ABSENT)
@@ -520,13 +568,18 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 		tier_chunk_release_cold(t, in, ch);
 		ch->state = CHUNK_ABSENT;
 		ch->gen++;
+		any = 1;
 	}
+	if (any)
+		idx_journal_chunk_locked(t->idx, in, keep, in->nchunks - keep);
 }
 
 int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 {
-	int fd, ret = 0;
+	int fd, ret;
 
+	if ((ret = idx_check_writable(t->idx)) < 0)
+		return ret;
 	pthread_mutex_lock(&in->lock);
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0) {
@@ -552,6 +605,7 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 	in->size = size;
 	idx_touch(&in->mtime);
 	in->ctime = in->mtime;
+	ret = idx_journal_attr_locked(t->idx, in);
 	hot_account_locked(t->hot, in);
 out_put:
 	hot_fd_put_locked(t->hot, in);
@@ -573,6 +627,8 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		return -EOPNOTSUPP;
 	if (len == 0)
 		return -EINVAL;
+	if ((ret = idx_check_writable(t->idx)) < 0)
+		return ret;
 	tier_chunk_range(t, off, len, &first, &last);
 	pthread_mutex_lock(&in->lock);
 	if ((ret = idx_chunks_reserve(in, last + 1)) < 0)
@@ -619,6 +675,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 			tier_chunk_release_cold(t, in, ch);
 			ch->state = CHUNK_ABSENT;
 			ch->gen++;
+			idx_journal_chunk_locked(t->idx, in, c, 1);
 		} else if (replaces || ch->state == CHUNK_COLD) {
 			mark_dirty_locked(t, in, c, c);
 		} else if (ch->state == CHUNK_ABSENT &&
@@ -630,6 +687,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		in->size = off + len;
 	idx_touch(&in->mtime);
 	in->ctime = in->mtime;
+	ret = idx_journal_attr_locked(t->idx, in);
 	hot_account_locked(t->hot, in);
 out_unpin:
 	pin(in, first, last, -1);
@@ -688,7 +746,21 @@ out:
 
 int tier_fsync(struct tier *t, struct inode *in)
 {
-	return 0;
+	int ret = 0;
+	if (!t->jrnl)
+		return 0; /* nothing outlives the mount: nothing to make durable */
+	if (t->store && S_ISREG(in->mode) && (ret = evict_file(t, in, 0)) < 0)
+		return ret;
+	pthread_mutex_lock(&in->lock);
+	in->attr_dirty = 0;
+	ret = idx_journal_attr_locked(t->idx, in);
+	pthread_mutex_unlock(&in->lock);
+	return ret < 0 ? ret : jrnl_sync(t->jrnl);
+}
+
+int tier_sync(struct tier *t)
+{
+	return t->jrnl ? jrnl_sync(t->jrnl) : 0;
 }
 
 int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
@@ -777,6 +849,9 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 		ndev += n < 16 - ndev ? n : 16 - ndev;
 	}
 	double spill_s = LD(t->st.spill_ns) / 1e9, rest_s = LD(t->st.restore_ns) / 1e9;
+	uint64_t jb = 0, jck = 0, jsy = 0;
+	if (t->jrnl)
+		jrnl_stats(t->jrnl, &jb, &jck, &jsy);
 	pos = snprintf(
 	    buf, len,
 	    "{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu},"
@@ -788,7 +863,12 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	    "\"spilled\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
 	    "\"restored\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
 	    "\"writers_waiting\":%u,\"write_waits\":%llu,\"enospc\":%llu,"
-	    "\"cold_full\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},\"cold\":[",
+	    "\"cold_full\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},"
+	    "\"journal\":{\"enabled\":%d,\"failed\":%d,\"bytes\":%llu,\"checkpoints\":%llu,"
+	    "\"syncs\":%llu},"
+	    "\"recovery\":{\"records\":%llu,\"truncated_bytes\":%llu,\"dropped_inodes\":%llu,"
+	    "\"damaged_chunks\":%llu,\"orphan_segments\":%llu,\"orphan_hot_files\":%llu,"
+	    "\"ms\":%llu},\"lost_files\":%llu,\"cold\":[",
 	    (unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
 	    (unsigned long long)hot_reserved(t->hot), (unsigned long long)inodes,
 	    (unsigned long long)files, (unsigned long long)segs, (unsigned long long)seg_bytes,
@@ -801,7 +881,13 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	    LD(t->st.bytes_restored), LD(t->st.chunks_restored),
 	    rest_s > 0 ? LD(t->st.bytes_restored) / 1048576.0 / rest_s : 0.0, waiting,
 	    LD(t->st.write_waits), LD(t->st.enospc), cold_full, LD(t->st.errors_io),
-	    LD(t->st.errors_crc));
+	    LD(t->st.errors_crc), t->jrnl != NULL, t->jrnl ? jrnl_failed(t->jrnl) : 0,
+	    (unsigned long long)jb, (unsigned long long)jck, (unsigned long long)jsy,
+	    (unsigned long long)t->rec.records, (unsigned long long)t->rec.truncated,
+	    (unsigned long long)t->rec.dropped_inodes, (unsigned long long)t->rec.damaged_chunks,
+	    (unsigned long long)t->rec.orphan_segments,
+	    (unsigned long long)t->rec.orphan_hot_files, (unsigned long long)t->rec.recover_ms,
+	    (unsigned long long)t->rec.lost_files);
 	for (int i = 0; i < ndev && pos > 0 && (size_t)pos < len; i++)
 		pos += snprintf(buf + pos, len - (size_t)pos,
 				"%s{\"dir\":\"%s\",\"used\":%llu,\"avail\":%llu,\"failed\":%d}",

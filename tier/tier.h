@@ -54,7 +54,14 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size);
 int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len);
 /* SEEK_DATA / SEEK_HOLE: returns the offset or -errno (-ENXIO past EOF). */
 int64_t tier_lseek(struct tier *t, struct inode *in, uint64_t off, int whence);
+/* fsync: spill the file's dirty chunks (write-through) and sync the journal;
+ * tier_sync: sync the journal only (fsyncdir). 0 or -errno. */
 int tier_fsync(struct tier *t, struct inode *in);
+int tier_sync(struct tier *t);
+/* Clean unmount, before the index is freed: spill dirty data, write a last
+ * checkpoint and keep every hot file and segment for the next mount (with a
+ * journal), or let the index drop them (without). */
+void tier_detach(struct tier *t);
 
 /* Residency of one file, e.g. "hot=3 cold=9 restoring=0 pinned=0 segments=2". */
 int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len);

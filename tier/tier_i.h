@@ -25,6 +25,12 @@ struct seg_info {
 	uint8_t gc_busy; /* being compacted, demoted or deleted */
 };
 
+struct tier_recovery {
+	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
+	uint64_t orphan_segments, orphan_hot_files, recover_ms;
+	int fresh;
+};
+
 struct tier_stats {
 	/* atomics */
 	uint64_t bytes_spilled, chunks_spilled, segments_written, segments_deleted;
@@ -57,6 +63,9 @@ struct tier {
 	int stopping;
 	int cold_full; /* last spill failed for lack of cold room */
 	uint8_t uuid[16];
+	struct journal *jrnl; /* NULL: volatile (no state_dir) */
+	int keep;	      /* detached: segments outlive this mount */
+	struct tier_recovery rec; /* what the last mount's recovery found */
 
 	/* segment table, indexed by segment id */
 	pthread_mutex_t seg_lock;
@@ -99,12 +108,24 @@ void evict_stop(struct tier *t);
  * or only spill them (fsync write-through) when `drop` is 0. */
 int evict_file(struct tier *t, struct inode *in, int drop);
 uint64_t seg_alloc_id(struct tier *t);
+/* Table entry for id, growing the table (seg_lock held). */
+struct seg_info *seg_slot_locked(struct tier *t, uint64_t id);
 void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
 void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes);
 /* Segment bytes held by t->store (out[0]) and t->s3 (out[1]). */
 void seg_tier_bytes(struct tier *t, uint64_t out[2]);
 /* Where segment id lives now (it may move from nvme to s3). 0 or -ENOENT. */
 int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev);
+
+/* recover.c */
+/* Open state_dir, replay it into the index and the segment table (before
+ * the stores are opened: the uuid comes from it). 0 or -errno with err set. */
+int recover_open(struct tier *t, char *err, size_t errlen);
+/* With the stores and hot tier open: reconcile hot files, segments and the
+ * index, then start journaling. 0 or -errno with err set. */
+int recover_finish(struct tier *t, char *err, size_t errlen);
+/* Journal a segment's table entry (SEG_ADD) or its removal (SEG_DEL). */
+int recover_log_seg(struct tier *t, uint64_t id, int del);
 
 /* restore.c */
 int restore_start(struct tier *t);

@@ -161,7 +161,7 @@ static void test_new_creates_dir_0700(void **state)
 	const char *why = "unset";
 	struct stat st;
 
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
 	assert_null(why);
 	assert_int_equal(stat(f->dir, &st), 0);
 	assert_true(S_ISDIR(st.st_mode));
@@ -181,7 +181,7 @@ static void test_adopts_existing_dir_and_fixes_mode(void **state)
 
 	assert_int_equal(mkdir(f->dir, 0755), 0);
 	assert_int_equal(chmod(f->dir, 0755), 0);
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
 	assert_int_equal(stat(f->dir, &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0700);
 }
@@ -204,7 +204,7 @@ static void test_refuses_foreign_files(void **state)
 		assert_int_equal(mkdir(f->dir, 0700), 0);
 		touch(f->dir, "000000000000002a", 10); /* ours, would be removed */
 		touch(f->dir, foreign[i], 10);
-		r = hot_new(f->dir, 1 << 20, &h, &why);
+		r = hot_new(f->dir, 1 << 20, 0, &h, &why);
 		if (r != -ENOTEMPTY)
 			print_error("with '%s': hot_new = %d\n", foreign[i], r);
 		assert_int_equal(r, -ENOTEMPTY);
@@ -225,7 +225,7 @@ static void test_removes_stale_hot_files(void **state)
 	touch(f->dir, "00000000000000ff", 0);
 	touch(f->dir, "ffffffffffffffff", 100);
 	touch(f->dir, ".lock", 0); /* a crashed daemon's lock file: unlocked */
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
 	assert_false(exists_in(f->dir, "0000000000000002"));
 	assert_false(exists_in(f->dir, "00000000000000ff"));
 	assert_false(exists_in(f->dir, "ffffffffffffffff"));
@@ -242,7 +242,7 @@ static void test_refuses_other_owner(void **state)
 		skip();
 	assert_int_equal(mkdir(f->dir, 0700), 0);
 	assert_int_equal(chown(f->dir, 12345, 12345), 0);
-	assert_int_equal(hot_new(f->dir, 1 << 20, &h, &why), -EPERM);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &h, &why), -EPERM);
 	assert_non_null(why);
 }
 
@@ -251,14 +251,14 @@ static void test_second_instance_refused(void **state)
 	struct fx *f = *state;
 	const char *why = NULL;
 
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot, &why), 0);
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot2, &why), -EBUSY);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot2, &why), -EBUSY);
 	assert_null(f->hot2);
 	assert_non_null(why);
 	/* once the first is gone the directory can be adopted again */
 	hot_free(f->hot);
 	f->hot = NULL;
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
 }
 
 /*
@@ -277,13 +277,13 @@ static void test_refused_instance_leaves_lock_alone(void **state)
 	struct hot *third = NULL;
 	int r;
 
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot, &why), 0);
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot2, &why), -EBUSY);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot2, &why), -EBUSY);
 	/* the first instance's directory and lock are intact */
 	assert_true(exists_in(f->base, "hot"));
 	assert_true(exists_in(f->dir, ".lock"));
 	/* so a third attempt is refused as well */
-	r = hot_new(f->dir, 1 << 20, &third, &why);
+	r = hot_new(f->dir, 1 << 20, 0, &third, &why);
 	if (r == 0)
 		hot_free(third);
 	assert_int_equal(r, -EBUSY);
@@ -303,7 +303,7 @@ static void test_fd_get_put(void **state)
 	struct stat st;
 	int fd, fd2;
 
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
 	f->a.size = 3 * PG + 5; /* the hot file mirrors the logical size */
 	fd = open_hot(f, f->hot, &f->a);
 	assert_int_equal(f->a.hot_fd, fd);
@@ -341,7 +341,7 @@ static void test_drop_ignores_non_regular(void **state)
 	struct fx *f = *state;
 	const char *why;
 
-	assert_int_equal(hot_new(f->dir, 1 << 20, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
 	open_hot(f, f->hot, &f->a);
 	put_hot(f->hot, &f->a);
 	f->a.mode = S_IFDIR | 0755;
@@ -361,7 +361,7 @@ static void test_reserve_arithmetic(void **state)
 	uint64_t limit = 16 * PG, total = 0;
 	int fd;
 
-	assert_int_equal(hot_new(f->dir, limit, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, limit, 0, &f->hot, &why), 0);
 	fd = open_hot(f, f->hot, &f->a);
 
 	/* whole pages covering the range */
@@ -406,7 +406,7 @@ static void test_reserve_counts_used(void **state)
 	uint64_t limit = 16 * PG, used;
 	int fd;
 
-	assert_int_equal(hot_new(f->dir, limit, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, limit, 0, &f->hot, &why), 0);
 	fd = open_hot(f, f->hot, &f->a);
 	write_pages(fd, 0, 10);
 	account(f->hot, &f->a);
@@ -432,7 +432,7 @@ static void test_overwrite_near_limit_needs_no_room(void **state)
 
 	if (!f->tmpfs)
 		skip(); /* needs exact page accounting */
-	assert_int_equal(hot_new(f->dir, limit, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, limit, 0, &f->hot, &why), 0);
 	fd = open_hot(f, f->hot, &f->a);
 	write_pages(fd, 0, 8);
 	account(f->hot, &f->a);
@@ -469,7 +469,7 @@ static void test_account_tracks_blocks(void **state)
 	const char *why;
 	int fa, fb;
 
-	assert_int_equal(hot_new(f->dir, 1 << 30, &f->hot, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 30, 0, &f->hot, &why), 0);
 	fa = open_hot(f, f->hot, &f->a);
 	fb = open_hot(f, f->hot, &f->b);
 

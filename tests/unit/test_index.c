@@ -1185,9 +1185,9 @@ static void test_xattrs(void **state)
 	assert_int_equal(idx_xattr_list(in, NULL, 0), 0);
 	assert_int_equal(idx_xattr_get(in, "user.a", buf, sizeof(buf)), -ENODATA);
 	assert_int_equal(idx_xattr_get(in, "user.a", NULL, 0), -ENODATA);
-	assert_int_equal(idx_xattr_remove(in, "user.a"), -ENODATA);
+	assert_int_equal(idx_xattr_remove(f->idx, in, "user.a"), -ENODATA);
 
-	assert_int_equal(idx_xattr_set(in, "user.a", "hello", 5, 0), 0);
+	assert_int_equal(idx_xattr_set(f->idx, in, "user.a", "hello", 5, 0), 0);
 	assert_int_equal(idx_xattr_get(in, "user.a", NULL, 0), 5);
 	memset(buf, 0, sizeof(buf));
 	assert_int_equal(idx_xattr_get(in, "user.a", buf, sizeof(buf)), 5);
@@ -1196,19 +1196,19 @@ static void test_xattrs(void **state)
 	assert_int_equal(idx_xattr_get(in, "user.a", buf, 5), 5);
 
 	/* XATTR_CREATE on an existing name fails and keeps the value */
-	assert_int_equal(idx_xattr_set(in, "user.a", "x", 1, XATTR_CREATE), -EEXIST);
+	assert_int_equal(idx_xattr_set(f->idx, in, "user.a", "x", 1, XATTR_CREATE), -EEXIST);
 	assert_int_equal(idx_xattr_get(in, "user.a", buf, sizeof(buf)), 5);
 	/* XATTR_REPLACE on a missing name fails and creates nothing */
-	assert_int_equal(idx_xattr_set(in, "user.b", "x", 1, XATTR_REPLACE), -ENODATA);
+	assert_int_equal(idx_xattr_set(f->idx, in, "user.b", "x", 1, XATTR_REPLACE), -ENODATA);
 	assert_int_equal(idx_xattr_get(in, "user.b", NULL, 0), -ENODATA);
-	assert_int_equal(idx_xattr_set(in, "user.a", "bye", 3, XATTR_REPLACE), 0);
+	assert_int_equal(idx_xattr_set(f->idx, in, "user.a", "bye", 3, XATTR_REPLACE), 0);
 	assert_int_equal(idx_xattr_get(in, "user.a", buf, sizeof(buf)), 3);
 	assert_memory_equal(buf, "bye", 3);
-	assert_int_equal(idx_xattr_set(in, "user.b", "", 0, XATTR_CREATE), 0);
+	assert_int_equal(idx_xattr_set(f->idx, in, "user.b", "", 0, XATTR_CREATE), 0);
 	assert_int_equal(idx_xattr_get(in, "user.b", NULL, 0), 0);
 	assert_int_equal(idx_xattr_get(in, "user.b", buf, sizeof(buf)), 0);
 	/* plain set overwrites */
-	assert_int_equal(idx_xattr_set(in, "user.b", "12", 2, 0), 0);
+	assert_int_equal(idx_xattr_set(f->idx, in, "user.b", "12", 2, 0), 0);
 	assert_int_equal(idx_xattr_get(in, "user.b", buf, sizeof(buf)), 2);
 	assert_memory_equal(buf, "12", 2);
 
@@ -1222,8 +1222,8 @@ static void test_xattrs(void **state)
 	assert_true((strcmp(buf, "user.a") == 0 && strcmp(buf + 7, "user.b") == 0) ||
 		    (strcmp(buf, "user.b") == 0 && strcmp(buf + 7, "user.a") == 0));
 
-	assert_int_equal(idx_xattr_remove(in, "user.a"), 0);
-	assert_int_equal(idx_xattr_remove(in, "user.a"), -ENODATA);
+	assert_int_equal(idx_xattr_remove(f->idx, in, "user.a"), 0);
+	assert_int_equal(idx_xattr_remove(f->idx, in, "user.a"), -ENODATA);
 	assert_int_equal(idx_xattr_get(in, "user.a", NULL, 0), -ENODATA);
 	assert_int_equal(idx_xattr_list(in, buf, sizeof(buf)), 7);
 	assert_string_equal(buf, "user.b");
@@ -1232,15 +1232,15 @@ static void test_xattrs(void **state)
 	memset(big_name, 'n', sizeof(big_name));
 	memcpy(big_name, "user.", 5);
 	big_name[255] = '\0';
-	assert_int_equal(idx_xattr_set(in, big_name, "v", 1, 0), 0);
+	assert_int_equal(idx_xattr_set(f->idx, in, big_name, "v", 1, 0), 0);
 	big_name[255] = 'n';
 	big_name[256] = '\0';
-	assert_int_equal(idx_xattr_set(in, big_name, "v", 1, 0), -ERANGE);
+	assert_int_equal(idx_xattr_set(f->idx, in, big_name, "v", 1, 0), -ERANGE);
 	big = calloc(1, 65537);
 	assert_non_null(big);
-	assert_int_equal(idx_xattr_set(in, "user.big", big, 65536, 0), 0);
+	assert_int_equal(idx_xattr_set(f->idx, in, "user.big", big, 65536, 0), 0);
 	assert_int_equal(idx_xattr_get(in, "user.big", NULL, 0), 65536);
-	assert_int_equal(idx_xattr_set(in, "user.big", big, 65537, 0), -E2BIG);
+	assert_int_equal(idx_xattr_set(f->idx, in, "user.big", big, 65537, 0), -E2BIG);
 	assert_int_equal(idx_xattr_get(in, "user.big", NULL, 0), 65536);
 	free(big);
 
