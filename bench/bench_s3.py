@@ -338,6 +338,7 @@ def mount_spillway(opts, server, name, shmroot, mntroot, logdir, hot_size, extra
         "s3=s3://%s/spw-%s" % (BUCKET, name),
         "s3_endpoint=" + server.endpoint,
         "s3_path_style",
+        "state_dir=%s" % os.path.join(logdir, name + "-state"),
         "s3_part_size=%d" % opts.part_size,
         "io_workers=%d" % opts.io_workers,
     ] + extra

@@ -458,6 +458,8 @@ struct journal {
 	int need_checkpoint;	 /* set by recovery: take one at start */
 	jrnl_snapshot_fn snap;
 	void *snap_arg;
+	jrnl_checkpoint_fn on_ck;
+	void *on_ck_arg;
 	pthread_t th;
 	int started;
 };
@@ -1198,6 +1200,8 @@ int jrnl_checkpoint(struct journal *j)
 	j->checkpoints++;
 	pthread_mutex_unlock(&j->lock);
 	prune(j);
+	if (j->on_ck)
+		j->on_ck(j->on_ck_arg, gen);
 	log_debug("journal: checkpoint %s/%s (%" PRIu64 " records, %" PRIu64 " bytes)", j->dir,
 		  name, e.count, e.off);
 	ret = 0;
@@ -1268,6 +1272,20 @@ int jrnl_start(struct journal *j, jrnl_snapshot_fn snap, void *arg)
 		return -ret;
 	j->started = 1;
 	return 0;
+}
+
+void jrnl_set_on_checkpoint(struct journal *j, jrnl_checkpoint_fn fn, void *arg)
+{
+	j->on_ck = fn;
+	j->on_ck_arg = arg;
+}
+
+void jrnl_position(struct journal *j, uint64_t *gen, uint64_t *size)
+{
+	pthread_mutex_lock(&j->lock);
+	*gen = j->gen;
+	*size = j->off;
+	pthread_mutex_unlock(&j->lock);
 }
 
 int jrnl_failed(const struct journal *j)

@@ -160,6 +160,13 @@ int jrnl_emit(struct jrnl_emitter *e, const struct jrec *r);
  * checkpoint now. */
 int jrnl_start(struct journal *j, jrnl_snapshot_fn snap, void *arg);
 
+/* Called after each checkpoint is committed (on the thread that wrote it),
+ * with its generation: e.g. to copy checkpoint.<gen> off the machine. */
+typedef void (*jrnl_checkpoint_fn)(void *arg, uint64_t gen);
+void jrnl_set_on_checkpoint(struct journal *j, jrnl_checkpoint_fn fn, void *arg);
+/* Generation of the current journal file (journal.<gen>) and its size. */
+void jrnl_position(struct journal *j, uint64_t *gen, uint64_t *size);
+
 /* Append one record, or n as one transaction. 0 or -EIO (read-only). */
 int jrnl_append(struct journal *j, const struct jrec *r);
 int jrnl_append_tx(struct journal *j, const struct jrec *rs, int n);

@@ -107,7 +107,7 @@ out:
 
 /* Open the S3 store. Objects go under <prefix>/<filesystem uuid>/ so two
  * mounts sharing a bucket prefix never touch each other's segments. */
-static int open_s3(struct tier *t, struct store **out, char *err, size_t errlen)
+int tier_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen)
 {
 	char url[2048], why[512];
 	const char *base = t->cfg->s3;
@@ -123,8 +123,9 @@ static int open_s3(struct tier *t, struct store **out, char *err, size_t errlen)
 	};
 	int ret;
 
-	snprintf(url, sizeof(url), "%.*s/", (int)(base[bl - 1] == '/' ? bl - 1 : bl), base);
-	for (int i = 0; i < 16; i++)
+	snprintf(url, sizeof(url), "%.*s%s", (int)(base[bl - 1] == '/' ? bl - 1 : bl), base,
+		 with_uuid ? "/" : "");
+	for (int i = 0; with_uuid && i < 16; i++)
 		snprintf(url + strlen(url), sizeof(url) - strlen(url), "%02x", t->uuid[i]);
 	sc.url = url;
 	ret = store_s3_open(&sc, out, why, sizeof(why));
@@ -171,7 +172,7 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 		goto fail;
 	}
 	if ((cfg->nvme && (ret = open_nvme(t, err, errlen)) < 0) ||
-	    (cfg->s3 && (ret = open_s3(t, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) ||
+	    (cfg->s3 && (ret = tier_open_s3(t, 1, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) ||
 	    (ret = recover_finish(t, err, errlen)) < 0)
 		goto fail;
 	idx_set_release_hook(idx, drop_inode, t);
@@ -199,6 +200,7 @@ void tier_detach(struct tier *t)
 	/* a last checkpoint: the next mount starts from it, no replay */
 	jrnl_close(t->jrnl, 1);
 	t->jrnl = NULL;
+	recover_s3_release(t);
 	idx_set_journal(t->idx, NULL);
 	/* hot files and segments belong to the state now: the index must not
 	 * drop them while it is freed */
@@ -755,12 +757,15 @@ int tier_fsync(struct tier *t, struct inode *in)
 	in->attr_dirty = 0;
 	ret = idx_journal_attr_locked(t->idx, in);
 	pthread_mutex_unlock(&in->lock);
-	return ret < 0 ? ret : jrnl_sync(t->jrnl);
+	if (ret == 0)
+		ret = jrnl_sync(t->jrnl);
+	return ret < 0 ? ret : recover_s3_push(t);
 }
 
 int tier_sync(struct tier *t)
 {
-	return t->jrnl ? jrnl_sync(t->jrnl) : 0;
+	int ret = t->jrnl ? jrnl_sync(t->jrnl) : 0;
+	return ret < 0 ? ret : (t->jrnl ? recover_s3_push(t) : 0);
 }
 
 int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)

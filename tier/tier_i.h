@@ -65,6 +65,10 @@ struct tier {
 	uint8_t uuid[16];
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
 	int keep;	      /* detached: segments outlive this mount */
+	int state_s3;	      /* s3 alone: the state is copied to the bucket too */
+	pthread_mutex_t s3state_lock; /* one state upload at a time */
+	uint64_t s3_ck_gen;	      /* checkpoint generation uploaded (s3state_lock) */
+	uint64_t s3_journal_off;      /* journal bytes uploaded (s3state_lock) */
 	struct tier_recovery rec; /* what the last mount's recovery found */
 
 	/* segment table, indexed by segment id */
@@ -117,6 +121,9 @@ void seg_tier_bytes(struct tier *t, uint64_t out[2]);
 /* Where segment id lives now (it may move from nvme to s3). 0 or -ENOENT. */
 int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev);
 
+/* tier.c: open the S3 store at <s3>/<uuid> (with_uuid) or at <s3> itself. */
+int tier_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen);
+
 /* recover.c */
 /* Open state_dir, replay it into the index and the segment table (before
  * the stores are opened: the uuid comes from it). 0 or -errno with err set. */
@@ -126,6 +133,11 @@ int recover_open(struct tier *t, char *err, size_t errlen);
 int recover_finish(struct tier *t, char *err, size_t errlen);
 /* Journal a segment's table entry (SEG_ADD) or its removal (SEG_DEL). */
 int recover_log_seg(struct tier *t, uint64_t id, int del);
+/* s3 alone: copy the current checkpoint and journal to the bucket (after a
+ * journal sync, for fsync). 0 or -errno. */
+int recover_s3_push(struct tier *t);
+/* Clean unmount: release the bucket prefix's lease. */
+void recover_s3_release(struct tier *t);
 
 /* restore.c */
 int restore_start(struct tier *t);

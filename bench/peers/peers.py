@@ -368,6 +368,9 @@ class Instance:
         if s3:
             url = self.s3(count_puts)
             o += ",s3=s3://%s/spw,s3_endpoint=%s,s3_path_style" % (BUCKET, url)
+            state = os.path.join(self.base_cold, "spw-state")
+            os.mkdir(state)
+            o += ",state_dir=" + state
             env = S3_KEYS
         else:
             cold = os.path.join(self.base_cold, "spw")

@@ -301,6 +301,9 @@ class S3Case(TierCase):
              "s3_part_size=" + part_size]
         if nvme:
             o.append("nvme=" + nvme)
+        # these tests are about the volatile tier (objects gone at unmount);
+        # test_durability_s3.py covers a state_dir with S3
+        opts.setdefault("state_dir", "none")
         o += ["%s=%s" % (k, v) for k, v in opts.items()]
         self.cold = [nvme] if nvme else []
         self.m = self.mount(hot_size=hot_size, opts=o, tag=tag)
@@ -561,7 +564,8 @@ class TestS3Refusals(S3Case):
         return e
 
     def base(self, srv, **over):
-        o = {"s3": "s3://%s/p" % BUCKET, "s3_endpoint": srv.endpoint, "s3_path_style": None}
+        o = {"s3": "s3://%s/p" % BUCKET, "s3_endpoint": srv.endpoint, "s3_path_style": None,
+             "state_dir": "none"}
         o.update(over)
         return ",".join(k if v is None else "%s=%s" % (k, v) for k, v in o.items())
 
@@ -596,8 +600,8 @@ class TestS3Refusals(S3Case):
     def test_unreachable_endpoint_refused(self):
         port = free_port()
         t0 = time.monotonic()
-        msg = self.refused("s3=s3://%s/p,s3_endpoint=http://127.0.0.1:%d,s3_path_style"
-                           % (BUCKET, port), env=self.env("K", "S"))
+        msg = self.refused("s3=s3://%s/p,s3_endpoint=http://127.0.0.1:%d,s3_path_style,"
+                           "state_dir=none" % (BUCKET, port), env=self.env("K", "S"))
         self.assertLess(time.monotonic() - t0, 30)
         self.assertRegex(self.one_line(msg, "s3"),
                          re.compile(r"connect|unreachable|refused", re.I))

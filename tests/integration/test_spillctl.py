@@ -420,11 +420,13 @@ class TestErrors(CtlCase):
         self.assertFails(r, "%s: not a regular file" % self.p("fifo"))
 
     def test_usage_and_fsck(self):
+        # spillctl fsck runs spillway-fsck with its arguments and exit status:
+        # no state dir is a usage error (16), a mountpoint is refused (8)
         r = ctl("fsck")
-        self.assertEqual(r.rc, 2, r)
-        self.assertIn("NOT IMPLEMENTED", r.err)
-        self.assertIn("journal", r.err)
-        self.assertEqual(r.out, "")
+        self.assertEqual(r.rc, 16, r)
+        r = ctl("fsck", self.mnt)
+        self.assertEqual(r.rc, 8, r)
+        self.assertIn("unmount it first", r.err)
         for args in ((), ("status",), ("frobnicate",), ("stats", "--watch")):
             r = ctl(*args)
             self.assertEqual(r.rc, 2, (args, r))
