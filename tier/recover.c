@@ -43,33 +43,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* TEMPORARY until store_s3.c has them (being written): weak fallbacks */
-int store_s3_put_object(struct store *st, const char *name, const void *buf, size_t len);
-int store_s3_get_object(struct store *st, const char *name, void **buf, size_t *len);
-int store_s3_delete_object(struct store *st, const char *name);
-int store_s3_list_objects(struct store *st, const char *sub,
-			  int (*fn)(void *arg, const char *name, uint64_t size), void *arg);
-__attribute__((weak)) int store_s3_put_object(struct store *st, const char *name, const void *buf,
-					      size_t len)
-{
-	return -ENOSYS;
-}
-__attribute__((weak)) int store_s3_get_object(struct store *st, const char *name, void **buf,
-					      size_t *len)
-{
-	return -ENOENT;
-}
-__attribute__((weak)) int store_s3_delete_object(struct store *st, const char *name)
-{
-	return -ENOSYS;
-}
-__attribute__((weak)) int store_s3_list_objects(struct store *st, const char *sub,
-						int (*fn)(void *arg, const char *name, uint64_t size),
-						void *arg)
-{
-	return 0;
-}
-
 static int s3_adopt(struct tier *t, char *err, size_t errlen);
 static int s3_lease(struct tier *t, char *err, size_t errlen);
 static void s3_on_checkpoint(void *arg, uint64_t gen);

@@ -27,6 +27,17 @@
  * all, and completes; any failure aborts the upload and returns -EIO.
  * Reads. One ranged GET per part_size piece, io_workers at a time, each
  * writing straight into the caller's buffer.
+ * Named objects (journal, checkpoints: <prefix>/<name>). A put up to
+ * part_size is one PUT of the caller's buffer; above it the put machinery
+ * runs with parts pointing into that buffer (no fill copy); a failure aborts
+ * the upload but, unlike a segment put, never deletes the key, whose
+ * previous version must survive. A get first GETs bytes 0..1 MiB (short_ok:
+ * the reply gives the size and ETag, and is all of a small object; an
+ * empty one is S3's 416 or s3rver's "206 bytes 0-0/0"), then reads the rest
+ * like a segment, each piece checked against that ETag; a mismatch (the
+ * object was replaced meanwhile) reads the whole object again. Listing
+ * shares the ListObjectsV2 pager with the segment list, which keeps only
+ * exact seg-<hex>.spw keys directly under the prefix.
  */
 #include "tier/store_s3.h"
 
@@ -66,7 +77,10 @@ struct s3_xfer {
 	size_t dst_len;
 	uint64_t off;
 	unsigned max_attempts;
-	int complete; /* CompleteMultipartUpload: a 200 OK may carry <Error> */
+	int complete;  /* CompleteMultipartUpload: a 200 OK may carry <Error> */
+	int short_ok;  /* ranged GET from off: an object ending inside the range is fine
+			* (got < dst_len; obj_total gets the size; 416 at off 0 = empty) */
+	int empty_cut; /* short_ok: a 206 for a 0-byte object, cut after its headers */
 	/* per attempt */
 	int state;
 	unsigned attempt;
@@ -107,6 +121,7 @@ struct s3_store {
 	char name[256];
 	uint64_t part_size;
 	unsigned io_workers;
+	unsigned list_page; /* max-keys of a ListObjectsV2 page; 0: the server's default */
 	struct s3_creds creds;
 	pthread_mutex_t lock;
 	struct s3_conn *idle; /* protected by lock */
@@ -128,6 +143,7 @@ struct part_slot {
 struct s3_put {
 	struct store_put base;
 	uint64_t seg_id;
+	int named; /* a named object (store_s3_put_object), not a segment */
 	char *key;
 	struct s3_conn *conn;
 	uint8_t *fill; /* part being filled */
@@ -198,6 +214,19 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
 		x->obj_total = x->clen = -1;
 		x->retry_after = 0;
 		return len;
+	}
+	if (x->short_ok && (len == 2 || len == 1) && (p[0] == '\r' || p[0] == '\n') &&
+	    x->obj_total == 0) {
+		long status = 0;
+
+		/* End of the headers of "206, bytes 0-0/0" (s3rver's answer where S3 says
+		 * 416): the object is empty, yet Content-Length promises a byte that never
+		 * comes. Stop here rather than wait for the server to close. */
+		curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+		if (status == 206) {
+			x->empty_cut = 1;
+			return 0;
+		}
 	}
 	snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), p);
 	v = strchr(line, ':');
@@ -342,7 +371,7 @@ static int xfer_start(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
 	int ret;
 
 	x->up_pos = x->got = x->resp_len = 0;
-	x->pos_set = x->overflow = 0;
+	x->pos_set = x->overflow = x->empty_cut = 0;
 	x->status = 0;
 	x->etag[0] = x->region[0] = x->curl_err[0] = 0;
 	x->obj_total = x->clen = -1;
@@ -458,6 +487,8 @@ static void xfer_done(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, 
 	uint32_t delay;
 
 	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &x->status);
+	if (x->empty_cut)
+		res = CURLE_OK; /* on_header stopped an empty object's 206 on purpose */
 	if (res != CURLE_OK) {
 		retry = retryable_curl(res, &conn);
 		snprintf(x->why, sizeof(x->why), "%s",
@@ -468,7 +499,12 @@ static void xfer_done(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, 
 		err = 0;
 		if (x->dst && x->status == 200 && x->obj_total < 0)
 			x->obj_total = x->clen; /* Range ignored: the whole object came */
-		if (x->dst && x->got != x->dst_len) {
+		if (x->short_ok && x->status == 200 && x->obj_total < 0 && x->got < x->dst_len)
+			x->obj_total = (int64_t)x->got; /* whole (chunked) body, curl checked it */
+		if (x->dst && x->got != x->dst_len && x->short_ok && x->obj_total >= 0 &&
+		    x->off + x->got == (uint64_t)x->obj_total) {
+			/* the object ends inside the range: all of it came */
+		} else if (x->dst && x->got != x->dst_len) {
 			err = -EIO;
 			if (x->obj_total >= 0 && x->off + x->dst_len > (uint64_t)x->obj_total) {
 				snprintf(x->why, sizeof(x->why),
@@ -511,6 +547,11 @@ static void xfer_done(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, 
 			retry = 1;
 		} else if (x->status == 404) {
 			err = -ENOENT;
+		} else if (x->status == 416 && x->short_ok && x->off == 0) {
+			err = 0; /* no byte 0: the object is empty */
+			x->why[0] = 0;
+			x->got = 0;
+			x->obj_total = 0;
 		} else if (x->status == 403 || !strcmp(e.code, "ExpiredToken") ||
 			   !strcmp(e.code, "InvalidToken")) {
 			err = -EACCES;
@@ -672,33 +713,49 @@ static int xfer_run(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
 
 static void put_log(struct s3_put *p, const char *what, const struct s3_xfer *x)
 {
-	log_err("s3 %s: %s of segment %016" PRIx64 " failed: %s", to_s3(p->base.st)->name, what,
-		p->seg_id, x->why);
+	if (p->named)
+		log_err("s3 %s: %s of object %s failed: %s", to_s3(p->base.st)->name, what, p->key,
+			x->why);
+	else
+		log_err("s3 %s: %s of segment %016" PRIx64 " failed: %s", to_s3(p->base.st)->name,
+			what, p->seg_id, x->why);
+}
+
+/* A put of key (taken over: freed on failure too) with its conn and slots; NULL: no memory. */
+static struct s3_put *put_new(struct s3_store *s, char *key)
+{
+	struct s3_put *p = calloc(1, sizeof(*p));
+
+	if (!p || !key)
+		goto fail;
+	p->base.st = &s->base;
+	p->key = key;
+	p->slots = calloc(s->io_workers, sizeof(*p->slots));
+	p->conn = conn_get(s);
+	if (!p->slots || !p->conn) {
+		conn_put(s, p->conn);
+		free(p->slots);
+		goto fail;
+	}
+	pthread_mutex_lock(&s->lock);
+	s->puts++;
+	pthread_mutex_unlock(&s->lock);
+	return p;
+fail:
+	free(key);
+	free(p);
+	return NULL;
 }
 
 static int s3_put_begin(struct store *st, uint64_t seg_id, uint64_t size_hint,
 			struct store_put **out)
 {
 	struct s3_store *s = to_s3(st);
-	struct s3_put *p = calloc(1, sizeof(*p));
+	struct s3_put *p = put_new(s, s3_seg_key(s->prefix, seg_id));
 
 	if (!p)
 		return -ENOMEM;
-	p->base.st = st;
 	p->seg_id = seg_id;
-	p->key = s3_seg_key(s->prefix, seg_id);
-	p->slots = calloc(s->io_workers, sizeof(*p->slots));
-	p->conn = conn_get(s);
-	if (!p->key || !p->slots || !p->conn) {
-		conn_put(s, p->conn);
-		free(p->slots);
-		free(p->key);
-		free(p);
-		return -ENOMEM;
-	}
-	pthread_mutex_lock(&s->lock);
-	s->puts++;
-	pthread_mutex_unlock(&s->lock);
 	*out = &p->base;
 	return 0;
 }
@@ -752,20 +809,23 @@ static int put_initiate(struct s3_put *p)
 	return ret == -ENOMEM ? ret : ret ? -EIO : 0;
 }
 
-/* Hand the full fill buffer to a free slot as the next part and start its upload. */
-static int put_handoff(struct s3_put *p)
+/* A free slot for the next part (starting the multipart upload first), waiting for one. */
+static int put_slot(struct s3_put *p, struct part_slot **out)
 {
 	struct s3_store *s = to_s3(p->base.st);
 	struct part_slot *sl = NULL;
-	uint8_t *tmp;
 	int ret;
 
 	if (!p->upload_id && (ret = put_initiate(p)))
 		return ret;
 	if (p->nparts >= S3_MAX_PARTS) {
-		log_err("s3 %s: segment %016" PRIx64
-			" needs more than %u parts; raise s3_part_size",
-			s->name, p->seg_id, S3_MAX_PARTS);
+		if (p->named)
+			log_err("s3 %s: object %s needs more than %u parts; raise s3_part_size",
+				s->name, p->key, S3_MAX_PARTS);
+		else
+			log_err("s3 %s: segment %016" PRIx64
+				" needs more than %u parts; raise s3_part_size",
+				s->name, p->seg_id, S3_MAX_PARTS);
 		return -EFBIG;
 	}
 	if (p->nparts >= p->etags_cap) {
@@ -788,11 +848,15 @@ static int put_handoff(struct s3_put *p)
 			break;
 		conn_step(s, p->conn, 1);
 	}
-	tmp = sl->buf;
-	sl->buf = p->fill;
-	sl->len = p->fill_len;
-	p->fill = tmp;
-	p->fill_len = 0;
+	*out = sl;
+	return 0;
+}
+
+/* Start uploading len bytes at body (alive until the part is collected) as the next part. */
+static void put_send(struct s3_put *p, struct part_slot *sl, const uint8_t *body, size_t len)
+{
+	struct s3_store *s = to_s3(p->base.st);
+
 	sl->part_no = ++p->nparts;
 	snprintf(sl->part_str, sizeof(sl->part_str), "%u", sl->part_no);
 	memset(&sl->x, 0, sizeof(sl->x));
@@ -801,11 +865,28 @@ static int put_handoff(struct s3_put *p)
 	sl->x.q[0] = (struct sigv4_kv){"partNumber", sl->part_str};
 	sl->x.q[1] = (struct sigv4_kv){"uploadId", p->upload_id};
 	sl->x.nq = 2;
-	sl->x.body = sl->buf;
-	sl->x.body_len = sl->len;
+	sl->x.body = body;
+	sl->x.body_len = len;
 	sl->busy = 1;
 	xfer_submit(p->conn, &sl->x);
 	conn_step(s, p->conn, 0);
+}
+
+/* Hand the full fill buffer to a free slot as the next part and start its upload. */
+static int put_handoff(struct s3_put *p)
+{
+	struct part_slot *sl;
+	uint8_t *tmp;
+	int ret = put_slot(p, &sl);
+
+	if (ret)
+		return ret;
+	tmp = sl->buf;
+	sl->buf = p->fill;
+	sl->len = p->fill_len;
+	p->fill = tmp;
+	p->fill_len = 0;
+	put_send(p, sl, sl->buf, sl->len);
 	return 0;
 }
 
@@ -846,20 +927,51 @@ static void put_abort_upload(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
 	struct s3_xfer x = {.method = "DELETE", .key = p->key, .nq = 1, .max_attempts = 3};
+	char seg[40];
 	int ret;
 
 	if (!p->upload_id)
 		return;
+	snprintf(seg, sizeof(seg), "segment %016" PRIx64, p->seg_id);
 	x.q[0] = (struct sigv4_kv){"uploadId", p->upload_id};
 	ret = xfer_run(s, p->conn, &x);
 	if (ret == -EOPNOTSUPP)
 		log_warn("s3 %s: the server cannot abort multipart uploads (%s); the parts of "
-			 "segment %016" PRIx64 " stay until its lifecycle rules remove them",
-			 s->name, x.why, p->seg_id);
+			 "%s%s stay until its lifecycle rules remove them",
+			 s->name, x.why, p->named ? "object " : seg, p->named ? p->key : "");
 	else if (ret && ret != -ENOENT)
-		log_warn("s3 %s: aborting the upload of segment %016" PRIx64 ": %s", s->name,
-			 p->seg_id, x.why);
+		log_warn("s3 %s: aborting the upload of %s%s: %s", s->name,
+			 p->named ? "object " : seg, p->named ? p->key : "", x.why);
 	xfer_fini(&x);
+}
+
+/* Cancel the parts in flight and abort the multipart upload, if any. */
+static void put_cancel(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+
+	for (unsigned i = 0; i < s->io_workers; i++)
+		xfer_cancel(p->conn, &p->slots[i].x);
+	put_abort_upload(p);
+}
+
+/* Wait until every part handed out is uploaded. 0, or the first part's failure. */
+static int put_drain(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+	int ret;
+
+	for (;;) {
+		int busy = 0;
+
+		if ((ret = put_collect(p)))
+			return ret;
+		for (unsigned i = 0; i < s->io_workers; i++)
+			busy |= p->slots[i].busy;
+		if (!busy)
+			return 0;
+		conn_step(s, p->conn, 1);
+	}
 }
 
 static void put_free(struct s3_put *p)
@@ -951,17 +1063,8 @@ static int s3_put_finish(struct store_put *put, uint32_t *dev)
 	} else {
 		if (p->fill_len && (ret = put_handoff(p)))
 			goto fail;
-		for (;;) {
-			int busy = 0;
-
-			if ((ret = put_collect(p)))
-				goto fail;
-			for (unsigned i = 0; i < s->io_workers; i++)
-				busy |= p->slots[i].busy;
-			if (!busy)
-				break;
-			conn_step(s, p->conn, 1);
-		}
+		if ((ret = put_drain(p)))
+			goto fail;
 		if ((ret = put_complete(p)))
 			goto fail;
 	}
@@ -972,9 +1075,7 @@ static int s3_put_finish(struct store_put *put, uint32_t *dev)
 	put_free(p);
 	return 0;
 fail:
-	for (unsigned i = 0; i < s->io_workers; i++)
-		xfer_cancel(p->conn, &p->slots[i].x);
-	put_abort_upload(p);
+	put_cancel(p);
 	{
 		/* The PUT or CompleteMultipartUpload may have succeeded with its
 		 * reply lost: delete the key, so a failed put leaves nothing behind
@@ -992,41 +1093,33 @@ fail:
 static void s3_put_abort(struct store_put *put)
 {
 	struct s3_put *p = (struct s3_put *)put;
-	struct s3_store *s = to_s3(put->st);
 
-	for (unsigned i = 0; i < s->io_workers; i++)
-		xfer_cancel(p->conn, &p->slots[i].x);
-	put_abort_upload(p);
+	put_cancel(p);
 	put_free(p);
 }
 
 /* ---- read, remove, stat, list ---- */
 
-static int s3_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off, void *buf,
-		   size_t len)
+/*
+ * Read len bytes at off of key into buf: one ranged GET per part_size piece,
+ * io_workers at a time, on c. With etag, a piece whose ETag differs (the
+ * object was replaced meanwhile) fails the read with -ESTALE. what names the
+ * object in the log. 0, -ENOENT, -EACCES, -ENOMEM, -ESTALE or -EIO.
+ */
+static int read_pieces(struct s3_store *s, struct s3_conn *c, const char *key, uint64_t off,
+		       uint8_t *buf, size_t len, const char *etag, const char *what)
 {
-	struct s3_store *s = to_s3(st);
 	size_t npieces, nslots, next = 0;
-	struct s3_xfer *xs = NULL;
-	struct s3_conn *c = NULL;
-	char *key = NULL;
+	struct s3_xfer *xs;
 	int ret = 0;
 
-	if (dev != 0)
-		return -EINVAL;
-	if (off % STORE_ALIGN || len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
-		return -EINVAL;
 	if (len == 0)
 		return 0;
 	npieces = (len + s->part_size - 1) / s->part_size;
 	nslots = npieces < s->io_workers ? npieces : s->io_workers;
-	key = s3_seg_key(s->prefix, seg_id);
 	xs = calloc(nslots, sizeof(*xs));
-	c = conn_get(s);
-	if (!key || !xs || !c) {
-		ret = -ENOMEM;
-		goto out;
-	}
+	if (!xs)
+		return -ENOMEM;
 	for (;;) {
 		int busy = 0;
 
@@ -1034,12 +1127,18 @@ static int s3_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off
 			struct s3_xfer *x = &xs[i];
 
 			if (x->state == XS_DONE) {
+				if (etag && !ret && x->err != -ENOENT && x->etag[0] &&
+				    strcmp(x->etag, etag)) {
+					log_warn("s3 %s: %s changed while being read (ETag %s, "
+						 "was %s)",
+						 s->name, what, x->etag, etag);
+					ret = -ESTALE;
+				}
 				if (x->err && !ret) {
 					ret = x->err;
 					if (ret != -ENOENT)
-						log_err("s3 %s: reading segment %016" PRIx64
-							" at %" PRIu64 ": %s",
-							s->name, seg_id, x->off, x->why);
+						log_err("s3 %s: reading %s at %" PRIu64 ": %s",
+							s->name, what, x->off, x->why);
 					ret = ret == -ENOENT || ret == -EACCES || ret == -ENOMEM
 						  ? ret
 						  : -EIO;
@@ -1054,7 +1153,7 @@ static int s3_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off
 				x->method = "GET";
 				x->key = key;
 				x->off = off + poff;
-				x->dst = (uint8_t *)buf + poff;
+				x->dst = buf + poff;
 				x->dst_len = len - poff < s->part_size ? len - poff : s->part_size;
 				memcpy(x->body_hash, EMPTY_SHA256, sizeof(EMPTY_SHA256));
 				xfer_submit(c, x);
@@ -1074,9 +1173,29 @@ static int s3_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off
 		}
 		conn_step(s, c, 1);
 	}
-out:
-	conn_put(s, c);
 	free(xs);
+	return ret;
+}
+
+static int s3_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off, void *buf,
+		   size_t len)
+{
+	struct s3_store *s = to_s3(st);
+	struct s3_conn *c = NULL;
+	char *key = NULL, what[40];
+	int ret;
+
+	if (dev != 0)
+		return -EINVAL;
+	if (off % STORE_ALIGN || len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
+		return -EINVAL;
+	if (len == 0)
+		return 0;
+	snprintf(what, sizeof(what), "segment %016" PRIx64, seg_id);
+	key = s3_seg_key(s->prefix, seg_id);
+	c = conn_get(s);
+	ret = key && c ? read_pieces(s, c, key, off, buf, len, NULL, what) : -ENOMEM;
+	conn_put(s, c);
 	free(key);
 	return ret;
 }
@@ -1142,23 +1261,30 @@ static char *list_prefix(const struct s3_store *s)
 	return p;
 }
 
-static int s3_list(struct store *st, store_list_fn fn, void *arg)
+/*
+ * Call fn(arg, key, size) for every key starting with prefix, all pages
+ * (ListObjectsV2, list_page keys a page when set). what names the listing
+ * in the log. 0, fn's nonzero return, -EACCES, -ENOMEM or -EIO.
+ */
+static int list_keys(struct s3_store *s, const char *prefix,
+		     int (*fn)(void *arg, const char *key, uint64_t size), void *arg,
+		     const char *what)
 {
-	struct s3_store *s = to_s3(st);
-	char *prefix = list_prefix(s), *token = NULL;
 	struct s3_conn *c = conn_get(s);
+	char *token = NULL, page[16];
 	int ret = 0;
 
-	if (!prefix || !c) {
-		ret = -ENOMEM;
-		goto out;
-	}
+	if (!c)
+		return -ENOMEM;
+	snprintf(page, sizeof(page), "%u", s->list_page);
 	for (;;) {
 		struct s3_xfer x = {.method = "GET", .nq = 2};
 		struct s3xml_objects o;
 
 		x.q[0] = (struct sigv4_kv){"list-type", "2"};
 		x.q[1] = (struct sigv4_kv){"prefix", prefix};
+		if (s->list_page)
+			x.q[x.nq++] = (struct sigv4_kv){"max-keys", page};
 		if (token)
 			x.q[x.nq++] = (struct sigv4_kv){"continuation-token", token};
 		ret = xfer_run(s, c, &x);
@@ -1168,18 +1294,14 @@ static int s3_list(struct store *st, store_list_fn fn, void *arg)
 				snprintf(x.why, sizeof(x.why), "unparsable ListObjectsV2 reply");
 		}
 		if (ret) {
-			log_err("s3 %s: listing segments: %s", s->name, x.why);
+			log_err("s3 %s: listing %s: %s", s->name, what, x.why);
 			xfer_fini(&x);
 			ret = ret == -EACCES || ret == -ENOMEM ? ret : -EIO;
 			break;
 		}
 		xfer_fini(&x);
-		for (size_t i = 0; i < o.n && !ret; i++) {
-			uint64_t id;
-
-			if (s3_seg_key_parse(s->prefix, o.v[i].key, &id) == 0)
-				ret = fn(arg, id, 0, o.v[i].size);
-		}
+		for (size_t i = 0; i < o.n && !ret; i++)
+			ret = fn(arg, o.v[i].key, o.v[i].size);
 		free(token);
 		token = NULL;
 		if (!ret && o.truncated) {
@@ -1193,9 +1315,38 @@ static int s3_list(struct store *st, store_list_fn fn, void *arg)
 		if (ret || !token)
 			break;
 	}
-out:
 	conn_put(s, c);
 	free(token);
+	return ret;
+}
+
+struct seg_walk {
+	const struct s3_store *s;
+	store_list_fn fn;
+	void *arg;
+};
+
+/* Only exact segment keys of this store: named objects and nested prefixes are skipped. */
+static int seg_walk_key(void *arg, const char *key, uint64_t size)
+{
+	struct seg_walk *w = arg;
+	uint64_t id;
+
+	if (s3_seg_key_parse(w->s->prefix, key, &id))
+		return 0;
+	return w->fn(w->arg, id, 0, size);
+}
+
+static int s3_list(struct store *st, store_list_fn fn, void *arg)
+{
+	struct s3_store *s = to_s3(st);
+	struct seg_walk w = {s, fn, arg};
+	char *prefix = list_prefix(s);
+	int ret;
+
+	if (!prefix)
+		return -ENOMEM;
+	ret = list_keys(s, prefix, seg_walk_key, &w, "segments");
 	free(prefix);
 	return ret;
 }
@@ -1234,6 +1385,274 @@ static const struct store_ops s3_ops = {
     .list = s3_list,
     .close = s3_close,
 };
+
+/* ---- named objects ---- */
+
+#define OBJ_PROBE      (1u << 20) /* the first GET of an object: size, ETag, small objects whole */
+#define OBJ_GET_ROUNDS 3u	  /* whole-object reads restarted when it changes meanwhile */
+#define S3_KEY_MAX     1024u	  /* S3's longest key, in bytes */
+
+/* A relative name (or, with is_sub, a listing prefix: may be "" or end in '/'). */
+static int obj_name_ok(const char *name, int is_sub)
+{
+	uint64_t id;
+
+	if (!name || (!is_sub && !*name) || *name == '/' || strstr(name, "..") ||
+	    strstr(name, "//") ||
+	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._/-") !=
+		strlen(name))
+		return 0;
+	if (is_sub)
+		return 1;
+	/* No "." component (curl would squash it out of the URL), no trailing '/'. */
+	if (name[strlen(name) - 1] == '/' || !strcmp(name, ".") || !strncmp(name, "./", 2) ||
+	    strstr(name, "/./") || (strlen(name) >= 2 && !strcmp(name + strlen(name) - 2, "/.")))
+		return 0;
+	/* The segment namespace: list() would report it, open could abort its upload. */
+	return s3_seg_key_parse("", name, &id) != 0;
+}
+
+/* Check st and name and build the object key into *key (malloc'ed). 0, -EINVAL,
+ * -ENAMETOOLONG, -ENOMEM. */
+static int obj_key(struct store *st, const char *name, int is_sub, char **key)
+{
+	struct s3_store *s = to_s3(st);
+
+	*key = NULL;
+	if (!st || st->ops != &s3_ops || !obj_name_ok(name, is_sub))
+		return -EINVAL;
+	if (asprintf(key, "%s%s%s", s->prefix, *s->prefix ? "/" : "", name) < 0) {
+		*key = NULL;
+		return -ENOMEM;
+	}
+	if (strlen(*key) > S3_KEY_MAX) {
+		free(*key);
+		*key = NULL;
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+static int obj_err(int ret)
+{
+	return ret == -ENOENT || ret == -EACCES || ret == -ENOMEM ? ret : -EIO;
+}
+
+int store_s3_put_object(struct store *st, const char *name, const void *buf, size_t len)
+{
+	struct s3_store *s = to_s3(st);
+	struct s3_put *p;
+	char *key;
+	int ret = obj_key(st, name, 0, &key);
+
+	if (ret)
+		return ret;
+	if (len && !buf) {
+		free(key);
+		return -EINVAL;
+	}
+	if (len <= s->part_size) {
+		struct s3_xfer x = {.method = "PUT", .key = key, .body = buf, .body_len = len};
+
+		ret = xfer_run(s, NULL, &x);
+		if (ret) {
+			log_err("s3 %s: PUT of object %s failed: %s", s->name, key, x.why);
+			ret = ret == -ENOENT ? -EIO : obj_err(ret);
+		}
+		xfer_fini(&x);
+		free(key);
+		return ret;
+	}
+	if ((len - 1) / s->part_size + 1 > S3_MAX_PARTS) {
+		log_err("s3 %s: object %s (%zu bytes) needs more than %u parts; raise "
+			"s3_part_size",
+			s->name, key, len, S3_MAX_PARTS);
+		free(key);
+		return -EFBIG;
+	}
+	/* Multipart, the parts straight from buf; put_new() owns key from here. */
+	p = put_new(s, key);
+	if (!p)
+		return -ENOMEM;
+	p->named = 1;
+	for (size_t off = 0; off < len && !ret; off += s->part_size) {
+		struct part_slot *sl;
+
+		ret = put_slot(p, &sl);
+		if (!ret)
+			put_send(p, sl, (const uint8_t *)buf + off,
+				 len - off < s->part_size ? len - off : s->part_size);
+	}
+	if (!ret)
+		ret = put_drain(p);
+	if (!ret)
+		ret = put_complete(p);
+	/*
+	 * Unlike a segment's, a failed object put never deletes the key: the
+	 * previous version stays (or, when only the reply to the complete was
+	 * lost, the new one, whole).
+	 */
+	if (ret)
+		put_cancel(p);
+	put_free(p);
+	return ret == -ENOMEM || ret == -EFBIG ? ret : ret ? -EIO : 0;
+}
+
+int store_s3_get_object(struct store *st, const char *name, void **buf, size_t *len)
+{
+	struct s3_store *s = to_s3(st);
+	struct s3_conn *c = NULL;
+	uint8_t *data = NULL;
+	uint64_t total = 0;
+	char *key, *what = NULL;
+	int ret = obj_key(st, name, 0, &key);
+
+	if (ret)
+		return ret;
+	c = conn_get(s);
+	if (!c || asprintf(&what, "object %s", key) < 0) {
+		what = NULL;
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (unsigned round = 0;; round++) {
+		struct s3_xfer x = {.method = "GET", .key = key, .short_ok = 1};
+		uint8_t *d;
+
+		/* One GET of the first OBJ_PROBE bytes: the whole of a small object, and
+		 * the size and ETag of a large one. */
+		data = malloc(OBJ_PROBE);
+		if (!data) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		x.dst = data;
+		x.dst_len = OBJ_PROBE;
+		memcpy(x.body_hash, EMPTY_SHA256, sizeof(EMPTY_SHA256));
+		ret = xfer_run(s, c, &x);
+		if (ret == 0 && x.obj_total < 0) {
+			snprintf(x.why, sizeof(x.why), "no object size in the reply");
+			ret = -EIO;
+		}
+		if (ret) {
+			if (ret != -ENOENT)
+				log_err("s3 %s: GET of object %s failed: %s", s->name, key, x.why);
+			xfer_fini(&x);
+			ret = obj_err(ret);
+			goto out;
+		}
+		xfer_fini(&x);
+		total = (uint64_t)x.obj_total;
+		if (total > SIZE_MAX - 1) {
+			ret = -EFBIG;
+			goto out;
+		}
+		if (total <= x.got) {
+			d = realloc(data, total ? total : 1);
+			data = d ? d : data;
+			ret = 0;
+			goto out;
+		}
+		/* The rest in parallel ranged GETs, each checked against the first ETag. */
+		d = realloc(data, total);
+		if (!d) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		data = d;
+		ret = read_pieces(s, c, key, x.got, data + x.got, total - x.got,
+				  x.etag[0] ? x.etag : NULL, what);
+		if (ret != -ESTALE)
+			goto out;
+		free(data);
+		data = NULL;
+		if (round + 1 >= OBJ_GET_ROUNDS) {
+			log_err("s3 %s: object %s kept changing while being read", s->name, key);
+			ret = -EIO;
+			goto out;
+		}
+	}
+out:
+	conn_put(s, c);
+	if (ret) {
+		free(data);
+	} else {
+		*buf = data;
+		*len = (size_t)total;
+	}
+	free(what);
+	free(key);
+	return ret;
+}
+
+int store_s3_delete_object(struct store *st, const char *name)
+{
+	struct s3_store *s = to_s3(st);
+	struct s3_xfer head = {.method = "HEAD"}, del = {.method = "DELETE"};
+	char *key;
+	int ret = obj_key(st, name, 0, &key);
+
+	if (ret)
+		return ret;
+	head.key = del.key = key;
+	/* S3's DELETE succeeds on absent keys: HEAD first, for -ENOENT. */
+	ret = xfer_run(s, NULL, &head);
+	if (ret == 0)
+		ret = xfer_run(s, NULL, &del);
+	if (ret && ret != -ENOENT) {
+		log_err("s3 %s: deleting object %s: %s", s->name, key,
+			head.err ? head.why : del.why);
+		ret = obj_err(ret);
+	}
+	xfer_fini(&head);
+	xfer_fini(&del);
+	free(key);
+	return ret;
+}
+
+struct obj_walk {
+	const char *lp; /* the store's listing prefix, cut from every key */
+	size_t skip;	/* its length */
+	int (*fn)(void *arg, const char *name, uint64_t size);
+	void *arg;
+};
+
+static int obj_walk_key(void *arg, const char *key, uint64_t size)
+{
+	struct obj_walk *w = arg;
+
+	if (strncmp(key, w->lp, w->skip) || !key[w->skip]) /* not under it: a server bug */
+		return 0;
+	return w->fn(w->arg, key + w->skip, size);
+}
+
+int store_s3_list_objects(struct store *st, const char *sub,
+			  int (*fn)(void *arg, const char *name, uint64_t size), void *arg)
+{
+	struct s3_store *s = to_s3(st);
+	struct obj_walk w = {NULL, 0, fn, arg};
+	char *prefix, *lp;
+	int ret = obj_key(st, sub, 1, &prefix);
+
+	if (ret)
+		return ret;
+	if (!fn) {
+		free(prefix);
+		return -EINVAL;
+	}
+	/* obj_key() gave "<prefix>/<sub>"; with sub "" that is "<prefix>/" (or "" at the root). */
+	lp = list_prefix(s);
+	if (!lp) {
+		free(prefix);
+		return -ENOMEM;
+	}
+	w.lp = lp;
+	w.skip = strlen(lp);
+	ret = list_keys(s, prefix, obj_walk_key, &w, "objects");
+	free(lp);
+	free(prefix);
+	return ret;
+}
 
 /* ---- open ---- */
 
@@ -1430,6 +1849,7 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 		ret = -EINVAL;
 		goto err;
 	}
+	s->list_page = cfg->list_page;
 	s->io_workers = cfg->io_workers ? cfg->io_workers : S3_DEFAULT_IO_WORKERS;
 	if (s->io_workers > S3_MAX_IO_WORKERS)
 		s->io_workers = S3_MAX_IO_WORKERS;

@@ -3,6 +3,8 @@
  * store_ops. Segment seg_id is the object <prefix>/seg-<16 hex>.spw: one PUT
  * up to part_size bytes, a multipart upload (parts in parallel) above it;
  * ranged GETs (in parallel for large ranges) to read; DELETE to remove.
+ * Named objects (store_s3_*_object: journal, checkpoints) live beside the
+ * segments as <prefix>/<name>, whole-object transfers on the same machinery.
  * Guarantees: an object exists under its key only once the upload returned
  * 200 OK (S3 semantics); a failed multipart upload is aborted; requests are
  * signed with SigV4, TLS is verified, secrets are never logged; transient
@@ -36,6 +38,7 @@ struct s3_config {
 	unsigned io_workers;  /* parallel connections per put/read; 0: 8 */
 	const char *credentials_file; /* AWS shared-credentials file, or NULL: environment */
 	const char *ca_file;	      /* CA bundle for TLS, or NULL: the system's */
+	unsigned list_page; /* keys per ListObjectsV2 page (max-keys); 0: the server's (1000) */
 };
 
 /*
@@ -50,5 +53,47 @@ struct s3_config {
  * (no such bucket), -EHOSTUNREACH (endpoint unreachable), -EIO, -ENOMEM.
  */
 int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, size_t errlen);
+
+/*
+ * Named (non-segment) objects under the store's prefix: key <prefix>/<name>
+ * (just <name> for a store at the bucket root). name: [A-Za-z0-9._/-]+, no
+ * leading or trailing '/', no "//", no "..", no "." component, and not a
+ * segment name (seg-<16 hex>.spw at the top): else -EINVAL; a key longer
+ * than 1024 bytes: -ENAMETOOLONG. st must be an S3 store (else -EINVAL).
+ * Whole-object transfers, retried like segment requests. They are not
+ * segments: list() never reports them and the stat() "used" bytes do not
+ * count them. Any thread, concurrently with segment traffic.
+ *
+ * put: a PUT up to part_size bytes, a multipart upload from buf above it
+ * (io_workers parts in flight, no copy). Atomic: readers see the previous
+ * version or the new one whole. A failure aborts the multipart upload and
+ * leaves the previous version in place (the key is never deleted).
+ * 0, -EINVAL, -ENAMETOOLONG, -EFBIG (more than S3_MAX_PARTS parts),
+ * -EACCES, -ENOMEM, -EIO.
+ */
+int store_s3_put_object(struct store *st, const char *name, const void *buf, size_t len);
+/*
+ * get: *buf malloc'ed (caller frees; never NULL on success, even for an
+ * empty object), *len its size. One GET of the first 1 MiB; a larger object
+ * is read in parallel ranged GETs of part_size, each checked against the
+ * first reply's ETag (replaced meanwhile: read again, up to 3 times, then
+ * -EIO). 0, -ENOENT (no such object), -EINVAL, -ENAMETOOLONG, -EACCES,
+ * -ENOMEM, -EIO. *buf and *len are untouched on error.
+ */
+int store_s3_get_object(struct store *st, const char *name, void **buf, size_t *len);
+/* delete: HEAD, then DELETE. 0, -ENOENT (no such object), -EINVAL, -EACCES, -ENOMEM, -EIO. */
+int store_s3_delete_object(struct store *st, const char *name);
+/*
+ * Call fn(arg, name, size) for every object whose name (its key relative to
+ * the store prefix) starts with sub ("" for all), all pages, in key order.
+ * Everything under the prefix is reported, segments ("seg-<hex>.spw") and
+ * deeper keys included: a store opened at a base prefix sees
+ * "<uuid>/state/...", "<uuid>/seg-...". sub: the name alphabet, may be ""
+ * or end in '/', no leading '/', no "..", no "//" (else -EINVAL).
+ * name is valid only during the call. fn's nonzero return stops the walk
+ * and is returned; else 0, -EINVAL, -EACCES, -ENOMEM, -EIO.
+ */
+int store_s3_list_objects(struct store *st, const char *sub,
+			  int (*fn)(void *arg, const char *name, uint64_t size), void *arg);
 
 #endif

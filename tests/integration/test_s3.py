@@ -282,6 +282,43 @@ class S3Case(TierCase):
             os.environ["AWS_ACCESS_KEY_ID"] = key
             os.environ["AWS_SECRET_ACCESS_KEY"] = secret
 
+    def refused(self, opts, env=None, timeout=40):
+        """Run spillway with opts; it must exit 1 without mounting. Returns stderr+stdout."""
+        mnt = os.path.join(self.tmpdir(), "mnt")
+        os.mkdir(mnt)
+        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+        args = ["-f", "-o", "hot_dir=%s,hot_size=64M,%s" % (hot, opts), mnt]
+        t0 = time.monotonic()
+        rc, out, err, was_mounted = harness.run_spillway(args, mnt, timeout=timeout, env=env)
+        dt = time.monotonic() - t0
+        msg = (err + out).strip()
+        self.assertIsNotNone(rc, "spillway did not exit within %ds: %s" % (timeout, msg))
+        self.assertEqual(rc, 1, "exit status %s for %s: %s" % (rc, opts, msg))
+        self.assertFalse(was_mounted, "%s was mounted with %s" % (mnt, opts))
+        self.assertFalse(harness.is_mounted(mnt))
+        self.assertFalse(os.path.exists(hot) and os.listdir(hot),
+                         "hot_dir left with files: %s" % (os.path.exists(hot) and os.listdir(hot)))
+        sys.stderr.write("\n  [refused %.1fs] %s\n" % (dt, msg))
+        return msg
+
+    def env(self, key, secret):
+        e = {k: v for k, v in os.environ.items() if k not in AWS_ENV}
+        if key is not None:
+            e.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
+        return e
+
+    def base(self, srv, **over):
+        o = {"s3": "s3://%s/p" % BUCKET, "s3_endpoint": srv.endpoint, "s3_path_style": None,
+             "state_dir": "none"}
+        o.update(over)
+        return ",".join(k if v is None else "%s=%s" % (k, v) for k, v in o.items())
+
+    def one_line(self, msg, option):
+        lines = [ln for ln in msg.splitlines() if "option '%s'" % option in ln]
+        self.assertEqual(len(lines), 1, "expected one line naming option '%s':\n%s"
+                         % (option, msg))
+        return lines[0]
+
     def s3server(self, **kw):
         s = S3Server(**kw).start()
         self.addCleanup(s.stop)
@@ -304,7 +341,7 @@ class S3Case(TierCase):
         # these tests are about the volatile tier (objects gone at unmount);
         # test_durability_s3.py covers a state_dir with S3
         opts.setdefault("state_dir", "none")
-        o += ["%s=%s" % (k, v) for k, v in opts.items()]
+        o += [k if v is None else "%s=%s" % (k, v) for k, v in opts.items()]
         self.cold = [nvme] if nvme else []
         self.m = self.mount(hot_size=hot_size, opts=o, tag=tag)
         self.mnt = self.m.mnt
@@ -537,43 +574,6 @@ class TestS3RangedRestore(S3Case):
 
 class TestS3Refusals(S3Case):
     timeout = 120
-
-    def refused(self, opts, env=None, timeout=40):
-        """Run spillway with opts; it must exit 1 without mounting. Returns stderr+stdout."""
-        mnt = os.path.join(self.tmpdir(), "mnt")
-        os.mkdir(mnt)
-        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
-        args = ["-f", "-o", "hot_dir=%s,hot_size=64M,%s" % (hot, opts), mnt]
-        t0 = time.monotonic()
-        rc, out, err, was_mounted = harness.run_spillway(args, mnt, timeout=timeout, env=env)
-        dt = time.monotonic() - t0
-        msg = (err + out).strip()
-        self.assertIsNotNone(rc, "spillway did not exit within %ds: %s" % (timeout, msg))
-        self.assertEqual(rc, 1, "exit status %s for %s: %s" % (rc, opts, msg))
-        self.assertFalse(was_mounted, "%s was mounted with %s" % (mnt, opts))
-        self.assertFalse(harness.is_mounted(mnt))
-        self.assertFalse(os.path.exists(hot) and os.listdir(hot),
-                         "hot_dir left with files: %s" % (os.path.exists(hot) and os.listdir(hot)))
-        sys.stderr.write("\n  [refused %.1fs] %s\n" % (dt, msg))
-        return msg
-
-    def env(self, key, secret):
-        e = {k: v for k, v in os.environ.items() if k not in AWS_ENV}
-        if key is not None:
-            e.update(AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=secret)
-        return e
-
-    def base(self, srv, **over):
-        o = {"s3": "s3://%s/p" % BUCKET, "s3_endpoint": srv.endpoint, "s3_path_style": None,
-             "state_dir": "none"}
-        o.update(over)
-        return ",".join(k if v is None else "%s=%s" % (k, v) for k, v in o.items())
-
-    def one_line(self, msg, option):
-        lines = [ln for ln in msg.splitlines() if "option '%s'" % option in ln]
-        self.assertEqual(len(lines), 1, "expected one line naming option '%s':\n%s"
-                         % (option, msg))
-        return lines[0]
 
     def test_wrong_secret_refused(self):
         srv = self.s3server()
