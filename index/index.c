@@ -784,10 +784,13 @@ static int do_remove(struct index *idx, uint64_t parent, const char *name, int w
 	}
 	parent_changed(p);
 	if (idx->jrnl) {
-		struct jrec rs[2];
+		struct jrec rs[3];
+		int n = 2;
 		name_rec(&rs[0], JR_UNLINK, parent, name, 0);
 		attr_rec(p, &rs[1]);
-		ret = jlog(idx, rs, 2);
+		if (in->nlink > 0)
+			attr_rec(in, &rs[n++]); /* other names remain: its ctime moved */
+		ret = jlog(idx, rs, n);
 	}
 	dead = inode_maybe_unhook(idx, in);
 out:
@@ -887,12 +890,14 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 		parent_changed(p);
 		parent_changed(np);
 		if (idx->jrnl) {
-			struct jrec rs[4];
+			struct jrec rs[6];
 			name_rec(&rs[0], JR_LINK, parent, name, dst->ino);
 			name_rec(&rs[1], JR_LINK, newparent, newname, src->ino);
-			attr_rec(p, &rs[2]);
-			attr_rec(np, &rs[3]);
-			ret = jlog(idx, rs, np != p ? 4 : 3);
+			attr_rec(src, &rs[2]);
+			attr_rec(dst, &rs[3]);
+			attr_rec(p, &rs[4]);
+			attr_rec(np, &rs[5]);
+			ret = jlog(idx, rs, np != p ? 6 : 5);
 		}
 		goto out;
 	}
@@ -937,12 +942,13 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 	if (np != p)
 		parent_changed(np);
 	if (idx->jrnl) {
-		struct jrec rs[4];
+		struct jrec rs[5];
 		name_rec(&rs[0], JR_LINK, newparent, newname, src->ino);
 		name_rec(&rs[1], JR_UNLINK, parent, name, 0);
-		attr_rec(p, &rs[2]);
-		attr_rec(np, &rs[3]);
-		ret = jlog(idx, rs, np != p ? 4 : 3);
+		attr_rec(src, &rs[2]);
+		attr_rec(p, &rs[3]);
+		attr_rec(np, &rs[4]);
+		ret = jlog(idx, rs, np != p ? 5 : 4);
 	}
 out:
 	pthread_mutex_unlock(&idx->lock);
@@ -1094,13 +1100,14 @@ int idx_xattr_set(struct index *idx, struct inode *in, const char *name, const v
 	x->size = size;
 	idx_touch(&in->ctime);
 	if (idx->jrnl) {
-		struct jrec r = {.type = JR_XATTR_SET,
-				 .ino = in->ino,
-				 .name = name,
-				 .name_len = (uint32_t)strlen(name),
-				 .value = value,
-				 .value_len = (uint32_t)size};
-		ret = jrnl_append(idx->jrnl, &r);
+		struct jrec rs[2] = {{.type = JR_XATTR_SET,
+				      .ino = in->ino,
+				      .name = name,
+				      .name_len = (uint32_t)strlen(name),
+				      .value = value,
+				      .value_len = (uint32_t)size}};
+		attr_rec_locked(in, &rs[1]);
+		ret = jrnl_append_tx(idx->jrnl, rs, 2);
 	}
 	pthread_mutex_unlock(&in->lock);
 	return ret;
@@ -1171,11 +1178,12 @@ int idx_xattr_remove(struct index *idx, struct inode *in, const char *name)
 		free(x);
 		idx_touch(&in->ctime);
 		if (idx->jrnl) {
-			struct jrec r = {.type = JR_XATTR_DEL,
-					 .ino = in->ino,
-					 .name = name,
-					 .name_len = (uint32_t)strlen(name)};
-			ret = jrnl_append(idx->jrnl, &r);
+			struct jrec rs[2] = {{.type = JR_XATTR_DEL,
+					      .ino = in->ino,
+					      .name = name,
+					      .name_len = (uint32_t)strlen(name)}};
+			attr_rec_locked(in, &rs[1]);
+			ret = jrnl_append_tx(idx->jrnl, rs, 2);
 		}
 	}
 	pthread_mutex_unlock(&in->lock);
@@ -1277,10 +1285,17 @@ int idx_replay(struct index *idx, const struct jrec *r)
 			return 0;
 		memcpy(name, r->name, r->name_len);
 		name[r->name_len] = '\0';
-		if (r->type == JR_XATTR_SET)
-			return idx_xattr_set(idx, in, name, r->value, r->value_len, 0);
-		idx_xattr_remove(idx, in, name); /* -ENODATA is fine */
-		return 0;
+		{
+			/* the INODE records carry ctime: replaying must not touch it */
+			struct timespec ct = in->ctime;
+			int ret2 = 0;
+			if (r->type == JR_XATTR_SET)
+				ret2 = idx_xattr_set(idx, in, name, r->value, r->value_len, 0);
+			else
+				idx_xattr_remove(idx, in, name); /* -ENODATA is fine */
+			in->ctime = ct;
+			return ret2;
+		}
 	case JR_CHUNK_LOC:
 	case JR_CHUNK_DIRTY:
 	case JR_CHUNK_ABSENT: {

@@ -540,6 +540,19 @@ static int evict_round(struct tier *t)
 				t->cold_full = 1;
 			else if (ret == 0)
 				t->cold_full = 0;
+			if (ret < 0 && ret != -ENOSPC) {
+				/* every cold directory failing (in its backoff): retry once a
+				 * second, not as fast as writers wake us */
+				if (!t->cold_failing)
+					log_warn("evict: the cold tier is failing (%s): retrying "
+						 "every second; writers wait up to write_wait",
+						 strerror(-ret));
+				t->cold_failing = 1;
+				t->backoff_until = clock_now_ns() + 1000000000ull;
+			} else if (ret == 0 && t->cold_failing) {
+				log_info("evict: the cold tier works again");
+				t->cold_failing = 0;
+			}
 			pthread_mutex_unlock(&t->lock);
 			progress = ret == 0;
 		}
@@ -853,6 +866,14 @@ static void *evictor(void *arg)
 		if (t->stopping)
 			break;
 		busy = usage(t) > threshold || t->writers_waiting > 0;
+		if (busy && clock_now_ns() < t->backoff_until) {
+			/* the cold tier failed a moment ago: wait out the backoff */
+			struct timespec dl = clock_deadline_ms(
+			    (t->backoff_until - clock_now_ns()) / 1000000 + 1);
+			pthread_cond_timedwait(&t->wake, &t->lock, &dl);
+			if (clock_now_ns() < t->backoff_until)
+				busy = 0;
+		}
 		pthread_mutex_unlock(&t->lock);
 		int progress = 0;
 		if (busy)

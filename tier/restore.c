@@ -79,8 +79,12 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 		if (ret != -ENOENT)
 			break;
 	}
-	if (ret == -EIO)
+	if (ret == -EBADMSG) {
 		__atomic_add_fetch(&t->st.errors_crc, 1, __ATOMIC_RELAXED);
+		ret = -EIO; /* the caller sees an I/O error, never wrong bytes */
+	} else if (ret < 0) {
+		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+	}
 	if (ret == 0)
 		ret = uring_write_full(fd, buf, e.len, off);
 out:

@@ -498,7 +498,7 @@ int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 		log_err("segment %016" PRIx64 " dev %u: crc32c mismatch in chunk at offset %" PRIu64
 			" (ino %" PRIu64 " chunk %" PRIu64 ", %u bytes)",
 			seg_id, dev, e->off, e->ino, e->chunk, e->len);
-		return -EIO;
+		return -EBADMSG;
 	}
 	return 0;
 }

@@ -124,8 +124,8 @@ void seg_buf_free(void *buf);
 
 /*
  * Read e's payload into buf (from seg_buf_alloc(e->len)) and check its
- * crc32c. 0, -EIO on mismatch or short read (logged with segment id and
- * offset), or the store's -errno.
+ * crc32c. 0, -EBADMSG on a mismatch, -EIO on a short read (logged with
+ * segment id and offset), or the store's -errno.
  */
 int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
 		   void *buf);

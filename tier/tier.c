@@ -20,6 +20,7 @@
 #include "tier/store.h"
 #include "tier/store_s3.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -86,6 +87,20 @@ static int open_nvme(struct tier *t, char *err, size_t errlen)
 			goto out;
 		}
 		t->nvme_nlocks = i + 1;
+	}
+	/* partial segments of a put a crash interrupted: never listed, never
+	 * referenced; the directory lock makes them ours to remove */
+	for (int i = 0; i < n; i++) {
+		DIR *dd = opendir(dirs[i]);
+		struct dirent *de;
+		while (dd && (de = readdir(dd)))
+			if (!strncmp(de->d_name, ".tmp-", 5)) {
+				char p[4400];
+				snprintf(p, sizeof(p), "%s/%s", dirs[i], de->d_name);
+				unlink(p);
+			}
+		if (dd)
+			closedir(dd);
 	}
 	ret = store_nvme_open(dirs, n, &t->store);
 	if (ret < 0) {

@@ -62,6 +62,8 @@ struct tier {
 	unsigned writers_waiting;
 	int stopping;
 	int cold_full; /* last spill failed for lack of cold room */
+	int cold_failing;	/* last spill failed with an I/O error */
+	uint64_t backoff_until; /* no spill before (clock_now_ns) */
 	uint8_t uuid[16];
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
 	int keep;	      /* detached: segments outlive this mount */
