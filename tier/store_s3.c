@@ -27,22 +27,17 @@
  * all, and completes; any failure aborts the upload and returns -EIO.
  * Reads. One ranged GET per part_size piece, io_workers at a time, each
  * writing straight into the caller's buffer.
- * Named objects (journal, checkpoints: <prefix>/<name>). A put up to
- * part_size is one PUT of the caller's buffer; above it the put machinery
- * runs with parts pointing into that buffer (no fill copy); a failure aborts
- * the upload but, unlike a segment put, never deletes the key, whose
- * previous version must survive. A get first GETs bytes 0..1 MiB (short_ok:
- * the reply gives the size and ETag, and is all of a small object; an
- * empty one is S3's 416 or s3rver's "206 bytes 0-0/0"), then reads the rest
- * like a segment, each piece checked against that ETag; a mismatch (the
- * object was replaced meanwhile) reads the whole object again. Listing
- * shares the ListObjectsV2 pager with the segment list, which keeps only
- * exact seg-<hex>.spw keys directly under the prefix.
+ * Listing. One ListObjectsV2 pager (s3_list_keys) for the segment list,
+ * which keeps only exact seg-<hex>.spw keys directly under the prefix, and
+ * for the named objects.
+ * Named objects (store_s3_obj.c) run on the same transfers, put and
+ * ranged-read machinery, shared through store_s3_i.h.
  */
 #include "tier/store_s3.h"
 
 #include "common/log.h"
 #include "tier/s3xml.h"
+#include "tier/store_s3_i.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -57,113 +52,11 @@
 
 #include <curl/curl.h>
 
-#define EMPTY_SHA256   "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define RESP_MAX       (16u << 20) /* largest XML response kept */
 #define CONNECT_MS     10000L
 #define LOW_SPEED_TIME 30L /* seconds below 1 KiB/s: the attempt timed out */
 
-enum { XS_IDLE, XS_WAITING, XS_RUNNING, XS_DONE };
-
-struct s3_xfer {
-	/* request, set before xfer_submit() */
-	const char *method;
-	const char *key; /* NULL: the bucket */
-	struct sigv4_kv q[4];
-	size_t nq;
-	const uint8_t *body;
-	size_t body_len;
-	char body_hash[SIGV4_HASH_HEX];
-	uint8_t *dst; /* ranged GET: dst_len bytes of the object from off */
-	size_t dst_len;
-	uint64_t off;
-	unsigned max_attempts;
-	int complete;  /* CompleteMultipartUpload: a 200 OK may carry <Error> */
-	int short_ok;  /* ranged GET from off: an object ending inside the range is fine
-			* (got < dst_len; obj_total gets the size; 416 at off 0 = empty) */
-	int empty_cut; /* short_ok: a 206 for a 0-byte object, cut after its headers */
-	/* per attempt */
-	int state;
-	unsigned attempt;
-	uint64_t due; /* ms, monotonic: when a waiting retry starts */
-	CURL *easy;
-	struct curl_slist *hdrs;
-	size_t up_pos;
-	uint64_t pos; /* object offset of the next body byte (ranged GET) */
-	int pos_set, overflow;
-	size_t got;
-	char *resp;
-	size_t resp_len, resp_cap;
-	long status;
-	char etag[128];
-	char region[64];      /* x-amz-bucket-region */
-	int64_t obj_total;    /* from Content-Range, -1 when unknown */
-	int64_t clen;	      /* Content-Length (HEAD), -1 when unknown */
-	uint32_t retry_after; /* seconds */
-	char curl_err[CURL_ERROR_SIZE];
-	/* result */
-	int err;
-	int conn_fail; /* gave up on connection-level errors */
-	char why[400];
-	struct s3_xfer *next; /* in conn->live */
-};
-
-struct s3_conn {
-	CURLM *multi;
-	struct s3_xfer *live; /* waiting or running transfers */
-	uint64_t rng;
-	struct s3_conn *next; /* in s3_store.idle */
-};
-
-struct s3_store {
-	struct store base;
-	struct s3_target target;
-	char *endpoint, *region, *bucket, *prefix, *ca_file;
-	char name[256];
-	uint64_t part_size;
-	unsigned io_workers;
-	unsigned list_page; /* max-keys of a ListObjectsV2 page; 0: the server's default */
-	struct s3_creds creds;
-	pthread_mutex_t lock;
-	struct s3_conn *idle; /* protected by lock */
-	uint64_t used;	      /* protected by lock: bytes put minus removed since open */
-	uint64_t rng;	      /* protected by lock */
-	int failed;	      /* protected by lock: the last request ran out of retries */
-	unsigned puts;	      /* protected by lock: puts in flight */
-};
-
-struct part_slot {
-	uint8_t *buf;
-	size_t len;
-	unsigned part_no;
-	char part_str[12];
-	int busy; /* submitted, result not collected */
-	struct s3_xfer x;
-};
-
-struct s3_put {
-	struct store_put base;
-	uint64_t seg_id;
-	int named; /* a named object (store_s3_put_object), not a segment */
-	char *key;
-	struct s3_conn *conn;
-	uint8_t *fill; /* part being filled */
-	size_t fill_len;
-	struct part_slot *slots; /* io_workers */
-	char *upload_id;	 /* multipart, once started */
-	unsigned nparts;	 /* parts handed to slots */
-	char **etags;		 /* [part_no - 1] */
-	unsigned etags_cap;
-	uint64_t size;
-	int err; /* first error: the put is then only good for abort */
-};
-
-static const struct store_ops s3_ops;
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-
-static struct s3_store *to_s3(struct store *st)
-{
-	return (struct s3_store *)st;
-}
 
 static uint64_t now_ms(void)
 {
@@ -638,14 +531,14 @@ static void xfer_cancel(struct s3_conn *c, struct s3_xfer *x)
 	}
 }
 
-static void xfer_fini(struct s3_xfer *x)
+void s3_xfer_fini(struct s3_xfer *x)
 {
 	free(x->resp);
 	x->resp = NULL;
 	x->resp_len = x->resp_cap = 0;
 }
 
-static struct s3_conn *conn_get(struct s3_store *s)
+struct s3_conn *s3_conn_get(struct s3_store *s)
 {
 	struct s3_conn *c;
 
@@ -678,7 +571,7 @@ static void conn_free(struct s3_conn *c)
 	free(c);
 }
 
-static void conn_put(struct s3_store *s, struct s3_conn *c)
+void s3_conn_put(struct s3_store *s, struct s3_conn *c)
 {
 	if (!c)
 		return;
@@ -691,12 +584,12 @@ static void conn_put(struct s3_store *s, struct s3_conn *c)
 }
 
 /* Run x to completion on c (or on a pooled conn when c is NULL). Returns x->err. */
-static int xfer_run(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
+int s3_xfer_run(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
 {
 	struct s3_conn *own = NULL;
 
 	if (!c) {
-		c = own = conn_get(s);
+		c = own = s3_conn_get(s);
 		if (!c) {
 			snprintf(x->why, sizeof(x->why), "out of memory");
 			return x->err = -ENOMEM;
@@ -705,7 +598,7 @@ static int xfer_run(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
 	xfer_submit(c, x);
 	while (x->state != XS_DONE)
 		conn_step(s, c, 1);
-	conn_put(s, own);
+	s3_conn_put(s, own);
 	return x->err;
 }
 
@@ -722,7 +615,7 @@ static void put_log(struct s3_put *p, const char *what, const struct s3_xfer *x)
 }
 
 /* A put of key (taken over: freed on failure too) with its conn and slots; NULL: no memory. */
-static struct s3_put *put_new(struct s3_store *s, char *key)
+struct s3_put *s3_put_new(struct s3_store *s, char *key)
 {
 	struct s3_put *p = calloc(1, sizeof(*p));
 
@@ -731,9 +624,9 @@ static struct s3_put *put_new(struct s3_store *s, char *key)
 	p->base.st = &s->base;
 	p->key = key;
 	p->slots = calloc(s->io_workers, sizeof(*p->slots));
-	p->conn = conn_get(s);
+	p->conn = s3_conn_get(s);
 	if (!p->slots || !p->conn) {
-		conn_put(s, p->conn);
+		s3_conn_put(s, p->conn);
 		free(p->slots);
 		goto fail;
 	}
@@ -751,7 +644,7 @@ static int s3_put_begin(struct store *st, uint64_t seg_id, uint64_t size_hint,
 			struct store_put **out)
 {
 	struct s3_store *s = to_s3(st);
-	struct s3_put *p = put_new(s, s3_seg_key(s->prefix, seg_id));
+	struct s3_put *p = s3_put_new(s, s3_seg_key(s->prefix, seg_id));
 
 	if (!p)
 		return -ENOMEM;
@@ -787,7 +680,7 @@ static int put_collect(struct s3_put *p)
 			if (!p->etags[sl->part_no - 1])
 				ret = -ENOMEM;
 		}
-		xfer_fini(&sl->x);
+		s3_xfer_fini(&sl->x);
 	}
 	return ret;
 }
@@ -796,7 +689,7 @@ static int put_initiate(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
 	struct s3_xfer x = {.method = "POST", .key = p->key, .q = {{"uploads", ""}}, .nq = 1};
-	int ret = xfer_run(s, p->conn, &x);
+	int ret = s3_xfer_run(s, p->conn, &x);
 
 	if (ret == 0) {
 		ret = s3xml_parse_initiate(x.resp, x.resp_len, &p->upload_id);
@@ -805,12 +698,12 @@ static int put_initiate(struct s3_put *p)
 	}
 	if (ret)
 		put_log(p, "CreateMultipartUpload", &x);
-	xfer_fini(&x);
+	s3_xfer_fini(&x);
 	return ret == -ENOMEM ? ret : ret ? -EIO : 0;
 }
 
 /* A free slot for the next part (starting the multipart upload first), waiting for one. */
-static int put_slot(struct s3_put *p, struct part_slot **out)
+int s3_put_slot(struct s3_put *p, struct part_slot **out)
 {
 	struct s3_store *s = to_s3(p->base.st);
 	struct part_slot *sl = NULL;
@@ -853,7 +746,7 @@ static int put_slot(struct s3_put *p, struct part_slot **out)
 }
 
 /* Start uploading len bytes at body (alive until the part is collected) as the next part. */
-static void put_send(struct s3_put *p, struct part_slot *sl, const uint8_t *body, size_t len)
+void s3_put_send(struct s3_put *p, struct part_slot *sl, const uint8_t *body, size_t len)
 {
 	struct s3_store *s = to_s3(p->base.st);
 
@@ -877,7 +770,7 @@ static int put_handoff(struct s3_put *p)
 {
 	struct part_slot *sl;
 	uint8_t *tmp;
-	int ret = put_slot(p, &sl);
+	int ret = s3_put_slot(p, &sl);
 
 	if (ret)
 		return ret;
@@ -886,7 +779,7 @@ static int put_handoff(struct s3_put *p)
 	sl->len = p->fill_len;
 	p->fill = tmp;
 	p->fill_len = 0;
-	put_send(p, sl, sl->buf, sl->len);
+	s3_put_send(p, sl, sl->buf, sl->len);
 	return 0;
 }
 
@@ -934,7 +827,7 @@ static void put_abort_upload(struct s3_put *p)
 		return;
 	snprintf(seg, sizeof(seg), "segment %016" PRIx64, p->seg_id);
 	x.q[0] = (struct sigv4_kv){"uploadId", p->upload_id};
-	ret = xfer_run(s, p->conn, &x);
+	ret = s3_xfer_run(s, p->conn, &x);
 	if (ret == -EOPNOTSUPP)
 		log_warn("s3 %s: the server cannot abort multipart uploads (%s); the parts of "
 			 "%s%s stay until its lifecycle rules remove them",
@@ -942,11 +835,11 @@ static void put_abort_upload(struct s3_put *p)
 	else if (ret && ret != -ENOENT)
 		log_warn("s3 %s: aborting the upload of %s%s: %s", s->name,
 			 p->named ? "object " : seg, p->named ? p->key : "", x.why);
-	xfer_fini(&x);
+	s3_xfer_fini(&x);
 }
 
 /* Cancel the parts in flight and abort the multipart upload, if any. */
-static void put_cancel(struct s3_put *p)
+void s3_put_cancel(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
 
@@ -956,7 +849,7 @@ static void put_cancel(struct s3_put *p)
 }
 
 /* Wait until every part handed out is uploaded. 0, or the first part's failure. */
-static int put_drain(struct s3_put *p)
+int s3_put_drain(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
 	int ret;
@@ -974,16 +867,16 @@ static int put_drain(struct s3_put *p)
 	}
 }
 
-static void put_free(struct s3_put *p)
+void s3_put_free(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
 
 	for (unsigned i = 0; i < s->io_workers; i++) {
 		xfer_cancel(p->conn, &p->slots[i].x);
-		xfer_fini(&p->slots[i].x);
+		s3_xfer_fini(&p->slots[i].x);
 		free(p->slots[i].buf);
 	}
-	conn_put(s, p->conn);
+	s3_conn_put(s, p->conn);
 	for (unsigned i = 0; i < p->etags_cap; i++)
 		free(p->etags[i]);
 	free(p->etags);
@@ -997,7 +890,7 @@ static void put_free(struct s3_put *p)
 	free(p);
 }
 
-static int put_complete(struct s3_put *p)
+int s3_put_complete(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
 	struct s3_xfer x = {.method = "POST", .key = p->key, .nq = 1, .complete = 1};
@@ -1031,10 +924,10 @@ static int put_complete(struct s3_put *p)
 	x.q[0] = (struct sigv4_kv){"uploadId", p->upload_id};
 	x.body = (const uint8_t *)body;
 	x.body_len = blen;
-	ret = xfer_run(s, p->conn, &x);
+	ret = s3_xfer_run(s, p->conn, &x);
 	if (ret)
 		put_log(p, "CompleteMultipartUpload", &x);
-	xfer_fini(&x);
+	s3_xfer_fini(&x);
 	free(body);
 	return ret == -ENOMEM ? ret : ret ? -EIO : 0;
 }
@@ -1052,41 +945,41 @@ static int s3_put_finish(struct store_put *put, uint32_t *dev)
 
 		x.body = p->fill;
 		x.body_len = p->fill_len;
-		ret = xfer_run(s, p->conn, &x);
+		ret = s3_xfer_run(s, p->conn, &x);
 		if (ret) {
 			put_log(p, "PUT", &x);
 			ret = ret == -ENOMEM ? ret : -EIO;
 		}
-		xfer_fini(&x);
+		s3_xfer_fini(&x);
 		if (ret)
 			goto fail;
 	} else {
 		if (p->fill_len && (ret = put_handoff(p)))
 			goto fail;
-		if ((ret = put_drain(p)))
+		if ((ret = s3_put_drain(p)))
 			goto fail;
-		if ((ret = put_complete(p)))
+		if ((ret = s3_put_complete(p)))
 			goto fail;
 	}
 	pthread_mutex_lock(&s->lock);
 	s->used += p->size;
 	pthread_mutex_unlock(&s->lock);
 	*dev = 0;
-	put_free(p);
+	s3_put_free(p);
 	return 0;
 fail:
-	put_cancel(p);
+	s3_put_cancel(p);
 	{
 		/* The PUT or CompleteMultipartUpload may have succeeded with its
 		 * reply lost: delete the key, so a failed put leaves nothing behind
 		 * (deleting a missing key is a 204 in S3). */
 		struct s3_xfer d = {.method = "DELETE", .key = p->key};
-		if (xfer_run(s, p->conn, &d) && d.status != 404)
+		if (s3_xfer_run(s, p->conn, &d) && d.status != 404)
 			log_warn("s3 %s: cannot delete %s after a failed put: %s", s->name, p->key,
 				 d.why);
-		xfer_fini(&d);
+		s3_xfer_fini(&d);
 	}
-	put_free(p);
+	s3_put_free(p);
 	return ret;
 }
 
@@ -1094,8 +987,8 @@ static void s3_put_abort(struct store_put *put)
 {
 	struct s3_put *p = (struct s3_put *)put;
 
-	put_cancel(p);
-	put_free(p);
+	s3_put_cancel(p);
+	s3_put_free(p);
 }
 
 /* ---- read, remove, stat, list ---- */
@@ -1106,8 +999,8 @@ static void s3_put_abort(struct store_put *put)
  * object was replaced meanwhile) fails the read with -ESTALE. what names the
  * object in the log. 0, -ENOENT, -EACCES, -ENOMEM, -ESTALE or -EIO.
  */
-static int read_pieces(struct s3_store *s, struct s3_conn *c, const char *key, uint64_t off,
-		       uint8_t *buf, size_t len, const char *etag, const char *what)
+int s3_read_pieces(struct s3_store *s, struct s3_conn *c, const char *key, uint64_t off,
+		   uint8_t *buf, size_t len, const char *etag, const char *what)
 {
 	size_t npieces, nslots, next = 0;
 	struct s3_xfer *xs;
@@ -1143,7 +1036,7 @@ static int read_pieces(struct s3_store *s, struct s3_conn *c, const char *key, u
 						  ? ret
 						  : -EIO;
 				}
-				xfer_fini(x);
+				s3_xfer_fini(x);
 				x->state = XS_IDLE;
 			}
 			if (x->state == XS_IDLE && !ret && next < npieces) {
@@ -1166,7 +1059,7 @@ static int read_pieces(struct s3_store *s, struct s3_conn *c, const char *key, u
 		if (ret) { /* one piece failed: drop the others */
 			for (size_t i = 0; i < nslots; i++) {
 				xfer_cancel(c, &xs[i]);
-				xfer_fini(&xs[i]);
+				s3_xfer_fini(&xs[i]);
 				xs[i].state = XS_IDLE;
 			}
 			break;
@@ -1193,9 +1086,9 @@ static int s3_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off
 		return 0;
 	snprintf(what, sizeof(what), "segment %016" PRIx64, seg_id);
 	key = s3_seg_key(s->prefix, seg_id);
-	c = conn_get(s);
-	ret = key && c ? read_pieces(s, c, key, off, buf, len, NULL, what) : -ENOMEM;
-	conn_put(s, c);
+	c = s3_conn_get(s);
+	ret = key && c ? s3_read_pieces(s, c, key, off, buf, len, NULL, what) : -ENOMEM;
+	s3_conn_put(s, c);
 	free(key);
 	return ret;
 }
@@ -1214,9 +1107,9 @@ static int s3_remove(struct store *st, uint64_t seg_id, uint32_t dev)
 		return -ENOMEM;
 	head.key = del.key = key;
 	/* S3's DELETE succeeds on absent keys: HEAD first, for -ENOENT and the size. */
-	ret = xfer_run(s, NULL, &head);
+	ret = s3_xfer_run(s, NULL, &head);
 	if (ret == 0)
-		ret = xfer_run(s, NULL, &del);
+		ret = s3_xfer_run(s, NULL, &del);
 	if (ret == 0) {
 		uint64_t size = head.clen > 0 ? (uint64_t)head.clen : 0;
 
@@ -1228,8 +1121,8 @@ static int s3_remove(struct store *st, uint64_t seg_id, uint32_t dev)
 			head.err ? head.why : del.why);
 		ret = ret == -EACCES || ret == -ENOMEM ? ret : -EIO;
 	}
-	xfer_fini(&head);
-	xfer_fini(&del);
+	s3_xfer_fini(&head);
+	s3_xfer_fini(&del);
 	free(key);
 	return ret;
 }
@@ -1252,7 +1145,7 @@ static int s3_stat(struct store *st, struct store_dev_stat *out, int max)
 }
 
 /* The listing prefix: "<prefix>/" or "" for the whole bucket. */
-static char *list_prefix(const struct s3_store *s)
+char *s3_list_prefix(const struct s3_store *s)
 {
 	char *p;
 
@@ -1266,11 +1159,10 @@ static char *list_prefix(const struct s3_store *s)
  * (ListObjectsV2, list_page keys a page when set). what names the listing
  * in the log. 0, fn's nonzero return, -EACCES, -ENOMEM or -EIO.
  */
-static int list_keys(struct s3_store *s, const char *prefix,
-		     int (*fn)(void *arg, const char *key, uint64_t size), void *arg,
-		     const char *what)
+int s3_list_keys(struct s3_store *s, const char *prefix,
+		 int (*fn)(void *arg, const char *key, uint64_t size), void *arg, const char *what)
 {
-	struct s3_conn *c = conn_get(s);
+	struct s3_conn *c = s3_conn_get(s);
 	char *token = NULL, page[16];
 	int ret = 0;
 
@@ -1287,7 +1179,7 @@ static int list_keys(struct s3_store *s, const char *prefix,
 			x.q[x.nq++] = (struct sigv4_kv){"max-keys", page};
 		if (token)
 			x.q[x.nq++] = (struct sigv4_kv){"continuation-token", token};
-		ret = xfer_run(s, c, &x);
+		ret = s3_xfer_run(s, c, &x);
 		if (ret == 0) {
 			ret = s3xml_parse_list_objects(x.resp, x.resp_len, &o);
 			if (ret == -EINVAL)
@@ -1295,11 +1187,11 @@ static int list_keys(struct s3_store *s, const char *prefix,
 		}
 		if (ret) {
 			log_err("s3 %s: listing %s: %s", s->name, what, x.why);
-			xfer_fini(&x);
+			s3_xfer_fini(&x);
 			ret = ret == -EACCES || ret == -ENOMEM ? ret : -EIO;
 			break;
 		}
-		xfer_fini(&x);
+		s3_xfer_fini(&x);
 		for (size_t i = 0; i < o.n && !ret; i++)
 			ret = fn(arg, o.v[i].key, o.v[i].size);
 		free(token);
@@ -1315,7 +1207,7 @@ static int list_keys(struct s3_store *s, const char *prefix,
 		if (ret || !token)
 			break;
 	}
-	conn_put(s, c);
+	s3_conn_put(s, c);
 	free(token);
 	return ret;
 }
@@ -1341,12 +1233,12 @@ static int s3_list(struct store *st, store_list_fn fn, void *arg)
 {
 	struct s3_store *s = to_s3(st);
 	struct seg_walk w = {s, fn, arg};
-	char *prefix = list_prefix(s);
+	char *prefix = s3_list_prefix(s);
 	int ret;
 
 	if (!prefix)
 		return -ENOMEM;
-	ret = list_keys(s, prefix, seg_walk_key, &w, "segments");
+	ret = s3_list_keys(s, prefix, seg_walk_key, &w, "segments");
 	free(prefix);
 	return ret;
 }
@@ -1373,7 +1265,7 @@ static void s3_close(struct store *st)
 	free(s);
 }
 
-static const struct store_ops s3_ops = {
+const struct store_ops s3_ops = {
     .name = "s3",
     .put_begin = s3_put_begin,
     .put_append = s3_put_append,
@@ -1386,281 +1278,13 @@ static const struct store_ops s3_ops = {
     .close = s3_close,
 };
 
-/* ---- named objects ---- */
-
-#define OBJ_PROBE      (1u << 20) /* the first GET of an object: size, ETag, small objects whole */
-#define OBJ_GET_ROUNDS 3u	  /* whole-object reads restarted when it changes meanwhile */
-#define S3_KEY_MAX     1024u	  /* S3's longest key, in bytes */
-
-/* A relative name (or, with is_sub, a listing prefix: may be "" or end in '/'). */
-static int obj_name_ok(const char *name, int is_sub)
-{
-	uint64_t id;
-
-	if (!name || (!is_sub && !*name) || *name == '/' || strstr(name, "..") ||
-	    strstr(name, "//") ||
-	    strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._/-") !=
-		strlen(name))
-		return 0;
-	if (is_sub)
-		return 1;
-	/* No "." component (curl would squash it out of the URL), no trailing '/'. */
-	if (name[strlen(name) - 1] == '/' || !strcmp(name, ".") || !strncmp(name, "./", 2) ||
-	    strstr(name, "/./") || (strlen(name) >= 2 && !strcmp(name + strlen(name) - 2, "/.")))
-		return 0;
-	/* The segment namespace: list() would report it, open could abort its upload. */
-	return s3_seg_key_parse("", name, &id) != 0;
-}
-
-/* Check st and name and build the object key into *key (malloc'ed). 0, -EINVAL,
- * -ENAMETOOLONG, -ENOMEM. */
-static int obj_key(struct store *st, const char *name, int is_sub, char **key)
-{
-	struct s3_store *s = to_s3(st);
-
-	*key = NULL;
-	if (!st || st->ops != &s3_ops || !obj_name_ok(name, is_sub))
-		return -EINVAL;
-	if (asprintf(key, "%s%s%s", s->prefix, *s->prefix ? "/" : "", name) < 0) {
-		*key = NULL;
-		return -ENOMEM;
-	}
-	if (strlen(*key) > S3_KEY_MAX) {
-		free(*key);
-		*key = NULL;
-		return -ENAMETOOLONG;
-	}
-	return 0;
-}
-
-static int obj_err(int ret)
-{
-	return ret == -ENOENT || ret == -EACCES || ret == -ENOMEM ? ret : -EIO;
-}
-
-int store_s3_put_object(struct store *st, const char *name, const void *buf, size_t len)
-{
-	struct s3_store *s = to_s3(st);
-	struct s3_put *p;
-	char *key;
-	int ret = obj_key(st, name, 0, &key);
-
-	if (ret)
-		return ret;
-	if (len && !buf) {
-		free(key);
-		return -EINVAL;
-	}
-	if (len <= s->part_size) {
-		struct s3_xfer x = {.method = "PUT", .key = key, .body = buf, .body_len = len};
-
-		ret = xfer_run(s, NULL, &x);
-		if (ret) {
-			log_err("s3 %s: PUT of object %s failed: %s", s->name, key, x.why);
-			ret = ret == -ENOENT ? -EIO : obj_err(ret);
-		}
-		xfer_fini(&x);
-		free(key);
-		return ret;
-	}
-	if ((len - 1) / s->part_size + 1 > S3_MAX_PARTS) {
-		log_err("s3 %s: object %s (%zu bytes) needs more than %u parts; raise "
-			"s3_part_size",
-			s->name, key, len, S3_MAX_PARTS);
-		free(key);
-		return -EFBIG;
-	}
-	/* Multipart, the parts straight from buf; put_new() owns key from here. */
-	p = put_new(s, key);
-	if (!p)
-		return -ENOMEM;
-	p->named = 1;
-	for (size_t off = 0; off < len && !ret; off += s->part_size) {
-		struct part_slot *sl;
-
-		ret = put_slot(p, &sl);
-		if (!ret)
-			put_send(p, sl, (const uint8_t *)buf + off,
-				 len - off < s->part_size ? len - off : s->part_size);
-	}
-	if (!ret)
-		ret = put_drain(p);
-	if (!ret)
-		ret = put_complete(p);
-	/*
-	 * Unlike a segment's, a failed object put never deletes the key: the
-	 * previous version stays (or, when only the reply to the complete was
-	 * lost, the new one, whole).
-	 */
-	if (ret)
-		put_cancel(p);
-	put_free(p);
-	return ret == -ENOMEM || ret == -EFBIG ? ret : ret ? -EIO : 0;
-}
-
-int store_s3_get_object(struct store *st, const char *name, void **buf, size_t *len)
-{
-	struct s3_store *s = to_s3(st);
-	struct s3_conn *c = NULL;
-	uint8_t *data = NULL;
-	uint64_t total = 0;
-	char *key, *what = NULL;
-	int ret = obj_key(st, name, 0, &key);
-
-	if (ret)
-		return ret;
-	c = conn_get(s);
-	if (!c || asprintf(&what, "object %s", key) < 0) {
-		what = NULL;
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (unsigned round = 0;; round++) {
-		struct s3_xfer x = {.method = "GET", .key = key, .short_ok = 1};
-		uint8_t *d;
-
-		/* One GET of the first OBJ_PROBE bytes: the whole of a small object, and
-		 * the size and ETag of a large one. */
-		data = malloc(OBJ_PROBE);
-		if (!data) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		x.dst = data;
-		x.dst_len = OBJ_PROBE;
-		memcpy(x.body_hash, EMPTY_SHA256, sizeof(EMPTY_SHA256));
-		ret = xfer_run(s, c, &x);
-		if (ret == 0 && x.obj_total < 0) {
-			snprintf(x.why, sizeof(x.why), "no object size in the reply");
-			ret = -EIO;
-		}
-		if (ret) {
-			if (ret != -ENOENT)
-				log_err("s3 %s: GET of object %s failed: %s", s->name, key, x.why);
-			xfer_fini(&x);
-			ret = obj_err(ret);
-			goto out;
-		}
-		xfer_fini(&x);
-		total = (uint64_t)x.obj_total;
-		if (total > SIZE_MAX - 1) {
-			ret = -EFBIG;
-			goto out;
-		}
-		if (total <= x.got) {
-			d = realloc(data, total ? total : 1);
-			data = d ? d : data;
-			ret = 0;
-			goto out;
-		}
-		/* The rest in parallel ranged GETs, each checked against the first ETag. */
-		d = realloc(data, total);
-		if (!d) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		data = d;
-		ret = read_pieces(s, c, key, x.got, data + x.got, total - x.got,
-				  x.etag[0] ? x.etag : NULL, what);
-		if (ret != -ESTALE)
-			goto out;
-		free(data);
-		data = NULL;
-		if (round + 1 >= OBJ_GET_ROUNDS) {
-			log_err("s3 %s: object %s kept changing while being read", s->name, key);
-			ret = -EIO;
-			goto out;
-		}
-	}
-out:
-	conn_put(s, c);
-	if (ret) {
-		free(data);
-	} else {
-		*buf = data;
-		*len = (size_t)total;
-	}
-	free(what);
-	free(key);
-	return ret;
-}
-
-int store_s3_delete_object(struct store *st, const char *name)
-{
-	struct s3_store *s = to_s3(st);
-	struct s3_xfer head = {.method = "HEAD"}, del = {.method = "DELETE"};
-	char *key;
-	int ret = obj_key(st, name, 0, &key);
-
-	if (ret)
-		return ret;
-	head.key = del.key = key;
-	/* S3's DELETE succeeds on absent keys: HEAD first, for -ENOENT. */
-	ret = xfer_run(s, NULL, &head);
-	if (ret == 0)
-		ret = xfer_run(s, NULL, &del);
-	if (ret && ret != -ENOENT) {
-		log_err("s3 %s: deleting object %s: %s", s->name, key,
-			head.err ? head.why : del.why);
-		ret = obj_err(ret);
-	}
-	xfer_fini(&head);
-	xfer_fini(&del);
-	free(key);
-	return ret;
-}
-
-struct obj_walk {
-	const char *lp; /* the store's listing prefix, cut from every key */
-	size_t skip;	/* its length */
-	int (*fn)(void *arg, const char *name, uint64_t size);
-	void *arg;
-};
-
-static int obj_walk_key(void *arg, const char *key, uint64_t size)
-{
-	struct obj_walk *w = arg;
-
-	if (strncmp(key, w->lp, w->skip) || !key[w->skip]) /* not under it: a server bug */
-		return 0;
-	return w->fn(w->arg, key + w->skip, size);
-}
-
-int store_s3_list_objects(struct store *st, const char *sub,
-			  int (*fn)(void *arg, const char *name, uint64_t size), void *arg)
-{
-	struct s3_store *s = to_s3(st);
-	struct obj_walk w = {NULL, 0, fn, arg};
-	char *prefix, *lp;
-	int ret = obj_key(st, sub, 1, &prefix);
-
-	if (ret)
-		return ret;
-	if (!fn) {
-		free(prefix);
-		return -EINVAL;
-	}
-	/* obj_key() gave "<prefix>/<sub>"; with sub "" that is "<prefix>/" (or "" at the root). */
-	lp = list_prefix(s);
-	if (!lp) {
-		free(prefix);
-		return -ENOMEM;
-	}
-	w.lp = lp;
-	w.skip = strlen(lp);
-	ret = list_keys(s, prefix, obj_walk_key, &w, "objects");
-	free(lp);
-	free(prefix);
-	return ret;
-}
-
 /* ---- open ---- */
 
 /* HEAD the bucket; on failure err gets the reason. */
 static int check_bucket(struct s3_store *s, char *err, size_t errlen)
 {
 	struct s3_xfer x = {.method = "HEAD", .max_attempts = S3_OPEN_ATTEMPTS};
-	int ret = xfer_run(s, NULL, &x);
+	int ret = s3_xfer_run(s, NULL, &x);
 
 	if (ret == 0)
 		goto out;
@@ -1686,7 +1310,7 @@ static int check_bucket(struct s3_store *s, char *err, size_t errlen)
 		ret = ret == -ENOMEM ? ret : -EIO;
 	}
 out:
-	xfer_fini(&x);
+	s3_xfer_fini(&x);
 	return ret;
 }
 
@@ -1733,7 +1357,7 @@ static void abort_stale_uploads(struct s3_store *s)
 	unsigned aborted = 0;
 
 	if (plen < 0)
-		prefix = list_prefix(s);
+		prefix = s3_list_prefix(s);
 	else if (asprintf(&prefix, "%.*s%s", (int)plen, s->prefix, plen ? "/" : "") < 0)
 		prefix = NULL;
 
@@ -1748,7 +1372,7 @@ static void abort_stale_uploads(struct s3_store *s)
 			x.q[x.nq++] = (struct sigv4_kv){"key-marker", key_marker};
 		if (id_marker)
 			x.q[x.nq++] = (struct sigv4_kv){"upload-id-marker", id_marker};
-		ret = xfer_run(s, NULL, &x);
+		ret = s3_xfer_run(s, NULL, &x);
 		if (ret == 0 && s3xml_parse_list_uploads(x.resp, x.resp_len, &u)) {
 			snprintf(x.why, sizeof(x.why), "unparsable ListMultipartUploads reply");
 			ret = -EIO;
@@ -1757,22 +1381,22 @@ static void abort_stale_uploads(struct s3_store *s)
 			log_warn("s3 %s: cannot list unfinished multipart uploads (%s)%s", s->name,
 				 x.why,
 				 ret == -EOPNOTSUPP ? ": the server does not support it" : "");
-			xfer_fini(&x);
+			s3_xfer_fini(&x);
 			break;
 		}
-		xfer_fini(&x);
+		s3_xfer_fini(&x);
 		for (size_t i = 0; i < u.n; i++) {
 			struct s3_xfer a = {.method = "DELETE", .key = u.v[i].key, .nq = 1};
 
 			if (!stale_seg_key(s, plen, u.v[i].key))
 				continue;
 			a.q[0] = (struct sigv4_kv){"uploadId", u.v[i].upload_id};
-			ret = xfer_run(s, NULL, &a);
+			ret = s3_xfer_run(s, NULL, &a);
 			if (ret && ret != -ENOENT)
 				log_warn("s3 %s: aborting a stale upload of %s: %s", s->name,
 					 u.v[i].key, a.why);
 			aborted += !ret;
-			xfer_fini(&a);
+			s3_xfer_fini(&a);
 		}
 		free(key_marker);
 		free(id_marker);

@@ -1,0 +1,258 @@
+/*
+ * fsck_i.h — private to spillway-fsck (spillway-fsck.c, fsck_model.c,
+ * fsck_rebuild.c): the model of the index it checks, the segments found in
+ * the stores, and the calls between those files. Everything hangs off one
+ * struct fsck that main() builds; functions take it first.
+ * Single-threaded: nothing here takes a lock.
+ */
+#ifndef SPW_FSCK_I_H
+#define SPW_FSCK_I_H
+
+#include "index/journal.h"
+#include "tier/segment.h"
+#include "tier/store.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define ROOT_INO     1
+#define MAX_NVME     64
+#define MAX_CHUNKS   (1ull << 32) /* a chunk index beyond this is a corrupt record */
+#define PATH_MAX_OUT 4096
+
+#define S(n) ((n) == 1 ? "" : "s") /* plural */
+
+/* ---- a small chained hash (key: a 64-bit hash; callers compare the rest) ---- */
+
+struct hent {
+	struct hent *next;
+	uint64_t key;
+};
+
+struct htab {
+	struct hent **b;
+	size_t nb, n;
+};
+
+static inline uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
+static inline uint64_t key2(uint64_t a, uint64_t b)
+{
+	return mix64(a * 0x9e3779b97f4a7c15ull ^ mix64(b));
+}
+
+static inline struct hent *ht_bucket(const struct htab *t, uint64_t key)
+{
+	return t->nb ? t->b[key & (t->nb - 1)] : NULL;
+}
+
+/* fsck_model.c: add e under key (0, -ENOMEM); every entry of t into a
+ * malloc'ed array (caller frees; NULL when empty). */
+int fsck_ht_add(struct htab *t, struct hent *e, uint64_t key);
+void **fsck_ht_array(const struct htab *t, size_t *n);
+
+/* ---- the model of the index ---- */
+
+enum { CS_NONE = 0, CS_LOC, CS_DIRTY };
+
+struct fchunk {
+	uint8_t state; /* CS_* */
+	struct jrec_loc loc;
+};
+
+struct fxattr {
+	struct fxattr *next;
+	char *name;
+	uint32_t nlen, vlen;
+	void *val;
+};
+
+struct fdent;
+
+struct finode {
+	struct hent h; /* key mix64(ino) */
+	uint64_t ino;
+	struct jrec_attr attr;
+	char *target; /* symlink target */
+	uint32_t tlen;
+	struct fxattr *xattrs;
+	struct fchunk *chunks;
+	uint64_t nchunks;
+	/* set by fsck_ns_scan */
+	uint32_t nlinks;
+	int reachable;
+	struct fdent *pdent;	/* the entry it was first reached by */
+	struct fdent *children; /* directories: entries in it */
+	int lost;		/* damaged beyond repair: names removed */
+	int rescue;		/* lost its only name in a bad entry: relink it */
+};
+
+struct fdent {
+	struct hent h; /* key key_name(parent, name) */
+	uint64_t parent, ino;
+	char *name;
+	uint32_t nlen;
+	struct fdent *sib; /* set by fsck_ns_scan */
+};
+
+struct found;
+
+struct fseg {
+	struct hent h; /* key mix64(id) */
+	struct jrec_seg seg;
+	struct found *copy; /* the copy in the store, NULL: missing */
+	int reported;	    /* missing, and a file using it was reported */
+};
+
+/* A segment present in a store. */
+struct found {
+	struct hent h; /* key mix64(id) */
+	int store;
+	uint64_t id, size, payload;
+	uint32_t dev;
+	int mret; /* seg_read_manifest's result */
+	int ours; /* header uuid is the filesystem's */
+	uint8_t uuid[16];
+	struct seg_entry *ents;
+	uint32_t n;
+	struct copy *copies;
+	uint8_t *verified;   /* per entry: data read and crc good */
+	uint64_t chunk_refs; /* live chunks pointing into it */
+	int removed;
+};
+
+/* One footer entry, hashed by (ino, chunk). */
+struct copy {
+	struct hent h;
+	struct found *f;
+	uint32_t ei;
+	int bad; /* its data failed verification */
+};
+
+struct tiers {
+	char *nvme[MAX_NVME];
+	int nnvme;
+	char *s3, *s3_endpoint, *s3_region, *s3_credentials, *s3_ca_file;
+	int s3_path_style;
+	uint64_t s3_part_size, chunk_size;
+	int have_uuid;
+	uint8_t uuid[16];
+};
+
+struct fsck {
+	const char *dir;
+	int verify, repair, rebuild, quiet, progress;
+	struct tiers tiers;
+	uint64_t chunk_size;
+	uint8_t uuid[16];
+	int have_uuid;
+	struct journal *j;
+	int started; /* jrnl_start done: changes are appended */
+	int manual;  /* rebuild without a usable checkpoint: write one here */
+	int changed; /* the model differs from what the journal holds */
+	int lockfds[MAX_NVME];
+	int nlocks;
+
+	struct store *st[2];	 /* 0: first cold tier, 1: s3 below nvme */
+	int configured[2];	 /* the tier exists */
+	int usable[2];		 /* opened and listed */
+	const char *st_name[2];	 /* for messages */
+	char *devname[MAX_NVME]; /* store 0's devices when nvme */
+
+	struct htab inodes, dents, segs, found, copies;
+	uint64_t next_ino, next_seg;
+	uint64_t orig_next_ino;
+	uint64_t unknown_recs;
+
+	uint64_t problems, fixed, lost;
+	int oper; /* an operational error happened: exit 8 */
+	uint64_t files, dirs, chunks_checked, bytes_verified;
+};
+
+static inline int is_dir(const struct finode *in)
+{
+	return S_ISDIR(in->attr.mode);
+}
+
+static inline int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- spillway-fsck.c: output, segment reads, checks ---- */
+
+/* An operational error on stderr (exit 8). */
+void fsck_oper_err(struct fsck *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An information line on stdout, unless --quiet. */
+void fsck_note(struct fsck *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "what done/total (n%)" on a terminal's stderr, at most once a second. */
+void fsck_progress(struct fsck *f, const char *what, uint64_t done, uint64_t total);
+/* "64 MiB", "1.5 GiB", "512 bytes" into buf. */
+const char *fsck_human(uint64_t v, char *buf, size_t len);
+/* Read a chunk and check its crc32c (once per footer entry). 0, 1 crc
+ * mismatch, or -errno (read). */
+int fsck_verify_chunk(struct fsck *f, struct found *fd, const struct seg_entry *e);
+/* The root directory, created with --repair when missing. 0 (fine or
+ * created), 1 (missing, left), -errno. */
+int fsck_check_root(struct fsck *f);
+
+/* ---- fsck_model.c: the model, its changes, checkpoints ---- */
+
+struct finode *fsck_ino_get(struct fsck *f, uint64_t ino);
+struct fseg *fsck_seg_get(struct fsck *f, uint64_t id);
+/* Apply one record to the model (journal replay and our own changes; a
+ * jrnl_recover callback). 0, -ENOMEM; records that name unknown inodes are
+ * counted and skipped. */
+int fsck_apply(void *arg, const struct jrec *r);
+/* Link counts, children lists, reachability from / and each inode's first
+ * name (pdent). 0, -ENOMEM. */
+int fsck_ns_scan(struct fsck *f);
+/* Path of a reachable inode ("/a/b"), else "<inode N>"; of an entry
+ * ("/dir/name"), its parent being reachable or not. */
+const char *fsck_path_of(struct fsck *f, const struct finode *in, char *buf, size_t len);
+const char *fsck_dent_path(struct fsck *f, const struct fdent *d, char *buf, size_t len);
+/* Append r to the journal, then apply it to the model (r's strings may
+ * belong to the model). 0 or -errno (reported). The change_* build r. */
+int fsck_change(struct fsck *f, const struct jrec *r);
+int fsck_change_meta(struct fsck *f);
+int fsck_change_seg_add(struct fsck *f, struct found *fd);
+int fsck_change_loc(struct fsck *f, uint64_t ino, uint64_t chunk, const struct found *fd,
+		    const struct seg_entry *e);
+int fsck_change_link(struct fsck *f, uint64_t parent, const char *name, uint64_t ino);
+int fsck_change_unlink(struct fsck *f, uint64_t parent, const char *name, uint32_t nlen);
+int fsck_change_inode(struct fsck *f, uint64_t ino, const struct jrec_attr *a, const char *target,
+		      uint32_t tlen);
+/* The highest inode number anything knows of, plus one. */
+uint64_t fsck_ino_ceiling(struct fsck *f);
+/* /lost+found (created as a directory inode above every known number). */
+int fsck_lost_found(struct fsck *f, uint64_t *out);
+/* Is fd the copy the segment table points at? */
+int fsck_in_table(struct fsck *f, const struct found *fd);
+/* Sorted array of the reachable inodes (caller frees). */
+struct finode **fsck_reachable_inodes(struct fsck *f, size_t *n);
+/* qsort comparators of struct finode *, struct found *, struct fseg *. */
+int fsck_inode_cmp(const void *a, const void *b);
+int fsck_found_cmp(const void *a, const void *b);
+int fsck_seg_cmp(const void *a, const void *b);
+/* Write STATE_DIR/checkpoint.<gen> from the model (no usable checkpoint to
+ * start the journal from). 0 or -errno (reported). */
+int fsck_write_checkpoint(struct fsck *f, uint64_t gen);
+
+/* ---- fsck_rebuild.c ---- */
+
+/* --rebuild: the segment table and chunk locations from the footers. */
+int fsck_rebuild(struct fsck *f);
+
+#endif

@@ -1,0 +1,260 @@
+/*
+ * fsck_rebuild — spillway-fsck --rebuild: the index rebuilt from the
+ * segments' footers when the journal is lost or stale.
+ *
+ * DESIGN
+ * 1. Segment-table entries whose segment is missing are dropped; every
+ *    readable segment of this filesystem is added (or its entry updated),
+ *    but for a second copy of a segment the table already has.
+ * 2. Every (ino, chunk) any footer names gets its best usable copy: highest
+ *    gen, then segment id, then offset; with --verify-data a copy that fails
+ *    verification is passed over for the next best.
+ * 3. Reachable regular files get those chunk locations, and a size that
+ *    covers them; files newer than the namespace go to /lost+found as #<ino>;
+ *    older inodes the namespace lacks were deleted and stay out.
+ * 4. next_seg and next_ino are raised above everything found.
+ * Every change goes through fsck_change(). Single-threaded.
+ */
+#include "mount-helpers/fsck_i.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- --rebuild ---- */
+
+struct best {
+	struct hent h;
+	uint64_t ino, chunk;
+	struct copy *c;
+};
+
+/* Is copy a better than b for its (ino, chunk)? Highest gen, then segment id. */
+static int better(const struct copy *a, const struct copy *b)
+{
+	const struct seg_entry *x = &a->f->ents[a->ei], *y = &b->f->ents[b->ei];
+	if (x->gen != y->gen)
+		return x->gen > y->gen;
+	if (a->f->id != b->f->id)
+		return a->f->id > b->f->id;
+	return x->off > y->off;
+}
+
+/* A copy --rebuild may use: a readable segment of ours the table points at. */
+static int usable_copy(struct fsck *f, const struct copy *c)
+{
+	return !c->bad && c->f->ours && c->f->mret == 0 && !c->f->removed && fsck_in_table(f, c->f);
+}
+
+/* The best usable copy of (ino, chunk), verified with --verify-data. */
+static struct copy *best_copy(struct fsck *f, uint64_t ino, uint64_t chunk)
+{
+	uint64_t k = key2(ino, chunk);
+	for (;;) {
+		struct copy *best = NULL;
+		for (struct hent *h = ht_bucket(&f->copies, k); h; h = h->next) {
+			struct copy *c = (struct copy *)h;
+			const struct seg_entry *e = &c->f->ents[c->ei];
+			if (h->key == k && e->ino == ino && e->chunk == chunk &&
+			    usable_copy(f, c) && (!best || better(c, best)))
+				best = c;
+		}
+		if (!best || !f->verify ||
+		    fsck_verify_chunk(f, best->f, &best->f->ents[best->ei]) == 0)
+			return best;
+		best->bad = 1;
+	}
+}
+
+static int best_cmp(const void *a, const void *b)
+{
+	const struct best *x = *(struct best *const *)a, *y = *(struct best *const *)b;
+	if (x->ino != y->ino)
+		return x->ino < y->ino ? -1 : 1;
+	return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
+}
+
+int fsck_rebuild(struct fsck *f)
+{
+	struct htab keys = {0};
+	struct best **bs = NULL;
+	size_t n, nb = 0;
+	struct found **fds = NULL;
+	struct fseg **segs;
+	uint64_t top_seg = 0, updated_files = 0, updated_chunks = 0, recovered = 0, dropped = 0,
+		 added = 0;
+	int ret = 0;
+
+	if ((ret = fsck_check_root(f)) < 0) /* a new namespace: / first */
+		return ret;
+	/* 1. the segment table: exactly the readable segments of ours */
+	segs = (struct fseg **)fsck_ht_array(&f->segs, &n);
+	for (size_t i = 0; i < n && ret == 0; i++)
+		if (!segs[i]->copy) {
+			struct jrec r = {.type = JR_SEG_DEL, .seg = {.id = segs[i]->seg.id}};
+			ret = fsck_change(f, &r);
+			dropped++;
+		}
+	free(segs);
+	fds = (struct found **)fsck_ht_array(&f->found, &n);
+	if (fds)
+		qsort(fds, n, sizeof(*fds), fsck_found_cmp);
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		struct found *fd = fds[i];
+		struct fseg *s = fsck_seg_get(f, fd->id);
+		if (fd->mret < 0 || !fd->ours)
+			continue;
+		if (fd->id >= top_seg)
+			top_seg = fd->id + 1;
+		if (s && s->copy && s->copy != fd)
+			continue; /* a second copy of a segment the table has */
+		if (s && s->copy == fd && s->seg.len == fd->size && s->seg.dev == fd->dev &&
+		    s->seg.store == fd->store)
+			continue;
+		ret = fsck_change_seg_add(f, fd);
+		added++;
+	}
+	if (ret < 0)
+		goto out;
+
+	/* 2. the best copy of every (ino, chunk) any footer has */
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		struct found *fd = fds[i];
+		if (!fsck_in_table(f, fd))
+			continue;
+		for (uint32_t e = 0; e < fd->n && ret == 0; e++) {
+			const struct seg_entry *se = &fd->ents[e];
+			uint64_t k = key2(se->ino, se->chunk);
+			struct best *b = NULL;
+			for (struct hent *h = ht_bucket(&keys, k); h && !b; h = h->next)
+				if (h->key == k && ((struct best *)h)->ino == se->ino &&
+				    ((struct best *)h)->chunk == se->chunk)
+					b = (struct best *)h;
+			if (b)
+				continue;
+			if (!(b = calloc(1, sizeof(*b))) ||
+			    (ret = fsck_ht_add(&keys, &b->h, k)) < 0) {
+				free(b);
+				ret = -ENOMEM;
+				break;
+			}
+			b->ino = se->ino;
+			b->chunk = se->chunk;
+		}
+	}
+	if (ret < 0)
+		goto out;
+	bs = (struct best **)fsck_ht_array(&keys, &nb);
+	if (keys.n && !bs) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < nb; i++) {
+		fsck_progress(
+		    f, f->verify ? "rebuild: verifying chunks" : "rebuild: choosing chunks", i, nb);
+		bs[i]->c = best_copy(f, bs[i]->ino, bs[i]->chunk);
+	}
+	fsck_progress(f, "rebuild", nb, nb);
+	if (bs)
+		qsort(bs, nb, sizeof(*bs), best_cmp);
+
+	/* 3. chunk locations of the files the namespace has; the others go to
+	 * /lost+found when they are newer than the namespace */
+	for (size_t i = 0; i < nb && ret == 0;) {
+		uint64_t ino = bs[i]->ino, end = 0, changed = 0;
+		struct finode *in = fsck_ino_get(f, ino);
+		size_t k = i;
+		int orphan = !in && ino >= f->orig_next_ino;
+		while (k < nb && bs[k]->ino == ino)
+			k++;
+		if (!orphan && !(in && in->reachable && S_ISREG(in->attr.mode))) {
+			i = k;
+			continue; /* a file deleted before the namespace was saved */
+		}
+		if (orphan) {
+			struct finode *root = fsck_ino_get(f, ROOT_INO);
+			struct jrec_attr a = {.mode = S_IFREG | 0600};
+			char name[32];
+			uint64_t lf;
+			a.uid = root ? root->attr.uid : 0;
+			a.gid = root ? root->attr.gid : 0;
+			a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
+			if ((ret = fsck_lost_found(f, &lf)) < 0 ||
+			    (ret = fsck_change_inode(f, ino, &a, "", 0)) < 0)
+				break;
+			snprintf(name, sizeof(name), "#%" PRIu64, ino);
+			if ((ret = fsck_change_link(f, lf, name, ino)) < 0 ||
+			    (ret = fsck_ns_scan(f)) < 0)
+				break;
+			in = fsck_ino_get(f, ino);
+		}
+		for (size_t c = i; c < k && ret == 0; c++) {
+			struct copy *cp = bs[c]->c;
+			const struct seg_entry *e;
+			const struct fchunk *ch;
+			if (!cp)
+				continue;
+			e = &cp->f->ents[cp->ei];
+			ch = bs[c]->chunk < in->nchunks ? &in->chunks[bs[c]->chunk] : NULL;
+			if (bs[c]->chunk * f->chunk_size + e->len > end)
+				end = bs[c]->chunk * f->chunk_size + e->len;
+			if (ch && ch->state == CS_LOC && ch->loc.seg_id == cp->f->id &&
+			    ch->loc.off == e->off && ch->loc.dev == cp->f->dev &&
+			    ch->loc.gen == e->gen && ch->loc.len == e->len && ch->loc.crc == e->crc)
+				continue;
+			if (ch && ch->state == CS_LOC && ch->loc.gen > e->gen) {
+				char path[PATH_MAX_OUT];
+				fsck_note(f,
+					  "chunk %" PRIu64
+					  " of %s: only an older copy found (gen %" PRIu64 " < %u)",
+					  bs[c]->chunk, fsck_path_of(f, in, path, sizeof(path)),
+					  e->gen, ch->loc.gen);
+			}
+			ret = fsck_change_loc(f, ino, bs[c]->chunk, cp->f, e);
+			changed++;
+		}
+		if (ret == 0 && end > in->attr.size) {
+			struct jrec_attr a = in->attr;
+			a.size = end;
+			ret = fsck_change_inode(f, ino, &a, in->target, in->tlen);
+		}
+		if (ret == 0 && (changed || orphan)) {
+			char path[PATH_MAX_OUT], hs[32];
+			fsck_note(f, "%s %s (%s, %" PRIu64 " chunk location%s set)",
+				  orphan ? "recovered" : "restored",
+				  fsck_path_of(f, in, path, sizeof(path)),
+				  fsck_human(in->attr.size, hs, sizeof(hs)), changed, S(changed));
+			updated_files++;
+			updated_chunks += changed;
+			recovered += orphan;
+		}
+		i = k;
+	}
+	if (ret < 0)
+		goto out;
+	/* 4. counters */
+	if (top_seg > f->next_seg || fsck_ino_ceiling(f) > f->next_ino) {
+		if (top_seg > f->next_seg)
+			f->next_seg = top_seg;
+		if (fsck_ino_ceiling(f) > f->next_ino)
+			f->next_ino = fsck_ino_ceiling(f);
+		ret = fsck_change_meta(f);
+	}
+	fsck_note(f,
+		  "rebuild: %" PRIu64 " segment%s added to the segment table, %" PRIu64
+		  " dropped; %" PRIu64 " file%s restored (%" PRIu64 " chunk location%s), %" PRIu64
+		  " in /lost+found",
+		  added, S(added), dropped, updated_files - recovered, S(updated_files - recovered),
+		  updated_chunks, S(updated_chunks), recovered);
+	if (ret == 0)
+		ret = fsck_ns_scan(f);
+out:
+	for (size_t i = 0; i < nb; i++)
+		free(bs[i]);
+	free(bs);
+	free(keys.b);
+	free(fds);
+	return ret;
+}
