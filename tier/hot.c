@@ -38,7 +38,8 @@ static int is_hot_name(const char *n)
 
 /* Call fn for each hot file (fn may be NULL: remove them all); refuse a
  * directory with anything else. */
-static int scan_dir(struct hot *hot, int (*fn)(void *, uint64_t), void *arg, const char **why)
+static int scan_dir(struct hot *hot, int (*fn)(void *, uint64_t, uint64_t, uint64_t), void *arg,
+		    const char **why)
 {
 	int fd = dup(hot->dirfd), ret = 0;
 	DIR *d;
@@ -60,19 +61,31 @@ static int scan_dir(struct hot *hot, int (*fn)(void *, uint64_t), void *arg, con
 			ret = -ENOTEMPTY;
 			break;
 		}
-		if (fn)
-			fn(arg, strtoull(de->d_name, NULL, 16));
-		else
+		if (fn) {
+			struct stat st;
+			if (fstatat(hot->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+			    !S_ISREG(st.st_mode))
+				continue;
+			fn(arg, strtoull(de->d_name, NULL, 16), (uint64_t)st.st_size,
+			   (uint64_t)st.st_blocks * 512);
+		} else
 			unlinkat(hot->dirfd, de->d_name, 0);
 	}
 	closedir(d);
 	return ret;
 }
 
-int hot_list(struct hot *hot, int (*fn)(void *arg, uint64_t ino), void *arg)
+int hot_list(struct hot *hot, int (*fn)(void *arg, uint64_t ino, uint64_t size, uint64_t bytes),
+	     void *arg)
 {
 	const char *why = NULL;
 	return scan_dir(hot, fn, arg, &why);
+}
+
+void hot_adopt_locked(struct hot *hot, struct inode *in, uint64_t bytes)
+{
+	__atomic_add_fetch(&hot->used, bytes, __ATOMIC_RELAXED);
+	in->hot_bytes = bytes;
 }
 
 void hot_remove(struct hot *hot, uint64_t ino)

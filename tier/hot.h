@@ -18,8 +18,13 @@ struct hot;
  * remove stale hot files (unless `keep`: recovery sorts them out). *why
  * gets a static reason on failure. */
 int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const char **why);
-/* Recovery: call fn with the inode number of every hot file present. */
-int hot_list(struct hot *hot, int (*fn)(void *arg, uint64_t ino), void *arg);
+/* Recovery: call fn with the inode number, size and allocated bytes of every
+ * hot file present. */
+int hot_list(struct hot *hot, int (*fn)(void *arg, uint64_t ino, uint64_t size, uint64_t bytes),
+	     void *arg);
+/* Recovery: count a hot file found intact (`bytes` allocated) without
+ * opening it. Caller holds in->lock. */
+void hot_adopt_locked(struct hot *hot, struct inode *in, uint64_t bytes);
 /* Remove the hot file of inode ino (recovery: orphans). */
 void hot_remove(struct hot *hot, uint64_t ino);
 void hot_free(struct hot *hot);

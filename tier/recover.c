@@ -155,13 +155,15 @@ static int collect(void *arg, struct inode *in)
 	return 0;
 }
 
-/* hot_list callback: mark inodes that have a hot file; remove the others. */
-static int hot_seen(void *arg, uint64_t ino)
+/* hot_list callback: mark inodes that have a hot file (2: its size differs
+ * from the index's, so it must be opened); remove the others. */
+static int hot_seen(void *arg, uint64_t ino, uint64_t size, uint64_t bytes)
 {
 	struct tier *t = arg;
 	struct inode *in = idx_get(t->idx, ino);
 	if (in && S_ISREG(in->mode) && in->nlink > 0) {
-		in->mark = 1;
+		in->mark = size == in->size ? 1 : 3;
+		in->hot_bytes = bytes; /* counted in reconcile_file */
 	} else {
 		hot_remove(t->hot, ino);
 		t->rec.orphan_hot_files++;
@@ -174,7 +176,7 @@ static int hot_seen(void *arg, uint64_t ino)
 /* One regular file: fix its hot file, count its cold bytes, find if lost. */
 static void reconcile_file(struct tier *t, struct inode *in)
 {
-	int dirty = 0, fd;
+	int dirty = 0, cold = 0, fd;
 
 	pthread_mutex_lock(&in->lock);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
@@ -183,6 +185,7 @@ static void reconcile_file(struct tier *t, struct inode *in)
 			dirty = 1;
 		if (ch->state != CHUNK_COLD)
 			continue;
+		cold = 1;
 		pthread_mutex_lock(&t->seg_lock);
 		if (ch->seg_id < t->nsegs_cap && t->segs[ch->seg_id].len) {
 			t->segs[ch->seg_id].live += ch->seg_len;
@@ -195,8 +198,15 @@ static void reconcile_file(struct tier *t, struct inode *in)
 		}
 		pthread_mutex_unlock(&t->seg_lock);
 	}
-	if (in->mark == 1) {
+	if (in->mark == 1 && !cold) {
+		/* intact and RAM only: count it, no need to open it (1M files) */
+		uint64_t bytes = in->hot_bytes;
+		in->hot_bytes = 0;
+		hot_adopt_locked(t->hot, in, bytes);
+		in->mark = 0;
+	} else if (in->mark) {
 		/* the hot file mirrors the size; a cold copy wins over RAM bytes */
+		in->hot_bytes = 0;
 		fd = hot_fd_get_locked(t->hot, in);
 		if (fd >= 0) {
 			for (uint64_t c = 0; c < in->nchunks; c++)
