@@ -206,6 +206,14 @@ void hot_fd_put_locked(struct hot *hot, struct inode *in)
 	if (--in->hot_users == 0) {
 		close(in->hot_fd);
 		in->hot_fd = -1;
+		/* an empty file needs no hot file at rest: a million empty files
+		 * would otherwise be a million tmpfs inodes (kernel memory outside
+		 * hot_size) to reconcile at every mount */
+		if (in->size == 0 && in->hot_bytes == 0) {
+			char name[17];
+			hot_name(in->ino, name);
+			unlinkat(hot->dirfd, name, 0);
+		}
 	}
 }
 

@@ -343,6 +343,7 @@ static void test_drop_ignores_non_regular(void **state)
 
 	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
 	open_hot(f, f->hot, &f->a);
+	f->a.size = 1; /* not empty: its hot file outlives the last put */
 	put_hot(f->hot, &f->a);
 	f->a.mode = S_IFDIR | 0755;
 	hot_drop(f->hot, &f->a);
@@ -350,6 +351,21 @@ static void test_drop_ignores_non_regular(void **state)
 	f->a.mode = S_IFREG | 0644;
 	hot_drop(f->hot, &f->a);
 	assert_false(exists_in(f->dir, "000000000000002a"));
+}
+
+static void test_empty_file_leaves_no_hot_file(void **state)
+{
+	struct fx *f = *state;
+	const char *why;
+
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
+	open_hot(f, f->hot, &f->a);
+	assert_true(exists_in(f->dir, "000000000000002a"));
+	put_hot(f->hot, &f->a); /* size 0, nothing allocated: removed */
+	assert_false(exists_in(f->dir, "000000000000002a"));
+	open_hot(f, f->hot, &f->a); /* and made again on the next open */
+	assert_true(exists_in(f->dir, "000000000000002a"));
+	put_hot(f->hot, &f->a);
 }
 
 /* ---- reservations ---- */
@@ -532,6 +548,7 @@ int main(void)
 	    T(test_refused_instance_leaves_lock_alone),
 	    T(test_fd_get_put),
 	    T(test_drop_ignores_non_regular),
+	    T(test_empty_file_leaves_no_hot_file),
 	    T(test_reserve_arithmetic),
 	    T(test_reserve_counts_used),
 	    T(test_overwrite_near_limit_needs_no_room),
