@@ -7,6 +7,7 @@
  *   (node_exporter's textfile collector) never reads half a sample.
  */
 #include "tier/tier_i.h"
+#include "index/journal.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -176,6 +177,22 @@ void metrics_write(struct tier *t, FILE *f)
 		"spillway_errors_total{kind=\"io\"} %llu\n"
 		"spillway_errors_total{kind=\"crc\"} %llu\n",
 		LD(t->st.errors_io), LD(t->st.errors_crc));
+	if (t->jrnl) {
+		uint64_t jb, jck, jsy;
+		jrnl_stats(t->jrnl, &jb, &jck, &jsy);
+		fprintf(f,
+			"# HELP spillway_journal_read_only 1 after a journal write or sync failed "
+			"(changes fail with EIO).\n"
+			"# TYPE spillway_journal_read_only gauge\nspillway_journal_read_only %d\n",
+			jrnl_failed(t->jrnl));
+		counter(f, "spillway_journal_checkpoints_total", "Checkpoints written.", jck);
+		counter(f, "spillway_journal_syncs_total", "Journal fdatasyncs (group commits).",
+			jsy);
+		fprintf(f,
+			"# HELP spillway_lost_files Files found lost at mount (data only in RAM, "
+			"RAM gone).\n# TYPE spillway_lost_files gauge\nspillway_lost_files %llu\n",
+			(unsigned long long)t->rec.lost_files);
+	}
 	pthread_mutex_lock(&t->lock);
 	unsigned waiting = t->writers_waiting;
 	pthread_mutex_unlock(&t->lock);
