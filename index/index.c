@@ -240,26 +240,39 @@ int idx_journal_attr(struct index *idx, struct inode *in)
 	return ret;
 }
 
+/* The residency record of chunk c (caller holds in->lock): its cold
+ * location when it has a valid one, RAM-only when dirty, else a hole. */
+static void chunk_rec(struct inode *in, uint64_t c, struct jrec *r)
+{
+	struct chunk *ch = c < in->nchunks ? &in->chunks[c] : NULL;
+	memset(r, 0, sizeof(*r));
+	r->ino = in->ino;
+	r->chunk = c;
+	if (!ch || ch->state == CHUNK_ABSENT) {
+		r->type = JR_CHUNK_ABSENT;
+		r->count = 1;
+	} else if (ch->seg_id && ch->state != CHUNK_HOT_DIRTY && ch->state != CHUNK_SPILLING) {
+		r->type = JR_CHUNK_LOC;
+		r->loc.seg_id = ch->seg_id;
+		r->loc.off = ch->seg_off;
+		r->loc.len = ch->seg_len;
+		r->loc.crc = ch->seg_crc;
+		r->loc.dev = ch->seg_dev;
+		r->loc.gen = ch->seg_gen;
+	} else {
+		r->type = JR_CHUNK_DIRTY;
+	}
+}
+
 int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count)
 {
-	struct jrec r = {.ino = in->ino, .chunk = c};
-	struct chunk *ch;
+	struct jrec r;
 	if (!idx->jrnl)
 		return 0;
-	ch = c < in->nchunks ? &in->chunks[c] : NULL;
-	if (count > 1 || !ch || ch->state == CHUNK_ABSENT) {
+	chunk_rec(in, c, &r);
+	if (count > 1) {
 		r.type = JR_CHUNK_ABSENT;
-		r.count = count ? count : 1;
-	} else if (ch->seg_id && ch->state != CHUNK_HOT_DIRTY && ch->state != CHUNK_SPILLING) {
-		r.type = JR_CHUNK_LOC;
-		r.loc.seg_id = ch->seg_id;
-		r.loc.off = ch->seg_off;
-		r.loc.len = ch->seg_len;
-		r.loc.crc = ch->seg_crc;
-		r.loc.dev = ch->seg_dev;
-		r.loc.gen = ch->seg_gen;
-	} else {
-		r.type = JR_CHUNK_DIRTY;
+		r.count = count;
 	}
 	return jrnl_append(idx->jrnl, &r);
 }
@@ -1423,21 +1436,10 @@ static int snap_inode(struct jrnl_emitter *e, struct inode *in)
 		ret = jrnl_emit(e, &xr);
 	}
 	for (uint64_t c = 0; c < in->nchunks && !ret; c++) {
-		struct chunk *ch = &in->chunks[c];
-		struct jrec cr = {.ino = in->ino, .chunk = c};
-		if (ch->state == CHUNK_ABSENT)
+		struct jrec cr;
+		if (in->chunks[c].state == CHUNK_ABSENT)
 			continue;
-		if (ch->seg_id && ch->state != CHUNK_HOT_DIRTY && ch->state != CHUNK_SPILLING) {
-			cr.type = JR_CHUNK_LOC;
-			cr.loc.seg_id = ch->seg_id;
-			cr.loc.off = ch->seg_off;
-			cr.loc.len = ch->seg_len;
-			cr.loc.crc = ch->seg_crc;
-			cr.loc.dev = ch->seg_dev;
-			cr.loc.gen = ch->seg_gen;
-		} else {
-			cr.type = JR_CHUNK_DIRTY;
-		}
+		chunk_rec(in, c, &cr);
 		ret = jrnl_emit(e, &cr);
 	}
 	pthread_mutex_unlock(&in->lock);

@@ -814,7 +814,7 @@ class TestS3Faults(S3Case):
                          "logged, errors %s, %d segments written / %d deleted; %d objects for %d "
                          "segments before unmount, %d left after it%s\n"
                          % (sum(ps["requests"].values()), ps["faults"], retries, s["errors"],
-                            s["segments"]["written"], s["segments"]["deleted"], len(objs), count,
+                            s["segments"]["written"], s["segments"]["deleted"], len(seen["objs"]), count,
                             len(left), " (%s)" % sorted(left) if left else ""))
 
     def test_lost_complete_response_leaves_no_orphan(self):
