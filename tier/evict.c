@@ -161,22 +161,20 @@ static int cand_push(struct cand_set *cs, const struct cand *c)
 }
 
 /* idx_for_each callback: index lock held. */
-static int collect_one(void *arg, struct inode *in)
+/* Candidates of one file: its hot chunks. For a whole-tier round (only ==
+ * NULL) pinned files and chunks in use are skipped; for one file (fsync,
+ * evict xattr) a chunk in use is still spilled: a write racing the spill
+ * bumps the generation and the copy is not trusted, and a chunk in use is
+ * never dropped. Returns the number of candidates added or -ENOMEM. */
+static long collect_chunks(struct tier *t, struct cand_set *cs, struct inode *in, int only)
 {
-	void **a = arg;
-	struct tier *t = a[0];
-	struct cand_set *cs = a[1];
-	struct inode *only = a[2];
 	size_t before = cs->n;
-
-	if (!S_ISREG(in->mode) || (only && in != only))
-		return 0;
 	pthread_mutex_lock(&in->lock);
 	if (!in->pinned || only) {
 		for (uint64_t c = 0; c < in->nchunks; c++) {
 			struct chunk *ch = &in->chunks[c];
 			uint32_t len = tier_chunk_len(t, in->size, c);
-			if (ch->pins || len == 0 ||
+			if ((ch->pins && !only) || len == 0 ||
 			    (ch->state != CHUNK_HOT_CLEAN && ch->state != CHUNK_HOT_DIRTY))
 				continue;
 			struct cand cd = {
@@ -188,18 +186,28 @@ static int collect_one(void *arg, struct inode *in)
 		}
 	}
 	pthread_mutex_unlock(&in->lock);
-	if (cs->n > before) {
-		if (cs->nrefs == cs->refcap) {
-			size_t ncap = cs->refcap ? cs->refcap * 2 : 256;
-			struct inode **nr = realloc(cs->refs, ncap * sizeof(*nr));
-			if (!nr) {
-				cs->n = before;
-				cs->oom = 1;
-				return 1;
-			}
-			cs->refs = nr;
-			cs->refcap = ncap;
+	if (cs->n > before && cs->nrefs == cs->refcap) {
+		size_t ncap = cs->refcap ? cs->refcap * 2 : 256;
+		struct inode **nr = realloc(cs->refs, ncap * sizeof(*nr));
+		if (!nr) {
+			cs->n = before;
+			cs->oom = 1;
+			return -ENOMEM;
 		}
+		cs->refs = nr;
+		cs->refcap = ncap;
+	}
+	return (long)(cs->n - before);
+}
+
+/* idx_for_each callback (index lock held): every regular file. */
+static int collect_one(void *arg, struct inode *in)
+{
+	void **a = arg;
+	struct cand_set *cs = a[1];
+	if (!S_ISREG(in->mode))
+		return 0;
+	if (collect_chunks(a[0], cs, in, 0) > 0) {
 		idx_get_locked(in);
 		cs->refs[cs->nrefs++] = in;
 	}
@@ -347,6 +355,7 @@ static void *spill_segment(void *arg)
 			/* truncated meanwhile (-ENODATA) or a read error: stays dirty */
 			if (ch->state == CHUNK_SPILLING)
 				ch->state = CHUNK_HOT_DIRTY;
+			pthread_cond_broadcast(&in->cond); /* fsync waits for spills */
 			pthread_mutex_unlock(&in->lock);
 			if (ret == -ENODATA)
 				continue;
@@ -393,6 +402,7 @@ static void *spill_segment(void *arg)
 		} else {
 			seg_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
 		}
+		pthread_cond_broadcast(&in->cond); /* fsync waits for spills */
 		pthread_mutex_unlock(&in->lock);
 		if (n)
 			tier_inval_async(t, in->ino, done[i].c * t->chunk_size, n);
@@ -409,6 +419,7 @@ out:
 		pthread_mutex_lock(&in->lock);
 		if (in->chunks[done[i].c].state == CHUNK_SPILLING)
 			in->chunks[done[i].c].state = CHUNK_HOT_DIRTY;
+		pthread_cond_broadcast(&in->cond);
 		pthread_mutex_unlock(&in->lock);
 	}
 	if (ret == -ENOSPC) {
@@ -564,14 +575,17 @@ static int evict_round(struct tier *t)
 int evict_file(struct tier *t, struct inode *in, int drop)
 {
 	struct cand_set cs = {0};
-	void *arg[3] = {t, &cs, in};
 	size_t nd = 0;
 	int ret = 0;
 
 	if (drop && in->pinned)
 		return -EBUSY;
 
-	idx_for_each(t->idx, collect_one, arg);
+	/* the caller holds a reference on in: no walk of the whole index */
+	if (S_ISREG(in->mode) && collect_chunks(t, &cs, in, 1) > 0) {
+		idx_ref(t->idx, in);
+		cs.refs[cs.nrefs++] = in;
+	}
 	if (cs.oom) {
 		ret = -ENOMEM;
 		goto out;

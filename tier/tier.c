@@ -766,8 +766,31 @@ int tier_fsync(struct tier *t, struct inode *in)
 	int ret = 0;
 	if (!t->jrnl)
 		return 0; /* nothing outlives the mount: nothing to make durable */
-	if (t->store && S_ISREG(in->mode) && (ret = evict_file(t, in, 0)) < 0)
-		return ret;
+	/* every chunk dirty now must be in a durable segment: spill them, wait
+	 * for the evictor's spills of this file in flight, and go again for
+	 * chunks a racing write re-dirtied (bounded: writes after the fsync
+	 * began are not its business) */
+	for (int round = 0; t->store && S_ISREG(in->mode) && round < 8; round++) {
+		int dirty = 0;
+		if ((ret = evict_file(t, in, 0)) < 0)
+			return ret;
+		pthread_mutex_lock(&in->lock);
+		for (;;) {
+			int spilling = 0;
+			dirty = 0;
+			for (uint64_t c = 0; c < in->nchunks; c++) {
+				spilling |= in->chunks[c].state == CHUNK_SPILLING;
+				dirty |= in->chunks[c].state == CHUNK_HOT_DIRTY &&
+					 tier_chunk_len(t, in->size, c) > 0;
+			}
+			if (!spilling)
+				break;
+			pthread_cond_wait(&in->cond, &in->lock);
+		}
+		pthread_mutex_unlock(&in->lock);
+		if (!dirty)
+			break;
+	}
 	pthread_mutex_lock(&in->lock);
 	in->attr_dirty = 0;
 	ret = idx_journal_attr_locked(t->idx, in);
