@@ -270,7 +270,7 @@ int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, ui
 	if (!idx->jrnl)
 		return 0;
 	chunk_rec(in, c, &r);
-	if (count > 1) {
+	if (count > 0) {
 		r.type = JR_CHUNK_ABSENT;
 		r.count = count;
 	}
@@ -702,11 +702,12 @@ int idx_create(struct index *idx, uint64_t parent, const char *name, const struc
 	in->nlookup = 1;
 	*out = in;
 	if (idx->jrnl) {
-		struct jrec rs[3];
+		/* the new inode is not reachable yet: its record can be built here */
+		struct jrec rs[2];
 		attr_rec(in, &rs[0]);
 		name_rec(&rs[1], JR_LINK, parent, name, in->ino);
-		attr_rec(p, &rs[2]);
-		ret = jlog(idx, rs, 3);
+		if ((ret = jlog(idx, rs, 2)) == 0)
+			ret = idx_journal_attr(idx, p);
 	}
 out:
 	pthread_mutex_unlock(&idx->lock);
@@ -744,11 +745,10 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 	in->nlookup++;
 	*out = in;
 	if (idx->jrnl) {
-		struct jrec rs[3];
-		name_rec(&rs[0], JR_LINK, newparent, newname, ino);
-		attr_rec(in, &rs[1]);
-		attr_rec(p, &rs[2]);
-		ret = jlog(idx, rs, 3);
+		struct jrec r;
+		name_rec(&r, JR_LINK, newparent, newname, ino);
+		if ((ret = jlog(idx, &r, 1)) == 0 && (ret = idx_journal_attr(idx, in)) == 0)
+			ret = idx_journal_attr(idx, p);
 	}
 out:
 	pthread_mutex_unlock(&idx->lock);
@@ -797,13 +797,12 @@ static int do_remove(struct index *idx, uint64_t parent, const char *name, int w
 	}
 	parent_changed(p);
 	if (idx->jrnl) {
-		struct jrec rs[3];
-		int n = 2;
-		name_rec(&rs[0], JR_UNLINK, parent, name, 0);
-		attr_rec(p, &rs[1]);
-		if (in->nlink > 0)
-			attr_rec(in, &rs[n++]); /* other names remain: its ctime moved */
-		ret = jlog(idx, rs, n);
+		struct jrec r;
+		name_rec(&r, JR_UNLINK, parent, name, 0);
+		if ((ret = jlog(idx, &r, 1)) == 0)
+			ret = idx_journal_attr(idx, p);
+		if (ret == 0 && in->nlink > 0)
+			ret = idx_journal_attr(idx, in); /* other names remain: ctime moved */
 	}
 	dead = inode_maybe_unhook(idx, in);
 out:
@@ -820,6 +819,24 @@ int idx_unlink(struct index *idx, uint64_t parent, const char *name)
 int idx_rmdir(struct index *idx, uint64_t parent, const char *name)
 {
 	return do_remove(idx, parent, name, 1);
+}
+
+/* A rename's names as one record (both or neither), then the attributes of
+ * the inodes it touched, each built and appended under its own lock so a
+ * racing write's newer size is never followed by an older one. */
+static int journal_renamed(struct index *idx, const struct jrec *names, int n, struct inode *src,
+			   struct inode *dst, struct inode *p, struct inode *np)
+{
+	int ret = jlog(idx, names, n);
+	if (ret == 0)
+		ret = idx_journal_attr(idx, src);
+	if (ret == 0 && dst)
+		ret = idx_journal_attr(idx, dst);
+	if (ret == 0)
+		ret = idx_journal_attr(idx, p);
+	if (ret == 0 && np != p)
+		ret = idx_journal_attr(idx, np);
+	return ret;
 }
 
 /* Is `anc` an ancestor of (or equal to) directory `ino`? */
@@ -903,14 +920,10 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 		parent_changed(p);
 		parent_changed(np);
 		if (idx->jrnl) {
-			struct jrec rs[6];
+			struct jrec rs[2];
 			name_rec(&rs[0], JR_LINK, parent, name, dst->ino);
 			name_rec(&rs[1], JR_LINK, newparent, newname, src->ino);
-			attr_rec(src, &rs[2]);
-			attr_rec(dst, &rs[3]);
-			attr_rec(p, &rs[4]);
-			attr_rec(np, &rs[5]);
-			ret = jlog(idx, rs, np != p ? 6 : 5);
+			ret = journal_renamed(idx, rs, 2, src, dst, p, np);
 		}
 		goto out;
 	}
@@ -955,13 +968,10 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 	if (np != p)
 		parent_changed(np);
 	if (idx->jrnl) {
-		struct jrec rs[5];
+		struct jrec rs[2];
 		name_rec(&rs[0], JR_LINK, newparent, newname, src->ino);
 		name_rec(&rs[1], JR_UNLINK, parent, name, 0);
-		attr_rec(src, &rs[2]);
-		attr_rec(p, &rs[3]);
-		attr_rec(np, &rs[4]);
-		ret = jlog(idx, rs, np != p ? 5 : 4);
+		ret = journal_renamed(idx, rs, 2, src, NULL, p, np);
 	}
 out:
 	pthread_mutex_unlock(&idx->lock);

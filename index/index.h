@@ -177,8 +177,9 @@ int idx_check_writable(struct index *idx);
  * holds in->lock. 0 or -EIO. */
 int idx_journal_attr(struct index *idx, struct inode *in);
 int idx_journal_attr_locked(struct index *idx, struct inode *in);
-/* Journal the residency of chunk c (count > 1: chunks [c, c+count) became
- * holes): a cold location, RAM-only (dirty) or a hole. Caller holds in->lock. */
+/* Journal the residency of chunk c — its cold location, RAM-only (dirty) or
+ * a hole — or, with count > 0, that chunks [c, c+count) are holes now.
+ * Caller holds in->lock. 0 or -EIO. */
 int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count);
 
 /* Recovery (single-threaded, before serving): apply one record. Returns 0,

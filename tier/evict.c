@@ -88,8 +88,9 @@ struct seg_info *seg_slot_locked(struct tier *t, uint64_t id)
 	return &t->segs[id];
 }
 
-void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload)
+int seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload)
 {
+	int ret;
 	pthread_mutex_lock(&t->seg_lock);
 	*seg_slot_locked(t, id) = (struct seg_info){
 	    .len = len, .live = payload, .payload = payload, .dev = dev, .atime = idx_tick(t->idx)};
@@ -97,7 +98,16 @@ void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint6
 	t->seg_bytes += len;
 	t->seg_live += payload;
 	pthread_mutex_unlock(&t->seg_lock);
-	recover_log_seg(t, id, 0); /* durable before any chunk points at it */
+	/* recorded before any chunk points at it; if it cannot be, forget it */
+	if ((ret = recover_log_seg(t, id, 0)) < 0) {
+		pthread_mutex_lock(&t->seg_lock);
+		t->seg_count--;
+		t->seg_bytes -= len;
+		t->seg_live -= payload;
+		memset(&t->segs[id], 0, sizeof(t->segs[id]));
+		pthread_mutex_unlock(&t->seg_lock);
+	}
+	return ret;
 }
 
 int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev)
@@ -371,11 +381,18 @@ static void *spill_segment(void *arg)
 		ret = 0;
 		goto out;
 	}
+	/* the records naming these files must be durable before their segment
+	 * is: a segment surviving a power loss that holds an inode the index
+	 * lost would look like a stale state_dir at mount. And no spill once
+	 * the journal is read-only: its locations could not be recorded. */
+	if (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0)
+		goto out;
 	ret = seg_writer_finish(w, &dev, &seg_len);
 	w = NULL;
 	if (ret < 0)
 		goto out;
-	seg_register(t, id, dev, seg_len, payload);
+	if ((ret = seg_register(t, id, dev, seg_len, payload)) < 0)
+		goto out; /* an orphan segment now: removed at the next mount */
 	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.chunks_spilled, nd, __ATOMIC_RELAXED);
@@ -396,9 +413,13 @@ static void *spill_segment(void *arg)
 			ch->seg_dev = dev;
 			ch->seg_gen = (uint32_t)done[i].e.gen;
 			ch->state = CHUNK_HOT_CLEAN;
-			idx_journal_chunk_locked(t->idx, in, done[i].c, 1);
-			if (job->drop && !in->pinned)
+			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
+				/* not recorded: the RAM copy stays the only one */
+				ch->state = CHUNK_HOT_DIRTY;
+				tier_chunk_release_cold(t, in, ch);
+			} else if (job->drop && !in->pinned) {
 				n = drop_chunk_locked(t, in, done[i].c);
+			}
 		} else {
 			seg_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
 		}
@@ -625,6 +646,7 @@ static void seg_delete(struct tier *t, uint64_t id)
 	/* the records moving its chunks away must be durable before it goes */
 	if ((ret = recover_log_seg(t, id, 1)) == 0 && t->jrnl)
 		ret = jrnl_sync(t->jrnl);
+
 	if (ret == 0)
 		ret = store_remove(st, id, dev);
 	pthread_mutex_lock(&t->seg_lock);
@@ -695,11 +717,14 @@ static int seg_compact(struct tier *t, uint64_t id)
 		nm++;
 	}
 	if (nm) {
+		if (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0)
+			goto out;
 		ret = seg_writer_finish(w, &newdev, &newlen);
 		w = NULL;
 		if (ret < 0)
 			goto out;
-		seg_register(t, newid, newdev, newlen, payload);
+		if ((ret = seg_register(t, newid, newdev, newlen, payload)) < 0)
+			goto out;
 		__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	}
 	for (size_t i = 0; i < nm; i++) {
@@ -710,11 +735,16 @@ static int seg_compact(struct tier *t, uint64_t id)
 		/* a RESTORING chunk is being read from the old segment right now:
 		 * it stays there (the old segment stays live) */
 		if (ch->seg_id == id && (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN)) {
-			seg_release_bytes(t, id, ch->seg_len);
+			struct chunk old = *ch;
 			ch->seg_id = newid;
 			ch->seg_off = moved[i].e.off;
 			ch->seg_dev = newdev;
-			idx_journal_chunk_locked(t->idx, in, moved[i].c, 1);
+			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
+				*ch = old; /* not recorded: it stays in the old segment */
+				seg_release_bytes(t, newid, moved[i].e.len);
+			} else {
+				seg_release_bytes(t, id, old.seg_len);
+			}
 		} else {
 			seg_release_bytes(t, newid, moved[i].e.len);
 		}
@@ -764,6 +794,16 @@ static void gc_round(struct tier *t)
 		}
 	}
 	pthread_mutex_unlock(&t->seg_lock);
+	/* s3 alone: the bucket's copy of the state must stop referencing them
+	 * too (a replacement node recovers from it): one push for the batch */
+	if (ndead && t->state_s3 &&
+	    ((t->jrnl && jrnl_sync(t->jrnl) < 0) || recover_s3_push(t) < 0)) {
+		pthread_mutex_lock(&t->seg_lock);
+		for (size_t i = 0; i < ndead; i++)
+			t->segs[dead[i]].gc_busy = 0;
+		pthread_mutex_unlock(&t->seg_lock);
+		ndead = 0; /* kept; tried again next round */
+	}
 	for (size_t i = 0; i < ndead; i++)
 		seg_delete(t, dead[i]);
 	free(dead);

@@ -510,13 +510,15 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		int was_dirty = ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING;
-		/* the old cold copy is stale now (a spill in flight sees the new gen) */
-		tier_chunk_release_cold(t, in, ch);
 		ch->state = CHUNK_HOT_DIRTY;
 		ch->gen++;
 		ch->atime = tick;
+		/* journaled before the old cold copy is let go: GC may delete its
+		 * segment as soon as its live bytes drop */
 		if (!was_dirty)
-			idx_journal_chunk_locked(t->idx, in, c, 1);
+			idx_journal_chunk_locked(t->idx, in, c, 0);
+		/* the old cold copy is stale now (a spill in flight sees the new gen) */
+		tier_chunk_release_cold(t, in, ch);
 	}
 }
 
@@ -578,6 +580,11 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 {
 	uint64_t keep = (size + t->chunk_size - 1) / t->chunk_size;
 	int any = 0;
+	for (uint64_t c = keep; c < in->nchunks && !any; c++)
+		any = in->chunks[c].state != CHUNK_ABSENT;
+	/* journaled before the cold copies are let go (GC may delete them) */
+	if (any)
+		idx_journal_chunk_locked(t->idx, in, keep, in->nchunks - keep);
 	for (uint64_t c = keep; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		if (ch->state == CHUNK_ABSENT)
@@ -585,10 +592,7 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 		tier_chunk_release_cold(t, in, ch);
 		ch->state = CHUNK_ABSENT;
 		ch->gen++;
-		any = 1;
 	}
-	if (any)
-		idx_journal_chunk_locked(t->idx, in, keep, in->nchunks - keep);
 }
 
 int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
@@ -689,10 +693,10 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		uint64_t cs = c * t->chunk_size;
 		int full = off <= cs && off + len >= cs + t->chunk_size;
 		if ((mode & FALLOC_FL_PUNCH_HOLE) && full) {
-			tier_chunk_release_cold(t, in, ch);
 			ch->state = CHUNK_ABSENT;
 			ch->gen++;
 			idx_journal_chunk_locked(t->idx, in, c, 1);
+			tier_chunk_release_cold(t, in, ch);
 		} else if (replaces || ch->state == CHUNK_COLD) {
 			mark_dirty_locked(t, in, c, c);
 		} else if (ch->state == CHUNK_ABSENT &&

@@ -116,7 +116,9 @@ int evict_file(struct tier *t, struct inode *in, int drop);
 uint64_t seg_alloc_id(struct tier *t);
 /* Table entry for id, growing the table (seg_lock held). */
 struct seg_info *seg_slot_locked(struct tier *t, uint64_t id);
-void seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
+/* Enter a durable segment in the table and the journal. 0, or -EIO (not
+ * journaled: not entered). */
+int seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
 void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes);
 /* Segment bytes held by t->store (out[0]) and t->s3 (out[1]). */
 void seg_tier_bytes(struct tier *t, uint64_t out[2]);
