@@ -23,6 +23,7 @@
 
 #include "common/log.h"
 #include "tier/store_s3.h"
+#include "tests/unit/s3rver_fixture.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,193 +45,41 @@
 #include <unistd.h>
 
 #define MiB	(1024u * 1024)
-#define BUCKET	"spw-test"
-#define AK	"AKIASPWTEST"
-#define SK	"spw/test+secret/KEY"
+#define BUCKET	S3RVER_BUCKET
+#define AK	S3RVER_AK
+#define SK	S3RVER_SK
 #define PART	(5u * MiB)
 #define BIG	(2u * PART + 12345u) /* multipart: 3 parts, the last one short and unaligned */
-#define READY_S 60
 #define UUID_A	"0123456789abcdef0123456789abcdef"
 #define UUID_B	"fedcba9876543210fedcba9876543210"
 
 struct live {
-	char dir[64];	/* temp root */
-	char data[96];	/* s3rver storage */
-	char creds[96]; /* credentials file, 0600 */
-	char endpoint[64];
-	pid_t pid;
-	int lifeline; /* write end of the server's stdin */
-	uint8_t *big; /* BIG + 4096 bytes of pattern */
+	struct s3rver srv;
+	uint8_t *big; /* pattern bytes */
 };
 
-static struct live L = {.pid = -1, .lifeline = -1};
-
-static void fill_pattern(uint8_t *buf, size_t len, uint64_t seed)
-{
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-
-	for (size_t i = 0; i < len; i += 8) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(buf + i, &x, len - i < 8 ? len - i : 8);
-	}
-}
-
-/* ---- the s3rver process (as in test_store_s3_live) ---- */
-
-static int in_path(const char *prog)
-{
-	const char *path = getenv("PATH");
-	char *dup, *save = NULL;
-	int found = 0;
-
-	if (!path)
-		return 0;
-	dup = strdup(path);
-	for (char *d = strtok_r(dup, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
-		char p[PATH_MAX];
-
-		snprintf(p, sizeof(p), "%s/%s", d, prog);
-		found = access(p, X_OK) == 0;
-	}
-	free(dup);
-	return found;
-}
-
-static void stop_server(void)
-{
-	if (L.pid > 0) {
-		int status;
-
-		kill(L.pid, SIGTERM);
-		waitpid(L.pid, &status, 0);
-		L.pid = -1;
-	}
-	if (L.lifeline >= 0) {
-		close(L.lifeline);
-		L.lifeline = -1;
-	}
-}
+static struct live L = {.srv = S3RVER_INIT};
 
 static int group_teardown(void **state);
 
 static int group_setup(void **state)
 {
-	char src[PATH_MAX], s3dir[PATH_MAX], script[PATH_MAX + 16], mod[PATH_MAX + 64];
-	char line[64] = "", *port_s;
-	int in[2], out[2], fd, port = 0;
-	size_t got = 0;
-	const char *env = getenv("SPW_S3_DIR");
-
-	signal(SIGPIPE, SIG_IGN);
-	if (env) {
-		snprintf(s3dir, sizeof(s3dir), "%s", env);
-	} else {
-		snprintf(src, sizeof(src), "%s",
-			 __FILE__); /* .../tests/unit/test_store_s3_objects.c */
-		snprintf(s3dir, sizeof(s3dir), "%s/../s3", dirname(src));
-	}
-	snprintf(script, sizeof(script), "%s/s3rver.js", s3dir);
-	snprintf(mod, sizeof(mod), "%s/node_modules/@20minutes/s3rver/package.json", s3dir);
-	if (!in_path("node")) {
-		fprintf(stderr,
-			"test_store_s3_objects: FAIL: `node` is not in PATH; this test needs "
-			"Node.js >= 20 to run the local S3 server (tests/s3/s3rver.js)\n");
+	if (s3rver_start(&L.srv, "test_store_s3_objects", __FILE__) < 0)
+		return -1;
+	if (posix_memalign((void **)&L.big, 4096, BIG + 4096)) {
+		group_teardown(NULL);
 		return -1;
 	}
-	if (access(script, R_OK) || access(mod, R_OK)) {
-		fprintf(stderr,
-			"test_store_s3_objects: FAIL: %s or %s missing: run `npm ci` in %s first "
-			"(or set SPW_S3_DIR to the tests/s3 directory)\n",
-			script, mod, s3dir);
-		return -1;
-	}
-
-	snprintf(L.dir, sizeof(L.dir), "/tmp/spw-s3obj-XXXXXX");
-	if (!mkdtemp(L.dir)) {
-		L.dir[0] = 0;
-		return -1;
-	}
-	snprintf(L.data, sizeof(L.data), "%s/data", L.dir);
-	snprintf(L.creds, sizeof(L.creds), "%s/credentials", L.dir);
-	if (mkdir(L.data, 0700))
-		goto fail;
-	fd = open(L.creds, O_WRONLY | O_CREAT | O_EXCL, 0600);
-	if (fd < 0 || dprintf(fd, "[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
-			      AK, SK) < 0)
-		goto fail;
-	close(fd);
-
-	if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC))
-		goto fail;
-	L.pid = fork();
-	if (L.pid < 0)
-		goto fail;
-	if (L.pid == 0) {
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		/*
-		 * As test_store_s3_live, plus --openssl-legacy-provider: s3rver makes
-		 * its ListObjectsV2 continuation tokens with DES, which OpenSSL 3 (Node
-		 * >= 17) only has in the legacy provider; without it every truncated
-		 * page is an HTTP 500.
-		 */
-		execlp("node", "node", "--openssl-legacy-provider", script, "--dir", L.data,
-		       "--port", "0", "--access-key", AK, "--secret-key", SK, "--bucket", BUCKET,
-		       (char *)NULL);
-		fprintf(stderr, "exec node: %s\n", strerror(errno));
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	L.lifeline = in[1];
-	/* Wait for "ready PORT\n" (bounded). */
-	while (got < sizeof(line) - 1 && !strchr(line, '\n')) {
-		struct pollfd p = {.fd = out[0], .events = POLLIN};
-		ssize_t n;
-
-		if (poll(&p, 1, READY_S * 1000) <= 0)
-			break;
-		n = read(out[0], line + got, sizeof(line) - 1 - got);
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-		line[got] = 0;
-	}
-	close(out[0]);
-	port_s = strncmp(line, "ready ", 6) ? NULL : line + 6;
-	if (port_s)
-		port = atoi(port_s);
-	if (port <= 0) {
-		fprintf(stderr, "test_store_s3_objects: FAIL: s3rver did not start (got \"%s\")\n",
-			line);
-		stop_server();
-		goto fail;
-	}
-	snprintf(L.endpoint, sizeof(L.endpoint), "http://127.0.0.1:%d", port);
-	if (posix_memalign((void **)&L.big, 4096, BIG + 4096))
-		goto fail;
 	fill_pattern(L.big, BIG + 4096, 1);
 	*state = &L;
 	return 0;
-fail:
-	group_teardown(NULL);
-	return -1;
 }
 
 static int group_teardown(void **state)
 {
-	char cmd[160];
-
-	stop_server();
+	s3rver_cleanup(&L.srv);
 	free(L.big);
 	L.big = NULL;
-	if (L.dir[0]) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", L.dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "cannot remove %s\n", L.dir);
-	}
 	return 0;
 }
 
@@ -239,12 +88,12 @@ static struct store *open_live(const char *prefix, unsigned list_page)
 	char url[128], err[512] = "";
 	struct s3_config cfg = {
 	    .url = url,
-	    .endpoint = L.endpoint,
+	    .endpoint = L.srv.endpoint,
 	    .region = "us-east-1",
 	    .path_style = 1,
 	    .part_size = PART,
 	    .io_workers = 4,
-	    .credentials_file = L.creds,
+	    .credentials_file = L.srv.creds,
 	    .list_page = list_page,
 	};
 	struct store *st = NULL;
