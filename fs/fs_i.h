@@ -63,6 +63,8 @@ void op_release(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 void op_fsync(fuse_req_t, fuse_ino_t, int, struct fuse_file_info *);
 void op_fallocate(fuse_req_t, fuse_ino_t, int, off_t, off_t, struct fuse_file_info *);
 void op_lseek(fuse_req_t, fuse_ino_t, off_t, int, struct fuse_file_info *);
+/* ops_timed.c: the session's ops (all but init), each timed. */
+void fs_fill_ops(struct fuse_lowlevel_ops *ops);
 /* ops_xattr.c */
 void op_setxattr(fuse_req_t, fuse_ino_t, const char *, const char *, size_t, int);
 void op_getxattr(fuse_req_t, fuse_ino_t, const char *, size_t);

@@ -68,42 +68,6 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		pthread_detach(th);
 }
 
-static const struct fuse_lowlevel_ops spw_ops = {
-    .init = op_init,
-    .lookup = op_lookup,
-    .forget = op_forget,
-    .forget_multi = op_forget_multi,
-    .getattr = op_getattr,
-    .setattr = op_setattr,
-    .readlink = op_readlink,
-    .mknod = op_mknod,
-    .mkdir = op_mkdir,
-    .unlink = op_unlink,
-    .rmdir = op_rmdir,
-    .symlink = op_symlink,
-    .rename = op_rename,
-    .link = op_link,
-    .open = op_open,
-    .read = op_read,
-    .write_buf = op_write_buf,
-    .flush = op_flush,
-    .release = op_release,
-    .fsync = op_fsync,
-    .opendir = op_opendir,
-    .readdir = op_readdir,
-    .readdirplus = op_readdirplus,
-    .releasedir = op_releasedir,
-    .fsyncdir = op_fsyncdir,
-    .statfs = op_statfs,
-    .setxattr = op_setxattr,
-    .getxattr = op_getxattr,
-    .listxattr = op_listxattr,
-    .removexattr = op_removexattr,
-    .access = op_access,
-    .create = op_create,
-    .fallocate = op_fallocate,
-    .lseek = op_lseek,
-};
 
 static void usage(const char *prog)
 {
@@ -207,7 +171,9 @@ int main(int argc, char *argv[])
 	}
 	tier_set_inval(s.tier, inval_cb, &s);
 
-	s.se = fuse_session_new(&args, &spw_ops, sizeof(spw_ops), &s);
+	struct fuse_lowlevel_ops ops = {.init = op_init};
+	fs_fill_ops(&ops); /* every op timed (ops_timed.c) */
+	s.se = fuse_session_new(&args, &ops, sizeof(ops), &s);
 	if (!s.se) {
 		fprintf(stderr, "spillway: cannot create the FUSE session (bad FUSE option?)\n");
 		goto out_tier;

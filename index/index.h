@@ -74,10 +74,13 @@ struct inode {
 	int hot_fd;	    /* -1 when closed */
 	uint32_t hot_users; /* opens + internal users of hot_fd */
 	uint64_t hot_bytes; /* allocated bytes of the hot file, last accounted */
+	/* hot.c's list of inodes that have a hot file (guarded by hot.c's lock) */
+	struct inode *hot_prev, *hot_next;
 	uint32_t open_count;
 	uint8_t pinned; /* user.spillway.pin */
 	uint8_t mark;	/* recovery only: reachable / lost */
 	uint8_t attr_dirty; /* mtime changed since its last journal record */
+	uint8_t hot_listed; /* on hot.c's list (guarded by hot.c's lock) */
 	/* namespace bookkeeping, guarded by the index lock */
 	uint64_t nlookup;    /* kernel references */
 	uint64_t refs;	     /* internal references (idx_get/idx_put) */

@@ -170,7 +170,6 @@ static int cand_push(struct cand_set *cs, const struct cand *c)
 	return 0;
 }
 
-/* idx_for_each callback: index lock held. */
 /* Candidates of one file: its hot chunks. For a whole-tier round (only ==
  * NULL) pinned files and chunks in use are skipped; for one file (fsync,
  * evict xattr) a chunk in use is still spilled: a write racing the spill
@@ -210,18 +209,27 @@ static long collect_chunks(struct tier *t, struct cand_set *cs, struct inode *in
 	return (long)(cs->n - before);
 }
 
-/* idx_for_each callback (index lock held): every regular file. */
-static int collect_one(void *arg, struct inode *in)
+/* Candidates of every file with a hot file (the only ones with hot chunks:
+ * O(hot files), not O(files)). */
+static void collect_hot(struct tier *t, struct cand_set *cs)
 {
-	void **a = arg;
-	struct cand_set *cs = a[1];
-	if (!S_ISREG(in->mode))
-		return 0;
-	if (collect_chunks(a[0], cs, in, 0) > 0) {
-		idx_get_locked(in);
-		cs->refs[cs->nrefs++] = in;
+	uint64_t *inos;
+	size_t n;
+
+	if (hot_list_inos(t->hot, &inos, &n) < 0) {
+		cs->oom = 1;
+		return;
 	}
-	return cs->oom;
+	for (size_t i = 0; i < n && !cs->oom; i++) {
+		struct inode *in = idx_get(t->idx, inos[i]);
+		if (!in)
+			continue;
+		if (S_ISREG(in->mode) && collect_chunks(t, cs, in, 0) > 0)
+			cs->refs[cs->nrefs++] = in; /* the ref is the candidate set's now */
+		else
+			idx_put(t->idx, in);
+	}
+	free(inos);
 }
 
 static void cand_free(struct tier *t, struct cand_set *cs)
@@ -262,8 +270,10 @@ static uint32_t drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0)
 		return 0;
+	/* the whole chunk range, not just its bytes: tmpfs frees only whole
+	 * pages, and a file's last partial page would otherwise stay in RAM */
 	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(c * t->chunk_size),
-		      (off_t)len) < 0) {
+		      (off_t)t->chunk_size) < 0) {
 		log_warn("evict: cannot punch inode %llu chunk %llu: %s",
 			 (unsigned long long)in->ino, (unsigned long long)c, strerror(errno));
 		hot_fd_put_locked(t->hot, in);
@@ -280,6 +290,48 @@ static void room_freed(struct tier *t)
 	pthread_mutex_lock(&t->lock);
 	pthread_cond_broadcast(&t->room);
 	pthread_mutex_unlock(&t->lock);
+}
+
+int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len)
+{
+	int64_t r = hot_try_reserve(t->hot, fd, off, len);
+	uint64_t ms = RESTORE_ROOM_WAIT_MS, w0;
+	struct timespec deadline;
+
+	if (r >= 0)
+		return r;
+	if (t->cfg->write_wait_ms < ms)
+		ms = t->cfg->write_wait_ms;
+	deadline = clock_deadline_ms(ms);
+	w0 = clock_now_ns();
+	__atomic_add_fetch(&t->st.restore_waits, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&t->lock);
+	t->restores_waiting++;
+	/* nothing can be freed when the cold tier is full or failing, or when
+	 * the evictor's last round found nothing to drop or spill (RAM all
+	 * pinned, in use or unspillable): then do not wait at all */
+	while (t->store && !t->stopping && !t->cold_full && !t->cold_failing && !t->evict_stuck) {
+		uint64_t rounds = t->evict_rounds;
+		pthread_cond_broadcast(&t->wake);
+		if (pthread_cond_timedwait(&t->room, &t->lock, &deadline) == ETIMEDOUT)
+			break;
+		if ((r = hot_try_reserve(t->hot, fd, off, len)) >= 0)
+			break;
+		if (t->evict_rounds != rounds && t->evict_stuck)
+			break; /* a round ended without freeing anything */
+	}
+	t->restores_waiting--;
+	pthread_mutex_unlock(&t->lock);
+	if (r < 0)
+		r = hot_try_reserve(t->hot, fd, off, len);
+	if (r < 0) {
+		__atomic_add_fetch(&t->st.restore_overshoots, 1, __ATOMIC_RELAXED);
+		log_debug("restore: no hot room after %llu ms: overshooting hot_size by %llu bytes",
+			  (unsigned long long)((clock_now_ns() - w0) / 1000000),
+			  (unsigned long long)len);
+		r = hot_force_reserve(t->hot, off, len);
+	}
+	return r;
 }
 
 static void drop_and_inval(struct tier *t, struct inode *in, uint64_t c)
@@ -514,7 +566,7 @@ static int under_pressure(struct tier *t)
 {
 	unsigned waiting;
 	pthread_mutex_lock(&t->lock);
-	waiting = t->writers_waiting;
+	waiting = t->writers_waiting + t->restores_waiting;
 	pthread_mutex_unlock(&t->lock);
 	return waiting > 0 || usage(t) > (uint64_t)(t->cfg->hard_watermark * hot_limit(t->hot));
 }
@@ -526,14 +578,13 @@ static int evict_round(struct tier *t)
 	uint64_t low = (uint64_t)(t->cfg->low_watermark * limit);
 	uint64_t used = usage(t), need, got = 0, dirty = 0;
 	struct cand_set cs = {0};
-	void *arg[3] = {t, &cs, NULL};
 	size_t nd = 0;
 	int pressure = under_pressure(t), progress = 0, ret;
 
 	if (used <= low && !pressure)
 		return 0;
 	need = used > low ? used - low : t->chunk_size;
-	idx_for_each(t->idx, collect_one, arg);
+	collect_hot(t, &cs);
 	qsort(cs.v, cs.n, sizeof(*cs.v), by_atime);
 
 	/* 1. clean chunks, LRU first: no I/O */
@@ -912,14 +963,16 @@ static void *evictor(void *arg)
 
 	pthread_mutex_lock(&t->lock);
 	while (!t->stopping) {
-		int busy = usage(t) > threshold || t->writers_waiting > 0;
+		int busy = usage(t) > threshold || t->writers_waiting + t->restores_waiting > 0;
+		if (!busy)
+			t->evict_stuck = 0; /* idle: the next waiter gets a fresh round */
 		if (!busy) {
 			struct timespec dl = clock_deadline_ms(200);
 			pthread_cond_timedwait(&t->wake, &t->lock, &dl);
 		}
 		if (t->stopping)
 			break;
-		busy = usage(t) > threshold || t->writers_waiting > 0;
+		busy = usage(t) > threshold || t->writers_waiting + t->restores_waiting > 0;
 		if (busy && clock_now_ns() < t->backoff_until) {
 			/* the cold tier failed a moment ago: wait out the backoff */
 			struct timespec dl = clock_deadline_ms(
@@ -935,6 +988,12 @@ static void *evictor(void *arg)
 		gc_round(t);
 		demote_round(t);
 		pthread_mutex_lock(&t->lock);
+		if (busy) {
+			/* restores waiting for room learn whether this round freed any */
+			t->evict_rounds++;
+			t->evict_stuck = !progress;
+			pthread_cond_broadcast(&t->room);
+		}
 		if (busy && !progress && !t->stopping) {
 			/* nothing evictable right now (or the cold tier failed): back off */
 			struct timespec dl = clock_deadline_ms(t->cold_full ? 500 : 50);

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,60 @@ struct hot {
 	uint64_t limit;
 	uint64_t used;	   /* atomic: bytes allocated by hot files */
 	uint64_t reserved; /* atomic: bytes promised to writes in flight */
+	pthread_mutex_t lock; /* the list below; a leaf lock */
+	struct inode *head;   /* inodes with a hot file (in->hot_prev/hot_next) */
+	uint64_t nlisted;
 };
+
+/* The inodes with a hot file are the only ones the evictor needs to look
+ * at: keep them on a list, so a round costs O(hot files), not O(files). */
+static void list_add(struct hot *hot, struct inode *in)
+{
+	pthread_mutex_lock(&hot->lock);
+	if (!in->hot_listed) {
+		in->hot_listed = 1;
+		in->hot_prev = NULL;
+		in->hot_next = hot->head;
+		if (hot->head)
+			hot->head->hot_prev = in;
+		hot->head = in;
+		hot->nlisted++;
+	}
+	pthread_mutex_unlock(&hot->lock);
+}
+
+static void list_del(struct hot *hot, struct inode *in)
+{
+	pthread_mutex_lock(&hot->lock);
+	if (in->hot_listed) {
+		if (in->hot_prev)
+			in->hot_prev->hot_next = in->hot_next;
+		else
+			hot->head = in->hot_next;
+		if (in->hot_next)
+			in->hot_next->hot_prev = in->hot_prev;
+		in->hot_prev = in->hot_next = NULL;
+		in->hot_listed = 0;
+		hot->nlisted--;
+	}
+	pthread_mutex_unlock(&hot->lock);
+}
+
+int hot_list_inos(struct hot *hot, uint64_t **out, size_t *n)
+{
+	uint64_t *v;
+	size_t i = 0;
+
+	pthread_mutex_lock(&hot->lock);
+	v = malloc((hot->nlisted ? hot->nlisted : 1) * sizeof(*v));
+	if (v)
+		for (struct inode *in = hot->head; in; in = in->hot_next)
+			v[i++] = in->ino;
+	pthread_mutex_unlock(&hot->lock);
+	*out = v;
+	*n = i;
+	return v ? 0 : -ENOMEM;
+}
 
 static int is_hot_name(const char *n)
 {
@@ -86,6 +140,7 @@ void hot_adopt_locked(struct hot *hot, struct inode *in, uint64_t bytes)
 {
 	__atomic_add_fetch(&hot->used, bytes, __ATOMIC_RELAXED);
 	in->hot_bytes = bytes;
+	list_add(hot, in);
 }
 
 void hot_remove(struct hot *hot, uint64_t ino)
@@ -106,6 +161,7 @@ int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const c
 		return -ENOMEM;
 	hot->dirfd = hot->lockfd = -1;
 	hot->limit = limit;
+	pthread_mutex_init(&hot->lock, NULL);
 	if (!(hot->dir = strdup(dir))) {
 		ret = -ENOMEM;
 		goto fail;
@@ -170,6 +226,7 @@ void hot_free(struct hot *hot)
 	if (hot->locked && hot->dir)
 		rmdir(hot->dir); /* only succeeds when empty (kept files stay) */
 	free(hot->dir);
+	pthread_mutex_destroy(&hot->lock);
 	free(hot);
 }
 
@@ -194,9 +251,19 @@ int hot_fd_get_locked(struct hot *hot, struct inode *in)
 			return e;
 		}
 		in->hot_fd = fd;
+		list_add(hot, in);
 	}
 	in->hot_users++;
 	return in->hot_fd;
+}
+
+/* Does any chunk of `in` have bytes in RAM (or on their way there)? */
+static int has_hot_chunk_locked(const struct inode *in)
+{
+	for (uint64_t c = 0; c < in->nchunks; c++)
+		if (in->chunks[c].state != CHUNK_ABSENT && in->chunks[c].state != CHUNK_COLD)
+			return 1;
+	return 0;
 }
 
 void hot_fd_put_locked(struct hot *hot, struct inode *in)
@@ -206,13 +273,18 @@ void hot_fd_put_locked(struct hot *hot, struct inode *in)
 	if (--in->hot_users == 0) {
 		close(in->hot_fd);
 		in->hot_fd = -1;
-		/* an empty file needs no hot file at rest: a million empty files
-		 * would otherwise be a million tmpfs inodes (kernel memory outside
-		 * hot_size) to reconcile at every mount */
-		if (in->size == 0 && in->hot_bytes == 0) {
+		/* A file with nothing in RAM keeps nothing in RAM: no tmpfs inode
+		 * (kernel memory outside hot_size, a million of them for a million
+		 * cold files) and no stray page. Its chunks are holes or cold, so
+		 * a hot file recreated sparse at the next use reads the same. */
+		if (S_ISREG(in->mode) && !has_hot_chunk_locked(in)) {
 			char name[17];
 			hot_name(in->ino, name);
-			unlinkat(hot->dirfd, name, 0);
+			if (unlinkat(hot->dirfd, name, 0) < 0 && errno != ENOENT)
+				log_warn("hot: cannot remove hot file %s: %s", name, strerror(errno));
+			__atomic_sub_fetch(&hot->used, in->hot_bytes, __ATOMIC_RELAXED);
+			in->hot_bytes = 0;
+			list_del(hot, in);
 		}
 	}
 }
@@ -231,6 +303,7 @@ void hot_drop(struct hot *hot, struct inode *in)
 	}
 	__atomic_sub_fetch(&hot->used, in->hot_bytes, __ATOMIC_RELAXED);
 	in->hot_bytes = 0;
+	list_del(hot, in);
 }
 
 /* Bytes of [off, off+len) not yet allocated in fd, rounded to pages. */

@@ -9,6 +9,7 @@
 #ifndef SPW_HOT_H
 #define SPW_HOT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct inode;
@@ -28,10 +29,16 @@ void hot_adopt_locked(struct hot *hot, struct inode *in, uint64_t bytes);
 /* Remove the hot file of inode ino (recovery: orphans). */
 void hot_remove(struct hot *hot, uint64_t ino);
 void hot_free(struct hot *hot);
+/* Inode numbers of the files that have a hot file now (the evictor's
+ * candidates: O(hot files)). *out is malloc'ed, caller frees. 0 or -ENOMEM. */
+int hot_list_inos(struct hot *hot, uint64_t **out, size_t *n);
 
 /* Open the inode's hot file (created on first use) and count a user.
  * Returns the fd or -errno. Caller holds in->lock. */
 int hot_fd_get_locked(struct hot *hot, struct inode *in);
+/* Drop a user; the last one closes the fd and, when no chunk is in RAM
+ * (all holes or cold), removes the hot file: the number of hot files is
+ * bounded by files with hot data plus files in use. */
 void hot_fd_put_locked(struct hot *hot, struct inode *in);
 /* The inode is gone: unlink its hot file, give its bytes back. */
 void hot_drop(struct hot *hot, struct inode *in);

@@ -57,14 +57,11 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	}
 	pthread_mutex_unlock(&in->lock);
 
-	/* Acknowledged data must stay readable even when RAM is all dirty and
-	 * the cold tier is full: then a restore may overshoot hot_size by the
-	 * chunks in flight (at most io_workers + readers); the evictor drops
-	 * them first, as they are clean. */
-	reserved = t->cold_full ? hot_try_reserve(t->hot, fd, off, e.len)
-				: tier_reserve_room(t, fd, off, e.len);
-	if (reserved < 0)
-		reserved = hot_force_reserve(t->hot, off, e.len);
+	/* Acknowledged data must stay readable even when nothing can be
+	 * evicted: a restore waits only while the evictor frees RAM, then
+	 * overshoots hot_size by the chunks in flight (at most io_workers +
+	 * readers); the evictor drops them first, as they are clean. */
+	reserved = evict_room_for_restore(t, fd, off, e.len);
 	buf = seg_buf_alloc(e.len);
 	if (!buf) {
 		ret = -ENOMEM;

@@ -635,10 +635,21 @@ out:
 	return ret;
 }
 
+/* Does [off, off+len) cover every byte chunk c holds (its range, cut at
+ * EOF)? Then a punch or zeroing replaces the chunk whole. */
+static int covers_chunk(const struct tier *t, const struct inode *in, uint64_t c, uint64_t off,
+			uint64_t len)
+{
+	uint64_t cs = c * t->chunk_size, ce = cs + t->chunk_size;
+	if (in->size > cs && in->size < ce)
+		ce = in->size;
+	return off <= cs && off + len >= ce;
+}
+
 int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
 {
 	int replaces = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE);
-	uint64_t first, last;
+	uint64_t first, last, punch_len = len;
 	int64_t r = 0;
 	int fd, ret = 0;
 
@@ -663,8 +674,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 	 * hot first; only a punch or zeroing of a whole chunk replaces it. */
 	wait_restoring_locked(in, first, last);
 	for (uint64_t c = first; c <= last; c++) {
-		uint64_t cs = c * t->chunk_size;
-		int full = off <= cs && off + len >= cs + t->chunk_size;
+		int full = covers_chunk(t, in, c, off, len);
 		if (replaces && full) {
 			in->chunks[c].pins++;
 		} else if ((ret = tier_make_hot_locked(t, in, c, c, 1)) < 0) {
@@ -684,14 +694,21 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		}
 	}
 	wait_restoring_locked(in, first, last);
-	if (fallocate(fd, mode, (off_t)off, (off_t)len) < 0) {
+	/* a punch through EOF takes the last partial page too (tmpfs frees
+	 * only whole pages; past EOF there is nothing to keep) */
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && off + len >= in->size) {
+		uint64_t end = (in->size + 4095) & ~4095ULL;
+		if (end > off + len)
+			punch_len = end - off;
+	}
+	if (fallocate(fd, mode, (off_t)off, (off_t)punch_len) < 0) {
 		ret = -errno;
 		goto out_unpin;
 	}
 	for (uint64_t c = first; c <= last; c++) {
 		struct chunk *ch = &in->chunks[c];
 		uint64_t cs = c * t->chunk_size;
-		int full = off <= cs && off + len >= cs + t->chunk_size;
+		int full = covers_chunk(t, in, c, off, len);
 		if ((mode & FALLOC_FL_PUNCH_HOLE) && full) {
 			ch->state = CHUNK_ABSENT;
 			ch->gen++;
@@ -867,6 +884,18 @@ int tier_warm_file(struct tier *t, struct inode *in)
 
 #define LD(x) ((unsigned long long)__atomic_load_n(&(x), __ATOMIC_RELAXED))
 
+void tier_note_request(struct tier *t, const char *op, uint64_t ns)
+{
+	if (ns <= __atomic_load_n(&t->st.slow_op_ns, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (ns > t->st.slow_op_ns) {
+		__atomic_store_n(&t->st.slow_op_ns, ns, __ATOMIC_RELAXED);
+		t->st.slow_op = op;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
 int tier_stats_json(struct tier *t, char *buf, size_t len)
 {
 	struct store_dev_stat devs[16];
@@ -883,6 +912,7 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	pthread_mutex_lock(&t->lock);
 	waiting = t->writers_waiting;
 	cold_full = t->cold_full;
+	const char *slow_op = t->st.slow_op ? t->st.slow_op : "";
 	pthread_mutex_unlock(&t->lock);
 	uint64_t tier_bytes[2];
 	seg_tier_bytes(t, tier_bytes);
@@ -910,6 +940,8 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	    "\"spilled\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
 	    "\"restored\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
 	    "\"writers_waiting\":%u,\"write_waits\":%llu,\"enospc\":%llu,"
+	    "\"restore_waits\":%llu,\"restore_overshoots\":%llu,"
+	    "\"slow_request\":{\"op\":\"%s\",\"ms\":%llu},"
 	    "\"cold_full\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},"
 	    "\"journal\":{\"enabled\":%d,\"failed\":%d,\"bytes\":%llu,\"checkpoints\":%llu,"
 	    "\"syncs\":%llu},"
@@ -927,7 +959,8 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	    spill_s > 0 ? LD(t->st.bytes_spilled) / 1048576.0 / spill_s : 0.0,
 	    LD(t->st.bytes_restored), LD(t->st.chunks_restored),
 	    rest_s > 0 ? LD(t->st.bytes_restored) / 1048576.0 / rest_s : 0.0, waiting,
-	    LD(t->st.write_waits), LD(t->st.enospc), cold_full, LD(t->st.errors_io),
+	    LD(t->st.write_waits), LD(t->st.enospc), LD(t->st.restore_waits),
+	    LD(t->st.restore_overshoots), slow_op, LD(t->st.slow_op_ns) / 1000000, cold_full, LD(t->st.errors_io),
 	    LD(t->st.errors_crc), t->jrnl != NULL, t->jrnl ? jrnl_failed(t->jrnl) : 0,
 	    (unsigned long long)jb, (unsigned long long)jck, (unsigned long long)jsy,
 	    (unsigned long long)t->rec.records, (unsigned long long)t->rec.truncated,

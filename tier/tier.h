@@ -70,6 +70,9 @@ int tier_evict_file(struct tier *t, struct inode *in);
 int tier_warm_file(struct tier *t, struct inode *in);
 /* Whole-tier statistics as one JSON object. Returns length or -errno. */
 int tier_stats_json(struct tier *t, char *buf, size_t len);
+/* A FUSE request named `op` (a static string) took ns in the daemon: keep
+ * the slowest for the stats. Thread-safe. */
+void tier_note_request(struct tier *t, const char *op, uint64_t ns);
 void tier_statfs(struct tier *t, uint64_t *total, uint64_t *avail);
 
 #endif

@@ -38,6 +38,9 @@ struct tier_stats {
 	uint64_t spill_ns, restore_ns;
 	uint64_t enospc, write_waits, errors_io, errors_crc, retries;
 	uint64_t write_wait_ns;
+	uint64_t restore_waits, restore_overshoots; /* restores short of room */
+	uint64_t slow_op_ns;			    /* slowest FUSE request so far */
+	const char *slow_op;			    /* its name (static string) */
 	struct hist h_spill;   /* one segment: first byte staged .. durable */
 	struct hist h_restore; /* one chunk: request .. in RAM (a reader's wait) */
 	struct hist h_wait;    /* a writer waiting for room */
@@ -60,6 +63,9 @@ struct tier {
 	pthread_cond_t room;  /* hot room was freed */
 	pthread_cond_t wake;  /* evictor: work to do */
 	unsigned writers_waiting;
+	unsigned restores_waiting; /* restores waiting for room (evict_room_for_restore) */
+	uint64_t evict_rounds;	   /* evictor rounds finished */
+	int evict_stuck;	   /* the last busy round freed nothing */
 	int stopping;
 	int cold_full; /* last spill failed for lack of cold room */
 	int cold_failing;	/* last spill failed with an I/O error */
@@ -113,6 +119,13 @@ void evict_stop(struct tier *t);
 /* Spill the given file's dirty chunks and drop its hot chunks (evict xattr),
  * or only spill them (fsync write-through) when `drop` is 0. */
 int evict_file(struct tier *t, struct inode *in, int drop);
+/* Longest a restore waits for hot room (ms), also capped by write_wait. */
+#define RESTORE_ROOM_WAIT_MS 1000
+/* Room for restoring [off, off+len) of fd: waits only while the evictor
+ * frees RAM (at most RESTORE_ROOM_WAIT_MS), then overshoots hot_size by
+ * these bytes (clean, so dropped first) rather than wait for room that
+ * cannot come. Returns the bytes reserved (for hot_unreserve); never fails. */
+int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len);
 uint64_t seg_alloc_id(struct tier *t);
 /* Table entry for id, growing the table (seg_lock held). */
 struct seg_info *seg_slot_locked(struct tier *t, uint64_t id);

@@ -15,6 +15,7 @@ import argparse
 import atexit
 import ctypes
 import errno
+import json
 import os
 import re
 import shutil
@@ -34,6 +35,37 @@ LOG_DIR = None
 MOUNT_DEADLINE = 10.0  # seconds for a mount to appear
 EXIT_DEADLINE = 10.0  # seconds for the daemon to exit after unmount
 KILL_DEADLINE = 5.0  # seconds between SIGTERM and SIGKILL
+
+# Every wait in the daemon has a bound (README "Waits and their bounds"): a
+# writer waits at most write_wait for room; a request to S3 at most
+# S3_REQUEST_BOUND (8 attempts, each ended by 30 s below 1 KiB/s, with backoff
+# capped at 20 s). A mount fails its test when any request took longer than
+# twice the longest bound it was configured with (the daemon measures each
+# request: user.spillway.stats "slow_request").
+DEFAULT_WRITE_WAIT = 60.0
+S3_REQUEST_BOUND = 8 * (30.0 + 20.0)
+
+
+def parse_duration(v):
+    """A mount-option duration (500ms, 60s, 2m, 1h; bare = seconds) in seconds."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", v.strip())
+    if not m:
+        raise ValueError("bad duration %r" % v)
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def request_bound(opts):
+    """The longest wait a mount with these -o options may make a request take."""
+    bound = DEFAULT_WRITE_WAIT
+    s3 = False
+    for o in opts:
+        k, _, v = o.partition("=")
+        if k == "write_wait":
+            bound = parse_duration(v)
+        elif k == "s3":
+            s3 = True
+    return max(bound, S3_REQUEST_BOUND if s3 else 0.0)
+
 
 # daemon-private files allowed in hot_dir besides the inode-numbered hot files
 DAEMON_FILES = {".lock"}
@@ -208,6 +240,8 @@ class Mount:
         self.problems = []
         self.stopped = False
         self.killed_by_watchdog = False
+        # tests that stall the daemon on purpose (SIGSTOP, fault proxies) opt out
+        self.check_requests = True
 
     # paths
     def path(self, *parts):
@@ -283,11 +317,36 @@ class Mount:
                 _live.remove(self)
         return self.problems
 
+    def slow_request(self):
+        """(op, seconds) of the slowest request the live daemon served, or None."""
+        try:
+            r = subprocess.run(["getfattr", "--only-values", "-n", "user.spillway.stats",
+                                self.mnt], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               timeout=10)
+            sr = json.loads(r.stdout.decode())["slow_request"]
+            return sr["op"], sr["ms"] / 1000.0
+        except (subprocess.TimeoutExpired, ValueError, KeyError, OSError):
+            return None
+
+    def _check_requests(self):
+        """A request slower than twice the longest configured bound is a bug."""
+        if not self.check_requests or self.proc is None or self.proc.poll() is not None:
+            return
+        if not is_mounted(self.mnt):
+            return
+        sr = self.slow_request()
+        bound = 2 * request_bound(self.opts)
+        if sr and sr[1] > bound:
+            self.problems.append("a %s request took %.1fs, over twice the longest configured "
+                                 "wait (%.0fs)" % (sr[0], sr[1], bound / 2))
+
     def _stop(self):
         p = self.proc
         died_early = p is not None and p.poll() is not None
         if died_early and not self.killed_by_watchdog:
             self.problems.append("daemon died during the test (status %s)" % p.returncode)
+        if not died_early and not self.killed_by_watchdog:
+            self._check_requests()
         how = force_unmount(self.mnt)
         if how.startswith("FAILED"):
             self.problems.append("could not unmount %s: %s" % (self.mnt, how))
