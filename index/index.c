@@ -240,6 +240,11 @@ int idx_journal_attr(struct index *idx, struct inode *in)
 	return ret;
 }
 
+/* Per-file memory: a chunk stays 48 bytes (format v2's flags took spare
+ * bits of the device field). Its flags are the journal's, bit for bit. */
+_Static_assert(sizeof(struct chunk) == 48, "struct chunk grew");
+_Static_assert(CHUNK_LOC_MAP == JRNL_LOC_MAP, "chunk and journal location flags differ");
+
 /* The residency record of chunk c (caller holds in->lock): its cold
  * location when it has a valid one, RAM-only when dirty, else a hole. */
 static void chunk_rec(struct inode *in, uint64_t c, struct jrec *r)
@@ -258,6 +263,7 @@ static void chunk_rec(struct inode *in, uint64_t c, struct jrec *r)
 		r->loc.len = ch->seg_len;
 		r->loc.crc = ch->seg_crc;
 		r->loc.dev = ch->seg_dev;
+		r->loc.flags = ch->seg_flags;
 		r->loc.gen = ch->seg_gen;
 	} else {
 		r->type = JR_CHUNK_DIRTY;
@@ -1342,7 +1348,8 @@ int idx_replay(struct index *idx, const struct jrec *r)
 			ch->seg_off = r->loc.off;
 			ch->seg_len = r->loc.len;
 			ch->seg_crc = r->loc.crc;
-			ch->seg_dev = r->loc.dev;
+			ch->seg_dev = (uint16_t)r->loc.dev;
+			ch->seg_flags = (uint16_t)r->loc.flags;
 			ch->seg_gen = r->loc.gen;
 			ch->gen = r->loc.gen;
 		}

@@ -41,9 +41,15 @@ struct chunk {
 	uint64_t seg_off;
 	uint32_t seg_len;
 	uint32_t seg_crc;
-	uint32_t seg_dev;
-	uint32_t seg_gen; /* generation stored in the segment */
+	uint16_t seg_dev;   /* device index (< 64) */
+	uint16_t seg_flags; /* CHUNK_LOC_*: how to read the record */
+	uint32_t seg_gen;   /* generation stored in the segment */
 };
+
+/* seg_flags: the record is data + extent map (segment format v2, SEG_F_MAP);
+ * clear: plain (v2 small chunk, or any v1 payload). seg_len counts the
+ * record's stored bytes either way. */
+#define CHUNK_LOC_MAP 1u
 
 struct xattr {
 	struct xattr *next;

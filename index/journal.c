@@ -161,7 +161,7 @@ static void encode_payload(const struct jrec *r, uint8_t *p)
 		put64(&p, r->loc.off);
 		put32(&p, r->loc.len);
 		put32(&p, r->loc.crc);
-		put32(&p, r->loc.dev);
+		put32(&p, (r->loc.dev & 0xffff) | r->loc.flags << 16);
 		put32(&p, r->loc.gen);
 		break;
 	case JR_CHUNK_DIRTY:
@@ -275,9 +275,10 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 		r->loc.off = get64(p + 24);
 		r->loc.len = get32(p + 32);
 		r->loc.crc = get32(p + 36);
-		r->loc.dev = get32(p + 40);
+		r->loc.dev = get32(p + 40) & 0xffff;
+		r->loc.flags = get32(p + 40) >> 16;
 		r->loc.gen = get32(p + 44);
-		if (r->loc.seg_id == 0)
+		if (r->loc.seg_id == 0 || (r->loc.flags & ~JRNL_LOC_FLAGS))
 			return -EBADMSG;
 		break;
 	case JR_CHUNK_DIRTY:

@@ -57,7 +57,13 @@ struct jrec_attr {
 struct jrec_loc {
 	uint64_t seg_id, off;
 	uint32_t len, crc, dev, gen;
+	uint32_t flags; /* JRNL_LOC_* (on the wire: the high 16 bits of dev) */
 };
+
+/* loc.flags: the record has an extent map (= CHUNK_LOC_MAP, SEG_F_MAP).
+ * Records written before format v2 have none: they decode with flags 0. */
+#define JRNL_LOC_MAP 1u
+#define JRNL_LOC_FLAGS JRNL_LOC_MAP
 
 struct jrec_seg {
 	uint64_t id, len, payload;

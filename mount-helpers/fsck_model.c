@@ -463,7 +463,8 @@ int fsck_change_loc(struct fsck *f, uint64_t ino, uint64_t chunk, const struct f
 				 .len = e->len,
 				 .crc = e->crc,
 				 .dev = fd->dev,
-				 .gen = (uint32_t)e->gen}};
+				 .gen = (uint32_t)e->gen,
+				 .flags = e->flags & SEG_F_MAP}};
 	return fsck_change(f, &r);
 }
 

@@ -198,11 +198,13 @@ int fsck_rebuild(struct fsck *f)
 				continue;
 			e = &cp->f->ents[cp->ei];
 			ch = bs[c]->chunk < in->nchunks ? &in->chunks[bs[c]->chunk] : NULL;
-			if (bs[c]->chunk * f->chunk_size + e->len > end)
-				end = bs[c]->chunk * f->chunk_size + e->len;
+			/* the chunk's length in its file (holes included), not its record's */
+			if (bs[c]->chunk * f->chunk_size + e->chunk_len > end)
+				end = bs[c]->chunk * f->chunk_size + e->chunk_len;
 			if (ch && ch->state == CS_LOC && ch->loc.seg_id == cp->f->id &&
 			    ch->loc.off == e->off && ch->loc.dev == cp->f->dev &&
-			    ch->loc.gen == e->gen && ch->loc.len == e->len && ch->loc.crc == e->crc)
+			    ch->loc.gen == e->gen && ch->loc.len == e->len && ch->loc.crc == e->crc &&
+			    ch->loc.flags == e->flags)
 				continue;
 			if (ch && ch->state == CS_LOC && ch->loc.gen > e->gen) {
 				char path[PATH_MAX_OUT];

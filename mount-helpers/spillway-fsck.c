@@ -468,7 +468,7 @@ static int read_manifests(struct fsck *f)
 		struct found *fd = all[i];
 		fsck_progress(f, "reading segment footers", i, n);
 		fd->mret = seg_read_manifest(f->st[fd->store], fd->id, fd->dev, fd->size, fd->uuid,
-					     &fd->ents, &fd->n);
+					     NULL, &fd->ents, &fd->n);
 		if (fd->mret == -ENOMEM) {
 			ret = -ENOMEM;
 			break;
@@ -535,22 +535,21 @@ static struct seg_entry *entry_for(struct found *fd, uint64_t ino, uint64_t chun
 	return NULL;
 }
 
-/* Read a chunk and check its crc32c (once per footer entry). 0, 1 crc
- * mismatch, or -errno (read). */
+/* Read a chunk record and check it all (map, every block crc; either
+ * format version), once per footer entry. 0, 1 crc or map mismatch, or
+ * -errno (read). */
 int fsck_verify_chunk(struct fsck *f, struct found *fd, const struct seg_entry *e)
 {
-	size_t alen = ((size_t)e->len + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN;
 	size_t ei = (size_t)(e - fd->ents);
 	int mine = e >= fd->ents && ei < fd->n, ret;
-	void *buf;
+	struct seg_chunk sc;
 	if (mine && fd->verified && fd->verified[ei])
 		return 0;
-	if (!(buf = seg_buf_alloc(e->len)))
-		return -ENOMEM;
-	ret = store_read(f->st[fd->store], fd->id, fd->dev, e->off, buf, alen);
+	ret = seg_read_chunk(f->st[fd->store], fd->id, fd->dev, e, &sc);
 	if (ret == 0)
-		ret = crc32c(0, buf, e->len) != e->crc;
-	seg_buf_free(buf);
+		seg_chunk_free(&sc);
+	else if (ret == -EBADMSG)
+		ret = 1;
 	f->bytes_verified += e->len;
 	if (ret == 0 && mine && (fd->verified || (fd->verified = calloc(fd->n, 1))))
 		fd->verified[ei] = 1;
@@ -648,7 +647,8 @@ static int check_chunk(struct fsck *f, struct finode *in, uint64_t c, struct bad
 	if (!fd->ours)
 		return bad_add(l, K_FOREIGN, loc->seg_id, c, 0);
 	e = entry_for(fd, in->ino, c, loc->off);
-	if (!e || e->len != loc->len || e->crc != loc->crc || e->gen != loc->gen)
+	if (!e || e->len != loc->len || e->crc != loc->crc || e->gen != loc->gen ||
+	    e->flags != loc->flags)
 		return bad_add(l, K_MANIFEST, loc->seg_id, c, 0);
 	if (f->verify) {
 		ret = fsck_verify_chunk(f, fd, e);
@@ -676,7 +676,8 @@ static struct copy *find_copy(struct fsck *f, struct finode *in, uint64_t c)
 		struct fseg *s;
 		if (h->key != k || e->ino != in->ino || e->chunk != c || cp->bad || fd->removed)
 			continue;
-		if (e->gen != loc->gen || e->len != loc->len || e->crc != loc->crc)
+		if (e->gen != loc->gen || e->len != loc->len || e->crc != loc->crc ||
+		    e->flags != loc->flags)
 			continue;
 		if (fd->id == loc->seg_id && e->off == loc->off && fd->dev == loc->dev)
 			continue; /* the damaged one */

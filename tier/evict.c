@@ -378,9 +378,10 @@ static void *spill_segment(void *arg)
 		job->ret = -ENOMEM;
 		return NULL;
 	}
+	/* at most: the chunk, its padding, map and footer entry (holes make it less) */
 	for (size_t i = 0; i < job->n; i++)
-		size_hint +=
-		    (job->v[i].len + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN + SEG_ENTRY_SIZE;
+		size_hint += job->v[i].len + SEG_REC_ALIGN + SEG_MAP_TAIL + 8 +
+			     (job->v[i].len / SEG_BLOCK + 1) * 4 + SEG_ENTRY_SIZE;
 	ret = seg_writer_new(t->store, t->uuid, id, size_hint, &w);
 	if (ret < 0)
 		goto out;
@@ -426,7 +427,7 @@ static void *spill_segment(void *arg)
 		pthread_mutex_unlock(&in->lock);
 		done[nd].in = in;
 		done[nd].c = cd->c;
-		payload += len;
+		payload += done[nd].e.len; /* stored bytes: what live counts */
 		nd++;
 	}
 	if (nd == 0) {
@@ -462,7 +463,8 @@ static void *spill_segment(void *arg)
 			ch->seg_off = done[i].e.off;
 			ch->seg_len = done[i].e.len;
 			ch->seg_crc = done[i].e.crc;
-			ch->seg_dev = dev;
+			ch->seg_dev = (uint16_t)dev;
+			ch->seg_flags = (uint16_t)(done[i].e.flags & SEG_F_MAP);
 			ch->seg_gen = (uint32_t)done[i].e.gen;
 			ch->state = CHUNK_HOT_CLEAN;
 			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
@@ -715,7 +717,57 @@ static void seg_delete(struct tier *t, uint64_t id)
 	pthread_mutex_unlock(&t->seg_lock);
 }
 
-/* Copy segment id's live chunks into a new segment, then relocate them. */
+/* Is entry e of segment id still what its chunk points at? */
+static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, struct inode **out)
+{
+	struct inode *in = idx_get(t->idx, e->ino);
+	int live;
+
+	*out = in;
+	if (!in)
+		return 0;
+	pthread_mutex_lock(&in->lock);
+	live = e->chunk < in->nchunks && in->chunks[e->chunk].seg_id == id &&
+	       in->chunks[e->chunk].seg_off == e->off;
+	pthread_mutex_unlock(&in->lock);
+	return live;
+}
+
+/* Record bytes of e once rewritten in format v2: a v1 payload longer than a
+ * block gains a map (its block crcs); anything else keeps its length. */
+static uint32_t v2_rec_len(const struct seg_entry *e)
+{
+	if ((e->flags & SEG_F_MAP) || e->len <= SEG_BLOCK)
+		return e->len;
+	return e->len + 8 + (e->len + SEG_BLOCK - 1) / SEG_BLOCK * 4 + SEG_MAP_TAIL;
+}
+
+/*
+ * GC never rewrites a segment it cannot shrink: 1 when the live entries of
+ * ents, rewritten, would not make a shorter segment than len bytes.
+ */
+static int compact_no_gain(struct tier *t, uint64_t id, uint64_t len,
+			   const struct seg_entry *ents, uint32_t n)
+{
+	uint32_t *lens = malloc((n ? n : 1) * sizeof(*lens)), k = 0;
+	int ret;
+
+	if (!lens)
+		return 0; /* cannot tell: the rewrite itself fails on memory */
+	for (uint32_t i = 0; i < n; i++) {
+		struct inode *in;
+		if (entry_live(t, id, &ents[i], &in))
+			lens[k++] = v2_rec_len(&ents[i]);
+		if (in)
+			idx_put(t->idx, in);
+	}
+	ret = k && seg_v2_len(lens, k) >= len;
+	free(lens);
+	return ret;
+}
+
+/* Copy segment id's live chunks (their data extents, holes stay holes) into
+ * a new segment, then relocate them. 1 when that would not shrink it. */
 static int seg_compact(struct tier *t, uint64_t id)
 {
 	struct seg_entry *ents = NULL;
@@ -724,7 +776,6 @@ static int seg_compact(struct tier *t, uint64_t id)
 	uint32_t n = 0, dev, newdev = 0;
 	uint64_t len, newid = 0, newlen = 0, payload = 0;
 	size_t nm = 0;
-	void *buf = NULL;
 	int ret;
 
 	struct store *old;
@@ -733,12 +784,15 @@ static int seg_compact(struct tier *t, uint64_t id)
 	len = t->segs[id].len;
 	old = t->segs[id].store ? t->s3 : t->store;
 	pthread_mutex_unlock(&t->seg_lock);
-	ret = seg_read_manifest(old, id, dev, len, NULL, &ents, &n);
+	ret = seg_read_manifest(old, id, dev, len, NULL, NULL, &ents, &n);
 	if (ret < 0)
 		goto out;
+	if (compact_no_gain(t, id, len, ents, n)) {
+		ret = 1;
+		goto out;
+	}
 	moved = calloc(n ? n : 1, sizeof(*moved));
-	buf = seg_buf_alloc(t->chunk_size);
-	if (!moved || !buf) {
+	if (!moved) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -746,25 +800,26 @@ static int seg_compact(struct tier *t, uint64_t id)
 	if ((ret = seg_writer_new(t->store, t->uuid, newid, 0, &w)) < 0)
 		goto out;
 	for (uint32_t i = 0; i < n; i++) {
-		struct inode *in = idx_get(t->idx, ents[i].ino);
-		int live;
-		if (!in)
+		struct seg_chunk sc;
+		struct inode *in;
+		if (!entry_live(t, id, &ents[i], &in)) {
+			if (in)
+				idx_put(t->idx, in);
 			continue;
-		pthread_mutex_lock(&in->lock);
-		live = ents[i].chunk < in->nchunks && in->chunks[ents[i].chunk].seg_id == id &&
-		       in->chunks[ents[i].chunk].seg_off == ents[i].off;
-		pthread_mutex_unlock(&in->lock);
-		if (!live || (ret = seg_read_chunk(old, id, dev, &ents[i], buf)) < 0 ||
-		    (ret = seg_writer_add(w, ents[i].ino, ents[i].chunk, ents[i].gen, buf,
-					  ents[i].len, &moved[nm].e)) < 0) {
+		}
+		if ((ret = seg_read_chunk(old, id, dev, &ents[i], &sc)) == 0) {
+			ret = seg_writer_add_extents(w, ents[i].ino, ents[i].chunk, ents[i].gen,
+						     ents[i].chunk_len, sc.ext, sc.next, sc.data,
+						     &moved[nm].e);
+			seg_chunk_free(&sc);
+		}
+		if (ret < 0) {
 			idx_put(t->idx, in);
-			if (ret < 0)
-				goto out;
-			continue;
+			goto out;
 		}
 		moved[nm].in = in; /* keeps the ref until relocated */
 		moved[nm].c = ents[i].chunk;
-		payload += ents[i].len;
+		payload += moved[nm].e.len;
 		nm++;
 	}
 	if (nm) {
@@ -789,7 +844,10 @@ static int seg_compact(struct tier *t, uint64_t id)
 			struct chunk old = *ch;
 			ch->seg_id = newid;
 			ch->seg_off = moved[i].e.off;
-			ch->seg_dev = newdev;
+			ch->seg_len = moved[i].e.len; /* a v1 payload gained a map */
+			ch->seg_crc = moved[i].e.crc;
+			ch->seg_flags = (uint16_t)(moved[i].e.flags & SEG_F_MAP);
+			ch->seg_dev = (uint16_t)newdev;
 			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
 				*ch = old; /* not recorded: it stays in the old segment */
 				seg_release_bytes(t, newid, moved[i].e.len);
@@ -808,7 +866,6 @@ out:
 		idx_put(t->idx, moved[i].in);
 	if (w)
 		seg_writer_abort(w);
-	seg_buf_free(buf);
 	free(moved);
 	free(ents);
 	if (ret < 0)
@@ -838,7 +895,7 @@ static void gc_round(struct tier *t)
 			}
 			s->gc_busy = 1;
 			dead[ndead++] = id;
-		} else if (!compact &&
+		} else if (!compact && s->live != s->gc_no_gain &&
 			   (double)s->live < t->cfg->gc_threshold * (double)s->payload) {
 			s->gc_busy = 1;
 			compact = id;
@@ -859,8 +916,11 @@ static void gc_round(struct tier *t)
 		seg_delete(t, dead[i]);
 	free(dead);
 	if (compact) {
-		seg_compact(t, compact);
+		int no_gain = seg_compact(t, compact) == 1;
 		pthread_mutex_lock(&t->seg_lock);
+		/* not tried again until more of it dies */
+		if (no_gain)
+			t->segs[compact].gc_no_gain = t->segs[compact].live;
 		t->segs[compact].gc_busy = 0;
 		pthread_mutex_unlock(&t->seg_lock);
 		/* its live bytes are now 0 if everything moved: next round deletes it */

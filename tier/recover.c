@@ -288,7 +288,7 @@ static int remove_orphans(struct tier *t, struct seen_ctx *c, char *err, size_t 
 		struct seg_entry *ents = NULL;
 		uint32_t n = 0;
 		struct orphan *o = &c->orphans[i];
-		if (seg_read_manifest(c->st, o->id, o->dev, o->size, NULL, &ents, &n) == 0) {
+		if (seg_read_manifest(c->st, o->id, o->dev, o->size, NULL, NULL, &ents, &n) == 0) {
 			for (uint32_t k = 0; k < n; k++)
 				if (ents[k].ino >= next_ino) {
 					snprintf(err, errlen,

@@ -10,8 +10,12 @@
  * - Opening a file with restore=open queues all its COLD chunks in file
  *   order; io_workers threads work the queue. Prefetch stops while the hot
  *   tier is above spill_threshold, so it never pushes out hotter data.
- * - Every chunk read back is checked against its crc32c (seg_read_chunk):
- *   a mismatch is EIO to the reader and a log line, never wrong bytes.
+ * - Every chunk read back is checked against its crc32c (seg_read_chunk:
+ *   every block, and the extent map of a v2 mapped record): a mismatch is
+ *   EIO to the reader and a log line, never wrong bytes.
+ * - Only the chunk's data extents are written into the hot file: holes
+ *   stored as holes in the segment stay holes in tmpfs (format v2; a v1
+ *   record is one extent, the whole chunk).
  */
 #include "tier/tier_i.h"
 
@@ -28,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+_Static_assert(SEG_F_MAP == CHUNK_LOC_MAP, "segment and index record flags differ");
+
 struct restore_job {
 	struct restore_job *next;
 	struct inode *in; /* internal ref */
@@ -42,11 +48,15 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 			      .gen = ch->seg_gen,
 			      .off = ch->seg_off,
 			      .len = ch->seg_len,
-			      .crc = ch->seg_crc};
+			      .crc = ch->seg_crc,
+			      .flags = ch->seg_flags & CHUNK_LOC_MAP};
 	uint64_t seg = ch->seg_id, off = c * t->chunk_size, t0 = clock_now_ns();
-	uint32_t dev = ch->seg_dev;
+	/* room: a plain record is its bytes from offset 0; a mapped one may
+	 * spread anywhere in the chunk (only its extents get written) */
+	uint32_t dev = ch->seg_dev,
+		 need = e.flags ? tier_chunk_len(t, in->size, c) : e.len;
+	struct seg_chunk sc = {0};
 	int64_t reserved = 0;
-	void *buf = NULL;
 	int fd, ret;
 
 	fd = hot_fd_get_locked(t->hot, in);
@@ -61,18 +71,13 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	 * evicted: a restore waits only while the evictor frees RAM, then
 	 * overshoots hot_size by the chunks in flight (at most io_workers +
 	 * readers); the evictor drops them first, as they are clean. */
-	reserved = evict_room_for_restore(t, fd, off, e.len);
-	buf = seg_buf_alloc(e.len);
-	if (!buf) {
-		ret = -ENOMEM;
-		goto out;
-	}
+	reserved = evict_room_for_restore(t, fd, off, need);
 	for (int tries = 0; tries < 2; tries++) {
 		struct store *st;
 		/* the segment may have moved to s3 since: look it up each time */
 		ret = seg_locate(t, seg, &st, &dev);
 		if (ret == 0)
-			ret = seg_read_chunk(st, seg, dev, &e, buf);
+			ret = seg_read_chunk(st, seg, dev, &e, &sc);
 		if (ret != -ENOENT)
 			break;
 	}
@@ -82,16 +87,17 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	} else if (ret < 0) {
 		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
 	}
+	/* the data extents only: holes stay holes in the hot file too */
+	for (uint32_t i = 0, pos = 0; ret == 0 && i < sc.next; pos += sc.ext[i].len, i++)
+		ret = uring_write_full(fd, sc.data + pos, sc.ext[i].len, off + sc.ext[i].off);
 	if (ret == 0)
-		ret = uring_write_full(fd, buf, e.len, off);
-out:
-	seg_buf_free(buf);
+		__atomic_add_fetch(&t->st.bytes_restored, sc.data_len, __ATOMIC_RELAXED);
+	seg_chunk_free(&sc);
 	pthread_mutex_lock(&in->lock);
 	ch = &in->chunks[c]; /* the map may have grown (moved) meanwhile */
 	if (ret == 0) {
 		ch->state = CHUNK_HOT_CLEAN;
 		ch->atime = idx_tick(t->idx);
-		__atomic_add_fetch(&t->st.bytes_restored, e.len, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.restore_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
 		hist_observe(&t->st.h_restore, clock_now_ns() - t0);

@@ -1,14 +1,25 @@
 /*
  * DESIGN
  * The writer keeps one SEG_STAGE_SIZE aligned staging buffer. Everything the
- * segment contains (header, payloads, padding, footer) is emitted into it in
+ * segment contains (header, records, padding, footer) is emitted into it in
  * order, and each time it fills up it is handed to store_put_append(), so
  * every append is aligned and a multiple of 4 KiB. Segment position =
  * flushed + fill. The footer is built when finishing, once the entry count
  * and the body length are known; its front padding makes the total length
  * a multiple of 4 KiB so that the last append is whole blocks too.
+ * Format v2 (segment.h): records are packed on 8 bytes, so small objects
+ * cost their size; a record holds only the chunk's data extents (found with
+ * SEEK_DATA/SEEK_HOLE on the hot file) and, unless it is one block of data
+ * from offset 0, ends with a map of the extents and one crc32c per 64 KiB
+ * block, emitted after the data has streamed through the stage (the crcs
+ * are known only then). Readers fetch the 4 KiB-aligned window around what
+ * they need (O_DIRECT on nvme, ranged GET on S3: the store takes aligned
+ * ranges only) and verify each block they return, or the whole record.
+ * Version 1 segments are read through the same paths: a v1 payload is a
+ * plain record of any length.
  * Readers never trust a length before it is checked against the segment
- * length, and never return a byte whose crc was not verified.
+ * length (or the record's), and never return a byte whose crc was not
+ * verified.
  */
 #include "tier/segment.h"
 
@@ -21,10 +32,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char hdr_magic[8] = {'S', 'P', 'W', 'S', 'E', 'G', '0', '1'};
-static const char foot_magic[8] = {'S', 'P', 'W', 'F', 'O', 'O', 'T', '1'};
+static const char foot_magic_v1[8] = {'S', 'P', 'W', 'F', 'O', 'O', 'T', '1'};
+static const char foot_magic[8] = {'S', 'P', 'W', 'F', 'O', 'O', 'T', '2'};
 
 #define HDR_CRC_OFF (SEG_HDR_SIZE - 4)
 
@@ -65,6 +79,11 @@ static uint64_t align_up(uint64_t v)
 	return (v + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN;
 }
 
+static uint64_t rec_align(uint64_t v)
+{
+	return (v + SEG_REC_ALIGN - 1) / SEG_REC_ALIGN * SEG_REC_ALIGN;
+}
+
 /* ---- header ---- */
 
 void seg_header_encode(uint8_t buf[SEG_HDR_SIZE], const uint8_t uuid[16], uint64_t seg_id)
@@ -78,27 +97,38 @@ void seg_header_encode(uint8_t buf[SEG_HDR_SIZE], const uint8_t uuid[16], uint64
 	put_le32(buf + HDR_CRC_OFF, crc32c(0, buf, HDR_CRC_OFF));
 }
 
-int seg_header_decode(const uint8_t buf[SEG_HDR_SIZE], uint8_t uuid[16], uint64_t *seg_id)
+int seg_header_decode(const uint8_t buf[SEG_HDR_SIZE], uint8_t uuid[16], uint64_t *seg_id,
+		      uint32_t *version)
 {
+	uint32_t v;
+
 	if (memcmp(buf, hdr_magic, 8) != 0)
 		return -EIO;
 	if (get_le32(buf + HDR_CRC_OFF) != crc32c(0, buf, HDR_CRC_OFF))
 		return -EIO;
-	if (get_le32(buf + 8) != SEG_VERSION)
+	v = get_le32(buf + 8);
+	if (v != 1 && v != SEG_VERSION)
 		return -ENOTSUP;
 	if (uuid)
 		memcpy(uuid, buf + 16, 16);
 	*seg_id = get_le64(buf + 32);
+	if (version)
+		*version = v;
 	return 0;
 }
 
 /* ---- footer ---- */
 
-uint32_t seg_footer_len(uint64_t body_end, uint32_t n)
+static uint32_t footer_len_of(uint64_t body_end, uint32_t n, uint32_t esize)
 {
-	uint64_t raw = (uint64_t)n * SEG_ENTRY_SIZE + SEG_TRAILER_SIZE;
+	uint64_t raw = (uint64_t)n * esize + SEG_TRAILER_SIZE;
 
 	return (uint32_t)(align_up(body_end + raw) - body_end);
+}
+
+uint32_t seg_footer_len(uint64_t body_end, uint32_t n)
+{
+	return footer_len_of(body_end, n, SEG_ENTRY_SIZE);
 }
 
 void seg_footer_encode(uint8_t *buf, uint32_t footer_len, const struct seg_entry *e, uint32_t n)
@@ -110,10 +140,12 @@ void seg_footer_encode(uint8_t *buf, uint32_t footer_len, const struct seg_entry
 	for (uint32_t i = 0; i < n; i++, p += SEG_ENTRY_SIZE) {
 		put_le64(p, e[i].ino);
 		put_le64(p + 8, e[i].chunk);
-		put_le64(p + 16, e[i].gen);
-		put_le32(p + 24, e[i].len);
-		put_le64(p + 28, e[i].off);
+		put_le32(p + 16, (uint32_t)e[i].gen);
+		put_le32(p + 20, e[i].flags);
+		put_le64(p + 24, e[i].off);
+		put_le32(p + 32, e[i].len);
 		put_le32(p + 36, e[i].crc);
+		put_le32(p + 40, e[i].chunk_len);
 	}
 	put_le32(p, n);
 	put_le32(p + 4, crc32c(0, buf, (size_t)(p + 4 - buf)));
@@ -121,35 +153,80 @@ void seg_footer_encode(uint8_t *buf, uint32_t footer_len, const struct seg_entry
 	memcpy(p + 12, foot_magic, 8);
 }
 
-int seg_trailer_decode(const uint8_t tail[SEG_TRAILER_SIZE], uint64_t seg_len, uint32_t *footer_len)
+int seg_trailer_decode(const uint8_t tail[SEG_TRAILER_SIZE], uint64_t seg_len, uint32_t *footer_len,
+		       uint32_t *version)
 {
-	uint32_t flen = get_le32(tail + 8);
+	uint32_t flen = get_le32(tail + 8), v;
 
-	if (memcmp(tail + 12, foot_magic, 8) != 0)
+	if (memcmp(tail + 12, foot_magic, 8) == 0)
+		v = SEG_VERSION;
+	else if (memcmp(tail + 12, foot_magic_v1, 8) == 0)
+		v = 1;
+	else
 		return -EIO;
 	if (seg_len % SEG_ALIGN || flen < SEG_TRAILER_SIZE || flen > SEG_FOOTER_MAX ||
 	    seg_len < (uint64_t)SEG_HDR_SIZE + flen)
 		return -EIO;
 	*footer_len = flen;
+	if (version)
+		*version = v;
+	return 0;
+}
+
+/* One entry of a footer of the given version; 0 or -EIO when out of bounds. */
+static int entry_decode(const uint8_t *p, uint32_t version, uint64_t data_end, struct seg_entry *e)
+{
+	if (version == 1) {
+		*e = (struct seg_entry){.ino = get_le64(p),
+					.chunk = get_le64(p + 8),
+					.gen = get_le64(p + 16),
+					.len = get_le32(p + 24),
+					.off = get_le64(p + 28),
+					.crc = get_le32(p + 36)};
+		e->chunk_len = e->len;
+		if (e->off % SEG_ALIGN)
+			return -EIO;
+	} else {
+		*e = (struct seg_entry){.ino = get_le64(p),
+					.chunk = get_le64(p + 8),
+					.gen = get_le32(p + 16),
+					.flags = get_le32(p + 20),
+					.off = get_le64(p + 24),
+					.len = get_le32(p + 32),
+					.crc = get_le32(p + 36),
+					.chunk_len = get_le32(p + 40)};
+		if (e->off % SEG_REC_ALIGN || (e->flags & ~SEG_F_MAP) ||
+		    e->chunk_len > SEG_MAX_CHUNK_LEN)
+			return -EIO;
+		if (e->flags & SEG_F_MAP ? e->len < SEG_MAP_TAIL
+					 : e->len > SEG_BLOCK || e->len > e->chunk_len)
+			return -EIO;
+	}
+	if (e->off < SEG_HDR_SIZE || e->len == 0 || e->off > data_end ||
+	    e->len > data_end - e->off)
+		return -EIO;
 	return 0;
 }
 
 int seg_footer_decode(const uint8_t *footer, uint32_t footer_len, uint64_t seg_len,
-		      struct seg_entry **entries, uint32_t *n)
+		      uint32_t version, struct seg_entry **entries, uint32_t *n)
 {
 	const uint8_t *tail = footer + footer_len - SEG_TRAILER_SIZE;
+	uint32_t esize = version == 1 ? SEG_ENTRY_SIZE_V1 : SEG_ENTRY_SIZE;
 	uint64_t data_end, raw;
 	struct seg_entry *e = NULL;
-	uint32_t flen, count;
+	uint32_t flen, count, tv;
 	const uint8_t *p;
 
-	if (footer_len < SEG_TRAILER_SIZE || seg_trailer_decode(tail, seg_len, &flen) < 0 ||
-	    flen != footer_len)
+	if (version != 1 && version != SEG_VERSION)
+		return -ENOTSUP;
+	if (footer_len < SEG_TRAILER_SIZE || seg_trailer_decode(tail, seg_len, &flen, &tv) < 0 ||
+	    flen != footer_len || tv != version)
 		return -EIO;
 	if (get_le32(tail + 4) != crc32c(0, footer, footer_len - 16))
 		return -EIO;
 	count = get_le32(tail);
-	raw = (uint64_t)count * SEG_ENTRY_SIZE + SEG_TRAILER_SIZE;
+	raw = (uint64_t)count * esize + SEG_TRAILER_SIZE;
 	if (raw > footer_len || footer_len - raw >= SEG_ALIGN)
 		return -EIO;
 	data_end = seg_len - footer_len;
@@ -159,15 +236,8 @@ int seg_footer_decode(const uint8_t *footer, uint32_t footer_len, uint64_t seg_l
 			return -ENOMEM;
 	}
 	p = footer + (footer_len - raw);
-	for (uint32_t i = 0; i < count; i++, p += SEG_ENTRY_SIZE) {
-		e[i].ino = get_le64(p);
-		e[i].chunk = get_le64(p + 8);
-		e[i].gen = get_le64(p + 16);
-		e[i].len = get_le32(p + 24);
-		e[i].off = get_le64(p + 28);
-		e[i].crc = get_le32(p + 36);
-		if (e[i].off % SEG_ALIGN || e[i].off < SEG_HDR_SIZE || e[i].len == 0 ||
-		    e[i].off > data_end || e[i].len > data_end - e[i].off) {
+	for (uint32_t i = 0; i < count; i++, p += esize) {
+		if (entry_decode(p, version, data_end, &e[i]) < 0) {
 			free(e);
 			return -EIO;
 		}
@@ -270,14 +340,12 @@ err_free:
 }
 
 /* Common start of add: checks, room for the entry, alignment padding. */
-static int w_add_begin(struct seg_writer *w, uint32_t len)
+static int w_add_begin(struct seg_writer *w)
 {
 	uint64_t pos;
 
 	if (w->err)
 		return w->err;
-	if (len == 0 || len > SEG_MAX_CHUNK_LEN)
-		return -EINVAL;
 	if ((uint64_t)(w->n + 1) * SEG_ENTRY_SIZE + SEG_TRAILER_SIZE + SEG_ALIGN > SEG_FOOTER_MAX)
 		return -E2BIG;
 	if (w->n == w->cap) {
@@ -290,69 +358,267 @@ static int w_add_begin(struct seg_writer *w, uint32_t len)
 		w->cap = cap;
 	}
 	pos = w_pos(w);
-	return w_emit(w, NULL, align_up(pos) - pos);
+	return w_emit(w, NULL, rec_align(pos) - pos);
 }
 
-static void w_add_end(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
-		      uint64_t off, uint32_t len, uint32_t crc, struct seg_entry *entry_out)
-{
-	struct seg_entry *e = &w->ent[w->n++];
+/* Running crc32c per SEG_BLOCK of a record's data. */
+struct blk_crcs {
+	uint32_t *v;
+	uint32_t n;    /* blocks complete */
+	uint32_t fill; /* bytes in block n */
+};
 
-	*e = (struct seg_entry){
-	    .ino = ino, .chunk = chunk, .gen = gen, .off = off, .len = len, .crc = crc};
+static void blk_add(struct blk_crcs *b, const uint8_t *p, size_t len)
+{
+	while (len > 0) {
+		size_t k = SEG_BLOCK - b->fill;
+
+		if (k > len)
+			k = len;
+		b->v[b->n] = crc32c(b->fill ? b->v[b->n] : 0, p, k);
+		b->fill += (uint32_t)k;
+		p += k;
+		len -= k;
+		if (b->fill == SEG_BLOCK) {
+			b->n++;
+			b->fill = 0;
+		}
+	}
+}
+
+/* Stage len bytes from data, or else from fd at fd_off, adding them to b. */
+static int w_stream(struct seg_writer *w, const uint8_t *data, int fd, uint64_t fd_off,
+		    uint32_t len, struct blk_crcs *b)
+{
+	while (len > 0) {
+		size_t k = SEG_STAGE_SIZE - w->fill;
+		int ret;
+
+		if (k > len)
+			k = len;
+		if (data) {
+			memcpy(w->stage + w->fill, data, k);
+			data += k;
+		} else {
+			ssize_t got = uring_read_full(fd, w->stage + w->fill, k, fd_off);
+
+			if (got < 0)
+				return (int)got;
+			if ((size_t)got < k)
+				return -ENODATA;
+			fd_off += k;
+		}
+		blk_add(b, w->stage + w->fill, k);
+		w->fill += k;
+		len -= (uint32_t)k;
+		ret = w_flush(w, 0);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+static int extents_valid(uint32_t chunk_len, const struct seg_extent *ext, uint32_t next,
+			 uint64_t *data_len)
+{
+	uint64_t end = 0, sum = 0;
+
+	if (chunk_len > SEG_MAX_CHUNK_LEN || next > SEG_MAX_EXTENTS)
+		return 0;
+	for (uint32_t i = 0; i < next; i++) {
+		if (ext[i].len == 0 || ext[i].off < end ||
+		    (uint64_t)ext[i].off + ext[i].len > chunk_len)
+			return 0;
+		end = (uint64_t)ext[i].off + ext[i].len;
+		sum += ext[i].len;
+	}
+	*data_len = sum;
+	return 1;
+}
+
+/*
+ * One record: the extents' bytes from data (back to back) or from fd at
+ * fd_base + extent offset, then the map unless the record is plain.
+ */
+static int w_record(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
+		    uint32_t chunk_len, const struct seg_extent *ext, uint32_t next,
+		    const uint8_t *data, int fd, uint64_t fd_base, struct seg_entry *entry_out)
+{
+	struct blk_crcs b = {0};
+	uint64_t data_len, off;
+	uint32_t nblocks, map_len, crc, flags;
+	uint8_t *map = NULL, *p;
+	int ret;
+
+	if (!extents_valid(chunk_len, ext, next, &data_len))
+		return -EINVAL;
+	flags = next == 1 && ext[0].off == 0 && ext[0].len <= SEG_BLOCK ? 0 : SEG_F_MAP;
+	nblocks = (uint32_t)((data_len + SEG_BLOCK - 1) / SEG_BLOCK);
+	map_len = flags ? next * 8 + nblocks * 4 + SEG_MAP_TAIL : 0;
+	b.v = calloc(nblocks + 1, sizeof(*b.v));
+	if (flags)
+		map = malloc(map_len);
+	if (!b.v || (flags && !map)) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = w_add_begin(w);
+	if (ret < 0)
+		goto out;
+	off = w_pos(w);
+	for (uint32_t i = 0; i < next; i++) {
+		ret = w_stream(w, data, fd, fd_base + ext[i].off, ext[i].len, &b);
+		if (ret < 0)
+			goto out;
+		if (data)
+			data += ext[i].len;
+	}
+	if (flags) {
+		p = map;
+		for (uint32_t i = 0; i < next; i++, p += 8) {
+			put_le32(p, ext[i].off);
+			put_le32(p + 4, ext[i].len);
+		}
+		for (uint32_t i = 0; i < nblocks; i++, p += 4)
+			put_le32(p, b.v[i]);
+		put_le32(p, next);
+		put_le32(p + 4, (uint32_t)data_len);
+		put_le32(p + 8, SEG_BLOCK);
+		crc = crc32c(0, map, map_len - 4);
+		put_le32(p + 12, crc);
+		ret = w_emit(w, map, map_len);
+		if (ret < 0)
+			goto out;
+	} else {
+		crc = b.v[0];
+	}
+	w->ent[w->n] = (struct seg_entry){.ino = ino,
+					  .chunk = chunk,
+					  .gen = gen,
+					  .off = off,
+					  .len = (uint32_t)(w_pos(w) - off),
+					  .crc = crc,
+					  .flags = flags,
+					  .chunk_len = chunk_len};
 	if (entry_out)
-		*entry_out = *e;
+		*entry_out = w->ent[w->n];
+	w->n++;
+out:
+	free(map);
+	free(b.v);
+	return ret;
+}
+
+int seg_writer_add_extents(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
+			   uint32_t chunk_len, const struct seg_extent *ext, uint32_t next,
+			   const void *data, struct seg_entry *entry_out)
+{
+	if (next && !data)
+		return -EINVAL;
+	return w_record(w, ino, chunk, gen, chunk_len, ext, next, data, -1, 0, entry_out);
 }
 
 int seg_writer_add(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
 		   const void *data, uint32_t len, struct seg_entry *entry_out)
 {
-	uint64_t off;
-	int ret;
+	struct seg_extent one = {0, len};
 
-	ret = w_add_begin(w, len);
-	if (ret < 0)
-		return ret;
-	off = w_pos(w);
-	ret = w_emit(w, data, len);
-	if (ret < 0)
-		return ret;
-	w_add_end(w, ino, chunk, gen, off, len, crc32c(0, data, len), entry_out);
+	if (len == 0 || !data)
+		return -EINVAL;
+	return w_record(w, ino, chunk, gen, len, &one, 1, data, -1, 0, entry_out);
+}
+
+/* Merge neighbours across the smallest holes until at most SEG_MAX_EXTENTS remain. */
+static uint32_t extents_merge(struct seg_extent *x, uint32_t n)
+{
+	for (uint64_t gap = 4096; n > SEG_MAX_EXTENTS; gap *= 2) {
+		uint32_t k = 0;
+
+		for (uint32_t i = 1; i < n; i++) {
+			if ((uint64_t)x[i].off - (x[k].off + x[k].len) <= gap)
+				x[k].len = x[i].off + x[i].len - x[k].off;
+			else
+				x[++k] = x[i];
+		}
+		n = k + 1;
+	}
+	return n;
+}
+
+/*
+ * The data extents of [base, base + len) of fd, relative to base. *out is
+ * malloc'ed (caller frees). -ENODATA when fd is shorter than base + len.
+ */
+static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **out, uint32_t *n)
+{
+	uint64_t pos = base, end = base + len;
+	struct seg_extent *x = NULL;
+	uint32_t k = 0, cap = 0;
+	struct stat sb;
+	int ret = 0;
+
+	if (fstat(fd, &sb) < 0)
+		return -errno;
+	if ((uint64_t)sb.st_size < end)
+		return -ENODATA;
+	while (pos < end) {
+		off_t d = lseek(fd, (off_t)pos, SEEK_DATA), h;
+
+		if (d < 0 && (errno == EINVAL || errno == EOPNOTSUPP) && pos == base) {
+			d = (off_t)base; /* no SEEK_DATA here: all of it is data */
+			h = (off_t)end;
+		} else if (d < 0) {
+			if (errno == ENXIO)
+				break; /* holes up to EOF */
+			ret = -errno;
+			goto err;
+		} else if ((uint64_t)d >= end) {
+			break;
+		} else if ((h = lseek(fd, d, SEEK_HOLE)) < 0) {
+			ret = -errno;
+			goto err;
+		}
+		if ((uint64_t)h > end || h <= d)
+			h = (off_t)end;
+		if (k == cap) {
+			uint32_t ncap = cap ? cap * 2 : 8;
+			struct seg_extent *nx = realloc(x, ncap * sizeof(*nx));
+
+			if (!nx) {
+				ret = -ENOMEM;
+				goto err;
+			}
+			x = nx;
+			cap = ncap;
+		}
+		x[k++] = (struct seg_extent){(uint32_t)((uint64_t)d - base),
+					     (uint32_t)((uint64_t)h - (uint64_t)d)};
+		pos = (uint64_t)h;
+	}
+	*out = x;
+	*n = extents_merge(x, k);
 	return 0;
+err:
+	free(x);
+	return ret;
 }
 
 int seg_writer_add_fd(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen, int fd,
 		      uint64_t fd_off, uint32_t len, struct seg_entry *entry_out)
 {
-	uint64_t off;
-	uint32_t crc = 0, left = len;
+	struct seg_extent *x = NULL;
+	uint32_t n = 0;
 	int ret;
 
-	ret = w_add_begin(w, len);
-	if (ret < 0)
-		return ret;
-	off = w_pos(w);
-	while (left > 0) {
-		size_t k = SEG_STAGE_SIZE - w->fill;
-		ssize_t got;
-
-		if (k > left)
-			k = left;
-		got = uring_read_full(fd, w->stage + w->fill, k, fd_off);
-		if (got < 0)
-			return (int)got;
-		if ((size_t)got < k)
-			return -ENODATA;
-		crc = crc32c(crc, w->stage + w->fill, k);
-		w->fill += k;
-		fd_off += k;
-		left -= (uint32_t)k;
-		ret = w_flush(w, 0);
-		if (ret < 0)
-			return ret;
-	}
-	w_add_end(w, ino, chunk, gen, off, len, crc, entry_out);
-	return 0;
+	if (w->err)
+		return w->err;
+	if (len == 0 || len > SEG_MAX_CHUNK_LEN)
+		return -EINVAL;
+	ret = fd_extents(fd, fd_off, len, &x, &n);
+	if (ret == 0)
+		ret = w_record(w, ino, chunk, gen, len, x, n, NULL, fd, fd_off, entry_out);
+	free(x);
+	return ret;
 }
 
 uint64_t seg_writer_bytes(const struct seg_writer *w)
@@ -363,6 +629,15 @@ uint64_t seg_writer_bytes(const struct seg_writer *w)
 uint32_t seg_writer_count(const struct seg_writer *w)
 {
 	return w->n;
+}
+
+uint64_t seg_v2_len(const uint32_t *rec_len, uint32_t n)
+{
+	uint64_t body = SEG_HDR_SIZE;
+
+	for (uint32_t i = 0; i < n; i++)
+		body = rec_align(body) + rec_len[i];
+	return body + seg_footer_len(body, n);
 }
 
 static void w_free(struct seg_writer *w)
@@ -427,12 +702,14 @@ void seg_writer_abort(struct seg_writer *w)
 /*
  * I/O buffers come from mmap, never malloc: glibc keeps freed heap memory in
  * per-thread arenas, and with a dozen worker threads that grew the daemon by
- * hundreds of MiB on top of the RAM budget. Buffers up to SEG_STAGE_SIZE are
+ * hundreds of MiB on top of the RAM budget. Buffers up to POOL_BUF are
  * recycled through a small pool (page faults on a fresh 4 MiB buffer cost
  * more than the copy), larger ones are unmapped at once. A header page in
- * front records the mapping's size.
+ * front records the mapping's size. POOL_BUF leaves room for the unaligned
+ * window around a 4 MiB chunk's v2 record (its map and two partial pages).
  */
 #define BUF_POOL_MAX 16
+#define POOL_BUF     (SEG_STAGE_SIZE + SEG_BLOCK)
 
 static pthread_mutex_t buf_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *buf_pool[BUF_POOL_MAX]; /* protected by buf_pool_lock */
@@ -443,8 +720,8 @@ void *seg_buf_alloc(size_t len)
 	size_t n = align_up(len ? len : 1);
 	void *base = NULL;
 
-	if (n <= SEG_STAGE_SIZE) {
-		n = SEG_STAGE_SIZE;
+	if (n <= POOL_BUF) {
+		n = POOL_BUF;
 		pthread_mutex_lock(&buf_pool_lock);
 		if (buf_pool_n > 0)
 			base = buf_pool[--buf_pool_n];
@@ -469,7 +746,7 @@ void seg_buf_free(void *buf)
 		return;
 	base = (char *)buf - SEG_ALIGN;
 	n = *(size_t *)base;
-	if (n == SEG_STAGE_SIZE) {
+	if (n == POOL_BUF) {
 		pthread_mutex_lock(&buf_pool_lock);
 		if (buf_pool_n < BUF_POOL_MAX) {
 			buf_pool[buf_pool_n++] = base;
@@ -481,34 +758,280 @@ void seg_buf_free(void *buf)
 		munmap(base, n + SEG_ALIGN);
 }
 
-int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
-		   void *buf)
+/*
+ * Read the aligned window around [off, off + len) of a segment: *buf gets
+ * the buffer (seg_buf_free), *p points at off in it. 0 or -errno.
+ */
+static int read_window(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off,
+		       uint64_t len, void **buf, const uint8_t **p)
 {
+	uint64_t a = off / SEG_ALIGN * SEG_ALIGN, e = align_up(off + len);
 	int ret;
 
-	if (e->off % SEG_ALIGN || e->len == 0)
-		return -EINVAL;
-	ret = store_read(st, seg_id, dev, e->off, buf, align_up(e->len));
+	*buf = seg_buf_alloc(e - a);
+	if (!*buf)
+		return -ENOMEM;
+	ret = store_read(st, seg_id, dev, a, *buf, e - a);
 	if (ret < 0) {
-		log_err("segment %016" PRIx64 " dev %u: reading chunk at offset %" PRIu64 ": %s",
-			seg_id, dev, e->off, strerror(-ret));
+		seg_buf_free(*buf);
+		*buf = NULL;
 		return ret;
 	}
-	if (crc32c(0, buf, e->len) != e->crc) {
-		log_err("segment %016" PRIx64 " dev %u: crc32c mismatch in chunk at offset %" PRIu64
-			" (ino %" PRIu64 " chunk %" PRIu64 ", %u bytes)",
-			seg_id, dev, e->off, e->ino, e->chunk, e->len);
+	*p = (const uint8_t *)*buf + (off - a);
+	return 0;
+}
+
+/* A mapped record's map, once checked. */
+struct rmap {
+	uint32_t next, data_len, bsize, nblocks, map_len;
+	const uint8_t *crcs;	/* nblocks u32, in the read window */
+	struct seg_extent *ext; /* malloc'ed */
+};
+
+/* Sizes from the last SEG_MAP_TAIL bytes of a mapped record of rec_len bytes. */
+static int map_tail(const uint8_t *tail, uint32_t rec_len, struct rmap *m)
+{
+	uint64_t nblocks, map_len;
+
+	m->next = get_le32(tail);
+	m->data_len = get_le32(tail + 4);
+	m->bsize = get_le32(tail + 8);
+	if (m->next > SEG_MAX_EXTENTS || m->bsize < SEG_ALIGN || m->bsize > (16u << 20) ||
+	    (m->bsize & (m->bsize - 1)))
 		return -EBADMSG;
+	nblocks = ((uint64_t)m->data_len + m->bsize - 1) / m->bsize;
+	map_len = (uint64_t)m->next * 8 + nblocks * 4 + SEG_MAP_TAIL;
+	if ((uint64_t)m->data_len + map_len != rec_len)
+		return -EBADMSG;
+	m->nblocks = (uint32_t)nblocks;
+	m->map_len = (uint32_t)map_len;
+	return 0;
+}
+
+/* Check the map at map (m->map_len bytes, sizes from map_tail) against
+ * want_crc and decode its extents into m->ext (free it). 0 or -EBADMSG. */
+static int map_decode(const uint8_t *map, uint32_t want_crc, struct rmap *m)
+{
+	uint32_t crc = crc32c(0, map, m->map_len - 4);
+	uint64_t end = 0, sum = 0;
+
+	m->ext = NULL;
+	if (crc != get_le32(map + m->map_len - 4) || crc != want_crc)
+		return -EBADMSG;
+	m->ext = malloc((m->next ? m->next : 1) * sizeof(*m->ext));
+	if (!m->ext)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < m->next; i++) {
+		struct seg_extent *x = &m->ext[i];
+
+		x->off = get_le32(map + 8 * i);
+		x->len = get_le32(map + 8 * i + 4);
+		if (x->len == 0 || x->off < end || (uint64_t)x->off + x->len > SEG_MAX_CHUNK_LEN)
+			goto bad;
+		end = (uint64_t)x->off + x->len;
+		sum += x->len;
+	}
+	if (sum != m->data_len)
+		goto bad;
+	m->crcs = map + 8 * m->next;
+	return 0;
+bad:
+	free(m->ext);
+	m->ext = NULL;
+	return -EBADMSG;
+}
+
+/* Verify blocks [b0, b1] of the record's data; data points at block b0. */
+static int blocks_verify(const uint8_t *data, const struct rmap *m, uint32_t b0, uint32_t b1)
+{
+	for (uint32_t b = b0; b <= b1 && b < m->nblocks; b++) {
+		uint64_t start = (uint64_t)b * m->bsize;
+		uint64_t n = m->data_len - start < m->bsize ? m->data_len - start : m->bsize;
+
+		if (crc32c(0, data + (start - (uint64_t)b0 * m->bsize), n) !=
+		    get_le32(m->crcs + 4 * b))
+			return -EBADMSG;
 	}
 	return 0;
 }
 
+static void log_read_err(uint64_t seg_id, uint32_t dev, const struct seg_entry *e, const char *what,
+			 int err)
+{
+	log_err("segment %016" PRIx64 " dev %u: %s of chunk record at offset %" PRIu64
+		" (ino %" PRIu64 " chunk %" PRIu64 ", %u bytes): %s",
+		seg_id, dev, what, e->off, e->ino, e->chunk, e->len, strerror(-err));
+}
+
+int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+		   struct seg_chunk *out)
+{
+	struct rmap m = {0};
+	const uint8_t *p;
+	void *buf = NULL;
+	const char *what = "reading";
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	if (e->len == 0 || e->off < SEG_HDR_SIZE || (e->flags & ~SEG_F_MAP))
+		return -EINVAL;
+	ret = read_window(st, seg_id, dev, e->off, e->len, &buf, &p);
+	if (ret < 0)
+		goto out;
+	what = "verifying";
+	if (!(e->flags & SEG_F_MAP)) {
+		if (crc32c(0, p, e->len) != e->crc) {
+			ret = -EBADMSG;
+			goto out;
+		}
+		out->one_ = (struct seg_extent){0, e->len};
+		out->ext = &out->one_;
+		out->next = 1;
+		out->data_len = e->len;
+	} else {
+		if ((ret = map_tail(p + e->len - SEG_MAP_TAIL, e->len, &m)) < 0 ||
+		    (ret = map_decode(p + m.data_len, e->crc, &m)) < 0)
+			goto out;
+		if (m.nblocks && blocks_verify(p, &m, 0, m.nblocks - 1) < 0) {
+			ret = -EBADMSG;
+			goto out;
+		}
+		out->ext = out->ext_ = m.ext;
+		m.ext = NULL;
+		out->next = m.next;
+		out->data_len = m.data_len;
+	}
+	out->data = p;
+	out->buf_ = buf;
+	buf = NULL;
+out:
+	if (ret < 0 && ret != -ENOMEM)
+		log_read_err(seg_id, dev, e, what, ret);
+	free(m.ext);
+	seg_buf_free(buf);
+	return ret;
+}
+
+void seg_chunk_free(struct seg_chunk *c)
+{
+	seg_buf_free(c->buf_);
+	free(c->ext_);
+	memset(c, 0, sizeof(*c));
+}
+
+
+/* seg_read_range of a mapped record. */
+static int range_mapped(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+			uint64_t off, uint32_t len, uint8_t *dst, const char **what)
+{
+	uint64_t end = e->off + e->len, tl = e->len < SEG_ALIGN ? e->len : SEG_ALIGN;
+	uint64_t s0 = UINT64_MAX, s1 = 0, pos = 0, ds, de;
+	struct rmap m = {0};
+	const uint8_t *p, *q;
+	void *mbuf = NULL, *dbuf = NULL;
+	uint32_t b0, b1;
+	int ret;
+
+	/* the map, found from the record's end */
+	if ((ret = read_window(st, seg_id, dev, end - tl, tl, &mbuf, &p)) < 0)
+		goto out;
+	*what = "verifying";
+	if ((ret = map_tail(p + tl - SEG_MAP_TAIL, e->len, &m)) < 0)
+		goto out;
+	if (m.map_len > tl) {
+		seg_buf_free(mbuf);
+		*what = "reading";
+		if ((ret = read_window(st, seg_id, dev, end - m.map_len, m.map_len, &mbuf, &p)) < 0)
+			goto out;
+		*what = "verifying";
+	} else {
+		p += tl - m.map_len;
+	}
+	if ((ret = map_decode(p, e->crc, &m)) < 0)
+		goto out;
+	/* the stored bytes the range needs, and the blocks holding them */
+	for (uint32_t i = 0; i < m.next; pos += m.ext[i].len, i++) {
+		uint64_t xo = m.ext[i].off, xe = xo + m.ext[i].len;
+		uint64_t lo = off > xo ? off : xo, hi = off + len < xe ? off + len : xe;
+
+		if (lo >= hi)
+			continue;
+		if (s0 == UINT64_MAX)
+			s0 = pos + (lo - xo);
+		s1 = pos + (hi - xo);
+	}
+	if (s0 == UINT64_MAX)
+		goto out; /* all holes */
+	b0 = (uint32_t)(s0 / m.bsize);
+	b1 = (uint32_t)((s1 - 1) / m.bsize);
+	ds = (uint64_t)b0 * m.bsize;
+	de = (uint64_t)(b1 + 1) * m.bsize < m.data_len ? (uint64_t)(b1 + 1) * m.bsize : m.data_len;
+	*what = "reading";
+	if ((ret = read_window(st, seg_id, dev, e->off + ds, de - ds, &dbuf, &q)) < 0)
+		goto out;
+	*what = "verifying";
+	if (blocks_verify(q, &m, b0, b1) < 0) {
+		ret = -EBADMSG;
+		goto out;
+	}
+	pos = 0;
+	for (uint32_t i = 0; i < m.next; pos += m.ext[i].len, i++) {
+		uint64_t xo = m.ext[i].off, xe = xo + m.ext[i].len;
+		uint64_t lo = off > xo ? off : xo, hi = off + len < xe ? off + len : xe;
+
+		if (lo < hi) /* its stored bytes lie in [s0, s1), inside the window */
+			memcpy(dst + (lo - off), q + (pos + (lo - xo) - ds), hi - lo);
+	}
+out:
+	free(m.ext);
+	seg_buf_free(dbuf);
+	seg_buf_free(mbuf);
+	return ret;
+}
+
+int seg_read_range(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+		   uint64_t off, uint32_t len, void *dst)
+{
+	const char *what = "reading";
+	const uint8_t *p;
+	void *buf = NULL;
+	int ret;
+
+	if (e->len == 0 || e->off < SEG_HDR_SIZE || (e->flags & ~SEG_F_MAP) ||
+	    off > SEG_MAX_CHUNK_LEN)
+		return -EINVAL;
+	memset(dst, 0, len);
+	if (e->flags & SEG_F_MAP) {
+		ret = range_mapped(st, seg_id, dev, e, off, len, dst, &what);
+		goto out;
+	}
+	/* plain: one crc over the whole record */
+	if ((ret = read_window(st, seg_id, dev, e->off, e->len, &buf, &p)) < 0)
+		goto out;
+	what = "verifying";
+	if (crc32c(0, p, e->len) != e->crc) {
+		ret = -EBADMSG;
+		goto out;
+	}
+	if (off < e->len)
+		memcpy(dst, p + off, e->len - off < len ? e->len - off : len);
+out:
+	if (ret < 0) {
+		memset(dst, 0, len); /* never a byte that was not verified */
+		if (ret != -ENOMEM)
+			log_read_err(seg_id, dev, e, what, ret);
+	}
+	seg_buf_free(buf);
+	return ret;
+}
+
 int seg_read_manifest(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t seg_len,
-		      uint8_t uuid_out[16], struct seg_entry **entries, uint32_t *n)
+		      uint8_t uuid_out[16], uint32_t *version, struct seg_entry **entries,
+		      uint32_t *n)
 {
 	uint8_t *blk, *foot = NULL;
 	uint64_t id, fstart, astart;
-	uint32_t flen;
+	uint32_t flen, hv = 0, tv = 0;
 	const char *what = "length";
 	int ret = -EIO;
 
@@ -521,7 +1044,7 @@ int seg_read_manifest(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t 
 	ret = store_read(st, seg_id, dev, 0, blk, SEG_HDR_SIZE);
 	if (ret < 0)
 		goto out;
-	ret = seg_header_decode(blk, uuid_out, &id);
+	ret = seg_header_decode(blk, uuid_out, &id, &hv);
 	if (ret == 0 && id != seg_id)
 		ret = -EIO;
 	if (ret < 0)
@@ -530,13 +1053,17 @@ int seg_read_manifest(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t 
 	ret = store_read(st, seg_id, dev, seg_len - SEG_ALIGN, blk, SEG_ALIGN);
 	if (ret < 0)
 		goto out;
-	ret = seg_trailer_decode(blk + SEG_ALIGN - SEG_TRAILER_SIZE, seg_len, &flen);
+	ret = seg_trailer_decode(blk + SEG_ALIGN - SEG_TRAILER_SIZE, seg_len, &flen, &tv);
+	if (ret == 0 && tv != hv)
+		ret = -EIO;
 	if (ret < 0)
 		goto out;
+	if (version)
+		*version = hv;
 	fstart = seg_len - flen;
 	astart = fstart / SEG_ALIGN * SEG_ALIGN;
 	if (astart == seg_len - SEG_ALIGN) {
-		ret = seg_footer_decode(blk + (fstart - astart), flen, seg_len, entries, n);
+		ret = seg_footer_decode(blk + (fstart - astart), flen, seg_len, hv, entries, n);
 		goto out;
 	}
 	foot = seg_buf_alloc(seg_len - astart);
@@ -547,7 +1074,7 @@ int seg_read_manifest(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t 
 	ret = store_read(st, seg_id, dev, astart, foot, seg_len - astart);
 	if (ret < 0)
 		goto out;
-	ret = seg_footer_decode(foot + (fstart - astart), flen, seg_len, entries, n);
+	ret = seg_footer_decode(foot + (fstart - astart), flen, seg_len, hv, entries, n);
 out:
 	if (ret < 0 && ret != -ENOMEM)
 		log_err("segment %016" PRIx64 " dev %u (%" PRIu64 " bytes): bad %s: %s", seg_id,

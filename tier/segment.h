@@ -1,33 +1,74 @@
 /*
  * segment — the self-describing segment format, its writer and its readers.
- * A writer streams header, chunk payloads and footer to a store through a
+ * A writer streams header, chunk records and footer to a store through a
  * 4 MiB aligned staging buffer; readers verify every byte they return
- * (header crc, footer crc, each payload's crc32c) and report -EIO with a log
- * line naming the segment and offset on any mismatch or short read.
+ * (header crc, footer crc, record maps, per-block crc32c) and report an
+ * error with a log line naming the segment and offset on any mismatch or
+ * short read. Readers take both format versions; the writer writes v2.
  * Threading: a seg_writer is used by one thread at a time; the readers and
  * the encode/decode functions are pure or use only the (thread-safe) store.
  *
- * Wire format, version 1, all integers little-endian:
+ * Wire format, version 2 (the writer's), all integers little-endian:
  *   header, bytes [0, 4096):
  *     0   u8[8]  magic "SPWSEG01"
- *     8   u32    format version (1)
+ *     8   u32    format version (2; 1 for old segments, see below)
  *     12  u32    flags (0)
  *     16  u8[16] filesystem uuid
  *     32  u64    segment id
  *     40  ...    zero
  *     4092 u32   crc32c of bytes [0, 4092)
- *   data, from 4096: chunk payloads, each at a 4 KiB-aligned offset, zero
- *     padding between them (the padding is not covered by any crc).
- *   footer, the last footer_len bytes, starting right after the last payload
- *   (or at 4096), so that the segment length is a multiple of 4096:
+ *   data, from 4096: chunk records packed back to back, each starting at a
+ *     multiple of SEG_REC_ALIGN (8) bytes; zero padding (< 8 bytes) between
+ *     them is covered by no crc. A record is one of:
+ *     plain (entry flag SEG_F_MAP clear): the chunk is one data extent that
+ *       starts at chunk offset 0 and is at most SEG_BLOCK bytes long; the
+ *       record is those bytes, nothing else; the entry's crc is their
+ *       crc32c (so it is also the crc of the record's only block).
+ *     mapped (SEG_F_MAP set): every other chunk (bigger than a block, or
+ *       sparse, or no data at all):
+ *         data   the bytes of the chunk's data extents, back to back
+ *         map    u32[2] (chunk offset, length) per extent, ascending, not
+ *                  overlapping, none empty (holes are what no extent covers)
+ *                u32 crc32c per block of data: block i is data bytes
+ *                  [i * block size, (i + 1) * block size), the last short
+ *                u32 extent count, u32 data length, u32 block size
+ *                u32 crc32c of the map before this field
+ *       The map sits behind the data so the writer can stream a chunk
+ *       through its buffer and emit the block crcs after; a reader finds it
+ *       from the record's end (the last 16 bytes give its length). The
+ *       entry's crc is the map's crc.
+ *     The index keeps (offset, record length, crc, SEG_F_MAP) per chunk:
+ *     enough to read a plain record, or the map and then any of its blocks.
+ *   footer, the last footer_len bytes, starting right after the last
+ *   record (or at 4096), so that the segment length is a multiple of 4096:
  *     zero padding (< 4096 bytes)
- *     entries, SEG_ENTRY_SIZE bytes each:
- *       u64 ino, u64 chunk index, u64 generation, u32 length,
- *       u64 offset within the segment, u32 crc32c of the payload
+ *     entries, SEG_ENTRY_SIZE (44) bytes each:
+ *       u64 ino, u64 chunk index, u32 generation, u32 flags (SEG_F_MAP),
+ *       u64 record offset within the segment, u32 record length,
+ *       u32 crc (above), u32 chunk length (its bytes in the file, holes
+ *       included: --rebuild sizes files from it)
  *     u32 count
  *     u32 footer crc32c over [footer start, here): the padding, entries, count
  *     u32 footer_len (padding + entries + trailer)
- *     u8[8] magic "SPWFOOT1"
+ *     u8[8] magic "SPWFOOT2"
+ *
+ * Block size: SEG_BLOCK = 64 KiB. A read from the middle of a chunk (the
+ * coming fault-in of just the pages a reader wants) fetches and verifies
+ * whole blocks: at 64 KiB that is one NVMe request of about the device's
+ * optimal size (latency is flat up to ~64-128 KiB) and one S3 range that
+ * costs no more than a 4 KiB one, and crc32c of it takes ~5 us, while the
+ * crcs cost 4 bytes per 64 KiB (64 per 4 MiB chunk, 0.006 %). Smaller
+ * blocks would multiply map size and crc calls for no faster read; larger
+ * ones would make a 4 KiB fault read and hash far more than it needs.
+ * Records up to one block (every object under 64 KiB) need no map at all.
+ *
+ * Version 1 (still read, never written): records ("payloads") each start at
+ * a 4 KiB-aligned offset and hold the whole chunk from offset 0, holes as
+ * zeros; one crc32c per record; entries are 40 bytes: u64 ino, u64 chunk,
+ * u64 generation, u32 length, u64 offset, u32 crc32c; footer magic
+ * "SPWFOOT1". A v1 record reads exactly like a v2 plain record of any
+ * length (one crc over the whole record), so index locations of v1 chunks
+ * (no SEG_F_MAP) keep their meaning.
  */
 #ifndef SPW_SEGMENT_H
 #define SPW_SEGMENT_H
@@ -37,45 +78,65 @@
 
 #include "tier/store.h"
 
-#define SEG_ALIGN	  4096u
-#define SEG_HDR_SIZE	  4096u
-#define SEG_VERSION	  1u
-#define SEG_ENTRY_SIZE	  40u
-#define SEG_TRAILER_SIZE  20u	       /* count, crc, footer_len, magic */
-#define SEG_STAGE_SIZE	  (4u << 20)   /* writer's staging buffer */
-#define SEG_FOOTER_MAX	  (256u << 20) /* readers refuse larger footers */
-#define SEG_MAX_CHUNK_LEN (1u << 30)   /* longest payload add() takes */
+#define SEG_ALIGN	    4096u
+#define SEG_HDR_SIZE	    4096u
+#define SEG_VERSION	    2u		 /* written; 1 and 2 are read */
+#define SEG_REC_ALIGN	    8u		 /* v2 record offsets */
+#define SEG_BLOCK	    (64u << 10) /* v2 bytes per block crc */
+#define SEG_ENTRY_SIZE	    44u		 /* v2 footer entry */
+#define SEG_ENTRY_SIZE_V1   40u
+#define SEG_TRAILER_SIZE    20u	       /* count, crc, footer_len, magic */
+#define SEG_MAP_TAIL	    16u	       /* extent count, data length, block size, crc */
+#define SEG_MAX_EXTENTS	    4096u      /* per record; the writer merges beyond */
+#define SEG_STAGE_SIZE	    (4u << 20) /* writer's staging buffer */
+#define SEG_FOOTER_MAX	    (256u << 20) /* readers refuse larger footers */
+#define SEG_MAX_CHUNK_LEN   (1u << 30)	 /* longest chunk add() takes */
+
+#define SEG_F_MAP 1u /* entry flag: the record is data + extent map (v2) */
+
+/* One data extent of a chunk: bytes [off, off + len) of the chunk. */
+struct seg_extent {
+	uint32_t off, len;
+};
 
 struct seg_entry {
 	uint64_t ino, chunk, gen;
-	uint64_t off; /* payload offset within the segment, 4 KiB-aligned */
-	uint32_t len, crc;
+	uint64_t off;	   /* record offset within the segment (v1: 4 KiB-aligned) */
+	uint32_t len;	   /* record bytes stored (live/payload accounting counts these) */
+	uint32_t crc;	   /* plain: crc32c of the record; mapped: the map's crc */
+	uint32_t flags;	   /* SEG_F_MAP */
+	uint32_t chunk_len; /* the chunk's length in its file, holes included */
 };
 
 /* ---- pure encode/decode (no I/O) ---- */
 
+/* A version-2 header. */
 void seg_header_encode(uint8_t buf[SEG_HDR_SIZE], const uint8_t uuid[16], uint64_t seg_id);
-/* 0, -EIO (bad magic or crc), -ENOTSUP (valid header of another version). */
-int seg_header_decode(const uint8_t buf[SEG_HDR_SIZE], uint8_t uuid[16], uint64_t *seg_id);
+/* 0, -EIO (bad magic or crc), -ENOTSUP (valid header of another version).
+ * version may be NULL. */
+int seg_header_decode(const uint8_t buf[SEG_HDR_SIZE], uint8_t uuid[16], uint64_t *seg_id,
+		      uint32_t *version);
 
-/* Footer length for n entries after a body (header + payloads) of body_end bytes. */
+/* Footer length for n (v2) entries after a body (header + records) of body_end bytes. */
 uint32_t seg_footer_len(uint64_t body_end, uint32_t n);
-/* Write the footer_len = seg_footer_len(body_end, n) bytes of the footer into buf. */
+/* Write the v2 footer, footer_len = seg_footer_len(body_end, n) bytes, into buf. */
 void seg_footer_encode(uint8_t *buf, uint32_t footer_len, const struct seg_entry *e, uint32_t n);
 /*
  * From the last SEG_TRAILER_SIZE bytes of a segment of seg_len bytes, get the
- * footer length (checked against seg_len and SEG_FOOTER_MAX). 0 or -EIO.
+ * footer length (checked against seg_len and SEG_FOOTER_MAX) and the format
+ * version its magic names (version may be NULL). 0 or -EIO.
  */
 int seg_trailer_decode(const uint8_t tail[SEG_TRAILER_SIZE], uint64_t seg_len,
-		       uint32_t *footer_len);
+		       uint32_t *footer_len, uint32_t *version);
 /*
- * Verify and parse a whole footer (the last footer_len bytes of a segment of
- * seg_len bytes): crc, count, and that each entry lies inside the data area
- * at an aligned offset. On success *entries is malloc'ed (caller frees; NULL
- * when n == 0). 0, -EIO, or -ENOMEM.
+ * Verify and parse a whole footer of format version (1 or 2; the last
+ * footer_len bytes of a segment of seg_len bytes): crc, count, and that each
+ * entry lies inside the data area at an offset aligned for its version.
+ * v1 entries decode with flags 0 and chunk_len = len. On success *entries
+ * is malloc'ed (caller frees; NULL when n == 0). 0, -EIO, or -ENOMEM.
  */
 int seg_footer_decode(const uint8_t *footer, uint32_t footer_len, uint64_t seg_len,
-		      struct seg_entry **entries, uint32_t *n);
+		      uint32_t version, struct seg_entry **entries, uint32_t *n);
 
 /* ---- writer ---- */
 
@@ -89,24 +150,40 @@ struct seg_writer;
 int seg_writer_new(struct store *st, const uint8_t uuid[16], uint64_t seg_id, uint64_t size_hint,
 		   struct seg_writer **out);
 /*
- * Append one chunk payload (any alignment, 1..SEG_MAX_CHUNK_LEN bytes) and
- * record its entry; *entry_out (may be NULL) gets it. 0 or -errno; after a
- * store error the writer is only good for seg_writer_abort().
+ * Append chunk (ino, chunk, gen) of chunk_len bytes whose data extents are
+ * ext[0..next) (ascending, not overlapping, none empty, inside chunk_len;
+ * next <= SEG_MAX_EXTENTS, 0 for a chunk of holes only) and whose extent
+ * bytes are data, back to back. Plain record when it can be, else mapped.
+ * *entry_out (may be NULL) gets its entry. 0, -EINVAL, -E2BIG (footer
+ * full), -ENOMEM or a store -errno; after a store error the writer is only
+ * good for seg_writer_abort().
  */
+int seg_writer_add_extents(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
+			   uint32_t chunk_len, const struct seg_extent *ext, uint32_t next,
+			   const void *data, struct seg_entry *entry_out);
+/* A chunk that is all data: len (1..SEG_MAX_CHUNK_LEN) bytes from offset 0. */
 int seg_writer_add(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
 		   const void *data, uint32_t len, struct seg_entry *entry_out);
 /*
- * Same, reading the payload from fd at fd_off straight into the staging
- * buffer (through the uring loop). If fd yields fewer than len bytes
- * (truncated meanwhile) or fails, returns -ENODATA or that -errno, records
- * nothing, and the writer stays usable (the bytes copied become padding).
+ * A chunk of len bytes at fd_off of fd (the hot file): its data extents are
+ * found with SEEK_DATA/SEEK_HOLE (holes are not stored; above
+ * SEG_MAX_EXTENTS the smallest holes are stored as data) and read straight
+ * into the staging buffer through the uring loop. If fd is shorter than
+ * fd_off + len (truncated meanwhile), yields fewer bytes, or fails, returns
+ * -ENODATA or that -errno, records nothing, and the writer stays usable
+ * (the bytes copied become padding).
  */
 int seg_writer_add_fd(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen, int fd,
 		      uint64_t fd_off, uint32_t len, struct seg_entry *entry_out);
-/* Segment bytes so far (header, payloads, padding; no footer). */
+/* Segment bytes so far (header, records, padding; no footer). */
 uint64_t seg_writer_bytes(const struct seg_writer *w);
 /* Entries recorded so far. */
 uint32_t seg_writer_count(const struct seg_writer *w);
+/*
+ * Length of a v2 segment holding records of the given lengths, in order
+ * (GC uses it to compact only what shrinks). Pure.
+ */
+uint64_t seg_v2_len(const uint32_t *rec_len, uint32_t n);
 /*
  * Write the footer and make the segment durable (put_finish). *dev gets the
  * device, *seg_len the segment length (either may be NULL). Frees w always;
@@ -122,20 +199,45 @@ void seg_writer_abort(struct seg_writer *w);
 void *seg_buf_alloc(size_t len);
 void seg_buf_free(void *buf);
 
+/* A chunk read back by seg_read_chunk(): release with seg_chunk_free(). */
+struct seg_chunk {
+	const uint8_t *data;	     /* the extents' bytes, back to back */
+	uint32_t data_len;	     /* sum of the extents' lengths */
+	uint32_t next;		     /* number of extents (0: all holes) */
+	const struct seg_extent *ext; /* in chunk order */
+	void *buf_;		     /* owned: the read window */
+	struct seg_extent *ext_;     /* owned: decoded map (mapped records) */
+	struct seg_extent one_;	     /* plain records */
+};
+
 /*
- * Read e's payload into buf (from seg_buf_alloc(e->len)) and check its
- * crc32c. 0, -EBADMSG on a mismatch, -EIO on a short read (logged with
- * segment id and offset), or the store's -errno.
+ * Read the record of e (from the index, or a footer) and verify all of it
+ * (map and every block, or the plain crc); out gets its extents and data.
+ * Caller owns *out on success only: seg_chunk_free(). 0, -EBADMSG (crc or
+ * map mismatch), -EIO (short read), -ENOMEM, or the store's -errno; errors
+ * are logged with segment id and offset.
  */
 int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
-		   void *buf);
+		   struct seg_chunk *out);
+void seg_chunk_free(struct seg_chunk *c);
+/*
+ * Read bytes [off, off + len) of the chunk of e into dst (holes, and
+ * anything past the stored data, read as zeros), fetching and verifying
+ * only the blocks that cover the range (and the map): what a fault-in of
+ * part of a chunk needs. A plain record (one block; v1: the whole payload)
+ * is read whole. Errors as seg_read_chunk().
+ */
+int seg_read_range(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+		   uint64_t off, uint32_t len, void *dst);
 /*
  * Read and verify header and footer of a segment of seg_len bytes (from the
- * index, or list()). uuid_out may be NULL. *entries is malloc'ed, caller
- * frees (NULL when *n == 0). 0, -EIO (corrupt, truncated, or another
- * segment's header), -ENOTSUP (unknown version), or the store's -errno.
+ * index, or list()), of either version. uuid_out and version may be NULL.
+ * *entries is malloc'ed, caller frees (NULL when *n == 0). 0, -EIO
+ * (corrupt, truncated, or another segment's header), -ENOTSUP (unknown
+ * version), or the store's -errno.
  */
 int seg_read_manifest(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t seg_len,
-		      uint8_t uuid_out[16], struct seg_entry **entries, uint32_t *n);
+		      uint8_t uuid_out[16], uint32_t *version, struct seg_entry **entries,
+		      uint32_t *n);
 
 #endif

@@ -23,6 +23,7 @@ struct seg_info {
 	uint32_t dev;
 	uint8_t store;	 /* 0: t->store, 1: t->s3 (demoted) */
 	uint8_t gc_busy; /* being compacted, demoted or deleted */
+	uint64_t gc_no_gain; /* live bytes when compacting it would not have shrunk it */
 };
 
 struct tier_recovery {

@@ -321,19 +321,51 @@ static void test_fd_get_put(void **state)
 	open_hot(f, f->hot, &f->b);
 	assert_true(exists_in(f->dir, "000001000000002b"));
 
+	struct chunk ch[2] = {{.state = CHUNK_COLD}, {.state = CHUNK_HOT_DIRTY}};
+	f->a.chunks = ch;
+	f->a.nchunks = 2;
 	put_hot(f->hot, &f->a);
 	assert_int_equal(f->a.hot_fd, fd);
 	put_hot(f->hot, &f->a);
 	assert_int_equal(f->a.hot_users, 0);
 	assert_int_equal(f->a.hot_fd, -1);
 	assert_int_equal(fcntl(fd, F_GETFD), -1); /* closed */
-	/* the file itself stays until dropped */
+	/* with a chunk in RAM the file itself stays until dropped */
 	assert_true(exists_in(f->dir, "000000000000002a"));
 	pthread_mutex_lock(&f->a.lock);
 	hot_drop(f->hot, &f->a);
 	pthread_mutex_unlock(&f->a.lock);
 	assert_false(exists_in(f->dir, "000000000000002a"));
+	f->a.chunks = NULL;
+	f->a.nchunks = 0;
+	/* nothing in RAM (every chunk cold or a hole): no hot file once unused */
 	put_hot(f->hot, &f->b);
+	assert_false(exists_in(f->dir, "000001000000002b"));
+}
+
+static void test_cold_file_leaves_no_hot_file(void **state)
+{
+	struct fx *f = *state;
+	const char *why;
+	struct chunk ch[3] = {{.state = CHUNK_COLD}, {.state = CHUNK_ABSENT}, {.state = CHUNK_COLD}};
+	int fd;
+
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
+	f->a.size = 3 << 20;
+	f->a.chunks = ch;
+	f->a.nchunks = 3;
+	fd = open_hot(f, f->hot, &f->a);
+	assert_int_equal(pwrite(fd, "x", 1, 5), 1); /* a stray page: gone too */
+	pthread_mutex_lock(&f->a.lock);
+	hot_account_locked(f->hot, &f->a);
+	pthread_mutex_unlock(&f->a.lock);
+	assert_int_equal(hot_used(f->hot), PG);
+	put_hot(f->hot, &f->a);
+	assert_false(exists_in(f->dir, "000000000000002a"));
+	assert_int_equal(hot_used(f->hot), 0);
+	assert_int_equal(f->a.hot_bytes, 0);
+	f->a.chunks = NULL;
+	f->a.nchunks = 0;
 }
 
 static void test_drop_ignores_non_regular(void **state)
@@ -342,8 +374,11 @@ static void test_drop_ignores_non_regular(void **state)
 	const char *why;
 
 	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
+	struct chunk ch[1] = {{.state = CHUNK_HOT_DIRTY}};
 	open_hot(f, f->hot, &f->a);
-	f->a.size = 1; /* not empty: its hot file outlives the last put */
+	f->a.size = 1; /* a chunk in RAM: its hot file outlives the last put */
+	f->a.chunks = ch;
+	f->a.nchunks = 1;
 	put_hot(f->hot, &f->a);
 	f->a.mode = S_IFDIR | 0755;
 	hot_drop(f->hot, &f->a);
@@ -351,6 +386,8 @@ static void test_drop_ignores_non_regular(void **state)
 	f->a.mode = S_IFREG | 0644;
 	hot_drop(f->hot, &f->a);
 	assert_false(exists_in(f->dir, "000000000000002a"));
+	f->a.chunks = NULL;
+	f->a.nchunks = 0;
 }
 
 static void test_empty_file_leaves_no_hot_file(void **state)
@@ -547,6 +584,7 @@ int main(void)
 	    T(test_second_instance_refused),
 	    T(test_refused_instance_leaves_lock_alone),
 	    T(test_fd_get_put),
+	    T(test_cold_file_leaves_no_hot_file),
 	    T(test_drop_ignores_non_regular),
 	    T(test_empty_file_leaves_no_hot_file),
 	    T(test_reserve_arithmetic),

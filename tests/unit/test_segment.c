@@ -1,7 +1,11 @@
 /*
  * test_segment — segment format: encode/decode round trips, every single
- * flipped byte of header, payload or footer detected, truncation detected,
+ * flipped byte of header, record or footer detected, truncation detected,
  * and the writer/readers over a real nvme store in a temp directory.
+ * Format v2: chunk sizes around every boundary, sparse chunks from a tmpfs
+ * file, packing of small records, per-block checksums of range reads, a
+ * corrupted map; and a v1 segment (fixture written by the v1 code) still
+ * read.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -87,18 +91,18 @@ static void test_header_roundtrip(void **state)
 
 	seg_header_encode(buf, uuid, 0x1122334455667788ull);
 	assert_memory_equal(buf, "SPWSEG01", 8);
-	assert_int_equal(buf[8], 1); /* version, little-endian */
+	assert_int_equal(buf[8], 2); /* version, little-endian */
 	assert_int_equal(buf[32], 0x88);
 	assert_int_equal(buf[39], 0x11);
-	assert_int_equal(seg_header_decode(buf, out, &id), 0);
+	assert_int_equal(seg_header_decode(buf, out, &id, NULL), 0);
 	assert_memory_equal(out, uuid, 16);
 	assert_true(id == 0x1122334455667788ull);
 	for (size_t i = 0; i < SEG_HDR_SIZE; i++) {
 		buf[i] ^= 0x01;
-		assert_int_equal(seg_header_decode(buf, out, &id), -EIO);
+		assert_int_equal(seg_header_decode(buf, out, &id, NULL), -EIO);
 		buf[i] ^= 0x01;
 	}
-	assert_int_equal(seg_header_decode(buf, out, &id), 0);
+	assert_int_equal(seg_header_decode(buf, out, &id, NULL), 0);
 }
 
 static void test_header_other_version(void **state)
@@ -107,25 +111,35 @@ static void test_header_other_version(void **state)
 	uint64_t id;
 	uint32_t crc;
 
-	seg_header_encode(buf, uuid, 5);
-	buf[8] = 2;
-	/* Recompute the crc (crc32c of [0, 4092), stored little-endian at 4092). */
-	crc = crc32c(0, buf, SEG_HDR_SIZE - 4);
-	for (int i = 0; i < 4; i++)
-		buf[SEG_HDR_SIZE - 4 + i] = (uint8_t)(crc >> (8 * i));
-	assert_int_equal(seg_header_decode(buf, NULL, &id), -ENOTSUP);
+	uint32_t v = 0;
+
+	for (uint8_t ver = 0; ver < 5; ver++) {
+		seg_header_encode(buf, uuid, 5);
+		buf[8] = ver;
+		/* Recompute the crc (crc32c of [0, 4092), stored little-endian at 4092). */
+		crc = crc32c(0, buf, SEG_HDR_SIZE - 4);
+		for (int i = 0; i < 4; i++)
+			buf[SEG_HDR_SIZE - 4 + i] = (uint8_t)(crc >> (8 * i));
+		/* versions 1 and 2 are read, nothing else */
+		assert_int_equal(seg_header_decode(buf, NULL, &id, &v),
+				 ver == 1 || ver == 2 ? 0 : -ENOTSUP);
+		if (ver == 1 || ver == 2)
+			assert_int_equal(v, ver);
+	}
 }
 
 static const struct seg_entry sample[3] = {
-    {.ino = 42, .chunk = 0, .gen = 7, .off = 4096, .len = 8192, .crc = 0xdeadbeef},
-    {.ino = 42, .chunk = 1, .gen = 9, .off = 12288, .len = 5000, .crc = 0x01020304},
-    {.ino = 1ull << 40, .chunk = 3, .gen = 1, .off = 20480, .len = 1, .crc = 0},
+    {.ino = 42, .chunk = 0, .gen = 7, .off = 4096, .len = 8192, .crc = 0xdeadbeef,
+     .chunk_len = 4 << 20},
+    {.ino = 42, .chunk = 1, .gen = 9, .off = 12288, .len = 5000, .crc = 0x01020304,
+     .flags = SEG_F_MAP, .chunk_len = 4 << 20},
+    {.ino = 1ull << 40, .chunk = 3, .gen = 1, .off = 20480, .len = 1, .crc = 0, .chunk_len = 1},
 };
 
 static void test_footer_roundtrip(void **state)
 {
 	uint64_t body_end = 20480 + 1;
-	uint32_t flen = seg_footer_len(body_end, 3), fl2, n = 0;
+	uint32_t flen = seg_footer_len(body_end, 3), fl2, n = 0, v = 0;
 	uint64_t seg_len = body_end + flen;
 	struct seg_entry *e = NULL;
 	uint8_t *buf;
@@ -135,10 +149,13 @@ static void test_footer_roundtrip(void **state)
 	buf = malloc(flen);
 	assert_non_null(buf);
 	seg_footer_encode(buf, flen, sample, 3);
-	assert_memory_equal(buf + flen - 8, "SPWFOOT1", 8);
-	assert_int_equal(seg_trailer_decode(buf + flen - SEG_TRAILER_SIZE, seg_len, &fl2), 0);
+	assert_memory_equal(buf + flen - 8, "SPWFOOT2", 8);
+	assert_int_equal(seg_trailer_decode(buf + flen - SEG_TRAILER_SIZE, seg_len, &fl2, &v), 0);
 	assert_int_equal(fl2, flen);
-	assert_int_equal(seg_footer_decode(buf, flen, seg_len, &e, &n), 0);
+	assert_int_equal(v, 2);
+	/* a v2 footer is not taken for a v1 one */
+	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 1, &e, &n), -EIO);
+	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), 0);
 	assert_int_equal(n, 3);
 	assert_memory_equal(e, sample, sizeof(sample));
 	free(e);
@@ -147,7 +164,7 @@ static void test_footer_roundtrip(void **state)
 		for (int bit = 0; bit < 8; bit += 7) {
 			buf[i] ^= (uint8_t)(1u << bit);
 			e = NULL;
-			assert_int_equal(seg_footer_decode(buf, flen, seg_len, &e, &n), -EIO);
+			assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), -EIO);
 			assert_null(e);
 			buf[i] ^= (uint8_t)(1u << bit);
 		}
@@ -163,7 +180,7 @@ static void test_footer_empty(void **state)
 
 	assert_int_equal(flen, 4096);
 	seg_footer_encode(buf, flen, NULL, 0);
-	assert_int_equal(seg_footer_decode(buf, flen, 8192, &e, &n), 0);
+	assert_int_equal(seg_footer_decode(buf, flen, 8192, 2, &e, &n), 0);
 	assert_int_equal(n, 0);
 	assert_null(e);
 }
@@ -171,28 +188,43 @@ static void test_footer_empty(void **state)
 /* A footer with a valid crc but an entry outside the data area is refused. */
 static void test_footer_bounds(void **state)
 {
-	struct seg_entry bad[1] = {{.ino = 1, .off = 4096, .len = 8193}};
+	struct seg_entry bad[1] = {
+	    {.ino = 1, .off = 4096, .len = 8193, .flags = SEG_F_MAP, .chunk_len = 1 << 20}};
 	uint32_t flen = seg_footer_len(4096 + 8192, 1), n;
 	uint64_t seg_len = 4096 + 8192 + flen;
 	struct seg_entry *e = NULL;
 	uint8_t buf[4096];
 
 	seg_footer_encode(buf, flen, bad, 1);
-	assert_int_equal(seg_footer_decode(buf, flen, seg_len, &e, &n), -EIO);
+	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), -EIO);
 	bad[0].len = 8192;
-	bad[0].off = 4097;
+	bad[0].off = 4097; /* records start on 8 bytes */
 	seg_footer_encode(buf, flen, bad, 1);
-	assert_int_equal(seg_footer_decode(buf, flen, seg_len, &e, &n), -EIO);
+	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), -EIO);
 	bad[0].off = 0; /* inside the header */
 	seg_footer_encode(buf, flen, bad, 1);
-	assert_int_equal(seg_footer_decode(buf, flen, seg_len, &e, &n), -EIO);
-	bad[0].off = 4096;
+	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), -EIO);
+	bad[0].off = 4096 + 8;
+	bad[0].len = 8192 - 8;
 	seg_footer_encode(buf, flen, bad, 1);
-	assert_int_equal(seg_footer_decode(buf, flen, seg_len, &e, &n), 0);
+	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), 0);
 	free(e);
+	/* a plain record is at most one block, and no longer than its chunk */
+	bad[0].flags = 0;
+	seg_footer_encode(buf, flen, bad, 1);
+	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), 0);
+	free(e);
+	bad[0].chunk_len = 100;
+	seg_footer_encode(buf, flen, bad, 1);
+	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), -EIO);
+	bad[0].chunk_len = 1 << 20;
+	bad[0].flags = 2; /* unknown flag */
+	seg_footer_encode(buf, flen, bad, 1);
+	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), -EIO);
 	/* The segment length must be aligned and hold header + footer. */
-	assert_int_equal(seg_trailer_decode(buf + flen - SEG_TRAILER_SIZE, seg_len + 1, &n), -EIO);
-	assert_int_equal(seg_trailer_decode(buf + flen - SEG_TRAILER_SIZE, 4096, &n), -EIO);
+	assert_int_equal(seg_trailer_decode(buf + flen - SEG_TRAILER_SIZE, seg_len + 1, &n, NULL),
+			 -EIO);
+	assert_int_equal(seg_trailer_decode(buf + flen - SEG_TRAILER_SIZE, 4096, &n, NULL), -EIO);
 }
 
 /* ---- writer and readers over a store ---- */
@@ -212,7 +244,7 @@ static int verify(struct fx *f, uint64_t id, uint32_t dev, uint64_t len)
 	uint32_t n;
 	int ret;
 
-	ret = seg_read_manifest(f->st, id, dev, len, got_uuid, &e, &n);
+	ret = seg_read_manifest(f->st, id, dev, len, got_uuid, NULL, &e, &n);
 	if (ret < 0)
 		return ret;
 	if (memcmp(got_uuid, uuid, 16) != 0) {
@@ -220,14 +252,38 @@ static int verify(struct fx *f, uint64_t id, uint32_t dev, uint64_t len)
 		return -EBADMSG;
 	}
 	for (uint32_t i = 0; i < n && ret == 0; i++) {
-		void *buf = seg_buf_alloc(e[i].len);
+		struct seg_chunk sc;
 
-		assert_non_null(buf);
-		ret = seg_read_chunk(f->st, id, dev, &e[i], buf);
-		seg_buf_free(buf);
+		ret = seg_read_chunk(f->st, id, dev, &e[i], &sc);
+		if (ret == 0)
+			seg_chunk_free(&sc);
 	}
 	free(e);
 	return ret;
+}
+
+/*
+ * Read e's chunk whole into buf (chunk_len bytes, holes as zeros) through
+ * seg_read_chunk; 0 or its error.
+ */
+static int read_whole(struct fx *f, uint64_t id, uint32_t dev, const struct seg_entry *e,
+		      uint8_t *buf, uint32_t chunk_len)
+{
+	struct seg_chunk sc;
+	uint32_t pos = 0;
+	int ret;
+
+	memset(buf, 0, chunk_len);
+	ret = seg_read_chunk(f->st, id, dev, e, &sc);
+	if (ret < 0)
+		return ret;
+	for (uint32_t i = 0; i < sc.next; pos += sc.ext[i].len, i++) {
+		assert_true((uint64_t)sc.ext[i].off + sc.ext[i].len <= chunk_len);
+		memcpy(buf + sc.ext[i].off, sc.data + pos, sc.ext[i].len);
+	}
+	assert_int_equal(pos, sc.data_len);
+	seg_chunk_free(&sc);
+	return 0;
 }
 
 static void test_write_read(void **state)
@@ -238,7 +294,7 @@ static void test_write_read(void **state)
 	struct seg_entry ent[3], *e = NULL;
 	struct seg_writer *w;
 	uint64_t seg_len;
-	uint32_t dev = 99, n;
+	uint32_t dev = 99, n, v = 0;
 	int hot;
 
 	assert_non_null(data);
@@ -254,36 +310,39 @@ static void test_write_read(void **state)
 	assert_int_equal(seg_writer_add(w, 10, 0, 1, data + 1, 5000, &ent[0]), 0);
 	assert_int_equal(ent[0].off, 4096);
 	assert_int_equal(ent[0].len, 5000);
+	assert_int_equal(ent[0].flags, 0);
 	assert_int_equal(seg_writer_bytes(w), 4096 + 5000);
-	/* From an fd, at an offset. */
+	/* From an fd, at an offset: packed on 8 bytes, not 4 KiB. */
 	assert_int_equal(seg_writer_add_fd(w, 11, 2, 5, hot, 333, 12000, &ent[1]), 0);
-	assert_int_equal(ent[1].off, 12288);
+	assert_int_equal(ent[1].off, 9096);
+	assert_int_equal(ent[1].len, 12000);
+	assert_int_equal(ent[1].flags, 0);
 	assert_int_equal(seg_writer_add(w, 12, 0, 1, data, 1, &ent[2]), 0);
-	assert_int_equal(ent[2].off, 12288 + 12288);
+	assert_int_equal(ent[2].off, 9096 + 12000);
 	assert_int_equal(seg_writer_count(w), 3);
 	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
 	assert_int_equal(dev, 0);
-	assert_int_equal(seg_len % 4096, 0);
-	assert_int_equal(seg_len, 12288 + 12288 + 4096); /* footer fits after chunk 3 */
+	assert_int_equal(seg_len, 24576); /* 21097 + footer, to 4 KiB */
 
-	assert_int_equal(seg_read_manifest(f->st, 77, 0, seg_len, NULL, &e, &n), 0);
+	assert_int_equal(seg_read_manifest(f->st, 77, 0, seg_len, NULL, &v, &e, &n), 0);
+	assert_int_equal(v, 2);
 	assert_int_equal(n, 3);
 	assert_memory_equal(e, ent, sizeof(ent));
 	for (int i = 0; i < 3; i++) {
-		uint8_t *buf = seg_buf_alloc(e[i].len);
+		uint8_t *buf = malloc(e[i].len);
 		const uint8_t *want = i == 0 ? data + 1 : i == 1 ? data + 333 : data;
 
 		assert_non_null(buf);
-		assert_int_equal(seg_read_chunk(f->st, 77, 0, &e[i], buf), 0);
+		assert_int_equal(read_whole(f, 77, 0, &e[i], buf, e[i].len), 0);
 		assert_memory_equal(buf, want, e[i].len);
-		seg_buf_free(buf);
+		free(buf);
 	}
 	free(e);
 	close(hot);
 	free(data);
 }
 
-/* Payloads larger than the staging buffer, crossing flush boundaries. */
+/* Chunks larger than the staging buffer, crossing flush boundaries. */
 static void test_large_segment(void **state)
 {
 	struct fx *f = *state;
@@ -312,11 +371,13 @@ static void test_large_segment(void **state)
 	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
 	assert_int_equal(verify(f, 78, dev, seg_len), 0);
 	for (int i = 0; i < 3; i++) {
-		uint8_t *buf = seg_buf_alloc(sz[i]);
+		uint8_t *buf = malloc(sz[i]);
 
-		assert_int_equal(seg_read_chunk(f->st, 78, dev, &ent[i], buf), 0);
+		assert_int_equal(ent[i].flags, SEG_F_MAP);
+		assert_true(ent[i].len < sz[i] + 1024); /* the map: a few hundred bytes */
+		assert_int_equal(read_whole(f, 78, dev, &ent[i], buf, (uint32_t)sz[i]), 0);
 		assert_memory_equal(buf, data[i], sz[i]);
-		seg_buf_free(buf);
+		free(buf);
 		free(data[i]);
 	}
 	close(hot);
@@ -324,14 +385,17 @@ static void test_large_segment(void **state)
 
 static void write_small(struct fx *f, uint64_t id, uint64_t *seg_len, uint32_t *dev)
 {
-	uint8_t data[2][8192];
+	static uint8_t data[3][70000];
 	struct seg_writer *w;
 
 	fill_pattern(data[0], 8192, 1);
 	fill_pattern(data[1], 8192, 2);
+	fill_pattern(data[2], 70000, 3);
 	assert_int_equal(seg_writer_new(f->st, uuid, id, 0, &w), 0);
 	assert_int_equal(seg_writer_add(w, 5, 0, 1, data[0], 8192, NULL), 0);
 	assert_int_equal(seg_writer_add(w, 5, 1, 1, data[1], 8192, NULL), 0);
+	/* two blocks: a mapped record, so every byte of a map is flipped too */
+	assert_int_equal(seg_writer_add(w, 5, 2, 1, data[2], 70000, NULL), 0);
 	assert_int_equal(seg_writer_finish(w, dev, seg_len), 0);
 }
 
@@ -345,7 +409,7 @@ static void test_flip_every_byte(void **state)
 	int fd;
 
 	write_small(f, 5, &seg_len, &dev);
-	assert_int_equal(seg_len, 4096 + 2 * 8192 + 4096);
+	assert_int_equal(seg_len, 94208); /* 4096 + 2 * 8192 + 70032 + footer, to 4 KiB */
 	assert_int_equal(verify(f, 5, dev, seg_len), 0);
 	seg_path(f, 5, path, sizeof(path));
 	fd = open(path, O_RDWR);
@@ -433,7 +497,7 @@ static void test_add_fd_short_and_abort(void **state)
 	assert_int_equal(seg_writer_add_fd(w, 1, 0, 1, hot, 0, 100, NULL), 0);
 	assert_int_equal(seg_writer_count(w), 1);
 	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
-	assert_int_equal(seg_read_manifest(f->st, 9, dev, seg_len, NULL, &e, &n), 0);
+	assert_int_equal(seg_read_manifest(f->st, 9, dev, seg_len, NULL, NULL, &e, &n), 0);
 	assert_int_equal(n, 1);
 	assert_int_equal(e[0].len, 100);
 	free(e);
@@ -445,6 +509,327 @@ static void test_add_fd_short_and_abort(void **state)
 	assert_int_equal(store_list(f->st, count_entry, &count), 0);
 	assert_int_equal(count, 1); /* only segment 9 */
 	close(hot);
+}
+
+/* ---- format v2 ---- */
+
+/* Check bytes [off, off + len) of e's chunk through seg_read_range against want. */
+static void check_range(struct fx *f, uint64_t id, uint32_t dev, const struct seg_entry *e,
+			const uint8_t *want, uint32_t chunk_len, uint64_t off, uint32_t len)
+{
+	uint8_t *got = malloc(len ? len : 1);
+	uint32_t in = off < chunk_len ? (uint32_t)(chunk_len - off < len ? chunk_len - off : len) : 0;
+
+	assert_non_null(got);
+	memset(got, 0xa5, len);
+	assert_int_equal(seg_read_range(f->st, id, dev, e, off, len, got), 0);
+	if (in)
+		assert_memory_equal(got, want + off, in);
+	for (uint32_t i = in; i < len; i++)
+		assert_int_equal(got[i], 0); /* past the chunk: zeros */
+	free(got);
+}
+
+/* Every size around the record boundaries round-trips, whole and by range. */
+static void test_v2_sizes(void **state)
+{
+	static const uint32_t sz[] = {1,	 100,	      4095,	 4096,	 4097,
+				      65535, 65536, 65537, 4u << 20, 3 * 65536 + 17};
+	enum { N = sizeof(sz) / sizeof(sz[0]) };
+	struct fx *f = *state;
+	struct seg_entry ent[N];
+	struct seg_writer *w;
+	uint8_t *data = malloc(4u << 20), *buf = malloc(4u << 20);
+	uint64_t seg_len, prev_end = SEG_HDR_SIZE;
+	uint32_t dev;
+
+	assert_non_null(data);
+	assert_non_null(buf);
+	fill_pattern(data, 4u << 20, 21);
+	assert_int_equal(seg_writer_new(f->st, uuid, 30, 0, &w), 0);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(seg_writer_add(w, 3, i, 1, data, sz[i], &ent[i]), 0);
+		assert_int_equal(ent[i].off % SEG_REC_ALIGN, 0);
+		assert_true(ent[i].off - prev_end < SEG_REC_ALIGN); /* packed */
+		prev_end = ent[i].off + ent[i].len;
+		assert_int_equal(ent[i].chunk_len, sz[i]);
+		if (sz[i] <= SEG_BLOCK) {
+			assert_int_equal(ent[i].flags, 0); /* plain: no overhead */
+			assert_int_equal(ent[i].len, sz[i]);
+		} else {
+			uint32_t blocks = (sz[i] + SEG_BLOCK - 1) / SEG_BLOCK;
+
+			assert_int_equal(ent[i].flags, SEG_F_MAP);
+			assert_int_equal(ent[i].len, sz[i] + 8 + 4 * blocks + SEG_MAP_TAIL);
+		}
+	}
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(verify(f, 30, dev, seg_len), 0);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(read_whole(f, 30, dev, &ent[i], buf, sz[i]), 0);
+		assert_memory_equal(buf, data, sz[i]);
+		check_range(f, 30, dev, &ent[i], data, sz[i], 0, 1);
+		check_range(f, 30, dev, &ent[i], data, sz[i], sz[i] / 2, sz[i] / 3 + 1);
+		check_range(f, 30, dev, &ent[i], data, sz[i], sz[i] - 1, 4096);
+		check_range(f, 30, dev, &ent[i], data, sz[i], 0, sz[i]);
+	}
+	/* ranges across block boundaries of the 4 MiB chunk */
+	check_range(f, 30, dev, &ent[8], data, 4u << 20, SEG_BLOCK - 10, 20);
+	check_range(f, 30, dev, &ent[8], data, 4u << 20, 5 * SEG_BLOCK, 3 * SEG_BLOCK + 1);
+	free(data);
+	free(buf);
+}
+
+/* A sparse hot file (tmpfs): only the data extents are stored, holes come back as holes. */
+static void test_v2_sparse_fd(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t chunk = 4u << 20;
+	char tmpl[] = "/dev/shm/spw-seg-hot-XXXXXX";
+	uint8_t *want = calloc(1, chunk), *buf = malloc(chunk);
+	/* written ranges, relative to the chunk (which starts at 8 MiB in the file) */
+	static const struct seg_extent wr[] = {
+	    {0, 4096}, {(1u << 20) + 100, 4096}, {(3u << 20), 65536 + 5}, {chunk - 1, 1}};
+	static const struct seg_extent pages[] = {{0, 4096},
+						  {1u << 20, 8192},
+						  {3u << 20, 65536 + 4096},
+						  {chunk - 4096, 4096}};
+	struct seg_entry e, e2;
+	struct seg_chunk sc;
+	struct seg_writer *w;
+	uint64_t seg_len, base = 8u << 20;
+	uint32_t dev, stored = 0;
+	int hot;
+
+	assert_non_null(want);
+	assert_non_null(buf);
+	hot = mkstemp(tmpl);
+	assert_true(hot >= 0);
+	unlink(tmpl);
+	for (size_t i = 0; i < sizeof(wr) / sizeof(wr[0]); i++) {
+		fill_pattern(want + wr[i].off, wr[i].len, 40 + (uint32_t)i);
+		assert_int_equal(pwrite(hot, want + wr[i].off, wr[i].len, (off_t)(base + wr[i].off)),
+				 (ssize_t)wr[i].len);
+	}
+	assert_int_equal(ftruncate(hot, (off_t)(base + chunk + 4096)), 0);
+	assert_int_equal(seg_writer_new(f->st, uuid, 31, 0, &w), 0);
+	assert_int_equal(seg_writer_add_fd(w, 4, 2, 3, hot, base, chunk, &e), 0);
+	/* a chunk of holes only: a map of no extents */
+	assert_int_equal(seg_writer_add_fd(w, 4, 3, 3, hot, base - (4u << 20), chunk, &e2), 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(e.flags, SEG_F_MAP);
+	assert_int_equal(e.chunk_len, chunk);
+	for (size_t i = 0; i < 4; i++)
+		stored += pages[i].len;
+	/* the data pages tmpfs holds, plus the map: not 4 MiB */
+	assert_int_equal(e.len, stored + 4 * 8 + 4 * ((stored + SEG_BLOCK - 1) / SEG_BLOCK) +
+				    SEG_MAP_TAIL);
+	assert_int_equal(e2.flags, SEG_F_MAP);
+	assert_int_equal(e2.len, SEG_MAP_TAIL);
+	assert_true(seg_len < 100 * 1024);
+	assert_int_equal(verify(f, 31, dev, seg_len), 0);
+
+	assert_int_equal(seg_read_chunk(f->st, 31, dev, &e, &sc), 0);
+	assert_int_equal(sc.next, 4);
+	assert_memory_equal(sc.ext, pages, sizeof(pages));
+	seg_chunk_free(&sc);
+	assert_int_equal(read_whole(f, 31, dev, &e, buf, chunk), 0);
+	assert_memory_equal(buf, want, chunk);
+	check_range(f, 31, dev, &e, want, chunk, 0, chunk);
+	check_range(f, 31, dev, &e, want, chunk, 5000, 1u << 20);	/* mostly a hole */
+	check_range(f, 31, dev, &e, want, chunk, 2u << 20, 4096);	/* only a hole */
+	check_range(f, 31, dev, &e, want, chunk, (1u << 20) + 50, 200); /* spans two pages */
+	check_range(f, 31, dev, &e, want, chunk, (3u << 20) + 65000, 1000);
+	assert_int_equal(seg_read_chunk(f->st, 31, dev, &e2, &sc), 0);
+	assert_int_equal(sc.next, 0);
+	assert_int_equal(sc.data_len, 0);
+	seg_chunk_free(&sc);
+	close(hot);
+	free(want);
+	free(buf);
+}
+
+/* 10,000 objects of 100..3,000 bytes: the segment is at most 1.25x their
+ * bytes plus header and footer. */
+static void test_v2_packing(void **state)
+{
+	enum { N = 10000 };
+	struct fx *f = *state;
+	struct seg_entry *ent = calloc(N, sizeof(*ent));
+	uint8_t *data = malloc(3000), buf[3000];
+	uint64_t seg_len, live = 0, x = 12345, hdr_foot;
+	struct seg_writer *w;
+	uint32_t dev, *len = calloc(N, sizeof(*len));
+
+	assert_non_null(ent);
+	assert_non_null(data);
+	assert_non_null(len);
+	assert_int_equal(seg_writer_new(f->st, uuid, 32, 0, &w), 0);
+	for (uint32_t i = 0; i < N; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		len[i] = 100 + (uint32_t)((x >> 33) % 2901);
+		fill_pattern(data, len[i], i);
+		assert_int_equal(seg_writer_add(w, 100 + i, 0, 1, data, len[i], &ent[i]), 0);
+		assert_int_equal(ent[i].len, len[i]);
+		live += len[i];
+	}
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	hdr_foot = SEG_HDR_SIZE + (uint64_t)N * SEG_ENTRY_SIZE + SEG_TRAILER_SIZE + SEG_ALIGN;
+	print_message("packing: %u objects, %" PRIu64 " bytes live, segment %" PRIu64
+		      " bytes: data area %.4fx live, whole segment %.4fx\n",
+		      N, live, seg_len,
+		      (double)(ent[N - 1].off + ent[N - 1].len - SEG_HDR_SIZE) / (double)live,
+		      (double)seg_len / (double)live);
+	assert_true((double)seg_len <= 1.25 * (double)live + (double)hdr_foot);
+	assert_int_equal(seg_v2_len(len, N), seg_len);
+	for (uint32_t i = 0; i < N; i += 97) {
+		fill_pattern(data, len[i], i);
+		assert_int_equal(read_whole(f, 32, dev, &ent[i], buf, len[i]), 0);
+		assert_memory_equal(buf, data, len[i]);
+	}
+	assert_int_equal(verify(f, 32, dev, seg_len), 0);
+	free(len);
+	free(ent);
+	free(data);
+}
+
+static void flip_byte(struct fx *f, uint64_t id, uint64_t off)
+{
+	char path[128];
+	uint8_t b;
+	int fd;
+
+	seg_path(f, id, path, sizeof(path));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, (off_t)off), 1);
+	b ^= 0x40;
+	assert_int_equal(pwrite(fd, &b, 1, (off_t)off), 1);
+	close(fd);
+}
+
+/* One bad byte in one block: reads of that block fail, reads of others do not. */
+static void test_v2_block_crc(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t sz = 4u << 20;
+	uint8_t *data = malloc(sz), small[200];
+	struct seg_entry e, e_small;
+	struct seg_writer *w;
+	struct seg_chunk sc;
+	uint64_t seg_len;
+	uint32_t dev;
+
+	assert_non_null(data);
+	fill_pattern(data, sz, 50);
+	fill_pattern(small, sizeof(small), 51);
+	assert_int_equal(seg_writer_new(f->st, uuid, 33, 0, &w), 0);
+	assert_int_equal(seg_writer_add(w, 6, 0, 1, data, sz, &e), 0);
+	assert_int_equal(seg_writer_add(w, 7, 0, 1, small, sizeof(small), &e_small), 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	/* the chunk's data starts the record: block 5 is at e.off + 5 * SEG_BLOCK */
+	flip_byte(f, 33, e.off + 5 * SEG_BLOCK + 1234);
+	spw_log_level = LOG_CRIT;
+	uint8_t *got = malloc(3 * SEG_BLOCK);
+	assert_non_null(got);
+	assert_int_equal(seg_read_range(f->st, 33, dev, &e, 5 * SEG_BLOCK + 1000, 500, got),
+			 -EBADMSG);
+	for (uint32_t i = 0; i < 500; i++)
+		assert_int_equal(got[i], 0); /* nothing unverified handed out */
+	assert_int_equal(seg_read_range(f->st, 33, dev, &e, 4 * SEG_BLOCK, 3 * SEG_BLOCK, got),
+			 -EBADMSG);
+	assert_int_equal(seg_read_chunk(f->st, 33, dev, &e, &sc), -EBADMSG);
+	spw_log_level = LOG_INFO;
+	/* blocks around it are fine */
+	check_range(f, 33, dev, &e, data, sz, 4 * SEG_BLOCK, SEG_BLOCK);
+	check_range(f, 33, dev, &e, data, sz, 6 * SEG_BLOCK, 2 * SEG_BLOCK);
+	check_range(f, 33, dev, &e, data, sz, 63 * SEG_BLOCK + 7, 100);
+	/* a plain record has its one crc */
+	flip_byte(f, 33, e_small.off + 199);
+	spw_log_level = LOG_CRIT;
+	assert_int_equal(seg_read_range(f->st, 33, dev, &e_small, 0, 10, got), -EBADMSG);
+	spw_log_level = LOG_INFO;
+	free(got);
+	free(data);
+}
+
+/* A corrupted map (extents, block crcs, or sizes) is refused. */
+static void test_v2_bad_map(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t sz = 200000;
+	uint8_t *data = malloc(sz), got[100];
+	struct seg_entry e;
+	struct seg_writer *w;
+	struct seg_chunk sc;
+	uint64_t seg_len, map;
+	uint32_t dev, map_len = 8 + 4 * 4 + SEG_MAP_TAIL;
+
+	assert_non_null(data);
+	fill_pattern(data, sz, 60);
+	assert_int_equal(seg_writer_new(f->st, uuid, 34, 0, &w), 0);
+	assert_int_equal(seg_writer_add(w, 6, 0, 1, data, sz, &e), 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(e.len, sz + map_len);
+	map = e.off + sz;
+	spw_log_level = LOG_CRIT;
+	for (uint32_t i = 0; i < map_len; i++) {
+		flip_byte(f, 34, map + i);
+		assert_int_equal(seg_read_chunk(f->st, 34, dev, &e, &sc), -EBADMSG);
+		assert_int_equal(seg_read_range(f->st, 34, dev, &e, 1000, 100, got), -EBADMSG);
+		flip_byte(f, 34, map + i);
+	}
+	spw_log_level = LOG_INFO;
+	assert_int_equal(seg_read_chunk(f->st, 34, dev, &e, &sc), 0);
+	seg_chunk_free(&sc);
+	/* the index's crc must be the map's: another record's map is not taken */
+	e.crc ^= 1;
+	spw_log_level = LOG_CRIT;
+	assert_int_equal(seg_read_chunk(f->st, 34, dev, &e, &sc), -EBADMSG);
+	spw_log_level = LOG_INFO;
+	free(data);
+}
+
+/* A segment written by the format-v1 code (tests/unit/fixtures) still reads. */
+static void test_v1_fixture(void **state)
+{
+	static const uint32_t sz[4] = {100, 1, 5000, 70000};
+	struct fx *f = *state;
+	struct seg_entry *e = NULL;
+	uint8_t *want = malloc(70000), *buf = malloc(70000);
+	char cmd[512];
+	uint32_t n, v = 0;
+
+	assert_non_null(want);
+	assert_non_null(buf);
+	snprintf(cmd, sizeof(cmd), "cp '%s/seg-v1.spw' '%s/seg-0000000000000051.spw'",
+		 SPW_TEST_FIXTURES, f->dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(seg_read_manifest(f->st, 0x51, 0, 94208, NULL, &v, &e, &n), 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(n, 4);
+	for (uint32_t i = 0; i < 4; i++) {
+		assert_int_equal(e[i].ino, 42);
+		assert_int_equal(e[i].chunk, i);
+		assert_int_equal(e[i].gen, 7 + i);
+		assert_int_equal(e[i].len, sz[i]);
+		assert_int_equal(e[i].chunk_len, sz[i]);
+		assert_int_equal(e[i].flags, 0);
+		assert_int_equal(e[i].off % 4096, 0);
+		fill_pattern(want, sz[i], 100 + i);
+		assert_int_equal(read_whole(f, 0x51, 0, &e[i], buf, sz[i]), 0);
+		assert_memory_equal(buf, want, sz[i]);
+		check_range(f, 0x51, 0, &e[i], want, sz[i], sz[i] / 3, sz[i] / 2 + 1);
+	}
+	/* v1 semantics: one crc over the whole payload */
+	flip_byte(f, 0x51, e[3].off + 69999);
+	spw_log_level = LOG_CRIT;
+	assert_int_equal(read_whole(f, 0x51, 0, &e[3], buf, 70000), -EBADMSG);
+	assert_int_equal(seg_read_range(f->st, 0x51, 0, &e[3], 0, 10, buf), -EBADMSG);
+	spw_log_level = LOG_INFO;
+	free(e);
+	free(want);
+	free(buf);
 }
 
 int main(void)
@@ -461,6 +846,12 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_wrong_id, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_add_fd_short_and_abort, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_v2_sizes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_v2_sparse_fd, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_v2_packing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_v2_block_crc, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_v2_bad_map, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_v1_fixture, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
