@@ -18,15 +18,32 @@
  * Code. What failed is left in x->why for the caller's log line; nothing
  * logged or kept ever holds a secret key, a signature or an Authorization
  * header.
- * Writes. put_append copies into a part buffer. A full buffer is handed to
- * a free slot (one of io_workers) only when more data arrives, so a segment
- * of at most part_size bytes is one PUT at put_finish. The first hand-off
+ * Writes. put_append copies into a part buffer (the fill) from the store's
+ * pool (s3_pool.c): buffer_budget / part_size buffers of part_size bytes
+ * (default 48 MiB: 3 parts of 16 MiB; at least 2 parts by default, 1 when
+ * set), mmap'ed, shared by every put. A full fill is handed to a free slot
+ * (one of io_workers per put) only when more data arrives, so a segment of
+ * at most part_size bytes is one PUT at put_finish. The first hand-off
  * starts a multipart upload; each slot's UploadPart runs in the background
- * (driven by every later append and by waits for a free slot), so memory
- * stays at io_workers + 1 parts. put_finish sends the last part, waits for
- * all, and completes; any failure aborts the upload and returns -EIO.
+ * (driven by every later append and by every wait of its put) and keeps its
+ * buffer until the part is acknowledged (a retry resends from it), then
+ * gives it back. put_finish sends the last part, waits for all, and
+ * completes; any failure aborts the upload and returns -EIO.
+ * Memory bound: part buffers never exceed the budget, however many puts run
+ * (io_workers segment writers) and however many parts each has in flight;
+ * idle buffers stay mapped while any put runs and are unmapped when the
+ * last one ends. Named objects send their parts from the caller's buffer.
+ * No deadlock with a pool smaller than puts x parts: a put asks for a
+ * buffer only when it holds no fill. While none is free it drives its own
+ * parts in flight (collecting one gives its buffer back) or, with none in
+ * flight and so holding no buffer, waits on the pool. Every buffer out is a
+ * fill its put's thread is copying into, or a part in flight that its put
+ * drives at its next append, finish or abort, and every part ends
+ * (acknowledged, or failed after S3_MAX_ATTEMPTS): some buffer always comes
+ * back. Hence a thread holding a put must not wait for another put's
+ * progress (each segment writer runs its one put in its own thread).
  * Reads. One ranged GET per part_size piece, io_workers at a time, each
- * writing straight into the caller's buffer.
+ * writing straight into the caller's buffer: reads allocate no data buffer.
  * Listing. One ListObjectsV2 pager (s3_list_keys) for the segment list,
  * which keeps only exact seg-<hex>.spw keys directly under the prefix, and
  * for the named objects.
@@ -48,6 +65,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#define POOL_WAIT_MS 1000 /* a put waiting for a part buffer re-checks this often */
 
 /* ---- put ---- */
 
@@ -128,6 +147,8 @@ static int put_collect(struct s3_put *p)
 				ret = -ENOMEM;
 		}
 		s3_xfer_fini(&sl->x);
+		s3_pool_put(s->pool, sl->buf); /* acknowledged (or failed for good) */
+		sl->buf = NULL;
 	}
 	return ret;
 }
@@ -212,22 +233,52 @@ void s3_put_send(struct s3_put *p, struct part_slot *sl, const uint8_t *body, si
 	s3_conn_step(s, p->conn, 0);
 }
 
-/* Hand the full fill buffer to a free slot as the next part and start its upload. */
+/* Hand the full fill buffer to a free slot as the next part and start its
+ * upload; the slot keeps the buffer until the part is acknowledged. */
 static int put_handoff(struct s3_put *p)
 {
 	struct part_slot *sl;
-	uint8_t *tmp;
 	int ret = s3_put_slot(p, &sl);
 
 	if (ret)
 		return ret;
-	tmp = sl->buf;
 	sl->buf = p->fill;
 	sl->len = p->fill_len;
-	p->fill = tmp;
+	p->fill = NULL;
 	p->fill_len = 0;
 	s3_put_send(p, sl, sl->buf, sl->len);
 	return 0;
+}
+
+/*
+ * A part buffer for p->fill from the store's pool. While the budget is used
+ * up, keep p's own parts moving (each gives its buffer back once collected)
+ * or, with none in flight, wait for another put to give one back: p holds
+ * no buffer then, so it blocks nobody. 0, -EIO (a part failed), -ENOMEM.
+ */
+static int put_fill_get(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+	void *buf;
+	int ret;
+
+	for (;;) {
+		int busy = 0;
+
+		for (unsigned i = 0; i < s->io_workers; i++)
+			busy |= p->slots[i].busy;
+		ret = s3_pool_get(s->pool, busy ? 0 : POOL_WAIT_MS, &buf);
+		if (ret != -EAGAIN)
+			break;
+		if (busy) {
+			s3_conn_step(s, p->conn, 1);
+			if ((ret = put_collect(p)))
+				return ret;
+		}
+	}
+	if (ret == 0)
+		p->fill = buf;
+	return ret;
 }
 
 static int s3_put_append(struct store_put *put, const void *buf, size_t len)
@@ -245,8 +296,8 @@ static int s3_put_append(struct store_put *put, const void *buf, size_t len)
 
 		if (p->fill_len == s->part_size && (p->err = put_handoff(p)))
 			return p->err;
-		if (!p->fill && !(p->fill = malloc(s->part_size)))
-			return p->err = -ENOMEM;
+		if (!p->fill && (p->err = put_fill_get(p)))
+			return p->err;
 		n = s->part_size - p->fill_len;
 		n = n < len ? n : len;
 		memcpy(p->fill + p->fill_len, src, n);
@@ -317,23 +368,26 @@ int s3_put_drain(struct s3_put *p)
 void s3_put_free(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
+	int idle;
 
 	for (unsigned i = 0; i < s->io_workers; i++) {
 		s3_xfer_cancel(p->conn, &p->slots[i].x);
 		s3_xfer_fini(&p->slots[i].x);
-		free(p->slots[i].buf);
+		s3_pool_put(s->pool, p->slots[i].buf);
 	}
 	s3_conn_put(s, p->conn);
 	for (unsigned i = 0; i < p->etags_cap; i++)
 		free(p->etags[i]);
 	free(p->etags);
 	free(p->slots);
-	free(p->fill);
+	s3_pool_put(s->pool, p->fill);
 	free(p->upload_id);
 	free(p->key);
 	pthread_mutex_lock(&s->lock);
-	s->puts--;
+	idle = --s->puts == 0;
 	pthread_mutex_unlock(&s->lock);
+	if (idle) /* no upload running: the part buffers go back to the OS */
+		s3_pool_trim(s->pool);
 	free(p);
 }
 
@@ -690,6 +744,14 @@ static int s3_list(struct store *st, store_list_fn fn, void *arg)
 	return ret;
 }
 
+int store_s3_buffer_stats(struct store *st, struct s3_pool_stats *out)
+{
+	if (!st || st->ops != &s3_ops)
+		return -EINVAL;
+	s3_pool_stats(to_s3(st)->pool, out);
+	return 0;
+}
+
 static void s3_close(struct store *st)
 {
 	struct s3_store *s = to_s3(st);
@@ -702,6 +764,7 @@ static void s3_close(struct store *st)
 		s->idle = c->next;
 		s3_conn_free(c);
 	}
+	s3_pool_free(s->pool);
 	s3_credentials_free(&s->creds);
 	pthread_mutex_destroy(&s->lock);
 	free(s->endpoint);
@@ -870,6 +933,7 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 	const char *scheme_end, *host;
 	size_t hostlen;
 	struct timespec ts;
+	uint64_t bufs;
 	int ret;
 
 	snprintf(err, errlen, "out of memory");
@@ -920,6 +984,13 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 		ret = -EINVAL;
 		goto err;
 	}
+	bufs = (cfg->buffer_budget ? cfg->buffer_budget : S3_DEFAULT_BUFFER_BUDGET) / s->part_size;
+	if (bufs < (cfg->buffer_budget ? 1u : 2u))
+		bufs = cfg->buffer_budget ? 1 : 2; /* the default overlaps a fill and an upload */
+	if (bufs > S3_MAX_PART_BUFFERS)
+		bufs = S3_MAX_PART_BUFFERS;
+	if ((ret = s3_pool_new(s->part_size, (unsigned)bufs, &s->pool)))
+		goto err;
 	s->list_page = cfg->list_page;
 	s->io_workers = cfg->io_workers ? cfg->io_workers : S3_DEFAULT_IO_WORKERS;
 	if (s->io_workers > S3_MAX_IO_WORKERS)
@@ -934,9 +1005,9 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 		goto err;
 	abort_stale_uploads(s);
 	log_info("s3 %s: bucket reachable at %s (%s-style, parts of %" PRIu64 " MiB, %u "
-		 "connections)",
+		 "connections, %" PRIu64 " part buffers)",
 		 s->name, s->endpoint, cfg->path_style ? "path" : "virtual-host",
-		 s->part_size >> 20, s->io_workers);
+		 s->part_size >> 20, s->io_workers, bufs);
 	err[0] = 0;
 	*out = &s->base;
 	return 0;

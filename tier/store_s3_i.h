@@ -2,13 +2,15 @@
  * store_s3_i.h — private to tier/store_s3*.c and s3_xfer.c: the S3 store's
  * request engine (transfers on pooled libcurl conns, s3_xfer.c), its put,
  * ranged-read and listing machinery, shared by the segment store
- * (store_s3.c, which owns it) and the named objects (store_s3_obj.c). Retry and logging rules: store_s3.c DESIGN.
+ * (store_s3.c, which owns it) and the named objects (store_s3_obj.c).
+ * Retry, logging and part-buffer rules: store_s3.c DESIGN.
  * Threading: a conn, a put and a transfer are used by one thread at a time;
  * only the s3_store fields marked "protected by lock" are shared.
  */
 #ifndef SPW_STORE_S3_I_H
 #define SPW_STORE_S3_I_H
 
+#include "tier/s3_pool.h"
 #include "tier/store_s3.h"
 
 #include <pthread.h>
@@ -86,10 +88,11 @@ struct s3_store {
 	uint64_t rng;	      /* protected by lock */
 	int failed;	      /* protected by lock: the last request ran out of retries */
 	unsigned puts;	      /* protected by lock: puts in flight */
+	struct s3_pool *pool; /* part buffers of every put (thread-safe itself) */
 };
 
 struct part_slot {
-	uint8_t *buf;
+	uint8_t *buf; /* from s3_store.pool until collected; NULL: the caller's bytes */
 	size_t len;
 	unsigned part_no;
 	char part_str[12];
@@ -103,7 +106,7 @@ struct s3_put {
 	int named; /* a named object (store_s3_put_object), not a segment */
 	char *key;
 	struct s3_conn *conn;
-	uint8_t *fill; /* part being filled */
+	uint8_t *fill; /* part being filled, from s3_store.pool; NULL: none yet */
 	size_t fill_len;
 	struct part_slot *slots; /* io_workers */
 	char *upload_id;	 /* multipart, once started */
