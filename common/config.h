@@ -30,6 +30,7 @@ struct spw_config {
 	char *s3_endpoint, *s3_region, *s3_credentials, *s3_ca_file;
 	int s3_path_style;
 	uint64_t s3_part_size;
+	uint64_t s3_buffers;   /* part buffers of all uploads together; 0: the store's default */
 	double nvme_threshold; /* with nvme and s3: demote segments above this */
 	char *metrics;	       /* Prometheus text file, or NULL */
 	uint64_t metrics_interval_ms;

@@ -21,6 +21,7 @@ struct raw_opts {
 	char *nvme, *spill_threshold, *low_watermark, *hard_watermark, *min_spill_size;
 	char *io_workers, *restore, *write_wait, *gc_threshold;
 	char *s3, *s3_endpoint, *s3_region, *s3_part_size, *s3_credentials, *s3_ca_file;
+	char *s3_buffers;
 	char *s3_path_style, *nvme_threshold, *metrics, *metrics_interval;
 	char *state_dir, *journal_sync_ms, *checkpoint_size, *io_engine;
 	int s3_path_style_flag, takeover;
@@ -50,6 +51,7 @@ static const struct fuse_opt spw_opts[] = {
     OPT(s3_endpoint),
     OPT(s3_region),
     OPT(s3_part_size),
+    OPT(s3_buffers),
     OPT(s3_credentials),
     OPT(s3_ca_file),
     OPT(s3_path_style),
@@ -137,6 +139,8 @@ void opt_help(void)
 	    "    s3_region=REGION       signing region (default us-east-1)\n"
 	    "    s3_path_style[=0|1]    path-style URLs (MinIO, Ceph RGW, local servers)\n"
 	    "    s3_part_size=SIZE      multipart part size, 5M..5G (default 16M)\n"
+	    "    s3_buffers=SIZE        part buffers of all uploads together, whole parts\n"
+	    "                           (default 48M, at least 2 parts)\n"
 	    "    s3_credentials=FILE    AWS credentials file, mode 0600 (default: AWS_* env)\n"
 	    "    s3_ca_file=FILE        CA bundle for a private TLS endpoint\n"
 	    "    nvme_threshold=F       with nvme and s3: demote segments above F full (0.90)\n"
@@ -467,6 +471,15 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 			    "a multiple of 4K",
 			    raw.s3_part_size);
 	}
+	if (raw.s3_buffers) {
+		if (parse_size_opt("s3_buffers", raw.s3_buffers, &cfg->s3_buffers, err, errlen))
+			goto fail;
+		if (cfg->s3_buffers < cfg->s3_part_size || cfg->s3_buffers > (64ULL << 30))
+			FAIL(
+			    "option 's3_buffers': invalid value '%s': must be between s3_part_size "
+			    "and 64G",
+			    raw.s3_buffers);
+	}
 	if (raw.s3_credentials) {
 		struct s3_creds cr;
 		char why[512];
@@ -505,7 +518,7 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 		    "option 'metrics_interval': invalid value '%s': expected a duration from 100ms "
 		    "to 1h",
 		    raw.metrics_interval);
-	if (!cfg->s3 && (raw.s3_endpoint || raw.s3_region || raw.s3_part_size ||
+	if (!cfg->s3 && (raw.s3_endpoint || raw.s3_region || raw.s3_part_size || raw.s3_buffers ||
 			 raw.s3_credentials || raw.s3_ca_file))
 		FAIL("option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
 	if (raw.journal_sync_ms) {
@@ -588,6 +601,7 @@ fail:
 	free(raw.s3_endpoint);
 	free(raw.s3_region);
 	free(raw.s3_part_size);
+	free(raw.s3_buffers);
 	free(raw.s3_credentials);
 	free(raw.s3_ca_file);
 	free(raw.s3_path_style);

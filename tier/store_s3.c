@@ -18,20 +18,38 @@
  * Code. What failed is left in x->why for the caller's log line; nothing
  * logged or kept ever holds a secret key, a signature or an Authorization
  * header.
- * Writes. put_append copies into a part buffer. A full buffer is handed to
- * a free slot (one of io_workers) only when more data arrives, so a segment
- * of at most part_size bytes is one PUT at put_finish. The first hand-off
+ * Writes. put_append copies into a part buffer (the fill) from the store's
+ * pool (s3_pool.c): buffer_budget / part_size buffers of part_size bytes
+ * (default 48 MiB: 3 parts of 16 MiB; at least 2 parts by default, 1 when
+ * set), mmap'ed, shared by every put. A full fill is handed to a free slot
+ * (one of io_workers per put) only when more data arrives, so a segment of
+ * at most part_size bytes is one PUT at put_finish. The first hand-off
  * starts a multipart upload; each slot's UploadPart runs in the background
- * (driven by every later append and by waits for a free slot), so memory
- * stays at io_workers + 1 parts. put_finish sends the last part, waits for
- * all, and completes; any failure aborts the upload and returns -EIO.
+ * (driven by every later append and by every wait of its put) and keeps its
+ * buffer until the part is acknowledged (a retry resends from it), then
+ * gives it back. put_finish sends the last part, waits for all, and
+ * completes; any failure aborts the upload and returns -EIO.
+ * Memory bound: part buffers never exceed the budget, however many puts run
+ * (io_workers segment writers) and however many parts each has in flight;
+ * idle buffers stay mapped while any put runs and are unmapped when the
+ * last one ends. Named objects send their parts from the caller's buffer.
+ * No deadlock with a pool smaller than puts x parts: a put asks for a
+ * buffer only when it holds no fill. While none is free it drives its own
+ * parts in flight (collecting one gives its buffer back) or, with none in
+ * flight and so holding no buffer, waits on the pool. Every buffer out is a
+ * fill its put's thread is copying into, or a part in flight that its put
+ * drives at its next append, finish or abort, and every part ends
+ * (acknowledged, or failed after S3_MAX_ATTEMPTS): some buffer always comes
+ * back. Hence a thread holding a put must not wait for another put's
+ * progress (each segment writer runs its one put in its own thread).
  * Reads. One ranged GET per part_size piece, io_workers at a time, each
- * writing straight into the caller's buffer.
+ * writing straight into the caller's buffer: reads allocate no data buffer.
  * Listing. One ListObjectsV2 pager (s3_list_keys) for the segment list,
  * which keeps only exact seg-<hex>.spw keys directly under the prefix, and
  * for the named objects.
  * Named objects (store_s3_obj.c) run on the same transfers, put and
- * ranged-read machinery, shared through store_s3_i.h.
+ * ranged-read machinery, shared through store_s3_i.h. The request engine
+ * (transfers, conns, retries) is s3_xfer.c.
  */
 #include "tier/store_s3.h"
 
@@ -39,568 +57,16 @@
 #include "tier/s3xml.h"
 #include "tier/store_s3_i.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
-
-#define RESP_MAX       (16u << 20) /* largest XML response kept */
-#define CONNECT_MS     10000L
-#define LOW_SPEED_TIME 30L /* seconds below 1 KiB/s: the attempt timed out */
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545F4914F6CDD1Dull;
-}
-
-static void curl_init_once(void)
-{
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
-static char *trim(char *s)
-{
-	char *e;
-
-	while (*s == ' ' || *s == '\t')
-		s++;
-	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n'))
-		*--e = 0;
-	return s;
-}
-
-/* ---- transfers ---- */
-
-static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
-{
-	struct s3_xfer *x = arg;
-	size_t len = size * nmemb;
-	char line[256], *v;
-
-	if (len >= 5 && !strncmp(p, "HTTP/", 5)) { /* a new response (after 100 Continue too) */
-		x->etag[0] = x->region[0] = 0;
-		x->obj_total = x->clen = -1;
-		x->retry_after = 0;
-		return len;
-	}
-	if (x->short_ok && (len == 2 || len == 1) && (p[0] == '\r' || p[0] == '\n') &&
-	    x->obj_total == 0) {
-		long status = 0;
-
-		/* End of the headers of "206, bytes 0-0/0" (s3rver's answer where S3 says
-		 * 416): the object is empty, yet Content-Length promises a byte that never
-		 * comes. Stop here rather than wait for the server to close. */
-		curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
-		if (status == 206) {
-			x->empty_cut = 1;
-			return 0;
-		}
-	}
-	snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), p);
-	v = strchr(line, ':');
-	if (!v)
-		return len;
-	*v++ = 0;
-	v = trim(v);
-	if (!strcasecmp(line, "etag")) {
-		snprintf(x->etag, sizeof(x->etag), "%s", v);
-	} else if (!strcasecmp(line, "retry-after")) {
-		unsigned long s = strtoul(v, NULL, 10);
-
-		x->retry_after = s > 3600 ? 3600 : (uint32_t)s;
-	} else if (!strcasecmp(line, "content-range")) {
-		char *slash = strrchr(v, '/');
-
-		if (slash && isdigit((unsigned char)slash[1]))
-			x->obj_total = (int64_t)strtoull(slash + 1, NULL, 10);
-	} else if (!strcasecmp(line, "content-length")) {
-		x->clen = (int64_t)strtoull(v, NULL, 10);
-	} else if (!strcasecmp(line, "x-amz-bucket-region")) {
-		snprintf(x->region, sizeof(x->region), "%s", v);
-	}
-	return len;
-}
-
-static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
-{
-	struct s3_xfer *x = arg;
-	size_t len = size * nmemb;
-	long status = 0;
-
-	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
-	if (x->dst && status >= 200 && status < 300) {
-		uint64_t end = x->off + x->dst_len;
-
-		if (!x->pos_set) {
-			/* 206: the body starts at off; 200 (Range ignored): at 0. */
-			x->pos = status == 206 ? x->off : 0;
-			x->pos_set = 1;
-		}
-		if (status == 206 && x->pos + len > end) {
-			x->overflow = 1;
-			return 0;
-		}
-		for (size_t i = 0; i < len;) {
-			uint64_t pos = x->pos;
-			size_t n = len - i;
-
-			if (pos < x->off) {
-				n = x->off - pos < n ? (size_t)(x->off - pos) : n;
-			} else if (pos < end) {
-				n = end - pos < n ? (size_t)(end - pos) : n;
-				memcpy(x->dst + (pos - x->off), p + i, n);
-				x->got += n;
-			}
-			x->pos += n;
-			i += n;
-		}
-		return len;
-	}
-	if (x->resp_len + len > RESP_MAX)
-		return 0;
-	if (x->resp_len + len + 1 > x->resp_cap) {
-		size_t cap = x->resp_cap ? x->resp_cap : 4096;
-		char *r;
-
-		while (cap < x->resp_len + len + 1)
-			cap *= 2;
-		r = realloc(x->resp, cap);
-		if (!r)
-			return 0;
-		x->resp = r;
-		x->resp_cap = cap;
-	}
-	memcpy(x->resp + x->resp_len, p, len);
-	x->resp_len += len;
-	x->resp[x->resp_len] = 0;
-	return len;
-}
-
-static size_t on_read(char *p, size_t size, size_t nmemb, void *arg)
-{
-	struct s3_xfer *x = arg;
-	size_t n = size * nmemb;
-
-	if (n > x->body_len - x->up_pos)
-		n = x->body_len - x->up_pos;
-	if (n)
-		memcpy(p, x->body + x->up_pos, n);
-	x->up_pos += n;
-	return n;
-}
-
-static const char *xfer_what(const struct s3_xfer *x)
-{
-	return x->key ? x->key : "(bucket)";
-}
-
-static void xfer_release(struct s3_conn *c, struct s3_xfer *x)
-{
-	if (x->easy) {
-		curl_multi_remove_handle(c->multi, x->easy);
-		curl_easy_cleanup(x->easy);
-		x->easy = NULL;
-	}
-	curl_slist_free_all(x->hdrs);
-	x->hdrs = NULL;
-}
-
-static void conn_unlink(struct s3_conn *c, struct s3_xfer *x)
-{
-	for (struct s3_xfer **pp = &c->live; *pp; pp = &(*pp)->next)
-		if (*pp == x) {
-			*pp = x->next;
-			break;
-		}
-	x->next = NULL;
-}
-
-static void xfer_finish(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, int err)
-{
-	xfer_release(c, x);
-	conn_unlink(c, x);
-	x->err = err;
-	x->state = XS_DONE;
-	pthread_mutex_lock(&s->lock);
-	if (err == 0)
-		s->failed = 0;
-	else if (x->attempt + 1 >= x->max_attempts && (x->conn_fail || err == -EIO))
-		s->failed = 1;
-	pthread_mutex_unlock(&s->lock);
-}
-
-/* Sign and start one attempt. 0 or -errno (then the transfer is finished with it). */
-static int xfer_start(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
-{
-	char range[64];
-	struct s3_req_spec rq = {x->method, x->key, x->q, x->nq, NULL, x->body_hash};
-	struct s3_req req;
-	CURL *e;
-	int ret;
-
-	x->up_pos = x->got = x->resp_len = 0;
-	x->pos_set = x->overflow = x->empty_cut = 0;
-	x->status = 0;
-	x->etag[0] = x->region[0] = x->curl_err[0] = 0;
-	x->obj_total = x->clen = -1;
-	x->retry_after = 0;
-	if (x->dst) {
-		snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, x->off,
-			 x->off + x->dst_len - 1);
-		rq.range = range;
-	}
-	ret = s3_req_build(&s->target, &s->creds, &rq, time(NULL), &req);
-	if (ret)
-		return ret;
-	x->easy = e = curl_easy_init();
-	ret = -ENOMEM;
-	if (!e)
-		goto out;
-	for (int i = 0; i < req.nheaders; i++) {
-		struct curl_slist *l = curl_slist_append(x->hdrs, req.headers[i]);
-
-		if (!l)
-			goto out;
-		x->hdrs = l;
-	}
-	x->hdrs = curl_slist_append(x->hdrs, "Expect:") ?: x->hdrs;
-	curl_easy_setopt(e, CURLOPT_URL, req.url);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs);
-	curl_easy_setopt(e, CURLOPT_PRIVATE, x);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_VERBOSE, 0L);
-	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->curl_err);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
-	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_MS);
-	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1024L);
-	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, LOW_SPEED_TIME);
-	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
-	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
-	if (s->ca_file)
-		curl_easy_setopt(e, CURLOPT_CAINFO, s->ca_file);
-#if LIBCURL_VERSION_NUM >= 0x075500
-	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-#endif
-	if (!strcmp(x->method, "HEAD")) {
-		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-	} else if (!strcmp(x->method, "PUT") || !strcmp(x->method, "POST")) {
-		curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
-		curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);
-		curl_easy_setopt(e, CURLOPT_READDATA, x);
-		curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)x->body_len);
-		if (strcmp(x->method, "PUT"))
-			curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, x->method);
-	} else if (strcmp(x->method, "GET")) {
-		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, x->method);
-	}
-	if (curl_multi_add_handle(c->multi, e) != CURLM_OK)
-		goto out;
-	x->state = XS_RUNNING;
-	ret = 0;
-out:
-	s3_req_free(&req);
-	if (ret)
-		xfer_release(c, x);
-	return ret;
-}
-
-static void xfer_submit(struct s3_conn *c, struct s3_xfer *x)
-{
-	if (!x->max_attempts)
-		x->max_attempts = S3_MAX_ATTEMPTS;
-	if (!x->body_hash[0])
-		sigv4_sha256_hex(x->body ? (const void *)x->body : "", x->body_len, x->body_hash);
-	x->attempt = 0;
-	x->due = 0;
-	x->err = 0;
-	x->conn_fail = 0;
-	x->why[0] = 0;
-	x->state = XS_WAITING;
-	x->next = c->live;
-	c->live = x;
-}
-
-static int retryable_curl(CURLcode r, int *conn)
-{
-	switch (r) {
-	case CURLE_COULDNT_RESOLVE_HOST:
-	case CURLE_COULDNT_RESOLVE_PROXY:
-	case CURLE_COULDNT_CONNECT:
-		*conn = 1;
-		return 1;
-	case CURLE_OPERATION_TIMEDOUT:
-	case CURLE_SEND_ERROR:
-	case CURLE_RECV_ERROR:
-	case CURLE_GOT_NOTHING:
-	case CURLE_PARTIAL_FILE:
-	case CURLE_SSL_CONNECT_ERROR:
-	case CURLE_HTTP2:
-	case CURLE_HTTP2_STREAM:
-	case CURLE_WRITE_ERROR: /* body larger than asked */
-		return 1;
-	default:
-		return 0;
-	}
-}
-
-/* One attempt ended with res: finish the transfer or schedule its retry. */
-static void xfer_done(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, CURLcode res)
-{
-	struct s3xml_error e = {{0}, {0}};
-	int retry = 0, throttled = 0, conn = 0, err = -EIO;
-	uint32_t delay;
-
-	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &x->status);
-	if (x->empty_cut)
-		res = CURLE_OK; /* on_header stopped an empty object's 206 on purpose */
-	if (res != CURLE_OK) {
-		retry = retryable_curl(res, &conn);
-		snprintf(x->why, sizeof(x->why), "%s",
-			 x->overflow	  ? "server sent more than the range asked"
-			 : x->curl_err[0] ? x->curl_err
-					  : curl_easy_strerror(res));
-	} else if (x->status >= 200 && x->status < 300) {
-		err = 0;
-		if (x->dst && x->status == 200 && x->obj_total < 0)
-			x->obj_total = x->clen; /* Range ignored: the whole object came */
-		if (x->short_ok && x->status == 200 && x->obj_total < 0 && x->got < x->dst_len)
-			x->obj_total = (int64_t)x->got; /* whole (chunked) body, curl checked it */
-		if (x->dst && x->got != x->dst_len && x->short_ok && x->obj_total >= 0 &&
-		    x->off + x->got == (uint64_t)x->obj_total) {
-			/* the object ends inside the range: all of it came */
-		} else if (x->dst && x->got != x->dst_len) {
-			err = -EIO;
-			if (x->obj_total >= 0 && x->off + x->dst_len > (uint64_t)x->obj_total) {
-				snprintf(x->why, sizeof(x->why),
-					 "short read: object is %" PRId64
-					 " bytes, asked %zu at %" PRIu64,
-					 x->obj_total, x->dst_len, x->off);
-			} else {
-				retry = 1;
-				snprintf(x->why, sizeof(x->why), "truncated body: %zu of %zu bytes",
-					 x->got, x->dst_len);
-			}
-		} else if (x->complete) {
-			int r = s3xml_parse_complete(x->resp, x->resp_len, &e);
-
-			if (r == -EREMOTEIO) {
-				err = -EIO;
-				retry = !strcmp(e.code, "InternalError") ||
-					!strcmp(e.code, "SlowDown") ||
-					!strcmp(e.code, "ServiceUnavailable");
-				throttled = !strcmp(e.code, "SlowDown");
-				snprintf(x->why, sizeof(x->why), "200 OK with Error %s: %s", e.code,
-					 e.message);
-			} else if (r) {
-				err = -EIO;
-				retry = 1;
-				snprintf(x->why, sizeof(x->why), "unparsable reply to complete");
-			}
-		}
-	} else {
-		if (x->resp_len)
-			s3xml_parse_error(x->resp, x->resp_len, &e);
-		snprintf(x->why, sizeof(x->why), "HTTP %ld%s%s%s%s", x->status,
-			 e.code[0] ? " " : "", e.code, e.message[0] ? ": " : "", e.message);
-		if (x->status == 429 || (x->status >= 500 && x->status != 501)) {
-			retry = 1;
-			throttled =
-			    x->status == 429 || x->status == 503 || !strcmp(e.code, "SlowDown");
-		} else if (x->status == 400 && (!strcmp(e.code, "RequestTimeout") ||
-						!strcmp(e.code, "IncompleteBody"))) {
-			retry = 1;
-		} else if (x->status == 404) {
-			err = -ENOENT;
-		} else if (x->status == 416 && x->short_ok && x->off == 0) {
-			err = 0; /* no byte 0: the object is empty */
-			x->why[0] = 0;
-			x->got = 0;
-			x->obj_total = 0;
-		} else if (x->status == 403 || !strcmp(e.code, "ExpiredToken") ||
-			   !strcmp(e.code, "InvalidToken")) {
-			err = -EACCES;
-		} else if (x->status == 405 || x->status == 501) {
-			err = -EOPNOTSUPP;
-		}
-	}
-	x->conn_fail = conn;
-	if (!retry || x->attempt + 1 >= x->max_attempts) {
-		if (retry && x->max_attempts > 1) {
-			size_t l = strlen(x->why);
-
-			snprintf(x->why + l, sizeof(x->why) - l, " (gave up after %u attempts)",
-				 x->attempt + 1);
-		}
-		xfer_finish(s, c, x, err);
-		return;
-	}
-	delay = s3_retry_delay_ms(x->attempt, throttled, x->retry_after, xorshift(&c->rng));
-	log_warn("s3 %s %s: %s; retry %u of %u in %u ms", x->method, xfer_what(x), x->why,
-		 x->attempt + 1, x->max_attempts - 1, delay);
-	xfer_release(c, x);
-	x->attempt++;
-	x->due = now_ms() + delay;
-	x->state = XS_WAITING;
-}
-
-static int conn_reap(struct s3_store *s, struct s3_conn *c)
-{
-	CURLMsg *m;
-	int left, n = 0;
-
-	while ((m = curl_multi_info_read(c->multi, &left))) {
-		struct s3_xfer *x = NULL;
-
-		if (m->msg != CURLMSG_DONE)
-			continue;
-		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-		xfer_done(s, c, x, m->data.result);
-		n++;
-	}
-	return n;
-}
-
-/* Start due retries, move data; with wait, block (<= 1 s) until something completes. */
-static void conn_step(struct s3_store *s, struct s3_conn *c, int wait)
-{
-	uint64_t now = now_ms(), next_due = UINT64_MAX;
-	struct s3_xfer *x, *nx;
-	int running, timeout = 1000;
-
-	for (x = c->live; x; x = nx) {
-		nx = x->next;
-		if (x->state != XS_WAITING)
-			continue;
-		if (x->due <= now) {
-			int ret = xfer_start(s, c, x);
-
-			if (ret) {
-				snprintf(x->why, sizeof(x->why), "%s", strerror(-ret));
-				xfer_finish(s, c, x, ret);
-			}
-		} else if (x->due < next_due) {
-			next_due = x->due;
-		}
-	}
-	curl_multi_perform(c->multi, &running);
-	if (conn_reap(s, c) || !wait || !c->live)
-		return;
-	if (next_due != UINT64_MAX && next_due - now < (uint64_t)timeout)
-		timeout = (int)(next_due - now) + 1;
-	curl_multi_poll(c->multi, NULL, 0, timeout, NULL);
-	curl_multi_perform(c->multi, &running);
-	conn_reap(s, c);
-}
-
-static void xfer_cancel(struct s3_conn *c, struct s3_xfer *x)
-{
-	if (x->state == XS_WAITING || x->state == XS_RUNNING) {
-		xfer_release(c, x);
-		conn_unlink(c, x);
-		x->state = XS_DONE;
-		x->err = -ECANCELED;
-	}
-}
-
-void s3_xfer_fini(struct s3_xfer *x)
-{
-	free(x->resp);
-	x->resp = NULL;
-	x->resp_len = x->resp_cap = 0;
-}
-
-struct s3_conn *s3_conn_get(struct s3_store *s)
-{
-	struct s3_conn *c;
-
-	pthread_mutex_lock(&s->lock);
-	c = s->idle;
-	if (c)
-		s->idle = c->next;
-	pthread_mutex_unlock(&s->lock);
-	if (c)
-		return c;
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return NULL;
-	c->multi = curl_multi_init();
-	if (!c->multi) {
-		free(c);
-		return NULL;
-	}
-	curl_multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)s->io_workers);
-	curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)s->io_workers);
-	pthread_mutex_lock(&s->lock);
-	c->rng = xorshift(&s->rng) | 1;
-	pthread_mutex_unlock(&s->lock);
-	return c;
-}
-
-static void conn_free(struct s3_conn *c)
-{
-	curl_multi_cleanup(c->multi);
-	free(c);
-}
-
-void s3_conn_put(struct s3_store *s, struct s3_conn *c)
-{
-	if (!c)
-		return;
-	while (c->live)
-		xfer_cancel(c, c->live);
-	pthread_mutex_lock(&s->lock);
-	c->next = s->idle;
-	s->idle = c;
-	pthread_mutex_unlock(&s->lock);
-}
-
-/* Run x to completion on c (or on a pooled conn when c is NULL). Returns x->err. */
-int s3_xfer_run(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
-{
-	struct s3_conn *own = NULL;
-
-	if (!c) {
-		c = own = s3_conn_get(s);
-		if (!c) {
-			snprintf(x->why, sizeof(x->why), "out of memory");
-			return x->err = -ENOMEM;
-		}
-	}
-	xfer_submit(c, x);
-	while (x->state != XS_DONE)
-		conn_step(s, c, 1);
-	s3_conn_put(s, own);
-	return x->err;
-}
+#define POOL_WAIT_MS 1000 /* a put waiting for a part buffer re-checks this often */
 
 /* ---- put ---- */
 
@@ -681,6 +147,8 @@ static int put_collect(struct s3_put *p)
 				ret = -ENOMEM;
 		}
 		s3_xfer_fini(&sl->x);
+		s3_pool_put(s->pool, sl->buf); /* acknowledged (or failed for good) */
+		sl->buf = NULL;
 	}
 	return ret;
 }
@@ -739,7 +207,7 @@ int s3_put_slot(struct s3_put *p, struct part_slot **out)
 				sl = &p->slots[i];
 		if (sl)
 			break;
-		conn_step(s, p->conn, 1);
+		s3_conn_step(s, p->conn, 1);
 	}
 	*out = sl;
 	return 0;
@@ -761,26 +229,56 @@ void s3_put_send(struct s3_put *p, struct part_slot *sl, const uint8_t *body, si
 	sl->x.body = body;
 	sl->x.body_len = len;
 	sl->busy = 1;
-	xfer_submit(p->conn, &sl->x);
-	conn_step(s, p->conn, 0);
+	s3_xfer_submit(p->conn, &sl->x);
+	s3_conn_step(s, p->conn, 0);
 }
 
-/* Hand the full fill buffer to a free slot as the next part and start its upload. */
+/* Hand the full fill buffer to a free slot as the next part and start its
+ * upload; the slot keeps the buffer until the part is acknowledged. */
 static int put_handoff(struct s3_put *p)
 {
 	struct part_slot *sl;
-	uint8_t *tmp;
 	int ret = s3_put_slot(p, &sl);
 
 	if (ret)
 		return ret;
-	tmp = sl->buf;
 	sl->buf = p->fill;
 	sl->len = p->fill_len;
-	p->fill = tmp;
+	p->fill = NULL;
 	p->fill_len = 0;
 	s3_put_send(p, sl, sl->buf, sl->len);
 	return 0;
+}
+
+/*
+ * A part buffer for p->fill from the store's pool. While the budget is used
+ * up, keep p's own parts moving (each gives its buffer back once collected)
+ * or, with none in flight, wait for another put to give one back: p holds
+ * no buffer then, so it blocks nobody. 0, -EIO (a part failed), -ENOMEM.
+ */
+static int put_fill_get(struct s3_put *p)
+{
+	struct s3_store *s = to_s3(p->base.st);
+	void *buf;
+	int ret;
+
+	for (;;) {
+		int busy = 0;
+
+		for (unsigned i = 0; i < s->io_workers; i++)
+			busy |= p->slots[i].busy;
+		ret = s3_pool_get(s->pool, busy ? 0 : POOL_WAIT_MS, &buf);
+		if (ret != -EAGAIN)
+			break;
+		if (busy) {
+			s3_conn_step(s, p->conn, 1);
+			if ((ret = put_collect(p)))
+				return ret;
+		}
+	}
+	if (ret == 0)
+		p->fill = buf;
+	return ret;
 }
 
 static int s3_put_append(struct store_put *put, const void *buf, size_t len)
@@ -798,8 +296,8 @@ static int s3_put_append(struct store_put *put, const void *buf, size_t len)
 
 		if (p->fill_len == s->part_size && (p->err = put_handoff(p)))
 			return p->err;
-		if (!p->fill && !(p->fill = malloc(s->part_size)))
-			return p->err = -ENOMEM;
+		if (!p->fill && (p->err = put_fill_get(p)))
+			return p->err;
 		n = s->part_size - p->fill_len;
 		n = n < len ? n : len;
 		memcpy(p->fill + p->fill_len, src, n);
@@ -809,7 +307,7 @@ static int s3_put_append(struct store_put *put, const void *buf, size_t len)
 		len -= n;
 	}
 	if (p->upload_id) { /* keep the parts in flight moving */
-		conn_step(s, p->conn, 0);
+		s3_conn_step(s, p->conn, 0);
 		if ((p->err = put_collect(p)))
 			return p->err;
 	}
@@ -844,7 +342,7 @@ void s3_put_cancel(struct s3_put *p)
 	struct s3_store *s = to_s3(p->base.st);
 
 	for (unsigned i = 0; i < s->io_workers; i++)
-		xfer_cancel(p->conn, &p->slots[i].x);
+		s3_xfer_cancel(p->conn, &p->slots[i].x);
 	put_abort_upload(p);
 }
 
@@ -863,30 +361,33 @@ int s3_put_drain(struct s3_put *p)
 			busy |= p->slots[i].busy;
 		if (!busy)
 			return 0;
-		conn_step(s, p->conn, 1);
+		s3_conn_step(s, p->conn, 1);
 	}
 }
 
 void s3_put_free(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
+	int idle;
 
 	for (unsigned i = 0; i < s->io_workers; i++) {
-		xfer_cancel(p->conn, &p->slots[i].x);
+		s3_xfer_cancel(p->conn, &p->slots[i].x);
 		s3_xfer_fini(&p->slots[i].x);
-		free(p->slots[i].buf);
+		s3_pool_put(s->pool, p->slots[i].buf);
 	}
 	s3_conn_put(s, p->conn);
 	for (unsigned i = 0; i < p->etags_cap; i++)
 		free(p->etags[i]);
 	free(p->etags);
 	free(p->slots);
-	free(p->fill);
+	s3_pool_put(s->pool, p->fill);
 	free(p->upload_id);
 	free(p->key);
 	pthread_mutex_lock(&s->lock);
-	s->puts--;
+	idle = --s->puts == 0;
 	pthread_mutex_unlock(&s->lock);
+	if (idle) /* no upload running: the part buffers go back to the OS */
+		s3_pool_trim(s->pool);
 	free(p);
 }
 
@@ -1049,7 +550,7 @@ int s3_read_pieces(struct s3_store *s, struct s3_conn *c, const char *key, uint6
 				x->dst = buf + poff;
 				x->dst_len = len - poff < s->part_size ? len - poff : s->part_size;
 				memcpy(x->body_hash, EMPTY_SHA256, sizeof(EMPTY_SHA256));
-				xfer_submit(c, x);
+				s3_xfer_submit(c, x);
 				next++;
 			}
 			busy |= x->state != XS_IDLE;
@@ -1058,13 +559,13 @@ int s3_read_pieces(struct s3_store *s, struct s3_conn *c, const char *key, uint6
 			break;
 		if (ret) { /* one piece failed: drop the others */
 			for (size_t i = 0; i < nslots; i++) {
-				xfer_cancel(c, &xs[i]);
+				s3_xfer_cancel(c, &xs[i]);
 				s3_xfer_fini(&xs[i]);
 				xs[i].state = XS_IDLE;
 			}
 			break;
 		}
-		conn_step(s, c, 1);
+		s3_conn_step(s, c, 1);
 	}
 	free(xs);
 	return ret;
@@ -1243,6 +744,14 @@ static int s3_list(struct store *st, store_list_fn fn, void *arg)
 	return ret;
 }
 
+int store_s3_buffer_stats(struct store *st, struct s3_pool_stats *out)
+{
+	if (!st || st->ops != &s3_ops)
+		return -EINVAL;
+	s3_pool_stats(to_s3(st)->pool, out);
+	return 0;
+}
+
 static void s3_close(struct store *st)
 {
 	struct s3_store *s = to_s3(st);
@@ -1253,8 +762,9 @@ static void s3_close(struct store *st)
 		struct s3_conn *c = s->idle;
 
 		s->idle = c->next;
-		conn_free(c);
+		s3_conn_free(c);
 	}
+	s3_pool_free(s->pool);
 	s3_credentials_free(&s->creds);
 	pthread_mutex_destroy(&s->lock);
 	free(s->endpoint);
@@ -1423,6 +933,7 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 	const char *scheme_end, *host;
 	size_t hostlen;
 	struct timespec ts;
+	uint64_t bufs;
 	int ret;
 
 	snprintf(err, errlen, "out of memory");
@@ -1473,6 +984,13 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 		ret = -EINVAL;
 		goto err;
 	}
+	bufs = (cfg->buffer_budget ? cfg->buffer_budget : S3_DEFAULT_BUFFER_BUDGET) / s->part_size;
+	if (bufs < (cfg->buffer_budget ? 1u : 2u))
+		bufs = cfg->buffer_budget ? 1 : 2; /* the default overlaps a fill and an upload */
+	if (bufs > S3_MAX_PART_BUFFERS)
+		bufs = S3_MAX_PART_BUFFERS;
+	if ((ret = s3_pool_new(s->part_size, (unsigned)bufs, &s->pool)))
+		goto err;
 	s->list_page = cfg->list_page;
 	s->io_workers = cfg->io_workers ? cfg->io_workers : S3_DEFAULT_IO_WORKERS;
 	if (s->io_workers > S3_MAX_IO_WORKERS)
@@ -1481,15 +999,15 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 	ret = s3_credentials_load(cfg->credentials_file, &s->creds, err, errlen);
 	if (ret)
 		goto err;
-	pthread_once(&curl_once, curl_init_once);
+	s3_xfer_global_init();
 	ret = check_bucket(s, err, errlen);
 	if (ret)
 		goto err;
 	abort_stale_uploads(s);
 	log_info("s3 %s: bucket reachable at %s (%s-style, parts of %" PRIu64 " MiB, %u "
-		 "connections)",
+		 "connections, %" PRIu64 " part buffers)",
 		 s->name, s->endpoint, cfg->path_style ? "path" : "virtual-host",
-		 s->part_size >> 20, s->io_workers);
+		 s->part_size >> 20, s->io_workers, bufs);
 	err[0] = 0;
 	*out = &s->base;
 	return 0;

@@ -17,17 +17,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tier/s3req.h" /* s3_url_parse, s3_credentials_load, ... */
+#include "tier/s3_pool.h" /* struct s3_pool_stats */
+#include "tier/s3req.h"	  /* s3_url_parse, s3_credentials_load, ... */
 #include "tier/store.h"
 
-#define S3_DEFAULT_PART_SIZE  (16ull << 20)
-#define S3_MIN_PART_SIZE      (5ull << 20) /* S3's smallest non-final part */
-#define S3_MAX_PART_SIZE      (5ull << 30)
-#define S3_MAX_PARTS	      10000u
-#define S3_DEFAULT_IO_WORKERS 8u
-#define S3_MAX_IO_WORKERS     64u
-#define S3_DEFAULT_REGION     "us-east-1"
-#define S3_CAPACITY	      (1ull << 50) /* stat total: S3 has no capacity; 1 PiB */
+#define S3_DEFAULT_PART_SIZE	 (16ull << 20)
+#define S3_MIN_PART_SIZE	 (5ull << 20) /* S3's smallest non-final part */
+#define S3_MAX_PART_SIZE	 (5ull << 30)
+#define S3_MAX_PARTS		 10000u
+#define S3_DEFAULT_IO_WORKERS	 8u
+#define S3_MAX_IO_WORKERS	 64u
+#define S3_DEFAULT_REGION	 "us-east-1"
+#define S3_CAPACITY		 (1ull << 50)  /* stat total: S3 has no capacity; 1 PiB */
+#define S3_DEFAULT_BUFFER_BUDGET (48ull << 20) /* part buffers of all puts together */
+#define S3_MAX_PART_BUFFERS	 1024u
 
 struct s3_config {
 	const char *url;      /* s3://bucket[/prefix] */
@@ -39,6 +42,9 @@ struct s3_config {
 	const char *credentials_file; /* AWS shared-credentials file, or NULL: environment */
 	const char *ca_file;	      /* CA bundle for TLS, or NULL: the system's */
 	unsigned list_page; /* keys per ListObjectsV2 page (max-keys); 0: the server's (1000) */
+	/* bytes of part buffers for all segment puts together, in whole parts:
+	 * 0: S3_DEFAULT_BUFFER_BUDGET (at least 2 parts); else at least 1 part */
+	uint64_t buffer_budget;
 };
 
 /*
@@ -53,6 +59,10 @@ struct s3_config {
  * (no such bucket), -EHOSTUNREACH (endpoint unreachable), -EIO, -ENOMEM.
  */
 int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, size_t errlen);
+
+/* The part-buffer pool's budget and use (see store_s3.c DESIGN, Writes).
+ * 0, or -EINVAL when st is not an S3 store. */
+int store_s3_buffer_stats(struct store *st, struct s3_pool_stats *out);
 
 /*
  * Named (non-segment) objects under the store's prefix: key <prefix>/<name>

@@ -1,14 +1,16 @@
 /*
- * store_s3_i.h — private to tier/store_s3*.c: the S3 store's request engine
- * (transfers on pooled libcurl conns), its put, ranged-read and listing
- * machinery, shared by the segment store (store_s3.c, which owns it) and the
- * named objects (store_s3_obj.c). Retry and logging rules: store_s3.c DESIGN.
+ * store_s3_i.h — private to tier/store_s3*.c and s3_xfer.c: the S3 store's
+ * request engine (transfers on pooled libcurl conns, s3_xfer.c), its put,
+ * ranged-read and listing machinery, shared by the segment store
+ * (store_s3.c, which owns it) and the named objects (store_s3_obj.c).
+ * Retry, logging and part-buffer rules: store_s3.c DESIGN.
  * Threading: a conn, a put and a transfer are used by one thread at a time;
  * only the s3_store fields marked "protected by lock" are shared.
  */
 #ifndef SPW_STORE_S3_I_H
 #define SPW_STORE_S3_I_H
 
+#include "tier/s3_pool.h"
 #include "tier/store_s3.h"
 
 #include <pthread.h>
@@ -86,10 +88,11 @@ struct s3_store {
 	uint64_t rng;	      /* protected by lock */
 	int failed;	      /* protected by lock: the last request ran out of retries */
 	unsigned puts;	      /* protected by lock: puts in flight */
+	struct s3_pool *pool; /* part buffers of every put (thread-safe itself) */
 };
 
 struct part_slot {
-	uint8_t *buf;
+	uint8_t *buf; /* from s3_store.pool until collected; NULL: the caller's bytes */
 	size_t len;
 	unsigned part_no;
 	char part_str[12];
@@ -103,7 +106,7 @@ struct s3_put {
 	int named; /* a named object (store_s3_put_object), not a segment */
 	char *key;
 	struct s3_conn *conn;
-	uint8_t *fill; /* part being filled */
+	uint8_t *fill; /* part being filled, from s3_store.pool; NULL: none yet */
 	size_t fill_len;
 	struct part_slot *slots; /* io_workers */
 	char *upload_id;	 /* multipart, once started */
@@ -121,14 +124,29 @@ static inline struct s3_store *to_s3(struct store *st)
 	return (struct s3_store *)st;
 }
 
+/* ---- the request engine (s3_xfer.c) ---- */
+
+/* libcurl's global init, once per process (before the first conn). */
+void s3_xfer_global_init(void);
 /* Run x to completion on c (or on a pooled conn when c is NULL). Returns
  * x->err; x->why says what failed. Free the reply with s3_xfer_fini(). */
 int s3_xfer_run(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x);
 void s3_xfer_fini(struct s3_xfer *x);
+/* Queue x on c (state XS_WAITING); s3_conn_step() runs it to XS_DONE. */
+void s3_xfer_submit(struct s3_conn *c, struct s3_xfer *x);
+/* Drop x from c if it is still waiting or running (x->err = -ECANCELED). */
+void s3_xfer_cancel(struct s3_conn *c, struct s3_xfer *x);
+/* Start due retries and move data on c; with wait, block (<= 1 s) until
+ * something completes. */
+void s3_conn_step(struct s3_store *s, struct s3_conn *c, int wait);
 /* A conn from the pool (or a new one); NULL: no memory. s3_conn_put cancels
- * what is still on c and pools it again (c may be NULL). */
+ * what is still on c and pools it again (c may be NULL). s3_conn_free
+ * closes an idle conn for good. */
 struct s3_conn *s3_conn_get(struct s3_store *s);
 void s3_conn_put(struct s3_store *s, struct s3_conn *c);
+void s3_conn_free(struct s3_conn *c);
+
+/* ---- puts, reads and listings (store_s3.c) ---- */
 
 /* A put of key (taken over: freed on failure too) with its conn and slots;
  * NULL: no memory. Free with s3_put_free(). */

@@ -132,6 +132,7 @@ int tier_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, s
 	    .region = t->cfg->s3_region,
 	    .path_style = t->cfg->s3_path_style,
 	    .part_size = t->cfg->s3_part_size,
+	    .buffer_budget = t->cfg->s3_buffers,
 	    .io_workers = t->cfg->io_workers,
 	    .credentials_file = t->cfg->s3_credentials,
 	    .ca_file = t->cfg->s3_ca_file,

@@ -403,8 +403,9 @@ class TestS3Overflow(S3Case):
     def test_overflow_4x_multipart_every_byte(self):
         srv = self.s3server()
         px = self.proxy(srv)  # pass-through: counts the multipart requests
+        # 2 part buffers for 8 segment writers of 4 parts each: they share the pool
         self.s3_mount(srv, endpoint=px.endpoint, hot_size="64M", min_spill_size="16M",
-                      part_size="5M")
+                      part_size="5M", s3_buffers="10M")
         total = 4 * self.HOT
         files = make_files(total, 2000)
         self.assertEqual(sum(f[1] for f in files), total)
@@ -627,6 +628,9 @@ class TestS3Refusals(S3Case):
             ("s3=s3://", "s3"),
             ("s3=s3://%s/p,s3_part_size=1M" % BUCKET, "s3_part_size"),
             ("s3=s3://%s/p,s3_part_size=6G" % BUCKET, "s3_part_size"),
+            ("s3=s3://%s/p,s3_part_size=16M,s3_buffers=8M" % BUCKET, "s3_buffers"),
+            ("s3=s3://%s/p,s3_buffers=65G" % BUCKET, "s3_buffers"),
+            ("s3_buffers=64M", "s3_*"),
             ("s3=s3://%s/p,s3_endpoint=ftp://x" % BUCKET, "s3_endpoint"),
             ("s3=s3://%s/p,s3_path_style=maybe" % BUCKET, "s3_path_style"),
             ("s3_endpoint=http://127.0.0.1:9", "s3_*"),

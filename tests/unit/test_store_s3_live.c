@@ -7,8 +7,10 @@
  * message saying so (it never skips).
  * Covers: open (bucket check), single PUT, multipart upload whose parts
  * start before put_finish, ranged and split reads, list, remove, abort,
- * concurrent reads, and open refused for a wrong secret, a missing bucket
- * and an unreachable endpoint.
+ * concurrent reads, concurrent multipart puts sharing a part-buffer pool
+ * smaller than puts x parts (all complete, byte-exact, the pool never over
+ * its budget), and open refused for a wrong secret, a missing bucket and an
+ * unreachable endpoint.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,13 +40,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MiB	(1024u * 1024)
-#define BUCKET	S3RVER_BUCKET
-#define AK	S3RVER_AK
-#define SK	S3RVER_SK
-#define PART	(5u * MiB)
-#define BIG	(40u * MiB)
-#define SMALL	(1u * MiB)
+#define MiB    (1024u * 1024)
+#define BUCKET S3RVER_BUCKET
+#define AK     S3RVER_AK
+#define SK     S3RVER_SK
+#define PART   (5u * MiB)
+#define BIG    (40u * MiB)
+#define SMALL  (1u * MiB)
 
 struct live {
 	struct s3rver srv;
@@ -407,6 +409,89 @@ static void test_concurrent_reads(void **state)
 	store_close(st);
 }
 
+#define NWRITERS 4
+#define SEG_LEN	 (3 * PART + 1 * MiB) /* 4 parts, the last one short */
+
+struct writer {
+	struct store *st;
+	pthread_barrier_t *go;
+	uint64_t id;
+	const uint8_t *data;
+	int ret;
+};
+
+/* One segment writer: 4 MiB appends, as tier/segment.c stages them. */
+static void *write_thread(void *arg)
+{
+	struct writer *w = arg;
+	struct store_put *p = NULL;
+	uint32_t dev;
+
+	pthread_barrier_wait(w->go);
+	w->ret = store_put_begin(w->st, w->id, SEG_LEN, &p);
+	for (size_t off = 0; off < SEG_LEN && !w->ret; off += 4 * MiB)
+		w->ret = store_put_append(p, w->data + off,
+					  SEG_LEN - off < 4 * MiB ? SEG_LEN - off : 4 * MiB);
+	if (w->ret) {
+		if (p)
+			store_put_abort(p);
+		return NULL;
+	}
+	w->ret = store_put_finish(p, &dev);
+	return NULL;
+}
+
+/*
+ * io_workers (4) uploads at once, each wanting up to 4 parts in flight plus
+ * a fill, on a pool of 1 or 2 part buffers: every upload completes, reads
+ * back byte-exact, and the pool never mapped more than its budget.
+ */
+static void test_concurrent_puts_bounded_pool(void **state)
+{
+	int before = uploads_in_progress(NULL); /* test_put_abort's: s3rver cannot abort */
+
+	for (unsigned bufs = 1; bufs <= 2; bufs++) {
+		struct s3_config cfg = cfg_for(bufs == 1 ? "t9/one" : "t9/two");
+		struct store *st = NULL;
+		struct s3_pool_stats ps;
+		struct writer w[NWRITERS];
+		pthread_t th[NWRITERS];
+		pthread_barrier_t go;
+		char err[512] = "";
+
+		cfg.buffer_budget = bufs * (uint64_t)PART + PART / 2; /* rounded down to bufs */
+		assert_int_equal(store_s3_open(&cfg, &st, err, sizeof(err)), 0);
+		assert_int_equal(store_s3_buffer_stats(st, &ps), 0);
+		assert_int_equal(ps.max_bufs, bufs);
+		assert_int_equal(ps.buf_size, PART);
+		pthread_barrier_init(&go, NULL, NWRITERS);
+		for (int i = 0; i < NWRITERS; i++) {
+			w[i] = (struct writer){st, &go, 100 + i, L.big + (size_t)i * 2 * MiB, -1};
+			assert_int_equal(pthread_create(&th[i], NULL, write_thread, &w[i]), 0);
+		}
+		for (int i = 0; i < NWRITERS; i++) {
+			pthread_join(th[i], NULL);
+			assert_int_equal(w[i].ret, 0);
+		}
+		pthread_barrier_destroy(&go);
+		for (int i = 0; i < NWRITERS; i++)
+			check_range(st, 100 + i, w[i].data, 0, SEG_LEN);
+		assert_int_equal(store_s3_buffer_stats(st, &ps), 0);
+		print_message("pool of %u: high-water %u buffers, %" PRIu64 " waits\n", ps.max_bufs,
+			      ps.high, ps.waits);
+		assert_in_range(ps.high, 1, bufs);
+		assert_true(ps.waits > 0); /* the writers did contend for buffers */
+		assert_int_equal(ps.in_use, 0);
+		assert_int_equal(ps.mapped, 0); /* no put running: back to the OS */
+		assert_int_equal(uploads_in_progress(NULL), before); /* all completed */
+		for (int i = 0; i < NWRITERS; i++)
+			assert_int_equal(store_remove(st, 100 + i, 0), 0);
+		store_close(st);
+	}
+	/* Not an S3 store: refused. */
+	assert_int_equal(store_s3_buffer_stats(NULL, &(struct s3_pool_stats){0}), -EINVAL);
+}
+
 static void test_env_credentials(void **state)
 {
 	struct s3_config cfg = cfg_for("t7");
@@ -491,6 +576,7 @@ int main(void)
 	    cmocka_unit_test(test_list_and_remove),
 	    cmocka_unit_test(test_put_abort),
 	    cmocka_unit_test(test_concurrent_reads),
+	    cmocka_unit_test(test_concurrent_puts_bounded_pool),
 	    cmocka_unit_test(test_env_credentials),
 	    cmocka_unit_test(test_wrong_secret_refused),
 	    cmocka_unit_test(test_missing_bucket_refused),
