@@ -4,6 +4,7 @@
 
 #include "common/config.h"
 #include "index/index.h"
+#include "index/journal.h" /* JRNL_MAX_FILE_SIZE */
 #include "tier/tier.h"
 
 #include <fuse_lowlevel.h>
