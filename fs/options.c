@@ -154,9 +154,18 @@ void opt_help(void)
 	    "allow_other requires default_permissions.\n");
 }
 
+/* The reason stays one line whatever the value quoted in it holds. */
+static void one_line(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 #define FAIL(...)                                                                                  \
 	do {                                                                                       \
 		snprintf(err, errlen, __VA_ARGS__);                                                \
+		one_line(err);                                                                     \
 		goto fail;                                                                         \
 	} while (0)
 
@@ -568,8 +577,12 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	}
 	ret = 0;
 fail:
-	if (ret < 0 && created)
-		rmdir(created); /* leave nothing behind */
+	if (ret < 0) { /* leave nothing behind */
+		if (created)
+			rmdir(created);
+		opt_free(cfg);
+		memset(cfg, 0, sizeof(*cfg));
+	}
 	free(created);
 	free(raw.hot_dir);
 	free(raw.hot_size);
@@ -595,6 +608,9 @@ fail:
 	free(raw.metrics);
 	free(raw.metrics_interval);
 	free(raw.state_dir);
+	free(raw.journal_sync_ms);
+	free(raw.checkpoint_size);
+	free(raw.io_engine);
 	free(raw.bad);
 	return ret;
 }
