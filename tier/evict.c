@@ -534,7 +534,8 @@ static int evict_round(struct tier *t)
 		return 0;
 	need = used > low ? used - low : t->chunk_size;
 	idx_for_each(t->idx, collect_one, arg);
-	qsort(cs.v, cs.n, sizeof(*cs.v), by_atime);
+	if (cs.n) /* cs.v is NULL when nothing was collected: qsort's is nonnull */
+		qsort(cs.v, cs.n, sizeof(*cs.v), by_atime);
 
 	/* 1. clean chunks, LRU first: no I/O */
 	for (size_t i = 0; i < cs.n && got < need; i++) {
