@@ -165,7 +165,6 @@ static void one_line(char *s)
 #define FAIL(...)                                                                                  \
 	do {                                                                                       \
 		snprintf(err, errlen, __VA_ARGS__);                                                \
-		one_line(err);                                                                     \
 		goto fail;                                                                         \
 	} while (0)
 
@@ -578,6 +577,7 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	ret = 0;
 fail:
 	if (ret < 0) { /* leave nothing behind */
+		one_line(err);
 		if (created)
 			rmdir(created);
 		opt_free(cfg);
