@@ -4,6 +4,7 @@
 
 #include "common/config.h"
 #include "index/index.h"
+#include "index/journal.h" /* JRNL_MAX_FILE_SIZE */
 #include "tier/tier.h"
 
 #include <fuse_lowlevel.h>
@@ -70,5 +71,9 @@ void op_setxattr(fuse_req_t, fuse_ino_t, const char *, const char *, size_t, int
 void op_getxattr(fuse_req_t, fuse_ino_t, const char *, size_t);
 void op_listxattr(fuse_req_t, fuse_ino_t, size_t);
 void op_removexattr(fuse_req_t, fuse_ino_t, const char *);
+/* What writing value to user.spillway.<what> asks for: VX_*, or -EINVAL.
+ * Pure (fuzzed by tests/fuzz/fuzz_xattr.c). */
+enum { VX_PIN, VX_UNPIN, VX_EVICT, VX_WARM };
+int xattr_vx_parse(const char *what, const void *value, size_t size);
 
 #endif

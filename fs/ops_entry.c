@@ -82,6 +82,8 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 			return -EISDIR;
 		if (!S_ISREG(in->mode))
 			return -EINVAL;
+		if ((uint64_t)attr->st_size > JRNL_MAX_FILE_SIZE)
+			return attr->st_size < 0 ? -EINVAL : -EFBIG; /* see op_write_buf */
 		if ((ret = tier_truncate(s->tier, in, (uint64_t)attr->st_size)) < 0)
 			return ret;
 	}

@@ -80,8 +80,17 @@ void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, of
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
 	struct tier_io io;
 	ssize_t res;
-	int ret = tier_write_begin(s->tier, in, (uint64_t)off, len, &io);
+	int ret;
 
+	/* the journal cannot record a file past JRNL_MAX_FILE_SIZE: like a
+	 * write past s_maxbytes, EFBIG at the limit and short before it */
+	if (off < 0 || (uint64_t)off >= JRNL_MAX_FILE_SIZE) {
+		fuse_reply_err(req, off < 0 ? EINVAL : EFBIG);
+		return;
+	}
+	if (len > JRNL_MAX_FILE_SIZE - (uint64_t)off)
+		out.buf[0].size = len = (size_t)(JRNL_MAX_FILE_SIZE - (uint64_t)off);
+	ret = tier_write_begin(s->tier, in, (uint64_t)off, len, &io);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -123,6 +132,10 @@ void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len
 	struct spw *s = spw_of(req);
 	if (off < 0 || len <= 0) {
 		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if ((uint64_t)len > JRNL_MAX_FILE_SIZE || (uint64_t)off > JRNL_MAX_FILE_SIZE - (uint64_t)len) {
+		fuse_reply_err(req, EFBIG); /* see op_write_buf */
 		return;
 	}
 	fuse_reply_err(req,

@@ -19,22 +19,41 @@ static int is_user(const char *name)
 	return strncmp(name, "user.", 5) == 0;
 }
 
-static int vx_set(struct spw *s, struct inode *in, const char *what, const char *value, size_t size)
+int xattr_vx_parse(const char *what, const void *value, size_t size)
 {
-	char v[16] = {0};
-	memcpy(v, value, size < sizeof(v) - 1 ? size : sizeof(v) - 1);
-	if (!S_ISREG(in->mode))
-		return -EINVAL;
+	const char *v = value;
+
 	if (!strcmp(what, "pin")) {
-		if (strcmp(v, "1") && strcmp(v, "0"))
+		/* "0" or "1", as setfattr, echo -n or echo (one '\n') send it */
+		if (size < 1 || size > 2 || (v[0] != '0' && v[0] != '1') ||
+		    (size == 2 && v[1] != '\n' && v[1] != '\0'))
 			return -EINVAL;
-		return tier_pin(s->tier, in, v[0] == '1');
+		return v[0] == '1' ? VX_PIN : VX_UNPIN;
 	}
 	if (!strcmp(what, "evict"))
-		return tier_evict_file(s->tier, in);
+		return VX_EVICT;
 	if (!strcmp(what, "warm"))
-		return tier_warm_file(s->tier, in);
+		return VX_WARM;
 	return -EINVAL;
+}
+
+static int vx_set(struct spw *s, struct inode *in, const char *what, const char *value, size_t size)
+{
+	int act = xattr_vx_parse(what, value, size);
+
+	if (act < 0)
+		return act;
+	if (!S_ISREG(in->mode))
+		return -EINVAL;
+	switch (act) {
+	case VX_PIN:
+	case VX_UNPIN:
+		return tier_pin(s->tier, in, act == VX_PIN);
+	case VX_EVICT:
+		return tier_evict_file(s->tier, in);
+	default:
+		return tier_warm_file(s->tier, in);
+	}
 }
 
 static ssize_t vx_get(struct spw *s, struct inode *in, const char *what, char *buf, size_t len)

@@ -158,6 +158,14 @@ void opt_help(void)
 	    "allow_other requires default_permissions.\n");
 }
 
+/* The reason stays one line whatever the value quoted in it holds. */
+static void one_line(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 #define FAIL(...)                                                                                  \
 	do {                                                                                       \
 		snprintf(err, errlen, __VA_ARGS__);                                                \
@@ -581,8 +589,13 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	}
 	ret = 0;
 fail:
-	if (ret < 0 && created)
-		rmdir(created); /* leave nothing behind */
+	if (ret < 0) { /* leave nothing behind */
+		one_line(err);
+		if (created)
+			rmdir(created);
+		opt_free(cfg);
+		memset(cfg, 0, sizeof(*cfg));
+	}
 	free(created);
 	free(raw.hot_dir);
 	free(raw.hot_size);
@@ -609,6 +622,9 @@ fail:
 	free(raw.metrics);
 	free(raw.metrics_interval);
 	free(raw.state_dir);
+	free(raw.journal_sync_ms);
+	free(raw.checkpoint_size);
+	free(raw.io_engine);
 	free(raw.bad);
 	return ret;
 }

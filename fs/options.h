@@ -13,7 +13,8 @@
 #include <stddef.h>
 
 /* Parse spillway's options out of args (the rest stays for libfuse) and
- * validate them against mountpoint. Returns 0, or -1 with err filled. */
+ * validate them against mountpoint. Returns 0, or -1 with err filled (cfg
+ * then holds nothing to free: opt_free is harmless). */
 int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config *cfg, char *err,
 	      size_t errlen);
 void opt_free(struct spw_config *cfg);

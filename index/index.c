@@ -1225,6 +1225,9 @@ int idx_chunks_reserve(struct inode *in, uint64_t n)
 	uint64_t cap;
 	if (n <= in->nchunks)
 		return 0;
+	/* no wrap of cap or of cap * sizeof: such a count cannot be held anyway */
+	if (n > SIZE_MAX / 2 / sizeof(*nc))
+		return -EFBIG;
 	cap = in->nchunks ? in->nchunks : 4;
 	while (cap < n)
 		cap *= 2;

@@ -168,7 +168,8 @@ ssize_t idx_xattr_get(struct inode *ino, const char *name, void *buf, size_t siz
 ssize_t idx_xattr_list(struct inode *ino, char *buf, size_t size);
 int idx_xattr_remove(struct index *idx, struct inode *ino, const char *name);
 
-/* Chunk map (caller holds ino->lock). Grows the map to cover chunk `c`. */
+/* Chunk map (caller holds ino->lock). Grows the map to hold nchunks chunks.
+ * 0, -ENOMEM, or -EFBIG for a count no allocation can hold. */
 int idx_chunks_reserve(struct inode *ino, uint64_t nchunks);
 
 /* ---- journal (index/journal.h) ----

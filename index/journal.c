@@ -219,6 +219,8 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 			return -EBADMSG;
 		r->next_ino = get64(p);
 		r->next_seg = get64(p + 8);
+		if (r->next_seg > JRNL_MAX_SEG_ID + 1)
+			return -EBADMSG;
 		break;
 	case JR_INODE:
 		r->ino = get64(p);
@@ -232,7 +234,7 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 		r->attr.ctime_ns = (int64_t)get64(p + 52);
 		r->name = (const char *)p + fixed;
 		r->name_len = (uint32_t)(n - fixed);
-		if (r->name_len > 4096 || r->ino == 0)
+		if (r->name_len > 4096 || r->ino == 0 || r->attr.size > JRNL_MAX_FILE_SIZE)
 			return -EBADMSG;
 		break;
 	case JR_LINK:
@@ -278,7 +280,9 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 		r->loc.dev = get32(p + 40) & 0xffff;
 		r->loc.flags = get32(p + 40) >> 16;
 		r->loc.gen = get32(p + 44);
-		if (r->loc.seg_id == 0 || (r->loc.flags & ~JRNL_LOC_FLAGS))
+		if (r->loc.seg_id == 0 || (r->loc.flags & ~JRNL_LOC_FLAGS) ||
+		    r->loc.seg_id > JRNL_MAX_SEG_ID || r->chunk >= JRNL_MAX_CHUNKS ||
+		    r->loc.len > JRNL_MAX_LOC_LEN || r->loc.off > UINT64_MAX - r->loc.len)
 			return -EBADMSG;
 		break;
 	case JR_CHUNK_DIRTY:
@@ -286,6 +290,8 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 			return -EBADMSG;
 		r->ino = get64(p);
 		r->chunk = get64(p + 8);
+		if (r->chunk >= JRNL_MAX_CHUNKS)
+			return -EBADMSG;
 		break;
 	case JR_CHUNK_ABSENT:
 		if (n != fixed)
@@ -293,6 +299,8 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 		r->ino = get64(p);
 		r->chunk = get64(p + 8);
 		r->count = get64(p + 16);
+		if (r->chunk >= JRNL_MAX_CHUNKS || r->count > JRNL_MAX_CHUNKS - r->chunk)
+			return -EBADMSG;
 		break;
 	case JR_SEG_ADD:
 		if (n != fixed)
@@ -302,16 +310,32 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 		r->seg.payload = get64(p + 16);
 		r->seg.dev = get32(p + 24);
 		r->seg.store = p[28];
-		if (r->seg.id == 0 || r->seg.store > 1)
+		if (r->seg.id == 0 || r->seg.id > JRNL_MAX_SEG_ID || r->seg.store > 1)
 			return -EBADMSG;
 		break;
 	case JR_SEG_DEL:
 		if (n != fixed)
 			return -EBADMSG;
 		r->seg.id = get64(p);
+		if (r->seg.id == 0 || r->seg.id > JRNL_MAX_SEG_ID)
+			return -EBADMSG;
 		break;
 	}
 	return 0;
+}
+
+int jrnl_rec_fits(const struct jrec *r, uint64_t chunk_size)
+{
+	uint64_t max = chunk_size ? JRNL_MAX_FILE_SIZE / chunk_size : JRNL_MAX_CHUNKS;
+	switch (r->type) {
+	case JR_CHUNK_LOC:
+	case JR_CHUNK_DIRTY:
+		return r->chunk < max;
+	case JR_CHUNK_ABSENT:
+		return r->chunk < max && r->count <= max - r->chunk;
+	default:
+		return 1;
+	}
 }
 
 size_t jrnl_encoded_size(const struct jrec *r)
@@ -680,12 +704,19 @@ static int apply_one(void *arg, const struct jrec *r)
 	return a->fn(a->arg, r);
 }
 
+/* jrnl_for_each_in callback: -ERANGE for a record that does not fit a
+ * filesystem of chunk size *arg (see jrnl_rec_fits). */
+static int check_fits(void *arg, const struct jrec *r)
+{
+	return jrnl_rec_fits(r, *(const uint64_t *)arg) ? 0 : -ERANGE;
+}
+
 /* Is checkpoint `m` whole and consistent with this state dir? */
 static int checkpoint_valid(struct journal *j, const struct mapped *m, uint64_t gen,
 			    uint8_t uuid[16])
 {
 	size_t pos = 0;
-	uint64_t count = 0;
+	uint64_t count = 0, chunk_size;
 	struct jrec r;
 	ssize_t n;
 
@@ -694,10 +725,13 @@ static int checkpoint_valid(struct journal *j, const struct mapped *m, uint64_t 
 	    r.hdr.version != JRNL_VERSION || r.hdr.gen != gen)
 		return 0;
 	memcpy(uuid, r.hdr.uuid, 16);
+	/* its own chunk size: a mismatch with the mount's is reported later */
+	chunk_size = r.hdr.chunk_size;
 	pos = (size_t)n;
 	while (pos < m->len) {
 		n = jrnl_decode(m->map + pos, m->len - pos, &r);
-		if (n <= 0)
+		/* jrnl_emit writes neither a TX nor a second header */
+		if (n <= 0 || r.type == JR_TX || r.type == JR_HEADER || !jrnl_rec_fits(&r, chunk_size))
 			return 0;
 		pos += (size_t)n;
 		if (r.type == JR_END)
@@ -847,6 +881,9 @@ int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recov
 		while (pos < m.len) {
 			struct jrec r;
 			ssize_t n = jrnl_decode(m.map + pos, m.len - pos, &r);
+			if (n > 0 && jrnl_for_each_in(m.map + pos, (size_t)n, &r, check_fits,
+						      &j->chunk_size) != 0)
+				n = -EBADMSG; /* out of range: as bad as a bad crc */
 			if (n <= 0) {
 				log_warn("journal: %s/%s: %s at byte %zu; replay stops there (%zu "
 					 "bytes dropped)",

@@ -48,6 +48,22 @@ enum jrec_type {
 #define JRNL_KIND_CHECKPOINT 2
 #define JRNL_MAX_RECORD (1u << 20) /* largest len accepted when reading */
 
+/*
+ * Format limits. The decoder rejects a record outside them as a bad record
+ * (replay stops there, as for a bad crc); nothing is allocated for it.
+ * The filesystem refuses to grow a file past JRNL_MAX_FILE_SIZE (EFBIG), so
+ * a record it wrote always fits. jrnl_recover also bounds chunk indexes by
+ * the state's own chunk_size (JRNL_MAX_FILE_SIZE / chunk_size).
+ */
+#define JRNL_MAX_FILE_SIZE (1ull << 44) /* 16 TiB */
+#define JRNL_MIN_CHUNK_SIZE (1ull << 20)
+#define JRNL_MAX_CHUNK_SIZE (64ull << 20)
+#define JRNL_MAX_CHUNKS (JRNL_MAX_FILE_SIZE / JRNL_MIN_CHUNK_SIZE) /* chunk < this */
+#define JRNL_MAX_SEG_ID ((1ull << 32) - 1) /* segment ids are 1..this */
+/* a chunk's record in a segment: its bytes plus (format v2) its map of
+ * extents and block crcs, well under 1 MiB even for a 64 MiB chunk */
+#define JRNL_MAX_LOC_LEN (JRNL_MAX_CHUNK_SIZE + (1ull << 20))
+
 struct jrec_attr {
 	uint32_t mode, uid, gid;
 	uint64_t rdev, size;
@@ -109,7 +125,8 @@ uint8_t *jrnl_encode_tx(const struct jrec *rs, int n, size_t *len);
 /*
  * Decode the framed record at buf[0..avail). Returns its framed size (> 0)
  * and fills r, 0 when avail is too short for the record its length claims
- * (a torn tail), or -EBADMSG (bad crc, length or payload).
+ * (a torn tail), or -EBADMSG (bad crc, length or payload, or a field past
+ * the format limits above).
  */
 ssize_t jrnl_decode(const uint8_t *buf, size_t avail, struct jrec *r);
 /* For a JR_TX record decoded by jrnl_decode: call fn for each inner record
@@ -118,6 +135,9 @@ ssize_t jrnl_decode(const uint8_t *buf, size_t avail, struct jrec *r);
 typedef int (*jrnl_rec_fn)(void *arg, const struct jrec *r);
 int jrnl_for_each_in(const uint8_t *framed, size_t framed_len, const struct jrec *outer,
 		     jrnl_rec_fn fn, void *arg);
+/* Does decoded record r (not JR_TX) fit a filesystem of this chunk_size?
+ * (chunk indexes and counts below JRNL_MAX_FILE_SIZE / chunk_size) */
+int jrnl_rec_fits(const struct jrec *r, uint64_t chunk_size);
 
 /* ---- files ---- */
 

@@ -4,7 +4,7 @@
 spw_deps() {
 	local pkgs=(build-essential cmake pkg-config libfuse3-dev fuse3 liburing-dev
 		libcurl4-openssl-dev libssl-dev libxml2-dev libcmocka-dev python3 python3-numpy fio attr man-db groff-base fiu-utils
-		rclone mergerfs s3fs)
+		rclone mergerfs s3fs clang-14 libclang-rt-14-dev)
 	local missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
@@ -31,6 +31,15 @@ spw_s3_deps() {
 		(cd "$top/tests/s3" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
 			{ echo "npm ci in tests/s3 failed" >&2; return 1; }
 	fi
+}
+
+# The hardening build (README "Hardening"): clang, ASan+UBSan, the libFuzzer
+# targets of tests/fuzz. Its own build dir; never installed.
+spw_build_asan() {
+	local top=$1 build=$2
+	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
+		-DSPW_SANITIZE=address,undefined -DSPW_FUZZ=ON >/dev/null &&
+		cmake --build "$build" -j"$(nproc)" >/dev/null
 }
 
 spw_build() {

@@ -587,7 +587,8 @@ static int evict_round(struct tier *t)
 		return 0;
 	need = used > low ? used - low : t->chunk_size;
 	collect_hot(t, &cs);
-	qsort(cs.v, cs.n, sizeof(*cs.v), by_atime);
+	if (cs.n) /* cs.v is NULL when nothing was collected: qsort's is nonnull */
+		qsort(cs.v, cs.n, sizeof(*cs.v), by_atime);
 
 	/* 1. clean chunks, LRU first: no I/O */
 	for (size_t i = 0; i < cs.n && got < need; i++) {

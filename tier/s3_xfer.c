@@ -49,25 +49,13 @@ static void curl_init_once(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static char *trim(char *s)
-{
-	char *e;
-
-	while (*s == ' ' || *s == '\t')
-		s++;
-	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n'))
-		*--e = 0;
-	return s;
-}
-
 /* ---- transfers ---- */
 
 static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
 {
 	struct s3_xfer *x = arg;
 	size_t len = size * nmemb;
-	char line[256], *v;
+	struct s3_hdr_val hv;
 
 	if (len >= 5 && !strncmp(p, "HTTP/", 5)) { /* a new response (after 100 Continue too) */
 		x->etag[0] = x->region[0] = 0;
@@ -88,27 +76,28 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
 			return 0;
 		}
 	}
-	snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), p);
-	v = strchr(line, ':');
-	if (!v)
-		return len;
-	*v++ = 0;
-	v = trim(v);
-	if (!strcasecmp(line, "etag")) {
-		snprintf(x->etag, sizeof(x->etag), "%s", v);
-	} else if (!strcasecmp(line, "retry-after")) {
-		unsigned long s = strtoul(v, NULL, 10);
-
-		x->retry_after = s > 3600 ? 3600 : (uint32_t)s;
-	} else if (!strcasecmp(line, "content-range")) {
-		char *slash = strrchr(v, '/');
-
-		if (slash && isdigit((unsigned char)slash[1]))
-			x->obj_total = (int64_t)strtoull(slash + 1, NULL, 10);
-	} else if (!strcasecmp(line, "content-length")) {
-		x->clen = (int64_t)strtoull(v, NULL, 10);
-	} else if (!strcasecmp(line, "x-amz-bucket-region")) {
-		snprintf(x->region, sizeof(x->region), "%s", v);
+	switch (s3_header_parse(p, len, &hv)) {
+	case S3_HDR_ETAG:
+		snprintf(x->etag, sizeof(x->etag), "%s", hv.text);
+		break;
+	case S3_HDR_RETRY_AFTER: /* an HTTP-date counts as none */
+		x->retry_after = hv.num < 0 ? 0 : (uint32_t)hv.num;
+		break;
+	case S3_HDR_CONTENT_RANGE: /* the complete length, when known */
+		if (hv.num >= 0)
+			x->obj_total = hv.num;
+		break;
+	case S3_HDR_CONTENT_LENGTH:
+		x->clen = hv.num;
+		break;
+	case S3_HDR_REGION: {
+		size_t n = strnlen(hv.text, sizeof(x->region) - 1);
+		memcpy(x->region, hv.text, n);
+		x->region[n] = 0;
+		break;
+	}
+	default:
+		break;
 	}
 	return len;
 }

@@ -44,6 +44,73 @@ uint32_t s3_backoff_ms(unsigned attempt, int throttled, uint64_t rnd)
 	return (uint32_t)(rnd % (ceil + 1));
 }
 
+/* Plain decimal digits [p, end) that fit an int64, or -1. */
+static int64_t hdr_number(const char *p, const char *end)
+{
+	int64_t v = 0;
+
+	if (p == end)
+		return -1;
+	for (; p < end; p++) {
+		if (*p < '0' || *p > '9' || v > (INT64_MAX - (*p - '0')) / 10)
+			return -1;
+		v = v * 10 + (*p - '0');
+	}
+	return v;
+}
+
+enum s3_hdr s3_header_parse(const char *line, size_t len, struct s3_hdr_val *v)
+{
+	static const struct {
+		const char *name;
+		enum s3_hdr h;
+	} names[] = {{"etag", S3_HDR_ETAG},
+		     {"retry-after", S3_HDR_RETRY_AFTER},
+		     {"content-range", S3_HDR_CONTENT_RANGE},
+		     {"content-length", S3_HDR_CONTENT_LENGTH},
+		     {"x-amz-bucket-region", S3_HDR_REGION}};
+	const char *colon = memchr(line, ':', len), *s, *e, *end = line + len;
+	enum s3_hdr h = S3_HDR_OTHER;
+	size_t n;
+
+	v->text[0] = 0;
+	v->num = -1;
+	if (!colon)
+		return S3_HDR_OTHER;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strlen(names[i].name) == (size_t)(colon - line) &&
+		    !strncasecmp(line, names[i].name, (size_t)(colon - line)))
+			h = names[i].h;
+	if (h == S3_HDR_OTHER)
+		return h;
+	for (s = colon + 1; s < end && (*s == ' ' || *s == '\t'); s++)
+		;
+	for (e = end; e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n'); e--)
+		;
+	n = (size_t)(e - s) < sizeof(v->text) - 1 ? (size_t)(e - s) : sizeof(v->text) - 1;
+	memcpy(v->text, s, n);
+	v->text[n] = 0;
+	switch (h) {
+	case S3_HDR_RETRY_AFTER:
+		if ((v->num = hdr_number(s, e)) > 3600)
+			v->num = 3600;
+		break;
+	case S3_HDR_CONTENT_RANGE: {
+		const char *slash = e;
+		while (slash > s && slash[-1] != '/')
+			slash--;
+		v->num = slash > s ? hdr_number(slash, e) : -1;
+		break;
+	}
+	case S3_HDR_CONTENT_LENGTH:
+		v->num = hdr_number(s, e);
+		break;
+	default:
+		break;
+	}
+	return h;
+}
+
 uint32_t s3_retry_delay_ms(unsigned attempt, int throttled, uint32_t retry_after_s, uint64_t rnd)
 {
 	uint64_t d = s3_backoff_ms(attempt, throttled, rnd);

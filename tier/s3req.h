@@ -65,6 +65,27 @@ uint32_t s3_backoff_ms(unsigned attempt, int throttled, uint64_t rnd);
 /* The delay actually waited: the backoff, or Retry-After (seconds, 0 = none) if longer; capped. */
 uint32_t s3_retry_delay_ms(unsigned attempt, int throttled, uint32_t retry_after_s, uint64_t rnd);
 
+/* The response headers the s3 store reads. */
+enum s3_hdr {
+	S3_HDR_OTHER = 0,
+	S3_HDR_ETAG,
+	S3_HDR_RETRY_AFTER,    /* num: delta-seconds, capped at 3600 */
+	S3_HDR_CONTENT_RANGE,  /* num: the complete length after '/' */
+	S3_HDR_CONTENT_LENGTH, /* num: the length */
+	S3_HDR_REGION,	       /* x-amz-bucket-region */
+};
+struct s3_hdr_val {
+	char text[128]; /* the value, trimmed, NUL-terminated, cut to fit */
+	int64_t num;	/* numeric headers: the value; -1 when absent or malformed */
+};
+/*
+ * Parse one raw header line as curl hands it ("Name: value\r\n", not
+ * NUL-terminated): which S3_HDR_* it is (names are case-insensitive) and its
+ * value into *v. Numbers must be plain decimal digits that fit an int64
+ * (else num is -1: an HTTP-date Retry-After, "bytes * / N" gives N). Pure.
+ */
+enum s3_hdr s3_header_parse(const char *line, size_t len, struct s3_hdr_val *v);
+
 /* Object key of segment seg_id: "<prefix>/seg-<16 hex>.spw" ("seg-..." when prefix is "").
  * Malloc'ed or NULL. */
 char *s3_seg_key(const char *prefix, uint64_t seg_id);

@@ -7,6 +7,10 @@ Guarantees: every daemon and mount started here is unmounted and killed by pid
 on every exit path - normal end, failure, exception, SIGTERM/SIGINT/SIGHUP, a
 per-test timeout (watchdog), and the death of this process (PR_SET_PDEATHSIG).
 Daemon logs are kept in BUILD_DIR/integration-logs/<test id>.log.
+Sanitizer builds (cmake -DSPW_SANITIZE=...): every program started here
+writes its ASan/UBSan/LSan/TSan reports to integration-logs/sanitizer-<pid>/;
+a report fails the test that was running (and the mount that made it), and
+timeouts are scaled by TIME_SCALE.
 Threading: tests run in the main thread; the watchdog is the only other thread
 that touches mounts, and only after a test has overrun its timeout.
 """
@@ -31,6 +35,9 @@ import unittest
 BUILD_DIR = None
 SPILLWAY = None
 LOG_DIR = None
+SAN_DIR = None  # sanitizer reports of this run (log_path), see _sanitizer_env
+SANITIZE = ""  # the build's SPW_SANITIZE ("" for a plain build)
+TIME_SCALE = 1  # timeouts are multiplied by this (sanitizers are slower)
 
 MOUNT_DEADLINE = 10.0  # seconds for a mount to appear
 EXIT_DEADLINE = 10.0  # seconds for the daemon to exit after unmount
@@ -192,6 +199,57 @@ def find_daemon_pids(mnt):
         if any(os.path.realpath(a) == mnt for a in args[1:] if a.startswith("/")):
             pids.append(int(d))
     return pids
+
+
+def _sanitizer_env():
+    """Point every sanitizer's reports at SAN_DIR; stop at the first report.
+
+    Options already in the environment come last, so they win."""
+    common = "log_path=%s/%%s:halt_on_error=1:print_stacktrace=1" % SAN_DIR
+    supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sanitizer")
+    extra = {
+        "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0",
+        "UBSAN_OPTIONS": "",
+        "LSAN_OPTIONS": "suppressions=%s" % os.path.realpath(os.path.join(supp, "lsan.supp")),
+        "TSAN_OPTIONS": "second_deadlock_stack=1:suppressions=%s"
+                        % os.path.realpath(os.path.join(supp, "tsan.supp")),
+    }
+    for var, more in extra.items():
+        tool = var.split("_")[0].lower()
+        opts = common % tool + (":" + more if more else "")
+        if os.environ.get(var):
+            opts += ":" + os.environ[var]
+        os.environ[var] = opts
+
+
+_san_seen = set()
+
+
+def sanitizer_reports(pid=None):
+    """New sanitizer report files (all, or those of one pid) as [(path, text)];
+    each is returned once."""
+    out = []
+    try:
+        names = sorted(os.listdir(SAN_DIR))
+    except OSError:
+        return out
+    for n in names:
+        path = os.path.join(SAN_DIR, n)
+        if path in _san_seen or (pid is not None and not n.endswith(".%d" % pid)):
+            continue
+        _san_seen.add(path)
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        out.append((path, text))
+    return out
+
+
+def format_reports(reports, n=80):
+    return "\n".join("--- %s ---\n%s" % (p, "".join(t.splitlines(True)[:n]))
+                     for p, t in reports)
 
 
 def log_tail(path, n=60):
@@ -371,6 +429,10 @@ class Mount:
             force_unmount(self.mnt)
         if is_mounted(self.mnt):
             self.problems.append("%s is still mounted; left in place" % self.mnt)
+        if p is not None:
+            reports = sanitizer_reports(p.pid)
+            if reports:
+                self.problems.append("sanitizer report(s):\n" + format_reports(reports))
         remove_tmpdir(self.base)
         remove_tmpdir(self.shm)
         if self.problems:
@@ -711,9 +773,17 @@ class SpwTestCase(unittest.TestCase):
     def setUp(self):
         _current_test[0] = self.id().split(".", 1)[-1]
         _pending[0] = None
-        wd = Watchdog(self.timeout, self.id())
+        wd = Watchdog(self.timeout * TIME_SCALE, self.id())
         # registered first, so it runs last: it also covers unmounting
         self.addCleanup(wd.cancel)
+        # then this: after every mount is stopped, any program's report fails
+        self.addCleanup(self._check_sanitizers)
+
+    def _check_sanitizers(self):
+        reports = sanitizer_reports()
+        if reports:
+            raise AssertionError("sanitizer report(s) during %s:\n%s"
+                                 % (self.id(), format_reports(reports)))
 
     def _guard(self, fn, *args, **kw):
         if _pending[0]:
@@ -798,8 +868,21 @@ def _on_fatal_signal(signum, frame):
     os._exit(128 + signum)
 
 
+def _build_sanitizers(build):
+    """SPW_SANITIZE of the build dir's CMake cache ("" when none)."""
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("SPW_SANITIZE:"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def main():
-    global BUILD_DIR, SPILLWAY, LOG_DIR
+    global BUILD_DIR, SPILLWAY, LOG_DIR, SAN_DIR, SANITIZE, TIME_SCALE, MOUNT_DEADLINE
+    global EXIT_DEADLINE
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--build", default=os.environ.get("SPILLWAY_BUILD"))
     ns, rest = ap.parse_known_args()
@@ -816,9 +899,26 @@ def main():
         sys.exit(1)
     LOG_DIR = os.path.join(BUILD_DIR, "integration-logs")
     os.makedirs(LOG_DIR, exist_ok=True)
+    SAN_DIR = os.path.join(LOG_DIR, "sanitizer-%d" % os.getpid())
+    shutil.rmtree(SAN_DIR, ignore_errors=True)
+    os.makedirs(SAN_DIR)
+    _sanitizer_env()
+    SANITIZE = _build_sanitizers(BUILD_DIR)
+    if SANITIZE:
+        TIME_SCALE = 5 if "thread" in SANITIZE else 3
+        MOUNT_DEADLINE *= TIME_SCALE
+        EXIT_DEADLINE *= TIME_SCALE
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
         signal.signal(s, _on_fatal_signal)
     signal.signal(signal.SIGALRM, _on_alarm)
     os.umask(0o022)  # parity tests compare modes
     atexit.register(cleanup_all)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    prog = unittest.main(argv=[sys.argv[0]] + rest, verbosity=2, exit=False)
+    cleanup_all()
+    late = sanitizer_reports()  # e.g. from a daemon that outlived its test
+    if late:
+        sys.stderr.write("[harness] sanitizer report(s) outside any test:\n%s\n"
+                         % format_reports(late))
+    if not os.listdir(SAN_DIR):
+        os.rmdir(SAN_DIR)
+    sys.exit(0 if prog.result.wasSuccessful() and not late else 1)

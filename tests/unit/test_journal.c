@@ -17,6 +17,7 @@
 
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "index/index.h"
 #include "index/journal.h"
 
 #include <dirent.h>
@@ -1115,7 +1116,7 @@ static int sample_records(struct jrec *rs)
 	r = &rs[n++];
 	r->type = JR_META;
 	r->next_ino = 0x1122334455667788ULL;
-	r->next_seg = 0x8877665544332211ULL;
+	r->next_seg = JRNL_MAX_SEG_ID + 1; /* the largest a record may carry */
 	r = &rs[n++];
 	r->type = JR_INODE;
 	r->ino = 0xdeadbeefcafef00dULL;
@@ -1123,7 +1124,7 @@ static int sample_records(struct jrec *rs)
 				     .uid = 0xfffffffe,
 				     .gid = 0x80000001,
 				     .rdev = 0x0102030405060708ULL,
-				     .size = 0xfffffffffffffff0ULL,
+				     .size = JRNL_MAX_FILE_SIZE,
 				     .atime_ns = -1234567890123456789LL,
 				     .mtime_ns = 1700000000123456789LL,
 				     .ctime_ns = INT64_MIN + 7};
@@ -1155,10 +1156,10 @@ static int sample_records(struct jrec *rs)
 	r = &rs[n++];
 	r->type = JR_CHUNK_LOC;
 	r->ino = 1ULL << 63;
-	r->chunk = 0x00ff00ff00ff00ffULL;
-	r->loc = (struct jrec_loc){.seg_id = 0xabcdef0123456789ULL,
+	r->chunk = JRNL_MAX_CHUNKS - 1;
+	r->loc = (struct jrec_loc){.seg_id = JRNL_MAX_SEG_ID,
 				   .off = 0x7766554433221100ULL,
-				   .len = 0xfeedface,
+				   .len = JRNL_MAX_CHUNK_SIZE,
 				   .crc = 0x12345678,
 				   .dev = 0xdef0,
 				   .gen = 0xffffffff,
@@ -1166,22 +1167,22 @@ static int sample_records(struct jrec *rs)
 	r = &rs[n++];
 	r->type = JR_CHUNK_DIRTY;
 	r->ino = 3;
-	r->chunk = 0xffffffffffffffffULL;
+	r->chunk = 0x00abcdefULL;
 	r = &rs[n++];
 	r->type = JR_CHUNK_ABSENT;
 	r->ino = 4;
 	r->chunk = 5;
-	r->count = 0xfffffffffffffffaULL;
+	r->count = JRNL_MAX_CHUNKS - 5;
 	r = &rs[n++];
 	r->type = JR_SEG_ADD;
-	r->seg = (struct jrec_seg){.id = 0x0f0e0d0c0b0a0908ULL,
+	r->seg = (struct jrec_seg){.id = 0x0f0e0d0cULL,
 				   .len = 64ULL << 20,
 				   .payload = (64ULL << 20) - 4096 - 17,
 				   .dev = 0xc0ffee,
 				   .store = 1};
 	r = &rs[n++];
 	r->type = JR_SEG_DEL;
-	r->seg.id = 0x1000000000000001ULL;
+	r->seg.id = 0x10000001ULL;
 	/* an inode record with an empty target and a link with a 1-byte name */
 	r = &rs[n++];
 	r->type = JR_INODE;
@@ -2216,7 +2217,7 @@ static void gen_one(uint64_t *rs, const struct mstate *m, struct jrec *r, uint8_
 					     .uid = (uint32_t)rnd(rs),
 					     .gid = (uint32_t)rnd(rs),
 					     .rdev = rnd(rs),
-					     .size = rnd(rs) >> rndn(rs, 64),
+					     .size = (rnd(rs) >> rndn(rs, 64)) % (JRNL_MAX_FILE_SIZE + 1),
 					     .atime_ns = (int64_t)rnd(rs),
 					     .mtime_ns = (int64_t)rnd(rs),
 					     .ctime_ns = (int64_t)rnd(rs)};
@@ -2262,8 +2263,8 @@ static void gen_one(uint64_t *rs, const struct mstate *m, struct jrec *r, uint8_
 		r->ino = 1 + rndn(rs, NINO - 1);
 		r->chunk = rndn(rs, NCHUNK);
 		r->loc = (struct jrec_loc){.seg_id = 1 + rndn(rs, NSEG - 1),
-					   .off = rnd(rs),
-					   .len = (uint32_t)rnd(rs),
+					   .off = rnd(rs) >> 1,
+					   .len = (uint32_t)rndn(rs, JRNL_MAX_LOC_LEN + 1),
 					   .crc = (uint32_t)rnd(rs),
 					   .dev = (uint32_t)rndn(rs, 4),
 					   .gen = (uint32_t)rnd(rs)};
@@ -2277,7 +2278,8 @@ static void gen_one(uint64_t *rs, const struct mstate *m, struct jrec *r, uint8_
 		r->type = JR_CHUNK_ABSENT;
 		r->ino = 1 + rndn(rs, NINO - 1);
 		r->chunk = rndn(rs, NCHUNK);
-		r->count = rndn(rs, 4) ? 1 + rndn(rs, 5) : UINT64_MAX - r->chunk;
+		/* or to the end of the largest file */
+		r->count = rndn(rs, 4) ? 1 + rndn(rs, 5) : JRNL_MAX_FILE_SIZE / CHUNK - r->chunk;
 		break;
 	default:
 		r->type = rndn(rs, 10) < 7 ? JR_SEG_ADD : JR_SEG_DEL;
@@ -2871,6 +2873,157 @@ static void test_empty_tx(void **state)
 	free(m);
 }
 
+/* ------------------------------------------------------------------------
+ * out-of-range records (architecture review): a JR_CHUNK_LOC record with a
+ * valid crc and chunk index 2^32 refused the mount (ENOMEM), 2^62 wrapped
+ * cap * sizeof in idx_chunks_reserve (heap overflow), 2^63 wrapped cap *= 2
+ * to 0 (replay never returned). Now such a record is a bad record: replay
+ * stops there, nothing is allocated for it, the records before it stand.
+ */
+static int replay_fn(void *arg, const struct jrec *r)
+{
+	int ret = idx_replay(arg, r);
+	return ret < 0 ? ret : 0;
+}
+
+static void replay_bad_chunk(struct fx *f, uint64_t bad_chunk)
+{
+	struct jrec file = {.type = JR_INODE, .ino = 5, .attr = {.mode = 0100644, .size = 2 * CHUNK}};
+	struct jrec link = {.type = JR_LINK, .parent = 1, .ino = 5, .name = "f", .name_len = 1};
+	struct jrec good = {.type = JR_CHUNK_LOC,
+			    .ino = 5,
+			    .chunk = 0,
+			    .loc = {.seg_id = 7, .off = 4096, .len = CHUNK, .crc = 1, .gen = 1}};
+	struct jrec bad = good, after = {.type = JR_CHUNK_DIRTY, .ino = 5, .chunk = 1};
+	struct jrnl_recovery info;
+	struct index *idx;
+	struct inode *in;
+	uint8_t raw[256];
+	char jname[64], p[256], err[256] = "";
+	size_t n = 0;
+	int fd;
+
+	f->m = model_new();
+	start_fresh(f);
+	assert_int_equal(jrnl_append(f->j, &file), 0);
+	assert_int_equal(jrnl_append(f->j, &link), 0);
+	assert_int_equal(jrnl_append(f->j, &good), 0);
+	jrnl_close(f->j, 0);
+	f->j = NULL;
+
+	/* the encoder does not check: the bad record has a valid crc */
+	bad.chunk = bad_chunk;
+	n += jrnl_encode(&bad, raw + n);
+	assert_int_equal(jrnl_decode(raw, n, &(struct jrec){0}), -EBADMSG);
+	n += jrnl_encode(&after, raw + n);
+	assert_true(newest(f->dir, "journal", jname, sizeof(jname)) >= 0);
+	snprintf(p, sizeof(p), "%s/%s", f->dir, jname);
+	fd = open(p, O_WRONLY | O_APPEND);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, raw, n), (ssize_t)n);
+	close(fd);
+
+	assert_int_equal(idx_new(CHUNK, &idx), 0);
+	f->j = jopen(f);
+	if (jrnl_recover(f->j, replay_fn, idx, &info, err, sizeof(err)) != 0)
+		fail_msg("chunk %" PRIu64 ": jrnl_recover refused the state: %s", bad_chunk, err);
+	assert_int_equal(info.truncated, n); /* cut at the bad record, as for a bad crc */
+	in = idx_get(idx, 5);
+	assert_non_null(in);
+	assert_true(in->nchunks >= 1 && in->nchunks <= 64);
+	assert_int_equal(in->chunks[0].seg_id, 7);
+	assert_int_not_equal(in->chunks[1].state, CHUNK_HOT_DIRTY); /* after the cut */
+	idx_put(idx, in);
+	/* the journal is cut there: a new start takes a checkpoint over it */
+	assert_int_equal(jrnl_start(f->j, snap_fn, &f->snap), 0);
+	idx_free(idx);
+}
+
+static void test_replay_chunk_2_32(void **state)
+{
+	replay_bad_chunk(*state, 1ULL << 32);
+}
+
+static void test_replay_chunk_2_62(void **state)
+{
+	replay_bad_chunk(*state, 1ULL << 62);
+}
+
+static void test_replay_chunk_2_63(void **state)
+{
+	replay_bad_chunk(*state, 1ULL << 63);
+}
+
+/* Every bounded field, one past its limit, is a bad record; at the limit,
+ * a good one. Chunk indexes also fit the state's chunk size. */
+static void test_codec_bounds(void **state)
+{
+	struct jrec ok[] = {
+	    {.type = JR_CHUNK_LOC, .ino = 2, .chunk = JRNL_MAX_CHUNKS - 1,
+	     .loc = {.seg_id = JRNL_MAX_SEG_ID, .off = UINT64_MAX - JRNL_MAX_LOC_LEN,
+		     .len = JRNL_MAX_LOC_LEN}},
+	    {.type = JR_CHUNK_DIRTY, .ino = 2, .chunk = JRNL_MAX_CHUNKS - 1},
+	    {.type = JR_CHUNK_ABSENT, .ino = 2, .chunk = 1, .count = JRNL_MAX_CHUNKS - 1},
+	    {.type = JR_INODE, .ino = 2, .attr = {.mode = 0100644, .size = JRNL_MAX_FILE_SIZE}},
+	    {.type = JR_META, .next_ino = 9, .next_seg = JRNL_MAX_SEG_ID + 1},
+	    {.type = JR_SEG_ADD, .seg = {.id = JRNL_MAX_SEG_ID, .len = 1}},
+	    {.type = JR_SEG_DEL, .seg = {.id = JRNL_MAX_SEG_ID}},
+	};
+	struct jrec bad[] = {
+	    {.type = JR_CHUNK_LOC, .ino = 2, .chunk = JRNL_MAX_CHUNKS, .loc = {.seg_id = 1}},
+	    {.type = JR_CHUNK_LOC, .ino = 2, .loc = {.seg_id = JRNL_MAX_SEG_ID + 1}},
+	    {.type = JR_CHUNK_LOC, .ino = 2, .loc = {.seg_id = 1, .len = JRNL_MAX_LOC_LEN + 1}},
+	    {.type = JR_CHUNK_LOC, .ino = 2,
+	     .loc = {.seg_id = 1, .off = UINT64_MAX - 9, .len = 10}},
+	    {.type = JR_CHUNK_DIRTY, .ino = 2, .chunk = JRNL_MAX_CHUNKS},
+	    {.type = JR_CHUNK_ABSENT, .ino = 2, .chunk = 1, .count = JRNL_MAX_CHUNKS},
+	    {.type = JR_CHUNK_ABSENT, .ino = 2, .chunk = 1, .count = UINT64_MAX},
+	    {.type = JR_INODE, .ino = 2, .attr = {.mode = 0100644, .size = JRNL_MAX_FILE_SIZE + 1}},
+	    {.type = JR_META, .next_ino = 9, .next_seg = JRNL_MAX_SEG_ID + 2},
+	    {.type = JR_SEG_ADD, .seg = {.id = JRNL_MAX_SEG_ID + 1, .len = 1}},
+	    {.type = JR_SEG_DEL, .seg = {.id = 0}},
+	};
+	uint8_t buf[256];
+	struct jrec d;
+	size_t n;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		n = jrnl_encode(&ok[i], buf);
+		assert_int_equal(jrnl_decode(buf, n, &d), (ssize_t)n);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		n = jrnl_encode(&bad[i], buf);
+		if (jrnl_decode(buf, n, &d) != -EBADMSG)
+			fail_msg("out-of-range record %zu (type %u) decoded", i, bad[i].type);
+	}
+	/* with 64 MiB chunks, a file has at most 2^18 of them */
+	assert_true(jrnl_rec_fits(&ok[0], JRNL_MIN_CHUNK_SIZE));
+	assert_false(jrnl_rec_fits(&ok[0], 64ULL << 20));
+	assert_true(jrnl_rec_fits(&(struct jrec){.type = JR_CHUNK_DIRTY, .chunk = (1 << 18) - 1},
+				  64ULL << 20));
+	assert_false(jrnl_rec_fits(&(struct jrec){.type = JR_CHUNK_ABSENT, .chunk = 1,
+						  .count = 1 << 18},
+				   64ULL << 20));
+}
+
+/* idx_chunks_reserve: a count no allocation can hold fails, never wraps. */
+static void test_chunks_reserve_overflow(void **state)
+{
+	struct inode in = {0};
+
+	(void)state;
+	assert_int_equal(idx_chunks_reserve(&in, 1ULL << 62), -EFBIG);
+	assert_int_equal(idx_chunks_reserve(&in, (1ULL << 63) + 1), -EFBIG);
+	assert_int_equal(idx_chunks_reserve(&in, UINT64_MAX), -EFBIG);
+	assert_null(in.chunks);
+	assert_int_equal(idx_chunks_reserve(&in, 5), 0);
+	assert_int_equal(in.nchunks, 8);
+	assert_int_equal(idx_chunks_reserve(&in, 1ULL << 61), -EFBIG);
+	assert_int_equal(in.nchunks, 8);
+	free(in.chunks);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 /*
@@ -2912,6 +3065,8 @@ int main(void)
 	    cmocka_unit_test(test_codec_damage),
 	    cmocka_unit_test(test_codec_bad_frames),
 	    cmocka_unit_test(test_codec_tx),
+	    cmocka_unit_test(test_codec_bounds),
+	    cmocka_unit_test(test_chunks_reserve_overflow),
 	    T(test_files_roundtrip),
 	    T(test_lock),
 	    T(test_torn_tail),
@@ -2928,6 +3083,9 @@ int main(void)
 	    T(test_fdatasync_fails),
 	    T(test_fdatasync_fails_background),
 	    T(test_fdatasync_fails_sync_each),
+	    T(test_replay_chunk_2_32),
+	    T(test_replay_chunk_2_62),
+	    T(test_replay_chunk_2_63),
 	};
 
 	/* the journal's warnings are expected here; SPW_TEST_LOG=1 shows them */

@@ -1,0 +1,46 @@
+/*
+ * fuzz_xattr — values written to user.spillway.* (xattr_vx_parse in
+ * fs/ops_xattr.c). Input: the name after the prefix, a NUL, the value.
+ * Invariants: exactly the documented requests are accepted — pin takes
+ * "0" or "1" (optionally one '\n' or NUL after it), evict and warm take any
+ * value; every other name or value is -EINVAL; the value is never read
+ * past its size (an exact-size copy under ASan).
+ */
+#include "fuzz.h"
+#include "fs/fs_i.h"
+
+#include <errno.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const uint8_t *nul = memchr(data, 0, size);
+	size_t nlen, vlen;
+	char *what;
+	uint8_t *val;
+	int got, want = -EINVAL;
+
+	if (!nul)
+		return 0;
+	nlen = (size_t)(nul - data);
+	vlen = size - nlen - 1;
+	what = malloc(nlen + 1);
+	memcpy(what, data, nlen + 1);
+	val = malloc(vlen ? vlen : 1);
+	memcpy(val, nul + 1, vlen);
+	got = xattr_vx_parse(what, val, vlen);
+	if (!strcmp(what, "pin")) {
+		if ((vlen == 1 || (vlen == 2 && (val[1] == '\n' || val[1] == 0))) &&
+		    (val[0] == '0' || val[0] == '1'))
+			want = val[0] == '1' ? VX_PIN : VX_UNPIN;
+	} else if (!strcmp(what, "evict")) {
+		want = VX_EVICT;
+	} else if (!strcmp(what, "warm")) {
+		want = VX_WARM;
+	}
+	FUZZ_CHECK(got == want, "'%s' = %.*s: %d, want %d", what, (int)vlen, (const char *)val, got,
+		   want);
+	free(val);
+	free(what);
+	return 0;
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The hardening run of tests/run_all.sh, on its own build dir (build-asan:
+# clang, -DSPW_SANITIZE=address,undefined -DSPW_FUZZ=ON):
+#   1. every unit test under ASan+UBSan (LeakSanitizer at exit);
+#   2. each fuzz target for SPW_FUZZ_RUNS (20000) iterations on its corpus;
+#   3. integration tests under ASan+UBSan: POSIX parity, tiering, the kill -9
+#      durability rounds (SPW_CRASH_ROUNDS=6) and a short fsx. The harness
+#      fails a test when any program it started wrote a sanitizer report.
+# Usage: tests/sanitize.sh [BUILD_DIR]   (deps as for tests/run_all.sh)
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/tests/deps.sh"
+asan=${1:-"$top/build-asan"}
+t0=$SECONDS
+spw_build_asan "$top" "$asan"
+echo "sanitize: build $((SECONDS - t0))s"
+t1=$SECONDS
+(cd "$asan" && SPW_S3_DIR="$top/tests/s3" ctest --output-on-failure --timeout 900 -j"$(nproc)" -L 'unit|fuzz')
+echo "sanitize: unit tests and fuzz runs $((SECONDS - t1))s"
+t1=$SECONDS
+fail=0
+# run NAME "VAR=value ..." [unittest args]
+run() {
+	local name=$1 envs=$2
+	shift 2
+	echo "sanitize: $name"
+	# shellcheck disable=SC2086 # envs is a list of VAR=value words
+	env $envs python3 "$top/tests/integration/$name.py" --build "$asan" "$@" \
+		>"$asan/$name.sanitize.log" 2>&1 ||
+		{ fail=1; echo "FAILED: $name (log $asan/$name.sanitize.log)"; tail -40 "$asan/$name.sanitize.log"; }
+}
+run test_posix ""
+run test_tiering ""
+run test_durability "SPW_CRASH_ROUNDS=6" TestCrash
+run test_fsx "SPW_FSX_SEEDS=1,2 SPW_FSX_OPS=5000"
+echo "sanitize: integration subset $((SECONDS - t1))s (total $((SECONDS - t0))s)"
+exit $fail
