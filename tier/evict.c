@@ -573,7 +573,8 @@ static int under_pressure(struct tier *t)
 	return waiting > 0 || usage(t) > (uint64_t)(t->cfg->hard_watermark * hot_limit(t->hot));
 }
 
-/* One round of eviction. Returns 1 if it freed or spilled anything. */
+/* One round of eviction. Returns 1 if it freed or spilled anything, 0 if
+ * it had to and could not, -1 if there was nothing to do. */
 static int evict_round(struct tier *t)
 {
 	uint64_t limit = hot_limit(t->hot);
@@ -584,7 +585,7 @@ static int evict_round(struct tier *t)
 	int pressure = under_pressure(t), progress = 0, ret;
 
 	if (used <= low && !pressure)
-		return 0;
+		return -1;
 	need = used > low ? used - low : t->chunk_size;
 	collect_hot(t, &cs);
 	if (cs.n) /* cs.v is NULL when nothing was collected: qsort's is nonnull */
@@ -1043,18 +1044,19 @@ static void *evictor(void *arg)
 				busy = 0;
 		}
 		pthread_mutex_unlock(&t->lock);
-		int progress = 0;
-		if (busy)
-			progress = evict_round(t);
+		int r = busy ? evict_round(t) : -1, progress = r != 0;
+		if (busy) {
+			/* restores waiting for room learn whether this round could
+			 * free any, before GC and demotion take their turn */
+			pthread_mutex_lock(&t->lock);
+			t->evict_rounds++;
+			t->evict_stuck = r == 0;
+			pthread_cond_broadcast(&t->room);
+			pthread_mutex_unlock(&t->lock);
+		}
 		gc_round(t);
 		demote_round(t);
 		pthread_mutex_lock(&t->lock);
-		if (busy) {
-			/* restores waiting for room learn whether this round freed any */
-			t->evict_rounds++;
-			t->evict_stuck = !progress;
-			pthread_cond_broadcast(&t->room);
-		}
 		if (busy && !progress && !t->stopping) {
 			/* nothing evictable right now (or the cold tier failed): back off */
 			struct timespec dl = clock_deadline_ms(t->cold_full ? 500 : 50);
