@@ -402,9 +402,12 @@ static void offset_history(int file, uint64_t off)
 static void check_bytes(int file, uint64_t off, const unsigned char *actual, uint64_t len,
 			const char *how)
 {
-	const unsigned char *exp = g.files[file].buf + off;
+	const unsigned char *exp;
 	uint64_t first, last = 0, ndiff = 0, ctx, end;
 
+	if (len == 0) /* the model's buffer may not exist yet (NULL + off is UB) */
+		return;
+	exp = g.files[file].buf + off;
 	if (memcmp(exp, actual, len) == 0)
 		return;
 	for (first = 0; exp[first] == actual[first]; first++)
@@ -679,7 +682,8 @@ static void do_punch(int file)
 	}
 	g.have_punch = 1;
 	end = off + len < m->size ? off + len : m->size;
-	memset(m->buf + off, 0, end - off);
+	if (end > off)
+		memset(m->buf + off, 0, end - off);
 }
 
 static void do_falloc(int file)
