@@ -1,0 +1,239 @@
+/* fake_store — see fake_store.h. */
+#include "fake_store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct fake_store *fake_current;
+static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct fake_put {
+	struct store_put base;
+	uint64_t id;
+	uint8_t *data;
+	uint64_t len, cap;
+};
+
+void fake_lock(void)
+{
+	pthread_mutex_lock(&fake_mu);
+}
+
+void fake_unlock(void)
+{
+	pthread_mutex_unlock(&fake_mu);
+}
+
+static struct fake_store *fs_of(struct store *st)
+{
+	return (struct fake_store *)st;
+}
+
+static int f_put_begin(struct store *st, uint64_t seg_id, uint64_t size_hint,
+		       struct store_put **out)
+{
+	struct fake_put *p;
+
+	if (seg_id >= FAKE_MAX_SEGS)
+		return -ENOSPC;
+	if (!(p = calloc(1, sizeof(*p))))
+		return -ENOMEM;
+	p->base.st = st;
+	p->id = seg_id;
+	*out = &p->base;
+	return 0;
+}
+
+static int f_put_append(struct store_put *put, const void *buf, size_t len)
+{
+	struct fake_put *p = (struct fake_put *)put;
+
+	if (len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
+		return -EINVAL;
+	if (p->len + len > p->cap) {
+		uint64_t cap = p->cap ? p->cap : 1 << 20;
+		uint8_t *d;
+		while (cap < p->len + len)
+			cap *= 2;
+		if (!(d = realloc(p->data, cap)))
+			return -ENOMEM;
+		p->data = d;
+		p->cap = cap;
+	}
+	memcpy(p->data + p->len, buf, len);
+	p->len += len;
+	return 0;
+}
+
+static int f_put_finish(struct store_put *put, uint32_t *dev)
+{
+	struct fake_put *p = (struct fake_put *)put;
+	struct fake_store *f = fs_of(put->st);
+	int ret = 0;
+
+	fake_lock();
+	if (f->fail_puts) {
+		f->fail_puts--;
+		f->puts_failed++;
+		ret = -(f->fail_errno ? f->fail_errno : EIO);
+		free(p->data);
+	} else {
+		free(f->segs[p->id].data);
+		f->segs[p->id] = (struct fake_seg){.data = p->data, .len = p->len, .live = 1};
+		f->puts_finished++;
+	}
+	fake_unlock();
+	if (dev)
+		*dev = 0;
+	free(p);
+	return ret;
+}
+
+static void f_put_abort(struct store_put *put)
+{
+	struct fake_put *p = (struct fake_put *)put;
+	free(p->data);
+	free(p);
+}
+
+static int f_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off, void *buf,
+		  size_t len)
+{
+	struct fake_store *f = fs_of(st);
+	unsigned delay;
+	int ret = 0;
+
+	if (off % STORE_ALIGN || len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
+		return -EINVAL;
+	fake_lock();
+	delay = f->read_delay_ms;
+	if (seg_id >= FAKE_MAX_SEGS || !f->segs[seg_id].live) {
+		ret = -ENOENT;
+	} else if (off + len > f->segs[seg_id].len) {
+		ret = -EIO;
+	} else {
+		memcpy(buf, f->segs[seg_id].data + off, len);
+		if (f->nreads < FAKE_MAX_LOG)
+			f->reads[f->nreads++] = (struct fake_read){seg_id, off, len};
+	}
+	fake_unlock();
+	if (delay) {
+		struct timespec ts = {delay / 1000, (long)(delay % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	return ret;
+}
+
+static int f_remove(struct store *st, uint64_t seg_id, uint32_t dev)
+{
+	struct fake_store *f = fs_of(st);
+	int ret = -ENOENT;
+
+	fake_lock();
+	if (seg_id < FAKE_MAX_SEGS && f->segs[seg_id].live) {
+		f->segs[seg_id].live = 0;
+		free(f->segs[seg_id].data);
+		f->segs[seg_id].data = NULL;
+		f->removes++;
+		ret = 0;
+	}
+	fake_unlock();
+	return ret;
+}
+
+static int f_stat(struct store *st, struct store_dev_stat *out, int max)
+{
+	struct fake_store *f = fs_of(st);
+	uint64_t used = 0;
+
+	fake_lock();
+	for (int i = 0; i < FAKE_MAX_SEGS; i++)
+		if (f->segs[i].live)
+			used += f->segs[i].len;
+	fake_unlock();
+	if (max > 0)
+		out[0] = (struct store_dev_stat){.name = "fake",
+						 .used = used,
+						 .total = 1ull << 40,
+						 .avail = (1ull << 40) - used};
+	return 1;
+}
+
+static int f_list(struct store *st, store_list_fn fn, void *arg)
+{
+	struct fake_store *f = fs_of(st);
+	for (uint64_t i = 0; i < FAKE_MAX_SEGS; i++) {
+		int live;
+		uint64_t len;
+		fake_lock();
+		live = f->segs[i].live;
+		len = f->segs[i].len;
+		fake_unlock();
+		if (live) {
+			int r = fn(arg, i, 0, len);
+			if (r)
+				return r;
+		}
+	}
+	return 0;
+}
+
+static void f_close(struct store *st)
+{
+	struct fake_store *f = fs_of(st);
+	for (int i = 0; i < FAKE_MAX_SEGS; i++)
+		free(f->segs[i].data);
+	if (fake_current == f)
+		fake_current = NULL;
+	free(f);
+}
+
+static const struct store_ops fake_ops = {
+    .name = "fake",
+    .put_begin = f_put_begin,
+    .put_append = f_put_append,
+    .put_finish = f_put_finish,
+    .put_abort = f_put_abort,
+    .read = f_read,
+    .remove = f_remove,
+    .stat = f_stat,
+    .list = f_list,
+    .close = f_close,
+};
+
+int fake_store_open(struct store **out)
+{
+	struct fake_store *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->base.ops = &fake_ops;
+	fake_current = f;
+	*out = &f->base;
+	return 0;
+}
+
+unsigned fake_live_segments(void)
+{
+	unsigned n = 0;
+	fake_lock();
+	for (int i = 0; i < FAKE_MAX_SEGS && fake_current; i++)
+		n += fake_current->segs[i].live;
+	fake_unlock();
+	return n;
+}
+
+int fake_flip(uint64_t id, uint64_t off)
+{
+	int ret = -ENOENT;
+	fake_lock();
+	if (fake_current && id < FAKE_MAX_SEGS && fake_current->segs[id].live &&
+	    off < fake_current->segs[id].len) {
+		fake_current->segs[id].data[off] ^= 0x5a;
+		ret = 0;
+	}
+	fake_unlock();
+	return ret;
+}
