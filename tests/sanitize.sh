@@ -3,8 +3,9 @@
 # clang, -DSPW_SANITIZE=address,undefined -DSPW_FUZZ=ON):
 #   1. every unit test under ASan+UBSan (LeakSanitizer at exit);
 #   2. each fuzz target for SPW_FUZZ_RUNS (20000) iterations on its corpus;
-#   3. integration tests under ASan+UBSan: POSIX parity, tiering, the kill -9
-#      durability rounds (SPW_CRASH_ROUNDS=6) and a short fsx. The harness
+#   3. integration tests under ASan+UBSan: POSIX parity, the racy tiering
+#      paths, small objects, the kill -9 durability rounds
+#      (SPW_CRASH_ROUNDS=4) and a short fsx. The harness
 #      fails a test when any program it started wrote a sanitizer report.
 # Usage: tests/sanitize.sh [BUILD_DIR]   (deps as for tests/run_all.sh)
 set -euo pipefail
@@ -29,9 +30,14 @@ run() {
 		>"$asan/$name.sanitize.log" 2>&1 ||
 		{ fail=1; echo "FAILED: $name (log $asan/$name.sanitize.log)"; tail -40 "$asan/$name.sanitize.log"; }
 }
+# a subset that keeps the whole README test command under 15 minutes on 2
+# cores: every POSIX op, the tiering paths that race (spills vs writes,
+# concurrent restores, GC, restores that cannot get room), kill -9 rounds
+# and fsx against a tiny hot tier
 run test_posix ""
-run test_tiering ""
-run test_durability "SPW_CRASH_ROUNDS=6" TestCrash
-run test_fsx "SPW_FSX_SEEDS=1,2 SPW_FSX_OPS=5000"
+run test_tiering "" TestWriteSpillRace TestConcurrentRestore TestGC TestStraddleUnderPressure
+run test_small_objects "" TestEvictFreesEverything TestNoWaitForRoomThatCannotCome
+run test_durability "SPW_CRASH_ROUNDS=4" TestCrash
+run test_fsx "SPW_FSX_SEEDS=1,2 SPW_FSX_OPS=3000"
 echo "sanitize: integration subset $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail
