@@ -11,12 +11,17 @@
  *   grows. Removing an entry leaves a NULL slot (compacted when more than
  *   half are empty), so the readdir offset (= cookie) of every surviving entry
  *   stays valid and resuming is a binary search.
- * - All of the above under idx->lock; per-inode fields under ino->lock.
+ * - All of the above under idx->lock; per-inode fields under the inode
+ *   lock, one of IDX_LOCK_STRIPES mutex + condvar pairs picked by inode
+ *   number (88 bytes an inode no longer carries). A process-wide table, like
+ *   the kernel's hashed wait queues: several indexes in one process only
+ *   share stripes. Debug builds assert a thread holds one inode lock at most.
  */
 #include "index/index.h"
 
 #include "index/journal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <linux/fs.h>
 #include <stdio.h>
@@ -55,6 +60,61 @@ struct index {
 	void *release_arg;
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
 };
+
+#define IDX_LOCK_STRIPES 1024 /* power of two */
+
+static struct inode_stripe {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+} __attribute__((aligned(128))) stripes[IDX_LOCK_STRIPES] = {
+    [0 ... IDX_LOCK_STRIPES - 1] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER}};
+
+#ifndef NDEBUG
+static __thread int inode_locks_held;
+#define HELD(d) (inode_locks_held += (d))
+#else
+#define HELD(d) ((void)0)
+#endif
+
+static struct inode_stripe *stripe_of(const struct inode *in)
+{
+	uint64_t h = in->ino * 0x9e3779b97f4a7c15ull; /* Fibonacci hashing */
+	return &stripes[h >> (64 - 10)];
+}
+
+_Static_assert(IDX_LOCK_STRIPES == 1 << 10, "stripe_of shifts by log2(IDX_LOCK_STRIPES)");
+
+void idx_inode_lock(struct inode *in)
+{
+	assert(inode_locks_held == 0 && "two inode locks at once (striped: may deadlock)");
+	pthread_mutex_lock(&stripe_of(in)->lock);
+	HELD(1);
+}
+
+void idx_inode_unlock(struct inode *in)
+{
+	HELD(-1);
+	pthread_mutex_unlock(&stripe_of(in)->lock);
+}
+
+int idx_inode_trylock(struct inode *in)
+{
+	if (pthread_mutex_trylock(&stripe_of(in)->lock) != 0)
+		return -EBUSY;
+	HELD(1);
+	return 0;
+}
+
+void idx_inode_wait(struct inode *in)
+{
+	struct inode_stripe *st = stripe_of(in);
+	pthread_cond_wait(&st->cond, &st->lock);
+}
+
+void idx_inode_wake(struct inode *in)
+{
+	pthread_cond_broadcast(&stripe_of(in)->cond);
+}
 
 static uint32_t name_hash(uint64_t parent, const char *name)
 {
@@ -179,9 +239,9 @@ static void attr_rec_locked(struct inode *in, struct jrec *r)
 
 static void attr_rec(struct inode *in, struct jrec *r)
 {
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	attr_rec_locked(in, r);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 static void name_rec(struct jrec *r, uint8_t type, uint64_t parent, const char *name, uint64_t ino)
@@ -234,9 +294,9 @@ int idx_journal_attr(struct index *idx, struct inode *in)
 	int ret;
 	if (!idx->jrnl)
 		return 0;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	ret = idx_journal_attr_locked(idx, in);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -299,8 +359,6 @@ static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *n
 	}
 	if (in->dir)
 		in->dir->next_cookie = 3;
-	pthread_mutex_init(&in->lock, NULL);
-	pthread_cond_init(&in->cond, NULL);
 	in->ino = idx->next_ino++;
 	in->mode = nn->mode;
 	in->uid = nn->uid;
@@ -346,8 +404,6 @@ static void inode_destroy(struct inode *in)
 	}
 	free(in->chunks);
 	free(in->symlink);
-	pthread_mutex_destroy(&in->lock);
-	pthread_cond_destroy(&in->cond);
 	free(in);
 }
 
@@ -633,18 +689,18 @@ static void dent_del(struct index *idx, struct inode *parent, struct dirent_node
 
 static void parent_changed(struct inode *p)
 {
-	pthread_mutex_lock(&p->lock);
+	idx_inode_lock(p);
 	idx_touch(&p->mtime);
 	p->ctime = p->mtime;
-	pthread_mutex_unlock(&p->lock);
+	idx_inode_unlock(p);
 }
 
 static void nlink_add(struct inode *in, int delta)
 {
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	in->nlink += delta;
 	idx_touch(&in->ctime);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 static int check_name(const char *name)
@@ -1032,7 +1088,7 @@ uint64_t idx_dir_entries(struct index *idx, uint64_t dir)
 void idx_stat(struct index *idx, struct inode *in, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	st->st_ino = in->ino;
 	st->st_mode = in->mode;
 	st->st_nlink = in->nlink;
@@ -1054,7 +1110,7 @@ void idx_stat(struct index *idx, struct inode *in, struct stat *st)
 	st->st_atim = in->atime;
 	st->st_mtim = in->mtime;
 	st->st_ctim = in->ctime;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 int idx_for_each(struct index *idx, int (*fn)(void *arg, struct inode *ino), void *arg)
@@ -1103,7 +1159,7 @@ int idx_xattr_set(struct index *idx, struct inode *in, const char *name, const v
 	if (!v)
 		return -ENOMEM;
 	memcpy(v, value, size);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	pp = xattr_find(in, name);
 	if (*pp && (flags & XATTR_CREATE)) {
 		ret = -EEXIST;
@@ -1138,10 +1194,10 @@ int idx_xattr_set(struct index *idx, struct inode *in, const char *name, const v
 		attr_rec_locked(in, &rs[1]);
 		ret = jrnl_append_tx(idx->jrnl, rs, 2);
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 fail:
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	free(v);
 	return ret;
 }
@@ -1150,7 +1206,7 @@ ssize_t idx_xattr_get(struct inode *in, const char *name, void *buf, size_t size
 {
 	struct xattr *x;
 	ssize_t ret;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	x = *xattr_find(in, name);
 	if (!x)
 		ret = -ENODATA;
@@ -1162,7 +1218,7 @@ ssize_t idx_xattr_get(struct inode *in, const char *name, void *buf, size_t size
 		memcpy(buf, x->value, x->size);
 		ret = x->size;
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -1170,7 +1226,7 @@ ssize_t idx_xattr_list(struct inode *in, char *buf, size_t size)
 {
 	size_t need = 0;
 	ssize_t ret;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	for (struct xattr *x = in->xattrs; x; x = x->next)
 		need += strlen(x->name) + 1;
 	if (size == 0) {
@@ -1186,7 +1242,7 @@ ssize_t idx_xattr_list(struct inode *in, char *buf, size_t size)
 		}
 		ret = need;
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -1196,7 +1252,7 @@ int idx_xattr_remove(struct index *idx, struct inode *in, const char *name)
 	int ret;
 	if ((ret = jcheck(idx)) < 0)
 		return ret;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	pp = xattr_find(in, name);
 	if (!(x = *pp)) {
 		ret = -ENODATA;
@@ -1215,7 +1271,7 @@ int idx_xattr_remove(struct index *idx, struct inode *in, const char *name)
 			ret = jrnl_append_tx(idx->jrnl, rs, 2);
 		}
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -1443,7 +1499,7 @@ static int snap_inode(struct jrnl_emitter *e, struct inode *in)
 {
 	struct jrec r;
 	int ret;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	attr_rec_locked(in, &r);
 	ret = jrnl_emit(e, &r);
 	for (struct xattr *x = in->xattrs; x && !ret; x = x->next) {
@@ -1462,7 +1518,7 @@ static int snap_inode(struct jrnl_emitter *e, struct inode *in)
 		chunk_rec(in, c, &cr);
 		ret = jrnl_emit(e, &cr);
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 

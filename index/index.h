@@ -6,8 +6,10 @@
  * go), symlink targets, user xattrs and chunk maps. POSIX rules of the
  * namespace (EEXIST, ENOTEMPTY, rename flags, ...) are enforced here.
  * Threading: idx->lock (internal) guards the namespace, the inode table and
- * link/lookup counts; each inode's `lock` guards its attributes and chunk map.
- * Lock order: index lock, then inode lock. Functions return 0 or -errno.
+ * link/lookup counts; each inode's lock (idx_inode_lock) guards its
+ * attributes and chunk map. Lock order: index lock, then one inode lock —
+ * never two inode locks at once (they are striped). Functions return 0 or
+ * -errno.
  */
 #ifndef SPW_INDEX_H
 #define SPW_INDEX_H
@@ -61,9 +63,8 @@ struct xattr {
 struct idx_dir;
 
 struct inode {
-	uint64_t ino;	      /* immutable */
-	pthread_mutex_t lock; /* guards everything below unless noted */
-	pthread_cond_t cond;  /* signalled when a chunk leaves RESTORING/SPILLING */
+	uint64_t ino; /* immutable */
+	/* idx_inode_lock(in) guards everything below unless noted */
 	mode_t mode;
 	uid_t uid;
 	gid_t gid;
@@ -97,6 +98,17 @@ struct inode {
 };
 
 struct index;
+
+/* The inode lock and its wait queue. They are striped — a fixed table of
+ * mutex + condition variable pairs hashed by inode number — so an inode
+ * carries neither. Hence: hold at most one inode lock at a time, and every
+ * wait re-checks its predicate in a loop (a wake-up of another inode of the
+ * same stripe, or a spurious one, wakes it too). */
+void idx_inode_lock(struct inode *in);
+void idx_inode_unlock(struct inode *in);
+int idx_inode_trylock(struct inode *in); /* 0, or -EBUSY */
+void idx_inode_wait(struct inode *in);	 /* caller holds the lock */
+void idx_inode_wake(struct inode *in);	 /* broadcast to the inode's waiters */
 
 /* Called (without locks held) when an inode is destroyed: drop its data. */
 typedef void (*idx_release_fn)(void *arg, struct inode *ino);
