@@ -72,7 +72,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int valid)
 {
-	struct timespec now;
+	int64_t now;
 	int ret;
 
 	if ((ret = idx_check_writable(s->idx)) < 0)
@@ -101,13 +101,13 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 	if (valid & FUSE_SET_ATTR_ATIME_NOW)
 		in->atime = now;
 	else if (valid & FUSE_SET_ATTR_ATIME)
-		in->atime = attr->st_atim;
+		in->atime = idx_ts_ns(&attr->st_atim);
 	if (valid & FUSE_SET_ATTR_MTIME_NOW)
 		in->mtime = now;
 	else if (valid & FUSE_SET_ATTR_MTIME)
-		in->mtime = attr->st_mtim;
+		in->mtime = idx_ts_ns(&attr->st_mtim);
 	if (valid & FUSE_SET_ATTR_CTIME)
-		in->ctime = attr->st_ctim;
+		in->ctime = idx_ts_ns(&attr->st_ctim);
 	else
 		in->ctime = now;
 	ret = idx_journal_attr_locked(s->idx, in);

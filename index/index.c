@@ -194,19 +194,17 @@ static struct dirent_node *dent_find(struct index *idx, uint64_t parent, const c
 	return *dent_slot(idx, parent, name, name_hash(parent, name));
 }
 
-void idx_touch(struct timespec *ts)
+int64_t idx_ts_ns(const struct timespec *ts)
 {
-	clock_gettime(CLOCK_REALTIME, ts);
+	const int64_t g = 1000000000LL;
+	if (ts->tv_sec > INT64_MAX / g - 1)
+		return INT64_MAX;
+	if (ts->tv_sec < INT64_MIN / g + 1)
+		return INT64_MIN;
+	return (int64_t)ts->tv_sec * g + ts->tv_nsec;
 }
 
-/* ---- journal records ---- */
-
-static int64_t ts_ns(const struct timespec *ts)
-{
-	return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec;
-}
-
-static struct timespec ns_ts(int64_t ns)
+struct timespec idx_ns_ts(int64_t ns)
 {
 	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000LL),
 			      .tv_nsec = (long)(ns % 1000000000LL)};
@@ -215,6 +213,13 @@ static struct timespec ns_ts(int64_t ns)
 		ts.tv_sec--;
 	}
 	return ts;
+}
+
+void idx_touch(int64_t *ns)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	*ns = idx_ts_ns(&ts);
 }
 
 /* JR_INODE for in; caller holds in->lock (symlink is immutable). */
@@ -228,9 +233,9 @@ static void attr_rec_locked(struct inode *in, struct jrec *r)
 	r->attr.gid = in->gid;
 	r->attr.rdev = in->rdev;
 	r->attr.size = in->size;
-	r->attr.atime_ns = ts_ns(&in->atime);
-	r->attr.mtime_ns = ts_ns(&in->mtime);
-	r->attr.ctime_ns = ts_ns(&in->ctime);
+	r->attr.atime_ns = in->atime;
+	r->attr.mtime_ns = in->mtime;
+	r->attr.ctime_ns = in->ctime;
 	if (in->symlink) {
 		r->name = in->symlink;
 		r->name_len = (uint32_t)strlen(in->symlink);
@@ -1107,9 +1112,9 @@ void idx_stat(struct index *idx, struct inode *in, struct stat *st)
 				bytes += in->chunks[c].seg_len;
 		st->st_blocks = (bytes + 511) / 512;
 	}
-	st->st_atim = in->atime;
-	st->st_mtim = in->mtime;
-	st->st_ctim = in->ctime;
+	st->st_atim = idx_ns_ts(in->atime);
+	st->st_mtim = idx_ns_ts(in->mtime);
+	st->st_ctim = idx_ns_ts(in->ctime);
 	idx_inode_unlock(in);
 }
 
@@ -1340,9 +1345,9 @@ int idx_replay(struct index *idx, const struct jrec *r)
 		in->gid = r->attr.gid;
 		in->rdev = (dev_t)r->attr.rdev;
 		in->size = r->attr.size;
-		in->atime = ns_ts(r->attr.atime_ns);
-		in->mtime = ns_ts(r->attr.mtime_ns);
-		in->ctime = ns_ts(r->attr.ctime_ns);
+		in->atime = r->attr.atime_ns;
+		in->mtime = r->attr.mtime_ns;
+		in->ctime = r->attr.ctime_ns;
 		if (S_ISLNK(in->mode) && r->name_len && !in->symlink) {
 			if (!(in->symlink = strndup(r->name, r->name_len)))
 				return -ENOMEM;
@@ -1375,7 +1380,7 @@ int idx_replay(struct index *idx, const struct jrec *r)
 		name[r->name_len] = '\0';
 		{
 			/* the INODE records carry ctime: replaying must not touch it */
-			struct timespec ct = in->ctime;
+			int64_t ct = in->ctime;
 			int ret2 = 0;
 			if (r->type == JR_XATTR_SET)
 				ret2 = idx_xattr_set(idx, in, name, r->value, r->value_len, 0);

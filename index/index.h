@@ -71,7 +71,7 @@ struct inode {
 	uint32_t nlink; /* changed under index lock + inode lock */
 	dev_t rdev;
 	uint64_t size;
-	struct timespec atime, mtime, ctime;
+	int64_t atime, mtime, ctime; /* ns since the epoch, as journaled */
 	char *symlink; /* immutable after creation */
 	struct xattr *xattrs;
 	/* regular files: the chunk map; chunks past nchunks are ABSENT */
@@ -165,7 +165,11 @@ uint64_t idx_dir_entries(struct index *idx, uint64_t dir);
 
 /* Attributes. idx_stat fills st from the inode (takes its lock). */
 void idx_stat(struct index *idx, struct inode *ino, struct stat *st);
-void idx_touch(struct timespec *ts); /* current time */
+void idx_touch(int64_t *ns); /* current time, ns since the epoch */
+/* timespec <-> ns since the epoch (saturating: the journal's int64 range,
+ * years 1678-2262). */
+int64_t idx_ts_ns(const struct timespec *ts);
+struct timespec idx_ns_ts(int64_t ns);
 
 /* Iterate all live inodes (for the evictor, stats): fn called with the
  * index lock held; return non-zero to stop. */
