@@ -39,6 +39,18 @@ struct dirent_node {
 	char name[];
 };
 
+/* A regular file's inode carries its first chunk: the whole map of a file
+ * of one chunk (most files), no separate allocation. */
+struct idx_file {
+	struct inode in;
+	struct chunk chunk0;
+};
+
+static struct chunk *inline_chunk(struct inode *in)
+{
+	return &((struct idx_file *)in)->chunk0;
+}
+
 struct idx_dir {
 	struct dirent_node **ents; /* ordered by cookie; NULL = removed */
 	uint64_t *cookies;	   /* cookies[i]: cookie of slot i, kept for NULL slots */
@@ -350,7 +362,7 @@ int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, ui
 
 static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *nn)
 {
-	struct inode *in = calloc(1, sizeof(*in));
+	struct inode *in = calloc(1, S_ISREG(nn->mode) ? sizeof(struct idx_file) : sizeof(*in));
 	if (!in)
 		return NULL;
 	if (nn->symlink && !(in->symlink = strdup(nn->symlink))) {
@@ -407,7 +419,8 @@ static void inode_destroy(struct inode *in)
 		free(in->dir->cookies);
 		free(in->dir);
 	}
-	free(in->chunks);
+	if (in->chunks != inline_chunk(in))
+		free(in->chunks);
 	free(in->symlink);
 	free(in);
 }
@@ -1282,17 +1295,27 @@ int idx_xattr_remove(struct index *idx, struct inode *in, const char *name)
 
 int idx_chunks_reserve(struct inode *in, uint64_t n)
 {
-	struct chunk *nc;
+	struct chunk *nc, *old = in->chunks;
 	uint64_t cap;
 	if (n <= in->nchunks)
 		return 0;
 	/* no wrap of cap or of cap * sizeof: such a count cannot be held anyway */
 	if (n > SIZE_MAX / 2 / sizeof(*nc))
 		return -EFBIG;
+	if (n == 1 && !in->nchunks && S_ISREG(in->mode)) {
+		in->chunks = inline_chunk(in); /* zeroed by inode_alloc */
+		in->nchunks = 1;
+		return 0;
+	}
 	cap = in->nchunks ? in->nchunks : 4;
 	while (cap < n)
 		cap *= 2;
-	nc = realloc(in->chunks, cap * sizeof(*nc));
+	if (old && old == inline_chunk(in)) {
+		if ((nc = malloc(cap * sizeof(*nc))))
+			memcpy(nc, old, sizeof(*nc));
+	} else {
+		nc = realloc(old, cap * sizeof(*nc));
+	}
 	if (!nc)
 		return -ENOMEM;
 	memset(nc + in->nchunks, 0, (cap - in->nchunks) * sizeof(*nc));

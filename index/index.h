@@ -74,7 +74,8 @@ struct inode {
 	int64_t atime, mtime, ctime; /* ns since the epoch, as journaled */
 	char *symlink; /* immutable after creation */
 	struct xattr *xattrs;
-	/* regular files: the chunk map; chunks past nchunks are ABSENT */
+	/* regular files: the chunk map; chunks past nchunks are ABSENT. A map
+	 * of one chunk lives inside the inode's allocation (index.c). */
 	struct chunk *chunks;
 	uint64_t nchunks;
 	/* hot tier state, owned by tier/hot.c */
@@ -184,7 +185,8 @@ ssize_t idx_xattr_get(struct inode *ino, const char *name, void *buf, size_t siz
 ssize_t idx_xattr_list(struct inode *ino, char *buf, size_t size);
 int idx_xattr_remove(struct index *idx, struct inode *ino, const char *name);
 
-/* Chunk map (caller holds ino->lock). Grows the map to hold nchunks chunks.
+/* Chunk map (caller holds the inode lock). Grows the map to hold nchunks
+ * chunks; `chunks` may move (a one-chunk map is inline in the inode).
  * 0, -ENOMEM, or -EFBIG for a count no allocation can hold. */
 int idx_chunks_reserve(struct inode *ino, uint64_t nchunks);
 

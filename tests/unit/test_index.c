@@ -1267,7 +1267,20 @@ static void test_chunks_reserve(void **state)
 	idx_inode_lock(in);
 	assert_int_equal(idx_chunks_reserve(in, 0), 0);
 	assert_int_equal(in->nchunks, 0);
+	/* one chunk: inside the inode's own allocation, zeroed */
+	assert_int_equal(idx_chunks_reserve(in, 1), 0);
+	assert_int_equal(in->nchunks, 1);
+	assert_true((char *)in->chunks > (char *)in &&
+		    (char *)in->chunks < (char *)in + sizeof(*in) + sizeof(struct chunk));
+	assert_int_equal(in->chunks[0].state, CHUNK_ABSENT);
+	in->chunks[0].state = CHUNK_COLD;
+	in->chunks[0].seg_id = 5;
+	/* growing moves it out, contents kept */
 	assert_int_equal(idx_chunks_reserve(in, 3), 0);
+	assert_int_equal(in->chunks[0].state, CHUNK_COLD);
+	assert_int_equal(in->chunks[0].seg_id, 5);
+	in->chunks[0].state = CHUNK_ABSENT;
+	in->chunks[0].seg_id = 0;
 	assert_true(in->nchunks >= 3);
 	assert_non_null(in->chunks);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
