@@ -67,7 +67,6 @@ struct index {
 	uint64_t itab_size, ninodes, nfiles;
 	struct dirent_node **dtab; /* protected by lock */
 	uint64_t dtab_size, ndents;
-	struct inode all; /* list head of live inodes */
 	idx_release_fn release;
 	void *release_arg;
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
@@ -181,6 +180,22 @@ static int rehash_dents(struct index *idx)
 	idx->dtab = nt;
 	idx->dtab_size = nsize;
 	return 0;
+}
+
+/* Walk of every inode in table order: the first (in == NULL) or the one
+ * after in. Taking the next before dropping in lets a walk unhook it. */
+static struct inode *inode_next(const struct index *idx, const struct inode *in)
+{
+	uint64_t b = 0;
+	if (in) {
+		if (in->hash_next)
+			return in->hash_next;
+		b = (in->ino & (idx->itab_size - 1)) + 1;
+	}
+	for (; b < idx->itab_size; b++)
+		if (idx->itab[b])
+			return idx->itab[b];
+	return NULL;
 }
 
 static struct inode *ino_find(struct index *idx, uint64_t ino)
@@ -398,10 +413,6 @@ static int inode_insert(struct index *idx, struct inode *in)
 	idx->ninodes++;
 	if (S_ISREG(in->mode))
 		idx->nfiles++;
-	in->all_next = idx->all.all_next;
-	in->all_prev = &idx->all;
-	idx->all.all_next->all_prev = in;
-	idx->all.all_next = in;
 	return 0;
 }
 
@@ -435,8 +446,6 @@ static struct inode *inode_maybe_unhook(struct index *idx, struct inode *in)
 	for (pp = &idx->itab[in->ino & (idx->itab_size - 1)]; *pp != in; pp = &(*pp)->hash_next)
 		;
 	*pp = in->hash_next;
-	in->all_prev->all_next = in->all_next;
-	in->all_next->all_prev = in->all_prev;
 	idx->ninodes--;
 	if (S_ISREG(in->mode))
 		idx->nfiles--;
@@ -463,7 +472,6 @@ int idx_new(uint64_t chunk_size, struct index **out)
 	pthread_mutex_init(&idx->lock, NULL);
 	idx->chunk_size = chunk_size;
 	idx->next_ino = IDX_ROOT_INO;
-	idx->all.all_next = idx->all.all_prev = &idx->all;
 	if (rehash_inodes(idx) < 0 || rehash_dents(idx) < 0)
 		goto fail;
 	r = inode_alloc(idx, &root);
@@ -488,8 +496,8 @@ void idx_free(struct index *idx)
 	struct inode *in, *next;
 	if (!idx)
 		return;
-	for (in = idx->all.all_next; in != &idx->all; in = next) {
-		next = in->all_next;
+	for (in = inode_next(idx, NULL); in; in = next) {
+		next = inode_next(idx, in);
 		if (idx->release)
 			idx->release(idx->release_arg, in);
 		inode_destroy(in);
@@ -1135,7 +1143,7 @@ int idx_for_each(struct index *idx, int (*fn)(void *arg, struct inode *ino), voi
 {
 	int ret = 0;
 	pthread_mutex_lock(&idx->lock);
-	for (struct inode *in = idx->all.all_next; in != &idx->all; in = in->all_next)
+	for (struct inode *in = inode_next(idx, NULL); in; in = inode_next(idx, in))
 		if ((ret = fn(arg, in)) != 0)
 			break;
 	pthread_mutex_unlock(&idx->lock);
@@ -1454,7 +1462,7 @@ uint64_t idx_replay_finish(struct index *idx)
 	size_t sp = 0, cap = 0;
 	uint64_t dropped = 0;
 
-	for (in = idx->all.all_next; in != &idx->all; in = in->all_next) {
+	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in)) {
 		in->nlink = in->dir ? 2 : 0;
 		in->mark = 0;
 	}
@@ -1499,8 +1507,8 @@ uint64_t idx_replay_finish(struct index *idx)
 				dent_del(idx, p && p->dir ? p : root, d);
 		}
 	}
-	for (in = idx->all.all_next; in != &idx->all; in = next) {
-		next = in->all_next;
+	for (in = inode_next(idx, NULL); in; in = next) {
+		next = inode_next(idx, in);
 		if (in->mark || in == root)
 			continue;
 		in->nlink = 0;
@@ -1509,7 +1517,7 @@ uint64_t idx_replay_finish(struct index *idx)
 			dropped++;
 		}
 	}
-	for (in = idx->all.all_next; in != &idx->all; in = in->all_next)
+	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in))
 		in->mark = 0;
 	return dropped;
 }
@@ -1556,10 +1564,10 @@ int idx_snapshot(struct index *idx, struct jrnl_emitter *e)
 	int ret = 0;
 
 	pthread_mutex_lock(&idx->lock);
-	for (in = idx->all.all_next; in != &idx->all && !ret; in = in->all_next)
+	for (in = inode_next(idx, NULL); in && !ret; in = inode_next(idx, in))
 		if (in->nlink > 0 || in->ino == IDX_ROOT_INO)
 			ret = snap_inode(e, in);
-	for (in = idx->all.all_next; in != &idx->all && !ret; in = in->all_next) {
+	for (in = inode_next(idx, NULL); in && !ret; in = inode_next(idx, in)) {
 		if (!in->dir || in->nlink == 0)
 			continue;
 		for (uint64_t i = 0; i < in->dir->n && !ret; i++) {

@@ -69,7 +69,6 @@ struct inode {
 	uid_t uid;
 	gid_t gid;
 	uint32_t nlink; /* changed under index lock + inode lock */
-	dev_t rdev;
 	uint64_t size;
 	int64_t atime, mtime, ctime; /* ns since the epoch, as journaled */
 	char *symlink; /* immutable after creation */
@@ -85,17 +84,17 @@ struct inode {
 	/* hot.c's list of inodes that have a hot file (guarded by hot.c's lock) */
 	struct inode *hot_prev, *hot_next;
 	uint32_t open_count;
-	uint8_t pinned; /* user.spillway.pin */
-	uint8_t mark;	/* recovery only: reachable / lost */
+	uint32_t rdev;	    /* FUSE carries 32 bits (fuse_mknod_in) */
+	uint8_t pinned;	    /* user.spillway.pin */
+	uint8_t mark;	    /* recovery only: reachable / lost */
 	uint8_t attr_dirty; /* mtime changed since its last journal record */
 	uint8_t hot_listed; /* on hot.c's list (guarded by hot.c's lock) */
 	/* namespace bookkeeping, guarded by the index lock */
+	uint32_t refs;	     /* internal references (idx_get/idx_put) */
 	uint64_t nlookup;    /* kernel references */
-	uint64_t refs;	     /* internal references (idx_get/idx_put) */
 	struct idx_dir *dir; /* directories only */
 	uint64_t parent;     /* directories only: ino of '..' */
-	struct inode *hash_next;
-	struct inode *all_prev, *all_next; /* list of all live inodes */
+	struct inode *hash_next; /* the inode table's chain: also how all are walked */
 };
 
 struct index;
