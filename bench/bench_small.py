@@ -115,6 +115,9 @@ class Target:
         if not bench_fs.CLEANUP.stop_daemon(self.name, self.proc, self.mnt):
             raise bench_fs.BenchError("%s: could not unmount" % self.name)
 
+    def settle(self, n):
+        pass
+
     def ram(self):
         return fs_used(self.tmpfs.path), proc_status(self.proc.pid)["VmRSS"]
 
@@ -147,10 +150,19 @@ class Mergerfs(Target):
 
 
 class Rclone(Target):
+    def settle(self, n, timeout=300):
+        """Uploads are asynchronous (write-back): wait until the remote holds
+        all n objects, or an unmount would lose the rest."""
+        deadline = time.monotonic() + timeout
+        while sum(len(f) for _, _, f in os.walk(self.disk)) < n:
+            if time.monotonic() > deadline:
+                raise bench_fs.BenchError("rclone: uploads not done after %ds" % timeout)
+            time.sleep(0.2)
+
     def argv(self):
         return ["rclone", "mount", self.disk, self.mnt, "--vfs-cache-mode", "full",
                 "--cache-dir", self.tmpfs.path, "--vfs-cache-max-size", self.o.hot_size,
-                "--vfs-cache-poll-interval", "5s", "--dir-cache-time", "1h"]
+                "--vfs-cache-poll-interval", "5s", "--vfs-write-back", "1s", "--dir-cache-time", "1h"]
 
 
 TARGETS = {"spillway": Spillway, "mergerfs": Mergerfs, "rclone": Rclone}
@@ -195,6 +207,7 @@ def run_target(t, objs, slab0):
     tm, rss = t.ram()
     r.update(peak_ram=peak["total"], peak_parts=dict(peak), end_tmpfs=tm, end_rss=rss,
              end_slab=meminfo()["Slab"] - slab0)
+    t.settle(len(objs))
     t1 = time.monotonic()
     t.stop()
     r["unmount_s"] = time.monotonic() - t1
