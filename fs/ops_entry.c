@@ -72,7 +72,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int valid)
 {
-	struct timespec now;
+	int64_t now;
 	int ret;
 
 	if ((ret = idx_check_writable(s->idx)) < 0)
@@ -88,7 +88,7 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 			return ret;
 	}
 	idx_touch(&now);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	if (valid & FUSE_SET_ATTR_MODE)
 		in->mode = (in->mode & S_IFMT) | (attr->st_mode & 07777);
 	if (valid & FUSE_SET_ATTR_UID)
@@ -101,17 +101,17 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 	if (valid & FUSE_SET_ATTR_ATIME_NOW)
 		in->atime = now;
 	else if (valid & FUSE_SET_ATTR_ATIME)
-		in->atime = attr->st_atim;
+		in->atime = idx_ts_ns(&attr->st_atim);
 	if (valid & FUSE_SET_ATTR_MTIME_NOW)
 		in->mtime = now;
 	else if (valid & FUSE_SET_ATTR_MTIME)
-		in->mtime = attr->st_mtim;
+		in->mtime = idx_ts_ns(&attr->st_mtim);
 	if (valid & FUSE_SET_ATTR_CTIME)
-		in->ctime = attr->st_ctim;
+		in->ctime = idx_ts_ns(&attr->st_ctim);
 	else
 		in->ctime = now;
 	ret = idx_journal_attr_locked(s->idx, in);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -160,13 +160,13 @@ static int do_make(struct spw *s, fuse_req_t req, fuse_ino_t parent, const char 
 	    .mode = mode, .uid = ctx->uid, .gid = ctx->gid, .rdev = rdev, .symlink = link};
 	struct inode *p = idx_get(s->idx, parent);
 	if (p) {
-		pthread_mutex_lock(&p->lock);
+		idx_inode_lock(p);
 		if (p->mode & S_ISGID) {
 			nn.gid = p->gid;
 			if (S_ISDIR(mode))
 				nn.mode |= S_ISGID;
 		}
-		pthread_mutex_unlock(&p->lock);
+		idx_inode_unlock(p);
 		idx_put(s->idx, p);
 	}
 	return idx_create(s->idx, parent, name, &nn, out);
@@ -244,7 +244,7 @@ void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	if (mask != F_OK) {
 		mode_t m = in->mode;
 		int bits = ctx->uid == in->uid	 ? (m >> 6) & 7
@@ -255,7 +255,7 @@ void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 		if ((mask & bits) != mask)
 			ret = -EACCES;
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	idx_put(s->idx, in);
 	fuse_reply_err(req, -ret);
 }

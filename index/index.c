@@ -11,12 +11,17 @@
  *   grows. Removing an entry leaves a NULL slot (compacted when more than
  *   half are empty), so the readdir offset (= cookie) of every surviving entry
  *   stays valid and resuming is a binary search.
- * - All of the above under idx->lock; per-inode fields under ino->lock.
+ * - All of the above under idx->lock; per-inode fields under the inode
+ *   lock, one of IDX_LOCK_STRIPES mutex + condvar pairs picked by inode
+ *   number (88 bytes an inode no longer carries). A process-wide table, like
+ *   the kernel's hashed wait queues: several indexes in one process only
+ *   share stripes. Debug builds assert a thread holds one inode lock at most.
  */
 #include "index/index.h"
 
 #include "index/journal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <linux/fs.h>
 #include <stdio.h>
@@ -34,6 +39,18 @@ struct dirent_node {
 	char name[];
 };
 
+/* A regular file's inode carries its first chunk: the whole map of a file
+ * of one chunk (most files), no separate allocation. */
+struct idx_file {
+	struct inode in;
+	struct chunk chunk0;
+};
+
+static struct chunk *inline_chunk(struct inode *in)
+{
+	return &((struct idx_file *)in)->chunk0;
+}
+
 struct idx_dir {
 	struct dirent_node **ents; /* ordered by cookie; NULL = removed */
 	uint64_t *cookies;	   /* cookies[i]: cookie of slot i, kept for NULL slots */
@@ -50,11 +67,65 @@ struct index {
 	uint64_t itab_size, ninodes, nfiles;
 	struct dirent_node **dtab; /* protected by lock */
 	uint64_t dtab_size, ndents;
-	struct inode all; /* list head of live inodes */
 	idx_release_fn release;
 	void *release_arg;
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
 };
+
+#define IDX_LOCK_STRIPES 1024 /* power of two */
+
+static struct inode_stripe {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+} __attribute__((aligned(128))) stripes[IDX_LOCK_STRIPES] = {
+    [0 ... IDX_LOCK_STRIPES - 1] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER}};
+
+#ifndef NDEBUG
+static __thread int inode_locks_held;
+#define HELD(d) (inode_locks_held += (d))
+#else
+#define HELD(d) ((void)0)
+#endif
+
+static struct inode_stripe *stripe_of(const struct inode *in)
+{
+	uint64_t h = in->ino * 0x9e3779b97f4a7c15ull; /* Fibonacci hashing */
+	return &stripes[h >> (64 - 10)];
+}
+
+_Static_assert(IDX_LOCK_STRIPES == 1 << 10, "stripe_of shifts by log2(IDX_LOCK_STRIPES)");
+
+void idx_inode_lock(struct inode *in)
+{
+	assert(inode_locks_held == 0 && "two inode locks at once (striped: may deadlock)");
+	pthread_mutex_lock(&stripe_of(in)->lock);
+	HELD(1);
+}
+
+void idx_inode_unlock(struct inode *in)
+{
+	HELD(-1);
+	pthread_mutex_unlock(&stripe_of(in)->lock);
+}
+
+int idx_inode_trylock(struct inode *in)
+{
+	if (pthread_mutex_trylock(&stripe_of(in)->lock) != 0)
+		return -EBUSY;
+	HELD(1);
+	return 0;
+}
+
+void idx_inode_wait(struct inode *in)
+{
+	struct inode_stripe *st = stripe_of(in);
+	pthread_cond_wait(&st->cond, &st->lock);
+}
+
+void idx_inode_wake(struct inode *in)
+{
+	pthread_cond_broadcast(&stripe_of(in)->cond);
+}
 
 static uint32_t name_hash(uint64_t parent, const char *name)
 {
@@ -111,6 +182,22 @@ static int rehash_dents(struct index *idx)
 	return 0;
 }
 
+/* Walk of every inode in table order: the first (in == NULL) or the one
+ * after in. Taking the next before dropping in lets a walk unhook it. */
+static struct inode *inode_next(const struct index *idx, const struct inode *in)
+{
+	uint64_t b = 0;
+	if (in) {
+		if (in->hash_next)
+			return in->hash_next;
+		b = (in->ino & (idx->itab_size - 1)) + 1;
+	}
+	for (; b < idx->itab_size; b++)
+		if (idx->itab[b])
+			return idx->itab[b];
+	return NULL;
+}
+
 static struct inode *ino_find(struct index *idx, uint64_t ino)
 {
 	struct inode *in = idx->itab[ino & (idx->itab_size - 1)];
@@ -134,19 +221,17 @@ static struct dirent_node *dent_find(struct index *idx, uint64_t parent, const c
 	return *dent_slot(idx, parent, name, name_hash(parent, name));
 }
 
-void idx_touch(struct timespec *ts)
+int64_t idx_ts_ns(const struct timespec *ts)
 {
-	clock_gettime(CLOCK_REALTIME, ts);
+	const int64_t g = 1000000000LL;
+	if (ts->tv_sec > INT64_MAX / g - 1)
+		return INT64_MAX;
+	if (ts->tv_sec < INT64_MIN / g + 1)
+		return INT64_MIN;
+	return (int64_t)ts->tv_sec * g + ts->tv_nsec;
 }
 
-/* ---- journal records ---- */
-
-static int64_t ts_ns(const struct timespec *ts)
-{
-	return (int64_t)ts->tv_sec * 1000000000LL + ts->tv_nsec;
-}
-
-static struct timespec ns_ts(int64_t ns)
+struct timespec idx_ns_ts(int64_t ns)
 {
 	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000LL),
 			      .tv_nsec = (long)(ns % 1000000000LL)};
@@ -155,6 +240,13 @@ static struct timespec ns_ts(int64_t ns)
 		ts.tv_sec--;
 	}
 	return ts;
+}
+
+void idx_touch(int64_t *ns)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	*ns = idx_ts_ns(&ts);
 }
 
 /* JR_INODE for in; caller holds in->lock (symlink is immutable). */
@@ -168,9 +260,9 @@ static void attr_rec_locked(struct inode *in, struct jrec *r)
 	r->attr.gid = in->gid;
 	r->attr.rdev = in->rdev;
 	r->attr.size = in->size;
-	r->attr.atime_ns = ts_ns(&in->atime);
-	r->attr.mtime_ns = ts_ns(&in->mtime);
-	r->attr.ctime_ns = ts_ns(&in->ctime);
+	r->attr.atime_ns = in->atime;
+	r->attr.mtime_ns = in->mtime;
+	r->attr.ctime_ns = in->ctime;
 	if (in->symlink) {
 		r->name = in->symlink;
 		r->name_len = (uint32_t)strlen(in->symlink);
@@ -179,9 +271,9 @@ static void attr_rec_locked(struct inode *in, struct jrec *r)
 
 static void attr_rec(struct inode *in, struct jrec *r)
 {
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	attr_rec_locked(in, r);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 static void name_rec(struct jrec *r, uint8_t type, uint64_t parent, const char *name, uint64_t ino)
@@ -234,9 +326,9 @@ int idx_journal_attr(struct index *idx, struct inode *in)
 	int ret;
 	if (!idx->jrnl)
 		return 0;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	ret = idx_journal_attr_locked(idx, in);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -285,7 +377,7 @@ int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, ui
 
 static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *nn)
 {
-	struct inode *in = calloc(1, sizeof(*in));
+	struct inode *in = calloc(1, S_ISREG(nn->mode) ? sizeof(struct idx_file) : sizeof(*in));
 	if (!in)
 		return NULL;
 	if (nn->symlink && !(in->symlink = strdup(nn->symlink))) {
@@ -299,8 +391,6 @@ static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *n
 	}
 	if (in->dir)
 		in->dir->next_cookie = 3;
-	pthread_mutex_init(&in->lock, NULL);
-	pthread_cond_init(&in->cond, NULL);
 	in->ino = idx->next_ino++;
 	in->mode = nn->mode;
 	in->uid = nn->uid;
@@ -323,10 +413,6 @@ static int inode_insert(struct index *idx, struct inode *in)
 	idx->ninodes++;
 	if (S_ISREG(in->mode))
 		idx->nfiles++;
-	in->all_next = idx->all.all_next;
-	in->all_prev = &idx->all;
-	idx->all.all_next->all_prev = in;
-	idx->all.all_next = in;
 	return 0;
 }
 
@@ -344,10 +430,9 @@ static void inode_destroy(struct inode *in)
 		free(in->dir->cookies);
 		free(in->dir);
 	}
-	free(in->chunks);
+	if (in->chunks != inline_chunk(in))
+		free(in->chunks);
 	free(in->symlink);
-	pthread_mutex_destroy(&in->lock);
-	pthread_cond_destroy(&in->cond);
 	free(in);
 }
 
@@ -361,8 +446,6 @@ static struct inode *inode_maybe_unhook(struct index *idx, struct inode *in)
 	for (pp = &idx->itab[in->ino & (idx->itab_size - 1)]; *pp != in; pp = &(*pp)->hash_next)
 		;
 	*pp = in->hash_next;
-	in->all_prev->all_next = in->all_next;
-	in->all_next->all_prev = in->all_prev;
 	idx->ninodes--;
 	if (S_ISREG(in->mode))
 		idx->nfiles--;
@@ -389,7 +472,6 @@ int idx_new(uint64_t chunk_size, struct index **out)
 	pthread_mutex_init(&idx->lock, NULL);
 	idx->chunk_size = chunk_size;
 	idx->next_ino = IDX_ROOT_INO;
-	idx->all.all_next = idx->all.all_prev = &idx->all;
 	if (rehash_inodes(idx) < 0 || rehash_dents(idx) < 0)
 		goto fail;
 	r = inode_alloc(idx, &root);
@@ -414,8 +496,8 @@ void idx_free(struct index *idx)
 	struct inode *in, *next;
 	if (!idx)
 		return;
-	for (in = idx->all.all_next; in != &idx->all; in = next) {
-		next = in->all_next;
+	for (in = inode_next(idx, NULL); in; in = next) {
+		next = inode_next(idx, in);
 		if (idx->release)
 			idx->release(idx->release_arg, in);
 		inode_destroy(in);
@@ -633,18 +715,18 @@ static void dent_del(struct index *idx, struct inode *parent, struct dirent_node
 
 static void parent_changed(struct inode *p)
 {
-	pthread_mutex_lock(&p->lock);
+	idx_inode_lock(p);
 	idx_touch(&p->mtime);
 	p->ctime = p->mtime;
-	pthread_mutex_unlock(&p->lock);
+	idx_inode_unlock(p);
 }
 
 static void nlink_add(struct inode *in, int delta)
 {
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	in->nlink += delta;
 	idx_touch(&in->ctime);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 static int check_name(const char *name)
@@ -1032,7 +1114,7 @@ uint64_t idx_dir_entries(struct index *idx, uint64_t dir)
 void idx_stat(struct index *idx, struct inode *in, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	st->st_ino = in->ino;
 	st->st_mode = in->mode;
 	st->st_nlink = in->nlink;
@@ -1051,17 +1133,17 @@ void idx_stat(struct index *idx, struct inode *in, struct stat *st)
 				bytes += in->chunks[c].seg_len;
 		st->st_blocks = (bytes + 511) / 512;
 	}
-	st->st_atim = in->atime;
-	st->st_mtim = in->mtime;
-	st->st_ctim = in->ctime;
-	pthread_mutex_unlock(&in->lock);
+	st->st_atim = idx_ns_ts(in->atime);
+	st->st_mtim = idx_ns_ts(in->mtime);
+	st->st_ctim = idx_ns_ts(in->ctime);
+	idx_inode_unlock(in);
 }
 
 int idx_for_each(struct index *idx, int (*fn)(void *arg, struct inode *ino), void *arg)
 {
 	int ret = 0;
 	pthread_mutex_lock(&idx->lock);
-	for (struct inode *in = idx->all.all_next; in != &idx->all; in = in->all_next)
+	for (struct inode *in = inode_next(idx, NULL); in; in = inode_next(idx, in))
 		if ((ret = fn(arg, in)) != 0)
 			break;
 	pthread_mutex_unlock(&idx->lock);
@@ -1103,7 +1185,7 @@ int idx_xattr_set(struct index *idx, struct inode *in, const char *name, const v
 	if (!v)
 		return -ENOMEM;
 	memcpy(v, value, size);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	pp = xattr_find(in, name);
 	if (*pp && (flags & XATTR_CREATE)) {
 		ret = -EEXIST;
@@ -1138,10 +1220,10 @@ int idx_xattr_set(struct index *idx, struct inode *in, const char *name, const v
 		attr_rec_locked(in, &rs[1]);
 		ret = jrnl_append_tx(idx->jrnl, rs, 2);
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 fail:
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	free(v);
 	return ret;
 }
@@ -1150,7 +1232,7 @@ ssize_t idx_xattr_get(struct inode *in, const char *name, void *buf, size_t size
 {
 	struct xattr *x;
 	ssize_t ret;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	x = *xattr_find(in, name);
 	if (!x)
 		ret = -ENODATA;
@@ -1162,7 +1244,7 @@ ssize_t idx_xattr_get(struct inode *in, const char *name, void *buf, size_t size
 		memcpy(buf, x->value, x->size);
 		ret = x->size;
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -1170,7 +1252,7 @@ ssize_t idx_xattr_list(struct inode *in, char *buf, size_t size)
 {
 	size_t need = 0;
 	ssize_t ret;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	for (struct xattr *x = in->xattrs; x; x = x->next)
 		need += strlen(x->name) + 1;
 	if (size == 0) {
@@ -1186,7 +1268,7 @@ ssize_t idx_xattr_list(struct inode *in, char *buf, size_t size)
 		}
 		ret = need;
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -1196,7 +1278,7 @@ int idx_xattr_remove(struct index *idx, struct inode *in, const char *name)
 	int ret;
 	if ((ret = jcheck(idx)) < 0)
 		return ret;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	pp = xattr_find(in, name);
 	if (!(x = *pp)) {
 		ret = -ENODATA;
@@ -1215,23 +1297,33 @@ int idx_xattr_remove(struct index *idx, struct inode *in, const char *name)
 			ret = jrnl_append_tx(idx->jrnl, rs, 2);
 		}
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
 int idx_chunks_reserve(struct inode *in, uint64_t n)
 {
-	struct chunk *nc;
+	struct chunk *nc, *old = in->chunks;
 	uint64_t cap;
 	if (n <= in->nchunks)
 		return 0;
 	/* no wrap of cap or of cap * sizeof: such a count cannot be held anyway */
 	if (n > SIZE_MAX / 2 / sizeof(*nc))
 		return -EFBIG;
+	if (n == 1 && !in->nchunks && S_ISREG(in->mode)) {
+		in->chunks = inline_chunk(in); /* zeroed by inode_alloc */
+		in->nchunks = 1;
+		return 0;
+	}
 	cap = in->nchunks ? in->nchunks : 4;
 	while (cap < n)
 		cap *= 2;
-	nc = realloc(in->chunks, cap * sizeof(*nc));
+	if (old && old == inline_chunk(in)) {
+		if ((nc = malloc(cap * sizeof(*nc))))
+			memcpy(nc, old, sizeof(*nc));
+	} else {
+		nc = realloc(old, cap * sizeof(*nc));
+	}
 	if (!nc)
 		return -ENOMEM;
 	memset(nc + in->nchunks, 0, (cap - in->nchunks) * sizeof(*nc));
@@ -1284,9 +1376,9 @@ int idx_replay(struct index *idx, const struct jrec *r)
 		in->gid = r->attr.gid;
 		in->rdev = (dev_t)r->attr.rdev;
 		in->size = r->attr.size;
-		in->atime = ns_ts(r->attr.atime_ns);
-		in->mtime = ns_ts(r->attr.mtime_ns);
-		in->ctime = ns_ts(r->attr.ctime_ns);
+		in->atime = r->attr.atime_ns;
+		in->mtime = r->attr.mtime_ns;
+		in->ctime = r->attr.ctime_ns;
 		if (S_ISLNK(in->mode) && r->name_len && !in->symlink) {
 			if (!(in->symlink = strndup(r->name, r->name_len)))
 				return -ENOMEM;
@@ -1319,7 +1411,7 @@ int idx_replay(struct index *idx, const struct jrec *r)
 		name[r->name_len] = '\0';
 		{
 			/* the INODE records carry ctime: replaying must not touch it */
-			struct timespec ct = in->ctime;
+			int64_t ct = in->ctime;
 			int ret2 = 0;
 			if (r->type == JR_XATTR_SET)
 				ret2 = idx_xattr_set(idx, in, name, r->value, r->value_len, 0);
@@ -1370,7 +1462,7 @@ uint64_t idx_replay_finish(struct index *idx)
 	size_t sp = 0, cap = 0;
 	uint64_t dropped = 0;
 
-	for (in = idx->all.all_next; in != &idx->all; in = in->all_next) {
+	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in)) {
 		in->nlink = in->dir ? 2 : 0;
 		in->mark = 0;
 	}
@@ -1415,8 +1507,8 @@ uint64_t idx_replay_finish(struct index *idx)
 				dent_del(idx, p && p->dir ? p : root, d);
 		}
 	}
-	for (in = idx->all.all_next; in != &idx->all; in = next) {
-		next = in->all_next;
+	for (in = inode_next(idx, NULL); in; in = next) {
+		next = inode_next(idx, in);
 		if (in->mark || in == root)
 			continue;
 		in->nlink = 0;
@@ -1425,7 +1517,7 @@ uint64_t idx_replay_finish(struct index *idx)
 			dropped++;
 		}
 	}
-	for (in = idx->all.all_next; in != &idx->all; in = in->all_next)
+	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in))
 		in->mark = 0;
 	return dropped;
 }
@@ -1443,7 +1535,7 @@ static int snap_inode(struct jrnl_emitter *e, struct inode *in)
 {
 	struct jrec r;
 	int ret;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	attr_rec_locked(in, &r);
 	ret = jrnl_emit(e, &r);
 	for (struct xattr *x = in->xattrs; x && !ret; x = x->next) {
@@ -1462,7 +1554,7 @@ static int snap_inode(struct jrnl_emitter *e, struct inode *in)
 		chunk_rec(in, c, &cr);
 		ret = jrnl_emit(e, &cr);
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -1472,10 +1564,10 @@ int idx_snapshot(struct index *idx, struct jrnl_emitter *e)
 	int ret = 0;
 
 	pthread_mutex_lock(&idx->lock);
-	for (in = idx->all.all_next; in != &idx->all && !ret; in = in->all_next)
+	for (in = inode_next(idx, NULL); in && !ret; in = inode_next(idx, in))
 		if (in->nlink > 0 || in->ino == IDX_ROOT_INO)
 			ret = snap_inode(e, in);
-	for (in = idx->all.all_next; in != &idx->all && !ret; in = in->all_next) {
+	for (in = inode_next(idx, NULL); in && !ret; in = inode_next(idx, in)) {
 		if (!in->dir || in->nlink == 0)
 			continue;
 		for (uint64_t i = 0; i < in->dir->n && !ret; i++) {

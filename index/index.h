@@ -6,8 +6,10 @@
  * go), symlink targets, user xattrs and chunk maps. POSIX rules of the
  * namespace (EEXIST, ENOTEMPTY, rename flags, ...) are enforced here.
  * Threading: idx->lock (internal) guards the namespace, the inode table and
- * link/lookup counts; each inode's `lock` guards its attributes and chunk map.
- * Lock order: index lock, then inode lock. Functions return 0 or -errno.
+ * link/lookup counts; each inode's lock (idx_inode_lock) guards its
+ * attributes and chunk map. Lock order: index lock, then one inode lock —
+ * never two inode locks at once (they are striped). Functions return 0 or
+ * -errno.
  */
 #ifndef SPW_INDEX_H
 #define SPW_INDEX_H
@@ -61,19 +63,18 @@ struct xattr {
 struct idx_dir;
 
 struct inode {
-	uint64_t ino;	      /* immutable */
-	pthread_mutex_t lock; /* guards everything below unless noted */
-	pthread_cond_t cond;  /* signalled when a chunk leaves RESTORING/SPILLING */
+	uint64_t ino; /* immutable */
+	/* idx_inode_lock(in) guards everything below unless noted */
 	mode_t mode;
 	uid_t uid;
 	gid_t gid;
 	uint32_t nlink; /* changed under index lock + inode lock */
-	dev_t rdev;
 	uint64_t size;
-	struct timespec atime, mtime, ctime;
+	int64_t atime, mtime, ctime; /* ns since the epoch, as journaled */
 	char *symlink; /* immutable after creation */
 	struct xattr *xattrs;
-	/* regular files: the chunk map; chunks past nchunks are ABSENT */
+	/* regular files: the chunk map; chunks past nchunks are ABSENT. A map
+	 * of one chunk lives inside the inode's allocation (index.c). */
 	struct chunk *chunks;
 	uint64_t nchunks;
 	/* hot tier state, owned by tier/hot.c */
@@ -83,20 +84,31 @@ struct inode {
 	/* hot.c's list of inodes that have a hot file (guarded by hot.c's lock) */
 	struct inode *hot_prev, *hot_next;
 	uint32_t open_count;
-	uint8_t pinned; /* user.spillway.pin */
-	uint8_t mark;	/* recovery only: reachable / lost */
+	uint32_t rdev;	    /* FUSE carries 32 bits (fuse_mknod_in) */
+	uint8_t pinned;	    /* user.spillway.pin */
+	uint8_t mark;	    /* recovery only: reachable / lost */
 	uint8_t attr_dirty; /* mtime changed since its last journal record */
 	uint8_t hot_listed; /* on hot.c's list (guarded by hot.c's lock) */
 	/* namespace bookkeeping, guarded by the index lock */
+	uint32_t refs;	     /* internal references (idx_get/idx_put) */
 	uint64_t nlookup;    /* kernel references */
-	uint64_t refs;	     /* internal references (idx_get/idx_put) */
 	struct idx_dir *dir; /* directories only */
 	uint64_t parent;     /* directories only: ino of '..' */
-	struct inode *hash_next;
-	struct inode *all_prev, *all_next; /* list of all live inodes */
+	struct inode *hash_next; /* the inode table's chain: also how all are walked */
 };
 
 struct index;
+
+/* The inode lock and its wait queue. They are striped — a fixed table of
+ * mutex + condition variable pairs hashed by inode number — so an inode
+ * carries neither. Hence: hold at most one inode lock at a time, and every
+ * wait re-checks its predicate in a loop (a wake-up of another inode of the
+ * same stripe, or a spurious one, wakes it too). */
+void idx_inode_lock(struct inode *in);
+void idx_inode_unlock(struct inode *in);
+int idx_inode_trylock(struct inode *in); /* 0, or -EBUSY */
+void idx_inode_wait(struct inode *in);	 /* caller holds the lock */
+void idx_inode_wake(struct inode *in);	 /* broadcast to the inode's waiters */
 
 /* Called (without locks held) when an inode is destroyed: drop its data. */
 typedef void (*idx_release_fn)(void *arg, struct inode *ino);
@@ -153,7 +165,11 @@ uint64_t idx_dir_entries(struct index *idx, uint64_t dir);
 
 /* Attributes. idx_stat fills st from the inode (takes its lock). */
 void idx_stat(struct index *idx, struct inode *ino, struct stat *st);
-void idx_touch(struct timespec *ts); /* current time */
+void idx_touch(int64_t *ns); /* current time, ns since the epoch */
+/* timespec <-> ns since the epoch (saturating: the journal's int64 range,
+ * years 1678-2262). */
+int64_t idx_ts_ns(const struct timespec *ts);
+struct timespec idx_ns_ts(int64_t ns);
 
 /* Iterate all live inodes (for the evictor, stats): fn called with the
  * index lock held; return non-zero to stop. */
@@ -168,7 +184,8 @@ ssize_t idx_xattr_get(struct inode *ino, const char *name, void *buf, size_t siz
 ssize_t idx_xattr_list(struct inode *ino, char *buf, size_t size);
 int idx_xattr_remove(struct index *idx, struct inode *ino, const char *name);
 
-/* Chunk map (caller holds ino->lock). Grows the map to hold nchunks chunks.
+/* Chunk map (caller holds the inode lock). Grows the map to hold nchunks
+ * chunks; `chunks` may move (a one-chunk map is inline in the inode).
  * 0, -ENOMEM, or -EFBIG for a count no allocation can hold. */
 int idx_chunks_reserve(struct inode *ino, uint64_t nchunks);
 

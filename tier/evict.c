@@ -178,7 +178,7 @@ static int cand_push(struct cand_set *cs, const struct cand *c)
 static long collect_chunks(struct tier *t, struct cand_set *cs, struct inode *in, int only)
 {
 	size_t before = cs->n;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	if (!in->pinned || only) {
 		for (uint64_t c = 0; c < in->nchunks; c++) {
 			struct chunk *ch = &in->chunks[c];
@@ -194,7 +194,7 @@ static long collect_chunks(struct tier *t, struct cand_set *cs, struct inode *in
 			}
 		}
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	if (cs->n > before && cs->nrefs == cs->refcap) {
 		size_t ncap = cs->refcap ? cs->refcap * 2 : 256;
 		struct inode **nr = realloc(cs->refs, ncap * sizeof(*nr));
@@ -337,9 +337,9 @@ int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t le
 static void drop_and_inval(struct tier *t, struct inode *in, uint64_t c)
 {
 	uint32_t n;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	n = drop_chunk_locked(t, in, c);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	/* outside the lock: the kernel may call back into us to write pages */
 	if (n)
 		tier_inval_async(t, in->ino, c * t->chunk_size, n);
@@ -393,38 +393,38 @@ static void *spill_segment(void *arg)
 		uint32_t len;
 		int fd;
 
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		ch = &in->chunks[cd->c];
 		len = tier_chunk_len(t, in->size, cd->c);
 		if (ch->state != CHUNK_HOT_DIRTY || len == 0 || (in->pinned && job->drop)) {
-			pthread_mutex_unlock(&in->lock);
+			idx_inode_unlock(in);
 			continue;
 		}
 		fd = hot_fd_get_locked(t->hot, in);
 		if (fd < 0) {
-			pthread_mutex_unlock(&in->lock);
+			idx_inode_unlock(in);
 			continue;
 		}
 		ch->state = CHUNK_SPILLING;
 		gen = ch->gen;
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_unlock(in);
 
 		ret = seg_writer_add_fd(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size, len,
 					&done[nd].e);
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		ch = &in->chunks[cd->c]; /* the map may have grown (moved) meanwhile */
 		hot_fd_put_locked(t->hot, in);
 		if (ret < 0) {
 			/* truncated meanwhile (-ENODATA) or a read error: stays dirty */
 			if (ch->state == CHUNK_SPILLING)
 				ch->state = CHUNK_HOT_DIRTY;
-			pthread_cond_broadcast(&in->cond); /* fsync waits for spills */
-			pthread_mutex_unlock(&in->lock);
+			idx_inode_wake(in); /* fsync waits for spills */
+			idx_inode_unlock(in);
 			if (ret == -ENODATA)
 				continue;
 			goto out;
 		}
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_unlock(in);
 		done[nd].in = in;
 		done[nd].c = cd->c;
 		payload += done[nd].e.len; /* stored bytes: what live counts */
@@ -456,7 +456,7 @@ static void *spill_segment(void *arg)
 		struct inode *in = done[i].in;
 		struct chunk *ch;
 		uint32_t n = 0;
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		ch = &in->chunks[done[i].c];
 		if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen) {
 			ch->seg_id = id;
@@ -477,8 +477,8 @@ static void *spill_segment(void *arg)
 		} else {
 			seg_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
 		}
-		pthread_cond_broadcast(&in->cond); /* fsync waits for spills */
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_wake(in); /* fsync waits for spills */
+		idx_inode_unlock(in);
 		if (n)
 			tier_inval_async(t, in->ino, done[i].c * t->chunk_size, n);
 	}
@@ -491,11 +491,11 @@ out:
 	/* failure: every chunk taken goes back to HOT_DIRTY, its RAM copy intact */
 	for (size_t i = 0; i < nd; i++) {
 		struct inode *in = done[i].in;
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		if (in->chunks[done[i].c].state == CHUNK_SPILLING)
 			in->chunks[done[i].c].state = CHUNK_HOT_DIRTY;
-		pthread_cond_broadcast(&in->cond);
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_wake(in);
+		idx_inode_unlock(in);
 	}
 	if (ret == -ENOSPC) {
 		/* the caller reports a full cold tier once, not every retry */
@@ -675,9 +675,9 @@ int evict_file(struct tier *t, struct inode *in, int drop)
 		ret = spill_batch(t, cs.v, nd, t->cfg->min_spill_size, drop);
 	}
 	if (drop && ret == 0) {
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		uint64_t n = in->nchunks;
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_unlock(in);
 		for (uint64_t c = 0; c < n; c++)
 			drop_and_inval(t, in, c);
 		room_freed(t);
@@ -728,10 +728,10 @@ static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, st
 	*out = in;
 	if (!in)
 		return 0;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	live = e->chunk < in->nchunks && in->chunks[e->chunk].seg_id == id &&
 	       in->chunks[e->chunk].seg_off == e->off;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return live;
 }
 
@@ -838,7 +838,7 @@ static int seg_compact(struct tier *t, uint64_t id)
 	for (size_t i = 0; i < nm; i++) {
 		struct inode *in = moved[i].in;
 		struct chunk *ch;
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		ch = &in->chunks[moved[i].c];
 		/* a RESTORING chunk is being read from the old segment right now:
 		 * it stays there (the old segment stays live) */
@@ -859,7 +859,7 @@ static int seg_compact(struct tier *t, uint64_t id)
 		} else {
 			seg_release_bytes(t, newid, moved[i].e.len);
 		}
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_unlock(in);
 	}
 	__atomic_add_fetch(&t->st.segments_compacted, 1, __ATOMIC_RELAXED);
 	ret = 0;

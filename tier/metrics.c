@@ -67,7 +67,7 @@ static int count_unevictable(void *arg, struct inode *in)
 	struct unevictable *u = arg;
 	if (!S_ISREG(in->mode))
 		return 0;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		int hot = ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_HOT_CLEAN;
@@ -80,7 +80,7 @@ static int count_unevictable(void *arg, struct inode *in)
 		else if (hot && ch->pins)
 			u->in_use++;
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return 0;
 }
 

@@ -178,7 +178,7 @@ static void reconcile_file(struct tier *t, struct inode *in)
 {
 	int dirty = 0, cold = 0, fd;
 
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		if (ch->state == CHUNK_HOT_DIRTY)
@@ -221,7 +221,7 @@ static void reconcile_file(struct tier *t, struct inode *in)
 		in->mark = 2; /* its newest bytes were only in RAM, and RAM is gone */
 		t->rec.lost_files++;
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 static void report_lost(void *arg, const char *path, struct inode *in)

@@ -62,10 +62,10 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0) {
 		ch->state = CHUNK_COLD;
-		pthread_cond_broadcast(&in->cond);
+		idx_inode_wake(in);
 		return fd;
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 
 	/* Acknowledged data must stay readable even when nothing can be
 	 * evicted: a restore waits only while the evictor frees RAM, then
@@ -93,7 +93,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	if (ret == 0)
 		__atomic_add_fetch(&t->st.bytes_restored, sc.data_len, __ATOMIC_RELAXED);
 	seg_chunk_free(&sc);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	ch = &in->chunks[c]; /* the map may have grown (moved) meanwhile */
 	if (ret == 0) {
 		ch->state = CHUNK_HOT_CLEAN;
@@ -110,7 +110,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	}
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);
-	pthread_cond_broadcast(&in->cond);
+	idx_inode_wake(in);
 	if (reserved > 0)
 		hot_unreserve(t->hot, (uint64_t)reserved);
 	return ret;
@@ -124,7 +124,7 @@ int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint6
 		for (;;) {
 			uint8_t s = in->chunks[c].state;
 			if (s == CHUNK_RESTORING) {
-				pthread_cond_wait(&in->cond, &in->lock);
+				idx_inode_wait(in);
 				continue;
 			}
 			if (s != CHUNK_COLD)
@@ -150,7 +150,7 @@ void restore_file_async(struct tier *t, struct inode *in)
 
 	if (!t->store || t->nrworkers == 0)
 		return;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		struct restore_job *j;
@@ -164,7 +164,7 @@ void restore_file_async(struct tier *t, struct inode *in)
 		tail = &j->next;
 		n++;
 	}
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	if (!head)
 		return;
 	/* each job holds a ref so the inode outlives its queue entries */
@@ -214,7 +214,7 @@ static void *restore_worker(void *arg)
 
 		if (j->c != UINT64_MAX) {
 			struct inode *in = j->in;
-			pthread_mutex_lock(&in->lock);
+			idx_inode_lock(in);
 			if (j->c < in->nchunks) {
 				struct chunk *ch = &in->chunks[j->c];
 				ch->queued = 0;
@@ -228,7 +228,7 @@ static void *restore_worker(void *arg)
 					restore_chunk_locked(t, in, j->c);
 				}
 			}
-			pthread_mutex_unlock(&in->lock);
+			idx_inode_unlock(in);
 			idx_put(t->idx, in);
 		}
 		free(j);

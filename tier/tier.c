@@ -36,10 +36,10 @@
 static void drop_inode(void *arg, struct inode *in)
 {
 	struct tier *t = arg;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++)
 		tier_chunk_release_cold(t, in, &in->chunks[c]);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	hot_drop(t->hot, in);
 	pthread_mutex_lock(&t->lock);
 	pthread_cond_broadcast(&t->room);
@@ -335,17 +335,17 @@ static void wait_restoring_locked(struct inode *in, uint64_t first, uint64_t las
 {
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++)
 		while (in->chunks[c].state == CHUNK_RESTORING)
-			pthread_cond_wait(&in->cond, &in->lock);
+			idx_inode_wait(in);
 }
 
 int tier_open(struct tier *t, struct inode *in)
 {
 	int fd;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd >= 0)
 		in->open_count++;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	if (fd >= 0 && t->store && t->cfg->restore == RESTORE_OPEN)
 		restore_file_async(t, in);
 	return fd < 0 ? fd : 0;
@@ -353,14 +353,14 @@ int tier_open(struct tier *t, struct inode *in)
 
 void tier_close(struct tier *t, struct inode *in)
 {
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	if (in->attr_dirty) {
 		in->attr_dirty = 0;
 		idx_journal_attr_locked(t->idx, in);
 	}
 	in->open_count--;
 	hot_fd_put_locked(t->hot, in);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 static void pin(struct inode *in, uint64_t first, uint64_t last, int delta)
@@ -374,7 +374,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 	int ret;
 	uint64_t size;
 
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	size = in->size;
 	if (off >= size || len == 0) {
 		io->first = 1;
@@ -387,7 +387,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		if (io->last >= in->nchunks)
 			io->last = in->nchunks ? in->nchunks - 1 : 0;
 		if ((ret = tier_make_hot_locked(t, in, io->first, io->last, 1)) < 0) {
-			pthread_mutex_unlock(&in->lock);
+			idx_inode_unlock(in);
 			return ret;
 		}
 		uint64_t tick = idx_tick(t->idx);
@@ -397,7 +397,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 	io->fd = in->hot_fd;
 	io->off = off;
 	io->len = len;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return io->fd < 0 ? -EBADF : 0;
 }
 
@@ -405,9 +405,9 @@ void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)
 {
 	if (io->first > io->last)
 		return;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	pin(in, io->first, io->last, -1);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 /* Wait for hot room. Returns reserved bytes or -ENOSPC. */
@@ -446,7 +446,7 @@ static void unclaim_locked(struct inode *in, struct tier_io *io)
 		if ((io->claimed >> i) & 1 && in->chunks[io->first + i].state == CHUNK_RESTORING)
 			in->chunks[io->first + i].state = CHUNK_COLD;
 	if (io->claimed)
-		pthread_cond_broadcast(&in->cond);
+		idx_inode_wake(in);
 	io->claimed = 0;
 }
 
@@ -462,7 +462,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 	io->reserved = 0;
 	io->claimed = 0;
 	tier_chunk_range(t, off, len, &io->first, &io->last);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	if ((ret = idx_chunks_reserve(in, io->last + 1)) < 0)
 		goto out_unclaim;
 	/* A partial overwrite of a cold chunk needs its old bytes first; a whole
@@ -483,7 +483,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		}
 	}
 	io->fd = in->hot_fd;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	if (io->fd < 0) {
 		ret = -EBADF;
 		goto out_unpin;
@@ -496,11 +496,11 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 	io->reserved = r;
 	return 0;
 out_unpin:
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	pin(in, io->first, io->last, -1);
 out_unclaim:
 	unclaim_locked(in, io);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -525,7 +525,7 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 
 ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written)
 {
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	/* A claimed (cold, wholly overwritten) chunk the copy did not finish
 	 * keeps its cold copy: acknowledge only the bytes before it. */
 	for (uint64_t i = 0; written > 0 && io->claimed >> i; i++) {
@@ -566,10 +566,10 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 						  (off_t)((io->first + i) * t->chunk_size),
 						  (off_t)t->chunk_size);
 		unclaim_locked(in, io);
-		pthread_cond_broadcast(&in->cond);
+		idx_inode_wake(in);
 	}
 	hot_account_locked(t->hot, in);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	hot_unreserve(t->hot, (uint64_t)io->reserved);
 	if (t->store && hot_used(t->hot) > t->cfg->spill_threshold * hot_limit(t->hot))
 		pthread_cond_signal(&t->wake);
@@ -602,7 +602,7 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 
 	if ((ret = idx_check_writable(t->idx)) < 0)
 		return ret;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0) {
 		ret = fd;
@@ -632,7 +632,7 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 out_put:
 	hot_fd_put_locked(t->hot, in);
 out:
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -663,7 +663,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 	if ((ret = idx_check_writable(t->idx)) < 0)
 		return ret;
 	tier_chunk_range(t, off, len, &first, &last);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	if ((ret = idx_chunks_reserve(in, last + 1)) < 0)
 		goto out;
 	fd = hot_fd_get_locked(t->hot, in);
@@ -685,9 +685,9 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		}
 	}
 	if (!(mode & FALLOC_FL_PUNCH_HOLE)) {
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_unlock(in);
 		r = tier_reserve_room(t, fd, off, len); /* may wait for the evictor */
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		if (r < 0) {
 			ret = -ENOSPC;
 			r = 0;
@@ -735,7 +735,7 @@ out_unpin:
 out_put:
 	hot_fd_put_locked(t->hot, in);
 out:
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -745,7 +745,7 @@ int64_t tier_lseek(struct tier *t, struct inode *in, uint64_t off, int whence)
 	uint64_t pos = off;
 	int fd;
 
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	if (off >= in->size) {
 		ret = -ENXIO;
 		goto out;
@@ -779,7 +779,7 @@ int64_t tier_lseek(struct tier *t, struct inode *in, uint64_t off, int whence)
 	}
 	hot_fd_put_locked(t->hot, in);
 out:
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 
@@ -796,7 +796,7 @@ int tier_fsync(struct tier *t, struct inode *in)
 		int dirty = 0;
 		if ((ret = evict_file(t, in, 0)) < 0)
 			return ret;
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		for (;;) {
 			int spilling = 0;
 			dirty = 0;
@@ -807,16 +807,16 @@ int tier_fsync(struct tier *t, struct inode *in)
 			}
 			if (!spilling)
 				break;
-			pthread_cond_wait(&in->cond, &in->lock);
+			idx_inode_wait(in);
 		}
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_unlock(in);
 		if (!dirty)
 			break;
 	}
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	in->attr_dirty = 0;
 	ret = idx_journal_attr_locked(t->idx, in);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	if (ret == 0)
 		ret = jrnl_sync(t->jrnl);
 	return ret < 0 ? ret : recover_s3_push(t);
@@ -832,7 +832,7 @@ int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
 {
 	uint64_t n[CHUNK_RESTORING + 1] = {0}, segs = 0, last = 0;
 	int pinned;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		n[ch->state]++;
@@ -843,7 +843,7 @@ int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
 		}
 	}
 	pinned = in->pinned;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return snprintf(
 	    buf, len,
 	    "hot=%llu dirty=%llu cold=%llu restoring=%llu spilling=%llu pinned=%d "
@@ -856,9 +856,9 @@ int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
 
 int tier_pin(struct tier *t, struct inode *in, int on)
 {
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	in->pinned = on ? 1 : 0;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return 0;
 }
 
@@ -877,9 +877,9 @@ int tier_warm_file(struct tier *t, struct inode *in)
 	/* the restore workers fetch in parallel; this thread takes what is left
 	 * and waits for the rest */
 	restore_file_async(t, in);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	ret = in->nchunks ? tier_make_hot_locked(t, in, 0, in->nchunks - 1, 0) : 0;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return ret;
 }
 

@@ -46,7 +46,6 @@ static void inode_init(struct inode *in, uint64_t ino)
 	in->ino = ino;
 	in->mode = S_IFREG | 0644;
 	in->hot_fd = -1;
-	pthread_mutex_init(&in->lock, NULL);
 }
 
 static int setup(void **state)
@@ -78,8 +77,6 @@ static int teardown(void **state)
 		close(f->b.hot_fd);
 	hot_free(f->hot2);
 	hot_free(f->hot);
-	pthread_mutex_destroy(&f->a.lock);
-	pthread_mutex_destroy(&f->b.lock);
 	nftw(f->base, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	free(f);
 	return 0;
@@ -116,25 +113,25 @@ static int open_hot(struct fx *f, struct hot *hot, struct inode *in)
 {
 	int fd;
 
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	fd = hot_fd_get_locked(hot, in);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	assert_true(fd >= 0);
 	return fd;
 }
 
 static void put_hot(struct hot *hot, struct inode *in)
 {
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	hot_fd_put_locked(hot, in);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 static void account(struct hot *hot, struct inode *in)
 {
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	hot_account_locked(hot, in);
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 }
 
 static void write_pages(int fd, uint64_t first, uint64_t n)
@@ -332,9 +329,9 @@ static void test_fd_get_put(void **state)
 	assert_int_equal(fcntl(fd, F_GETFD), -1); /* closed */
 	/* with a chunk in RAM the file itself stays until dropped */
 	assert_true(exists_in(f->dir, "000000000000002a"));
-	pthread_mutex_lock(&f->a.lock);
+	idx_inode_lock(&f->a);
 	hot_drop(f->hot, &f->a);
-	pthread_mutex_unlock(&f->a.lock);
+	idx_inode_unlock(&f->a);
 	assert_false(exists_in(f->dir, "000000000000002a"));
 	f->a.chunks = NULL;
 	f->a.nchunks = 0;
@@ -356,9 +353,9 @@ static void test_cold_file_leaves_no_hot_file(void **state)
 	f->a.nchunks = 3;
 	fd = open_hot(f, f->hot, &f->a);
 	assert_int_equal(pwrite(fd, "x", 1, 5), 1); /* a stray page: gone too */
-	pthread_mutex_lock(&f->a.lock);
+	idx_inode_lock(&f->a);
 	hot_account_locked(f->hot, &f->a);
-	pthread_mutex_unlock(&f->a.lock);
+	idx_inode_unlock(&f->a);
 	assert_int_equal(hot_used(f->hot), PG);
 	put_hot(f->hot, &f->a);
 	assert_false(exists_in(f->dir, "000000000000002a"));
@@ -562,9 +559,9 @@ static void test_account_tracks_blocks(void **state)
 	assert_int_equal(hot_used(f->hot), alloc_bytes(fb));
 
 	/* dropping an inode gives its bytes back */
-	pthread_mutex_lock(&f->b.lock);
+	idx_inode_lock(&f->b);
 	hot_drop(f->hot, &f->b);
-	pthread_mutex_unlock(&f->b.lock);
+	idx_inode_unlock(&f->b);
 	assert_int_equal(f->b.hot_fd, -1);
 	assert_int_equal(f->b.hot_bytes, 0);
 	assert_int_equal(hot_used(f->hot), 0);

@@ -51,10 +51,10 @@ static void on_release(void *arg, struct inode *in)
 	f->rel[in->ino]++;
 	f->nrel++;
 	/* the hook runs without locks held */
-	if (pthread_mutex_trylock(&in->lock) != 0)
+	if (idx_inode_trylock(in) != 0)
 		f->hook_saw_locked = 1;
 	else
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_unlock(in);
 }
 
 static uint32_t released(struct fx *f, uint64_t ino)
@@ -136,9 +136,9 @@ static uint32_t nlink_of(struct fx *f, uint64_t ino)
 	uint32_t n;
 
 	assert_non_null(in);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	n = in->nlink;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	idx_put(f->idx, in);
 	return n;
 }
@@ -1264,10 +1264,23 @@ static void test_chunks_reserve(void **state)
 
 	assert_int_equal(idx_create(f->idx, IDX_ROOT_INO, "f", &nn, &in), 0);
 	assert_int_equal(in->nchunks, 0);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	assert_int_equal(idx_chunks_reserve(in, 0), 0);
 	assert_int_equal(in->nchunks, 0);
+	/* one chunk: inside the inode's own allocation, zeroed */
+	assert_int_equal(idx_chunks_reserve(in, 1), 0);
+	assert_int_equal(in->nchunks, 1);
+	assert_true((char *)in->chunks > (char *)in &&
+		    (char *)in->chunks < (char *)in + sizeof(*in) + sizeof(struct chunk));
+	assert_int_equal(in->chunks[0].state, CHUNK_ABSENT);
+	in->chunks[0].state = CHUNK_COLD;
+	in->chunks[0].seg_id = 5;
+	/* growing moves it out, contents kept */
 	assert_int_equal(idx_chunks_reserve(in, 3), 0);
+	assert_int_equal(in->chunks[0].state, CHUNK_COLD);
+	assert_int_equal(in->chunks[0].seg_id, 5);
+	in->chunks[0].state = CHUNK_ABSENT;
+	in->chunks[0].seg_id = 0;
 	assert_true(in->nchunks >= 3);
 	assert_non_null(in->chunks);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
@@ -1307,7 +1320,7 @@ static void test_chunks_reserve(void **state)
 	assert_true(in->nchunks >= 1025);
 	assert_int_equal(in->chunks[1024].state, CHUNK_ABSENT);
 	in->hot_bytes = 8192;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 
 	/* st_blocks: hot bytes plus cold-only bytes */
 	idx_stat(f->idx, in, &st);
