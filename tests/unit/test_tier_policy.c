@@ -180,9 +180,9 @@ static void check_all(struct fx *f, struct inode *in, int tag, uint64_t size)
 static uint8_t chunk_state(struct inode *in, uint64_t c)
 {
 	uint8_t s;
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	s = c < in->nchunks ? in->chunks[c].state : CHUNK_ABSENT;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	return s;
 }
 
@@ -275,10 +275,10 @@ static void test_crc_failure_is_eio_for_that_chunk_only(void **state)
 	start(f);
 	in = mk(f, "a", 2 * MiB, 9);
 	assert_int_equal(tier_evict_file(f->t, in), 0);
-	pthread_mutex_lock(&in->lock);
+	idx_inode_lock(in);
 	seg = in->chunks[0].seg_id;
 	off = in->chunks[0].seg_off;
-	pthread_mutex_unlock(&in->lock);
+	idx_inode_unlock(in);
 	assert_int_equal(fake_flip(seg, off + 1000), 0);
 	assert_int_equal(check_range(f, in, 9, 0, 4096), -EIO);
 	assert_int_equal(chunk_state(in, 0), CHUNK_COLD);
@@ -366,14 +366,14 @@ static void test_open_restores_in_file_order(void **state)
 	 * window is aligned, so it may spill into a neighbour) */
 	uint64_t roff[6], rlen[6], rseg[6];
 	int first[6];
-	pthread_mutex_lock(&g_in->lock);
+	idx_inode_lock(g_in);
 	for (int c = 0; c < 6; c++) {
 		roff[c] = g_in->chunks[c].seg_off;
 		rlen[c] = g_in->chunks[c].seg_len;
 		rseg[c] = g_in->chunks[c].seg_id;
 		first[c] = -1;
 	}
-	pthread_mutex_unlock(&g_in->lock);
+	idx_inode_unlock(g_in);
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t best = 0;
 		int bc = -1;
