@@ -686,6 +686,56 @@ out:
 	return ret;
 }
 
+int evict_flush_all(struct tier *t)
+{
+	struct cand_set cs = {0};
+	uint64_t *inos, dirty = 0;
+	size_t n, nd = 0;
+	int ret = 0;
+
+	if (hot_list_inos(t->hot, &inos, &n) < 0)
+		return -ENOMEM;
+	/* every file with a hot file, pinned ones too; unlinked files have
+	 * nothing worth keeping (recovery drops them) */
+	for (size_t i = 0; i < n && !cs.oom; i++) {
+		struct inode *in = idx_get(t->idx, inos[i]);
+		if (!in)
+			continue;
+		if (S_ISREG(in->mode) && in->nlink > 0 && collect_chunks(t, &cs, in, 1) > 0)
+			cs.refs[cs.nrefs++] = in;
+		else
+			idx_put(t->idx, in);
+	}
+	free(inos);
+	if (cs.oom) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < cs.n; i++)
+		if (cs.v[i].state == CHUNK_HOT_DIRTY) {
+			dirty += cs.v[i].len;
+			cs.v[nd++] = cs.v[i];
+		}
+	__atomic_store_n(&t->flush_total, dirty, __ATOMIC_RELAXED);
+	if (nd) {
+		qsort(cs.v, nd, sizeof(*cs.v), by_location);
+		/* partial segments allowed; io_workers of them in parallel */
+		ret = spill_batch(t, cs.v, nd, t->cfg->min_spill_size, 0);
+	}
+	/* every clean copy goes; a chunk whose spill failed stays dirty, in RAM */
+	for (size_t i = 0; i < cs.nrefs; i++) {
+		struct inode *in = cs.refs[i];
+		pthread_mutex_lock(&in->lock);
+		uint64_t nc = in->nchunks;
+		pthread_mutex_unlock(&in->lock);
+		for (uint64_t c = 0; c < nc; c++)
+			drop_and_inval(t, in, c);
+	}
+out:
+	cand_free(t, &cs);
+	return ret;
+}
+
 /* ---- garbage collection ---- */
 
 static void seg_delete(struct tier *t, uint64_t id)

@@ -209,19 +209,149 @@ fail:
 	return ret;
 }
 
+/* ---- unmount: give the RAM back ---- */
+
+struct flush_log {
+	struct tier *t;
+	uint64_t base, t0; /* bytes_spilled and clock at the start */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done; /* protected by lock */
+};
+
+/* Unmount progress, every 2 s while the flush runs (a long one is no hang). */
+static void *flush_logger(void *arg)
+{
+	struct flush_log *fl = arg;
+	struct tier *t = fl->t;
+	pthread_mutex_lock(&fl->lock);
+	while (!fl->done) {
+		struct timespec dl = clock_deadline_ms(2000);
+		if (pthread_cond_timedwait(&fl->cond, &fl->lock, &dl) != ETIMEDOUT || fl->done)
+			continue;
+		uint64_t done = __atomic_load_n(&t->st.bytes_spilled, __ATOMIC_RELAXED) - fl->base;
+		uint64_t total = __atomic_load_n(&t->flush_total, __ATOMIC_RELAXED);
+		double s = (clock_now_ns() - fl->t0) / 1e9;
+		log_info("unmount: spilling: %llu MiB left of %llu MiB, %.0f MiB/s",
+			 (unsigned long long)((total > done ? total - done : 0) >> 20),
+			 (unsigned long long)(total >> 20), s > 0 ? done / 1048576.0 / s : 0.0);
+	}
+	pthread_mutex_unlock(&fl->lock);
+	return NULL;
+}
+
+/* Spill every dirty chunk and drop every hot copy (as fsync does, for the
+ * whole filesystem), with a progress line every 2 s. 0 or -errno. */
+static int flush_all(struct tier *t)
+{
+	struct flush_log fl = {.t = t, .t0 = clock_now_ns()};
+	pthread_t th;
+	int ret, logging;
+
+	fl.base = __atomic_load_n(&t->st.bytes_spilled, __ATOMIC_RELAXED);
+	pthread_mutex_init(&fl.lock, NULL);
+	pthread_cond_init(&fl.cond, NULL);
+	logging = pthread_create(&th, NULL, flush_logger, &fl) == 0;
+	ret = evict_flush_all(t);
+	if (logging) {
+		pthread_mutex_lock(&fl.lock);
+		fl.done = 1;
+		pthread_cond_signal(&fl.cond);
+		pthread_mutex_unlock(&fl.lock);
+		pthread_join(th, NULL);
+	}
+	pthread_cond_destroy(&fl.cond);
+	pthread_mutex_destroy(&fl.lock);
+	uint64_t done = __atomic_load_n(&t->st.bytes_spilled, __ATOMIC_RELAXED) - fl.base;
+	double s = (clock_now_ns() - fl.t0) / 1e9;
+	if (ret == 0)
+		log_info("unmount: spilled %llu MiB in %.1f s (%.0f MiB/s)",
+			 (unsigned long long)(done >> 20), s, s > 0 ? done / 1048576.0 / s : 0.0);
+	else
+		log_err("unmount: cannot spill every dirty chunk: %s (%llu MiB of %llu MiB "
+			"spilled); the rest stays in %s for the next mount",
+			strerror(-ret), (unsigned long long)(done >> 20),
+			(unsigned long long)(__atomic_load_n(&t->flush_total, __ATOMIC_RELAXED) >> 20),
+			t->cfg->hot_dir);
+	return ret;
+}
+
+/* After the last checkpoint: remove the hot files of files with nothing in
+ * RAM (all spilled, or holes) and of unlinked files (recovery drops those);
+ * a file with a chunk still only in RAM keeps its hot file. Returns the
+ * hot files kept; *kept_bytes their RAM. */
+static uint64_t remove_hot_files(struct tier *t, uint64_t *kept_bytes)
+{
+	uint64_t *inos, kept = 0;
+	size_t n;
+
+	*kept_bytes = 0;
+	if (hot_list_inos(t->hot, &inos, &n) < 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		struct inode *in = idx_get(t->idx, inos[i]);
+		int hot = 0;
+		if (!in)
+			continue;
+		pthread_mutex_lock(&in->lock);
+		for (uint64_t c = 0; c < in->nchunks && !hot; c++)
+			hot = in->chunks[c].state != CHUNK_ABSENT &&
+			      in->chunks[c].state != CHUNK_COLD;
+		if (!hot || in->nlink == 0) {
+			hot_drop(t->hot, in);
+		} else {
+			kept++;
+			*kept_bytes += in->hot_bytes;
+		}
+		pthread_mutex_unlock(&in->lock);
+		idx_put(t->idx, in);
+	}
+	free(inos);
+	return kept;
+}
+
 void tier_detach(struct tier *t)
 {
+	int flush;
 	if (!t || !t->jrnl)
-		return;
+		return; /* volatile: the index drops every hot file as it is freed */
+	t->inval = NULL; /* the FUSE session is gone: no page cache to drop */
+	flush = t->store && !t->cfg->keep_hot;
+	if (flush && t->cold_failing) {
+		log_warn("unmount: the cold tier is failing: the hot files stay in %s (%llu MiB "
+			 "of RAM) for the next mount",
+			 t->cfg->hot_dir, (unsigned long long)(hot_used(t->hot) >> 20));
+		flush = 0;
+	} else if (flush) {
+		flush_all(t);
+	}
 	/* a last checkpoint: the next mount starts from it, no replay */
 	jrnl_close(t->jrnl, 1);
 	t->jrnl = NULL;
 	recover_s3_release(t);
 	idx_set_journal(t->idx, NULL);
-	/* hot files and segments belong to the state now: the index must not
-	 * drop them while it is freed */
+	/* the remaining hot files and the segments belong to the state now:
+	 * the index must not drop them while it is freed */
 	idx_set_release_hook(t->idx, NULL, NULL);
 	t->keep = 1;
+	if (flush) {
+		uint64_t bytes, kept = remove_hot_files(t, &bytes);
+		if (kept)
+			log_warn("unmount: %llu files keep their hot file in %s (%llu MiB of RAM): "
+				 "their data could not be spilled; the next mount recovers them",
+				 (unsigned long long)kept, t->cfg->hot_dir,
+				 (unsigned long long)(bytes >> 20));
+		else
+			log_info("unmount: every file is in the cold tier; nothing left in RAM");
+	} else if (!t->store) {
+		log_info("unmount: no cold tier: the hot files stay in %s (%llu MiB of RAM) for "
+			 "the next mount",
+			 t->cfg->hot_dir, (unsigned long long)(hot_used(t->hot) >> 20));
+	} else if (t->cfg->keep_hot) {
+		log_info("unmount: keep_hot: the hot files stay in %s (%llu MiB of RAM) for a "
+			 "fast remount",
+			 t->cfg->hot_dir, (unsigned long long)(hot_used(t->hot) >> 20));
+	}
 }
 
 struct inval_job {
