@@ -3,8 +3,9 @@
  *
  * DESIGN
  * - One thread wakes when hot usage (allocated + reserved) crosses
- *   spill_threshold x hot_size, when a writer waits, or every 200 ms, and
- *   works until usage is below low_watermark x hot_size:
+ *   spill_threshold x budget, when a writer waits, when memory pressure
+ *   shrinks the budget (pressure.c), or every 200 ms, and works until usage
+ *   is below low_watermark x budget (budget: hot_size, less under pressure):
  *     1. drops HOT_CLEAN chunks, least recently used first (no I/O);
  *     2. gathers HOT_DIRTY chunks LRU-first, at least min_spill_size bytes,
  *        sorts them by (inode, chunk), cuts them into segments of about
@@ -1070,10 +1071,12 @@ static void demote_round(struct tier *t)
 static void *evictor(void *arg)
 {
 	struct tier *t = arg;
-	uint64_t threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
+	uint64_t threshold;
 
 	pthread_mutex_lock(&t->lock);
 	while (!t->stopping) {
+		/* the budget moves under memory pressure (pressure.c) */
+		threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
 		int busy = usage(t) > threshold || t->writers_waiting + t->restores_waiting > 0;
 		if (!busy)
 			t->evict_stuck = 0; /* idle: the next waiter gets a fresh round */
@@ -1083,6 +1086,7 @@ static void *evictor(void *arg)
 		}
 		if (t->stopping)
 			break;
+		threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
 		busy = usage(t) > threshold || t->writers_waiting + t->restores_waiting > 0;
 		if (busy && clock_now_ns() < t->backoff_until) {
 			/* the cold tier failed a moment ago: wait out the backoff */

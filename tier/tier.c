@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "tier/store.h"
+#include "tier/pressure.h"
 #include "tier/store_s3.h"
 
 #include <dirent.h>
@@ -57,6 +58,17 @@ static int count_seg(void *arg, uint64_t id, uint32_t dev, uint64_t size)
 {
 	(*(uint64_t *)arg)++;
 	return 0;
+}
+
+/* The budget moved (pressure thread): the evictor spills down to it, and
+ * writers waiting for room look again. */
+static void budget_changed(void *arg, uint64_t old_budget, uint64_t new_budget)
+{
+	struct tier *t = arg;
+	pthread_mutex_lock(&t->lock);
+	pthread_cond_broadcast(&t->wake);
+	pthread_cond_broadcast(&t->room);
+	pthread_mutex_unlock(&t->lock);
 }
 
 /* Open the NVMe store. Without a journal, segments left by an earlier mount
@@ -187,6 +199,10 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 			 why ? why : "", why ? ": " : "", strerror(-ret));
 		goto fail;
 	}
+	if ((ret = pressure_new(cfg, t->hot, budget_changed, t, &t->pressure)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
 	if ((cfg->nvme && (ret = open_nvme(t, err, errlen)) < 0) ||
 	    (cfg->s3 && (ret = tier_open_s3(t, 1, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) ||
 	    (ret = recover_finish(t, err, errlen)) < 0)
@@ -203,6 +219,7 @@ fail:
 		store_close(t->s3);
 	for (int i = 0; i < t->nvme_nlocks; i++)
 		close(t->nvme_locks[i]);
+	pressure_free(t->pressure);
 	hot_free(t->hot);
 	free(t->segs);
 	free(t);
@@ -400,6 +417,8 @@ int tier_start(struct tier *t)
 	int ret;
 	if ((ret = metrics_start(t)) < 0)
 		return ret;
+	if ((ret = pressure_start(t->pressure)) < 0)
+		return ret;
 	if (!t->store)
 		return 0;
 	if ((ret = pthread_create(&t->inval_th, NULL, inval_worker, t)) != 0)
@@ -412,6 +431,7 @@ int tier_start(struct tier *t)
 
 void tier_stop(struct tier *t)
 {
+	pressure_stop(t->pressure);
 	metrics_stop(t);
 	if (!t->store)
 		return;
@@ -444,6 +464,7 @@ void tier_free(struct tier *t)
 	for (int i = 0; i < t->nvme_nlocks; i++)
 		close(t->nvme_locks[i]); /* the lock file stays: unlinking it would race */
 	free(t->segs);
+	pressure_free(t->pressure);
 	hot_free(t->hot);
 	pthread_cond_destroy(&t->room);
 	pthread_cond_destroy(&t->wake);
@@ -1060,9 +1081,17 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	uint64_t jb = 0, jck = 0, jsy = 0;
 	if (t->jrnl)
 		jrnl_stats(t->jrnl, &jb, &jck, &jsy);
+	struct pressure_stats ps;
+	pressure_get(t->pressure, &ps);
 	pos = snprintf(
 	    buf, len,
-	    "{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu},"
+	    "{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu,\"hot_size\":%llu,"
+	    "\"hot_min\":%llu},"
+	    "\"pressure\":{\"enabled\":%d,\"budget\":%llu,\"mem_reserve\":%llu,"
+	    "\"mem_available\":%llu,\"cgroup\":%d,\"cgroup_limit\":%llu,\"cgroup_usage\":%llu,"
+	    "\"available\":%llu,\"psi_some_avg10\":%.2f,\"psi_full_avg10\":%.2f,"
+	    "\"psi_trigger\":%d,\"under_pressure\":%d,\"shrinks\":%llu,\"grows\":%llu,"
+	    "\"last_change_ms\":%llu},"
 	    "\"inodes\":%llu,\"files\":%llu,"
 	    "\"segments\":{\"count\":%llu,\"bytes\":%llu,\"live_bytes\":%llu,"
 	    "\"live_ratio\":%.3f,\"written\":%llu,\"deleted\":%llu,"
@@ -1080,7 +1109,13 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	    "\"damaged_chunks\":%llu,\"orphan_segments\":%llu,\"orphan_hot_files\":%llu,"
 	    "\"ms\":%llu},\"lost_files\":%llu,\"cold\":[",
 	    (unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
-	    (unsigned long long)hot_reserved(t->hot), (unsigned long long)inodes,
+	    (unsigned long long)hot_reserved(t->hot), (unsigned long long)t->cfg->hot_size,
+	    (unsigned long long)t->cfg->hot_min, ps.enabled, (unsigned long long)ps.budget,
+	    (unsigned long long)ps.mem_reserve, (unsigned long long)ps.mem_available, ps.cgroup,
+	    (unsigned long long)ps.cg_limit, (unsigned long long)ps.cg_usage,
+	    (unsigned long long)ps.available, ps.psi_some10, ps.psi_full10, ps.psi_trigger,
+	    ps.pressure, (unsigned long long)ps.shrinks, (unsigned long long)ps.grows,
+	    (unsigned long long)ps.last_change_ms, (unsigned long long)inodes,
 	    (unsigned long long)files, (unsigned long long)segs, (unsigned long long)seg_bytes,
 	    (unsigned long long)seg_live, seg_bytes ? (double)seg_live / (double)seg_bytes : 1.0,
 	    LD(t->st.segments_written), LD(t->st.segments_deleted), LD(t->st.segments_compacted),

@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 struct store;
+struct pressure;
 struct restore_job;
 struct inval_job;
 
@@ -51,6 +52,7 @@ struct tier {
 	const struct spw_config *cfg;
 	struct index *idx;
 	struct hot *hot;
+	struct pressure *pressure; /* the elastic budget (pressure.c) */
 	struct store *store; /* first cold tier (nvme, or s3 alone); NULL: none */
 	struct store *s3;    /* with nvme and s3: the third tier, else NULL */
 	int nvme_locks[64];  /* flock'ed .spillway.lock in each cold directory */
