@@ -265,5 +265,275 @@ class TestUnmount(RamCase):
             self.assertContent(m2.path(rel), tag, size, "after a failed unmount flush")
 
 
+# --------------------------------------------------------------------------
+# 2. elastic hot tier
+
+
+class FakeProc:
+    """A fake /proc and cgroup tree for SPW_PROC_ROOT: MemAvailable, PSI and
+    (optionally) a cgroup v2 memory controller the test sets at will."""
+
+    def __init__(self, root, cgroup=False):
+        self.root = root
+        os.makedirs(os.path.join(root, "proc/pressure"))
+        os.makedirs(os.path.join(root, "proc/self"))
+        self.cg = os.path.join(root, "sys/fs/cgroup/spw")
+        with open(os.path.join(root, "proc/self/cgroup"), "w") as f:
+            f.write("0::/spw\n" if cgroup else "0::/\n")
+        if cgroup:
+            os.makedirs(self.cg)
+            self.cgroup(limit=None, usage=0)
+        self.set(avail=8 << 30, psi=0.0)
+
+    def _write(self, rel, text):
+        p = os.path.join(self.root, rel)
+        with open(p + ".tmp", "w") as f:
+            f.write(text)
+        os.rename(p + ".tmp", p)  # the daemon never reads half a file
+
+    def set(self, avail=None, psi=None):
+        if avail is not None:
+            self._write("proc/meminfo", "MemTotal:       16777216 kB\nMemFree:  1000 kB\n"
+                        "MemAvailable:   %d kB\nBuffers: 0 kB\n" % (avail >> 10))
+        if psi is not None:
+            self._write("proc/pressure/memory",
+                        "some avg10=%.2f avg60=0.00 avg300=0.00 total=1\n"
+                        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n" % psi)
+
+    def cgroup(self, limit, usage, inactive=0):
+        rel = "sys/fs/cgroup/spw/"
+        self._write(rel + "memory.max", "max\n" if limit is None else "%d\n" % limit)
+        self._write(rel + "memory.high", "max\n")
+        self._write(rel + "memory.current", "%d\n" % usage)
+        self._write(rel + "memory.stat", "anon 0\nfile %d\ninactive_file %d\n"
+                    % (inactive, inactive))
+        self._write(rel + "memory.pressure",
+                    "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                    "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+
+
+class TestElastic(RamCase):
+    HOT = 64 * MiB
+    MIN = 16 * MiB
+
+    def emount(self, fake, extra=(), hold_ms=1500, step_ms=300, tag="elastic"):
+        hot, cold, state = self.make_state()
+        self.metrics = os.path.join(self.tmpdir(), "spw.prom")
+        env = dict(os.environ, SPW_PROC_ROOT=fake.root, SPW_PRESSURE_HOLD_MS=str(hold_ms),
+                   SPW_PRESSURE_STEP_MS=str(step_ms))
+        opts = ["chunk_size=1M", "min_spill_size=4M", "nvme=" + cold, "state_dir=" + state,
+                "hot_min=16M", "mem_reserve=256M", "write_wait=20s",
+                "metrics=" + self.metrics, "metrics_interval=100ms"] + list(extra)
+        return self.cmount(hot, opts, tag, hot_size="64M", env=env)
+
+    def stats(self, m):
+        return stats_of(m.mnt)
+
+    def wait_budget(self, m, pred, what, timeout=10):
+        """Poll the stats until pred(stats); every sample must respect hot_min."""
+        seen = []
+
+        def ok():
+            s = self.stats(m)
+            b = s["pressure"]["budget"]
+            seen.append(b)
+            self.assertGreaterEqual(b, self.MIN, "budget below hot_min: %s" % json.dumps(s))
+            self.assertLessEqual(b, self.HOT)
+            self.assertEqual(s["hot"]["limit"], b)
+            return pred(s)
+        harness.wait_until(ok, timeout, what, interval=0.05)
+        return seen
+
+    def test_shrink_spill_grow(self):
+        fake = FakeProc(self.tmpdir())
+        m = self.emount(fake)
+        s = self.stats(m)
+        self.assertEqual(s["pressure"]["enabled"], 1)
+        self.assertEqual(s["pressure"]["budget"], self.HOT, json.dumps(s["pressure"]))
+        self.assertEqual(s["hot"]["hot_size"], self.HOT)
+        self.assertEqual(s["hot"]["hot_min"], self.MIN)
+        files = {}
+        for i in range(4):
+            write_content(m.path("a%d" % i), 40 + i, 10 * MiB)
+            files["a%d" % i] = (40 + i, 10 * MiB)
+        used0 = self.stats(m)["hot"]["used"]
+        self.assertGreater(used0, 30 * MiB)
+
+        # pressure: less available than mem_reserve -> down to hot_min at once
+        t0 = time.monotonic()
+        fake.set(avail=200 * MiB)
+        self.wait_budget(m, lambda s: s["pressure"]["budget"] == self.MIN, "budget shrank")
+        t_shrink = time.monotonic() - t0
+        low = int(0.60 * self.MIN)
+        harness.wait_until(lambda: self.stats(m)["hot"]["used"] <= low, 20,
+                           "hot usage below the new low watermark")
+        t_spill = time.monotonic() - t0
+        s = self.stats(m)
+        self.assertGreaterEqual(s["pressure"]["shrinks"], 1)
+        self.assertEqual(s["pressure"]["under_pressure"], 1)
+        sys.stderr.write("[shrink %.2f s, spilled %d MiB down to %d MiB in %.2f s] "
+                         % (t_shrink, used0 >> 20, s["hot"]["used"] >> 20, t_spill))
+        # writers still succeed under the small budget (they wait for the evictor)
+        for i in range(3):
+            write_content(m.path("b%d" % i), 60 + i, 12 * MiB)
+            files["b%d" % i] = (60 + i, 12 * MiB)
+        s = self.stats(m)
+        self.assertEqual(s["enospc"], 0, json.dumps(s))
+        self.assertLessEqual(s["hot"]["used"], self.MIN + 2 * MiB, json.dumps(s["hot"]))
+        # nothing available at all: still hot_min, never below
+        fake.set(avail=0)
+        self.wait_budget(m, lambda s: s["pressure"]["available"] == 0, "available 0 seen")
+        self.assertEqual(self.stats(m)["pressure"]["budget"], self.MIN)
+
+        # pressure gone: held for hold_ms, then back in steps of <= 10% of hot_size
+        t1 = time.monotonic()
+        fake.set(avail=8 << 30)
+        seen = self.wait_budget(m, lambda s: s["pressure"]["budget"] > self.MIN, "growth begins")
+        self.assertGreaterEqual(time.monotonic() - t1, 1.4, "grew before the hold time")
+        seen += self.wait_budget(m, lambda s: s["pressure"]["budget"] == self.HOT,
+                                 "budget back to hot_size", timeout=20)
+        steps = sorted(set(seen))
+        for a, b in zip(steps, steps[1:]):
+            self.assertLessEqual(b - a, self.HOT // 10 + 1, "a step too large: %s" % steps)
+        self.assertEqual(seen, sorted(seen), "the budget went down while growing: %s" % seen)
+        s = self.stats(m)
+        self.assertGreaterEqual(s["pressure"]["grows"], 5, json.dumps(s["pressure"]))
+        log = m.log_all()
+        self.assertIn("memory pressure: hot budget 64M -> 16M", log)
+        self.assertIn("memory pressure gone: hot budget 16M ->", log)
+        # the metrics file tells the same
+        with open(self.metrics) as f:
+            prom = f.read()
+        self.assertRegex(prom, r"spillway_hot_budget_shrinks_total [1-9]")
+        self.assertRegex(prom, r"spillway_hot_size_bytes %d" % self.HOT)
+        self.assertIn("spillway_hot_min_bytes %d" % self.MIN, prom)
+        # spillctl shows it
+        out = subprocess.run([sys.executable, os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "../../mount-helpers/spillctl"),
+            "stats", m.mnt], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+        self.assertEqual(out.returncode, 0, out.stdout)
+        self.assertRegex(out.stdout.decode(), r"pressure +budget .* of hot_size")
+        for rel, (tag, size) in files.items():
+            self.assertContent(m.path(rel), tag, size, "after the pressure")
+
+    def test_psi_steps_down(self):
+        fake = FakeProc(self.tmpdir())
+        m = self.emount(fake, hold_ms=60000)
+        fake.set(psi=45.0)  # stalls, though MemAvailable is plenty
+        seen = self.wait_budget(m, lambda s: s["pressure"]["budget"] == self.MIN,
+                                "PSI steps the budget down to hot_min", timeout=15)
+        steps = sorted(set(seen), reverse=True)
+        self.assertGreaterEqual(len(steps), 3, "not stepwise: %s" % steps)
+        s = self.stats(m)
+        self.assertGreater(s["pressure"]["psi_some_avg10"], 40)
+        self.assertGreaterEqual(s["pressure"]["shrinks"], 3)
+        fake.set(psi=0.0)
+        # the hold time (60 s here) keeps it small
+        harness.wait_until(lambda: self.stats(m)["pressure"]["under_pressure"] == 0, 5,
+                           "pressure seen as gone")
+        self.assertEqual(self.stats(m)["pressure"]["budget"], self.MIN)
+
+    def test_cgroup_limit(self):
+        fake = FakeProc(self.tmpdir(), cgroup=True)
+        fake.cgroup(limit=1 << 30, usage=(1 << 30) - 100 * MiB, inactive=40 * MiB)
+        m = self.emount(fake)
+        # available in the cgroup: 1G - (usage - inactive) = 140M < 256M reserve
+        self.wait_budget(m, lambda s: s["pressure"]["budget"] == self.MIN, "cgroup shrink")
+        p = self.stats(m)["pressure"]
+        self.assertEqual(p["cgroup"], 2)
+        self.assertEqual(p["cgroup_limit"], 1 << 30)
+        self.assertEqual(p["available"], 140 * MiB)
+        fake.cgroup(limit=None, usage=0)
+        self.wait_budget(m, lambda s: s["pressure"]["budget"] == self.HOT, "cgroup unlimited",
+                         timeout=20)
+
+    def test_mem_pressure_off(self):
+        fake = FakeProc(self.tmpdir())
+        fake.set(avail=0, psi=90.0)
+        m = self.emount(fake, extra=["mem_pressure=off"])
+        write_content(m.path("x"), 1, 20 * MiB)
+        s = self.stats(m)
+        self.assertEqual(s["pressure"]["enabled"], 0)
+        self.assertEqual(s["hot"]["limit"], self.HOT)
+        self.assertEqual(s["pressure"]["shrinks"], 0)
+
+
+CG_ROOT = "/sys/fs/cgroup/memory"
+
+
+class TestRealCgroup(RamCase):
+    """The machine's cgroup v1 memory controller: a child cgroup with a
+    limit, the daemon in it; the budget shrinks, nothing is OOM-killed, every
+    byte reads back."""
+
+    timeout = 240
+
+    def test_cgroup_v1_limit(self):
+        if not os.path.exists(os.path.join(CG_ROOT, "memory.limit_in_bytes")):
+            self.skipTest("no cgroup v1 memory controller here")
+        cg = os.path.join(CG_ROOT, "spw-test-%d" % os.getpid())
+        os.mkdir(cg)
+
+        def rm_cgroup():
+            # the daemon is gone by now (its mount is stopped first); move any
+            # straggler to the root cgroup, then remove ours
+            try:
+                with open(os.path.join(cg, "cgroup.procs")) as f:
+                    pids = [int(x) for x in f.read().split()]
+                for pid in pids:
+                    with open(os.path.join(CG_ROOT, "cgroup.procs"), "w") as f:
+                        f.write("%d\n" % pid)
+            except OSError:
+                pass
+            harness.wait_until(lambda: _rmdir_ok(cg), 10, "cgroup %s removed" % cg)
+        self.addCleanup(rm_cgroup)  # registered first: runs after the mount stops
+        limit = 320 * MiB
+        with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+        hot, cold, state = self.make_state()
+        prefix = ["sh", "-c", 'echo $$ > "%s/cgroup.procs" && exec "$@"' % cg, "sh"]
+        opts = ["chunk_size=1M", "min_spill_size=8M", "nvme=" + cold, "state_dir=" + state,
+                "mem_reserve=96M", "hot_min=32M", "write_wait=30s"]
+        m = self.cmount(hot, opts, "cgroup", hot_size="512M", prefix=prefix)
+        with open(os.path.join(cg, "cgroup.procs")) as f:
+            self.assertIn(str(m.pid), f.read().split())
+        files = {}
+        for i in range(8):
+            write_content(m.path("c%d" % i), 70 + i, 64 * MiB)
+            files["c%d" % i] = (70 + i, 64 * MiB)
+        s = stats_of(m.mnt)
+        p = s["pressure"]
+        self.assertEqual(p["cgroup"], 1, json.dumps(p))
+        self.assertEqual(p["cgroup_limit"], limit)
+        self.assertGreaterEqual(p["shrinks"], 1, json.dumps(p))
+        self.assertLess(p["budget"], 512 * MiB)
+        self.assertLessEqual(p["budget"], limit)
+        self.assertEqual(s["enospc"], 0)
+        with open(os.path.join(cg, "memory.oom_control")) as f:
+            oc = dict(ln.split() for ln in f.read().splitlines())
+        self.assertEqual(int(oc.get("oom_kill", 0)), 0, oc)
+        self.assertIsNone(m.proc.poll(), "daemon died in its cgroup\n" + m.log_text(20))
+        sys.stderr.write("[cgroup %d MiB: budget %d MiB, max usage %d MiB] " % (
+            limit >> 20, p["budget"] >> 20,
+            _read_int(os.path.join(cg, "memory.max_usage_in_bytes")) >> 20))
+        for rel, (tag, size) in files.items():
+            self.assertContent(m.path(rel), tag, size, "in a memory cgroup")
+
+
+def _read_int(path):
+    with open(path) as f:
+        return int(f.read())
+
+
+def _rmdir_ok(d):
+    try:
+        os.rmdir(d)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 if __name__ == "__main__":
     harness.main()
