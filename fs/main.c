@@ -236,6 +236,10 @@ out_session:
 	fuse_session_destroy(s.se);
 out_tier:
 	tier_stop(s.tier);
+	/* The flush to the cold tier is bounded; a stray SIGTERM now (systemd
+	 * signals what is left of a mount unit after umount) must not cut it
+	 * short. SIGKILL still ends it: the hot files stay, as after kill -9. */
+	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 	tier_detach(s.tier); /* with a journal: last checkpoint, keep the data */
 	idx_free(s.idx);     /* without: drops hot files through the release hook */
 	s.idx = NULL;
