@@ -40,6 +40,11 @@ struct spw_config {
 	uint64_t checkpoint_size; /* journal bytes that trigger a checkpoint */
 	int takeover;		  /* s3: attach a prefix another node holds */
 	int io_psync;		  /* io_engine=psync */
+	int keep_hot;		  /* unmount keeps the hot files (fast remount) */
+	/* elastic hot tier (tier/pressure.c) */
+	uint64_t hot_min;     /* the budget never shrinks below this */
+	uint64_t mem_reserve; /* keep this much of the node's/cgroup's memory available */
+	int mem_pressure;     /* follow memory pressure (1) or keep hot_size (0) */
 };
 
 #endif

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,7 @@ int main(int argc, char *argv[])
 	struct fuse_cmdline_opts opts = {0};
 	struct fuse_loop_config *lcfg = NULL;
 	struct spw s = {.entry_timeout = 10.0, .attr_timeout = 10.0};
+	sigset_t stop_sigs, old_mask;
 	char err[1024];
 	int ret = 1;
 
@@ -160,6 +162,14 @@ int main(int argc, char *argv[])
 		goto out_cfg;
 	}
 	spw_log_level = opts.debug ? LOG_DEBUG : s.cfg.log_level;
+	/* Our background threads must not take SIGTERM/SIGINT/SIGHUP: libfuse's
+	 * handler would end the session, but the loop's main thread would sleep
+	 * on. They inherit this mask; the main thread unblocks them below. */
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGTERM);
+	sigaddset(&stop_sigs, SIGINT);
+	sigaddset(&stop_sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &stop_sigs, &old_mask);
 
 	if (idx_new(s.cfg.chunk_size, &s.idx) < 0) {
 		fprintf(stderr, "spillway: out of memory\n");
@@ -192,6 +202,7 @@ int main(int argc, char *argv[])
 		log_err("cannot start background workers");
 		goto out_unmount;
 	}
+	pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 	log_info("mounted %s (hot_dir %s, hot_size %lluM, chunk_size %lluM)", s.cfg.mountpoint,
 		 s.cfg.hot_dir, (unsigned long long)(s.cfg.hot_size >> 20),
 		 (unsigned long long)(s.cfg.chunk_size >> 20));
@@ -208,6 +219,12 @@ int main(int argc, char *argv[])
 		ret = fuse_session_loop_mt(s.se, lcfg);
 		fuse_loop_cfg_destroy(lcfg);
 	}
+	/* a loop ended by SIGTERM/SIGINT/SIGHUP returns the signal: that is a
+	 * requested stop, the same clean unmount as umount(8) */
+	if (ret == SIGTERM || ret == SIGINT || ret == SIGHUP) {
+		log_info("signal %d: unmounting as umount does", ret);
+		ret = 0;
+	}
 	ret = ret != 0;
 	log_info("unmounting %s", s.cfg.mountpoint);
 	tier_stop(s.tier); /* before the session goes: workers send notifications */
@@ -219,6 +236,10 @@ out_session:
 	fuse_session_destroy(s.se);
 out_tier:
 	tier_stop(s.tier);
+	/* The flush to the cold tier is bounded; a stray SIGTERM now (systemd
+	 * signals what is left of a mount unit after umount) must not cut it
+	 * short. SIGKILL still ends it: the hot files stay, as after kill -9. */
+	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 	tier_detach(s.tier); /* with a journal: last checkpoint, keep the data */
 	idx_free(s.idx);     /* without: drops hot files through the release hook */
 	s.idx = NULL;

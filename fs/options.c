@@ -24,7 +24,8 @@ struct raw_opts {
 	char *s3_buffers;
 	char *s3_path_style, *nvme_threshold, *metrics, *metrics_interval;
 	char *state_dir, *journal_sync_ms, *checkpoint_size, *io_engine;
-	int s3_path_style_flag, takeover;
+	char *hot_min, *mem_reserve, *mem_pressure;
+	int s3_path_style_flag, takeover, keep_hot;
 	int allow_other, default_permissions;
 	char *bad; /* first unknown option */
 };
@@ -62,7 +63,11 @@ static const struct fuse_opt spw_opts[] = {
     OPT(journal_sync_ms),
     OPT(checkpoint_size),
     OPT(io_engine),
+    OPT(hot_min),
+    OPT(mem_reserve),
+    OPT(mem_pressure),
     {"takeover", offsetof(struct raw_opts, takeover), 1},
+    {"keep_hot", offsetof(struct raw_opts, keep_hot), 1},
     {"s3_path_style", offsetof(struct raw_opts, s3_path_style_flag), 1},
     /* seen and passed on to the kernel */
     {"allow_other", offsetof(struct raw_opts, allow_other), 1},
@@ -121,6 +126,12 @@ void opt_help(void)
 	    "    hot_dir=DIR            RAM tier directory (default "
 	    "/dev/shm/spillway-<uid>-<hash>)\n"
 	    "    hot_size=SIZE          RAM budget (default: half of hot_dir's filesystem)\n"
+	    "    hot_min=SIZE           the budget never shrinks below this under memory\n"
+	    "                           pressure (default hot_size/8)\n"
+	    "    mem_reserve=SIZE       keep this much of the node's (or cgroup's) memory\n"
+	    "                           available (default min(1G, 5%% of RAM); 0: off)\n"
+	    "    mem_pressure=on|off    shrink the budget under memory pressure (default on)\n"
+	    "    keep_hot               unmount keeps the hot files in RAM (fast remount)\n"
 	    "    chunk_size=SIZE        residency granularity, power of two 1M..64M (default 4M)\n"
 	    "    nvme=DIR[:DIR...]      cold directories for spilled segments\n"
 	    "    spill_threshold=F      start spilling above F x hot_size (default 0.75)\n"
@@ -372,6 +383,45 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 			cfg->hot_size = fs_size / 2;
 		}
 	}
+
+	/* elastic budget: hot_size is the ceiling, hot_min the floor */
+	cfg->hot_min = cfg->hot_size / 8 > cfg->chunk_size * 2 ? cfg->hot_size / 8
+							       : cfg->chunk_size * 2;
+	if (raw.hot_min) {
+		if (parse_size_opt("hot_min", raw.hot_min, &cfg->hot_min, err, errlen))
+			goto fail;
+		if (cfg->hot_min < cfg->chunk_size * 2 || cfg->hot_min > cfg->hot_size)
+			FAIL("option 'hot_min': invalid value '%s': must be between two chunks "
+			     "(%lluM) and hot_size (%lluM)",
+			     raw.hot_min, (unsigned long long)(cfg->chunk_size * 2 >> 20),
+			     (unsigned long long)(cfg->hot_size >> 20));
+	}
+	{
+		uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+		cfg->mem_reserve = ram / 20 < (1ULL << 30) ? ram / 20 : (1ULL << 30);
+		if (raw.mem_reserve) {
+			if (!strcmp(raw.mem_reserve, "off"))
+				cfg->mem_reserve = 0;
+			else if (parse_size_opt("mem_reserve", raw.mem_reserve, &cfg->mem_reserve,
+						err, errlen))
+				goto fail;
+			if (cfg->mem_reserve >= ram)
+				FAIL("option 'mem_reserve': invalid value '%s': must be below the "
+				     "node's memory (%lluM), or 0/off",
+				     raw.mem_reserve, (unsigned long long)(ram >> 20));
+		}
+	}
+	cfg->mem_pressure = 1;
+	if (raw.mem_pressure) {
+		if (!strcmp(raw.mem_pressure, "on"))
+			cfg->mem_pressure = 1;
+		else if (!strcmp(raw.mem_pressure, "off"))
+			cfg->mem_pressure = 0;
+		else
+			FAIL("option 'mem_pressure': invalid value '%s': expected on or off",
+			     raw.mem_pressure);
+	}
+	cfg->keep_hot = raw.keep_hot;
 
 	if (raw.spill_threshold && parse_frac_opt("spill_threshold", raw.spill_threshold,
 						  &cfg->spill_threshold, err, errlen))
@@ -625,6 +675,9 @@ fail:
 	free(raw.journal_sync_ms);
 	free(raw.checkpoint_size);
 	free(raw.io_engine);
+	free(raw.hot_min);
+	free(raw.mem_reserve);
+	free(raw.mem_pressure);
 	free(raw.bad);
 	return ret;
 }

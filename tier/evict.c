@@ -3,8 +3,9 @@
  *
  * DESIGN
  * - One thread wakes when hot usage (allocated + reserved) crosses
- *   spill_threshold x hot_size, when a writer waits, or every 200 ms, and
- *   works until usage is below low_watermark x hot_size:
+ *   spill_threshold x budget, when a writer waits, when memory pressure
+ *   shrinks the budget (pressure.c), or every 200 ms, and works until usage
+ *   is below low_watermark x budget (budget: hot_size, less under pressure):
  *     1. drops HOT_CLEAN chunks, least recently used first (no I/O);
  *     2. gathers HOT_DIRTY chunks LRU-first, at least min_spill_size bytes,
  *        sorts them by (inode, chunk), cuts them into segments of about
@@ -687,6 +688,56 @@ out:
 	return ret;
 }
 
+int evict_flush_all(struct tier *t)
+{
+	struct cand_set cs = {0};
+	uint64_t *inos, dirty = 0;
+	size_t n, nd = 0;
+	int ret = 0;
+
+	if (hot_list_inos(t->hot, &inos, &n) < 0)
+		return -ENOMEM;
+	/* every file with a hot file, pinned ones too; unlinked files have
+	 * nothing worth keeping (recovery drops them) */
+	for (size_t i = 0; i < n && !cs.oom; i++) {
+		struct inode *in = idx_get(t->idx, inos[i]);
+		if (!in)
+			continue;
+		if (S_ISREG(in->mode) && in->nlink > 0 && collect_chunks(t, &cs, in, 1) > 0)
+			cs.refs[cs.nrefs++] = in;
+		else
+			idx_put(t->idx, in);
+	}
+	free(inos);
+	if (cs.oom) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < cs.n; i++)
+		if (cs.v[i].state == CHUNK_HOT_DIRTY) {
+			dirty += cs.v[i].len;
+			cs.v[nd++] = cs.v[i];
+		}
+	__atomic_store_n(&t->flush_total, dirty, __ATOMIC_RELAXED);
+	if (nd) {
+		qsort(cs.v, nd, sizeof(*cs.v), by_location);
+		/* partial segments allowed; io_workers of them in parallel */
+		ret = spill_batch(t, cs.v, nd, t->cfg->min_spill_size, 0);
+	}
+	/* every clean copy goes; a chunk whose spill failed stays dirty, in RAM */
+	for (size_t i = 0; i < cs.nrefs; i++) {
+		struct inode *in = cs.refs[i];
+		pthread_mutex_lock(&in->lock);
+		uint64_t nc = in->nchunks;
+		pthread_mutex_unlock(&in->lock);
+		for (uint64_t c = 0; c < nc; c++)
+			drop_and_inval(t, in, c);
+	}
+out:
+	cand_free(t, &cs);
+	return ret;
+}
+
 /* ---- garbage collection ---- */
 
 static void seg_delete(struct tier *t, uint64_t id)
@@ -1021,10 +1072,12 @@ static void demote_round(struct tier *t)
 static void *evictor(void *arg)
 {
 	struct tier *t = arg;
-	uint64_t threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
+	uint64_t threshold;
 
 	pthread_mutex_lock(&t->lock);
 	while (!t->stopping) {
+		/* the budget moves under memory pressure (pressure.c) */
+		threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
 		int busy = usage(t) > threshold || t->writers_waiting + t->restores_waiting > 0;
 		if (!busy)
 			t->evict_stuck = 0; /* idle: the next waiter gets a fresh round */
@@ -1034,6 +1087,7 @@ static void *evictor(void *arg)
 		}
 		if (t->stopping)
 			break;
+		threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
 		busy = usage(t) > threshold || t->writers_waiting + t->restores_waiting > 0;
 		if (busy && clock_now_ns() < t->backoff_until) {
 			/* the cold tier failed a moment ago: wait out the backoff */

@@ -22,7 +22,7 @@ struct hot {
 	int dirfd;
 	int lockfd;
 	int locked; /* this instance holds the lock: it may clean up */
-	uint64_t limit;
+	uint64_t limit;	   /* atomic: the effective budget (hot_set_limit) */
 	uint64_t used;	   /* atomic: bytes allocated by hot files */
 	uint64_t reserved; /* atomic: bytes promised to writes in flight */
 	pthread_mutex_t lock; /* the list below; a leaf lock */
@@ -328,7 +328,8 @@ static uint64_t unallocated(int fd, uint64_t off, uint64_t len)
 static int take(struct hot *hot, uint64_t bytes)
 {
 	uint64_t r = __atomic_add_fetch(&hot->reserved, bytes, __ATOMIC_RELAXED);
-	if (__atomic_load_n(&hot->used, __ATOMIC_RELAXED) + r <= hot->limit)
+	if (__atomic_load_n(&hot->used, __ATOMIC_RELAXED) + r <=
+	    __atomic_load_n(&hot->limit, __ATOMIC_RELAXED))
 		return 0;
 	__atomic_sub_fetch(&hot->reserved, bytes, __ATOMIC_RELAXED);
 	return -ENOSPC;
@@ -388,7 +389,12 @@ uint64_t hot_reserved(const struct hot *hot)
 
 uint64_t hot_limit(const struct hot *hot)
 {
-	return hot->limit;
+	return __atomic_load_n(&hot->limit, __ATOMIC_RELAXED);
+}
+
+void hot_set_limit(struct hot *hot, uint64_t limit)
+{
+	__atomic_store_n(&hot->limit, limit, __ATOMIC_RELAXED);
 }
 
 const char *hot_dir(const struct hot *hot)

@@ -56,6 +56,10 @@ void hot_account_locked(struct hot *hot, struct inode *in);
 uint64_t hot_used(const struct hot *hot);
 uint64_t hot_reserved(const struct hot *hot);
 uint64_t hot_limit(const struct hot *hot);
+/* The effective budget (memory pressure moves it between hot_min and
+ * hot_size; tier/pressure.c). Reservations see it at once; bytes already
+ * allocated above it are the evictor's to spill. Thread-safe. */
+void hot_set_limit(struct hot *hot, uint64_t limit);
 const char *hot_dir(const struct hot *hot);
 /* The host filesystem's free bytes under hot_dir. */
 uint64_t hot_fs_avail(const struct hot *hot);

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "tier/pressure.h"
 #include "tier/store.h"
 
 #include <errno.h>
@@ -106,6 +107,31 @@ void metrics_write(struct tier *t, FILE *f)
 		"# TYPE spillway_tier_limit_bytes gauge\n"
 		"spillway_tier_limit_bytes{tier=\"hot\"} %llu\n",
 		(unsigned long long)hot_limit(t->hot));
+	{
+		struct pressure_stats ps;
+		pressure_get(t->pressure, &ps);
+		fprintf(f,
+			"# HELP spillway_hot_size_bytes The hot tier's ceiling (hot_size).\n"
+			"# TYPE spillway_hot_size_bytes gauge\nspillway_hot_size_bytes %llu\n"
+			"# HELP spillway_hot_min_bytes The hot tier's floor under memory pressure.\n"
+			"# TYPE spillway_hot_min_bytes gauge\nspillway_hot_min_bytes %llu\n"
+			"# HELP spillway_mem_available_bytes Memory available to the daemon "
+			"(node MemAvailable, or less in its cgroup).\n"
+			"# TYPE spillway_mem_available_bytes gauge\n"
+			"spillway_mem_available_bytes %llu\n"
+			"# HELP spillway_memory_pressure_psi_some_avg10 PSI memory some avg10 "
+			"(percent; node or cgroup, the higher).\n"
+			"# TYPE spillway_memory_pressure_psi_some_avg10 gauge\n"
+			"spillway_memory_pressure_psi_some_avg10 %.2f\n"
+			"# HELP spillway_memory_pressure 1 while under memory pressure.\n"
+			"# TYPE spillway_memory_pressure gauge\nspillway_memory_pressure %d\n",
+			(unsigned long long)ps.hot_size, (unsigned long long)ps.hot_min,
+			(unsigned long long)ps.available, ps.psi_some10, ps.pressure);
+		counter(f, "spillway_hot_budget_shrinks_total",
+			"Times memory pressure shrank the hot budget.", ps.shrinks);
+		counter(f, "spillway_hot_budget_grows_total",
+			"Times the hot budget grew back after pressure.", ps.grows);
+	}
 	/* each family's samples must stay together: one pass per family */
 	for (int fam = 0; fam < 2; fam++) {
 		fprintf(

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "tier/store.h"
+#include "tier/pressure.h"
 #include "tier/store_s3.h"
 
 #include <dirent.h>
@@ -57,6 +58,17 @@ static int count_seg(void *arg, uint64_t id, uint32_t dev, uint64_t size)
 {
 	(*(uint64_t *)arg)++;
 	return 0;
+}
+
+/* The budget moved (pressure thread): the evictor spills down to it, and
+ * writers waiting for room look again. */
+static void budget_changed(void *arg, uint64_t old_budget, uint64_t new_budget)
+{
+	struct tier *t = arg;
+	pthread_mutex_lock(&t->lock);
+	pthread_cond_broadcast(&t->wake);
+	pthread_cond_broadcast(&t->room);
+	pthread_mutex_unlock(&t->lock);
 }
 
 /* Open the NVMe store. Without a journal, segments left by an earlier mount
@@ -187,6 +199,10 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 			 why ? why : "", why ? ": " : "", strerror(-ret));
 		goto fail;
 	}
+	if ((ret = pressure_new(cfg, t->hot, budget_changed, t, &t->pressure)) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
 	if ((cfg->nvme && (ret = open_nvme(t, err, errlen)) < 0) ||
 	    (cfg->s3 && (ret = tier_open_s3(t, 1, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) ||
 	    (ret = recover_finish(t, err, errlen)) < 0)
@@ -203,25 +219,156 @@ fail:
 		store_close(t->s3);
 	for (int i = 0; i < t->nvme_nlocks; i++)
 		close(t->nvme_locks[i]);
+	pressure_free(t->pressure);
 	hot_free(t->hot);
 	free(t->segs);
 	free(t);
 	return ret;
 }
 
+/* ---- unmount: give the RAM back ---- */
+
+struct flush_log {
+	struct tier *t;
+	uint64_t base, t0; /* bytes_spilled and clock at the start */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done; /* protected by lock */
+};
+
+/* Unmount progress, every 2 s while the flush runs (a long one is no hang). */
+static void *flush_logger(void *arg)
+{
+	struct flush_log *fl = arg;
+	struct tier *t = fl->t;
+	pthread_mutex_lock(&fl->lock);
+	while (!fl->done) {
+		struct timespec dl = clock_deadline_ms(2000);
+		if (pthread_cond_timedwait(&fl->cond, &fl->lock, &dl) != ETIMEDOUT || fl->done)
+			continue;
+		uint64_t done = __atomic_load_n(&t->st.bytes_spilled, __ATOMIC_RELAXED) - fl->base;
+		uint64_t total = __atomic_load_n(&t->flush_total, __ATOMIC_RELAXED);
+		double s = (clock_now_ns() - fl->t0) / 1e9;
+		log_info("unmount: spilling: %llu MiB left of %llu MiB, %.0f MiB/s",
+			 (unsigned long long)((total > done ? total - done : 0) >> 20),
+			 (unsigned long long)(total >> 20), s > 0 ? done / 1048576.0 / s : 0.0);
+	}
+	pthread_mutex_unlock(&fl->lock);
+	return NULL;
+}
+
+/* Spill every dirty chunk and drop every hot copy (as fsync does, for the
+ * whole filesystem), with a progress line every 2 s. 0 or -errno. */
+static int flush_all(struct tier *t)
+{
+	struct flush_log fl = {.t = t, .t0 = clock_now_ns()};
+	pthread_t th;
+	int ret, logging;
+
+	fl.base = __atomic_load_n(&t->st.bytes_spilled, __ATOMIC_RELAXED);
+	pthread_mutex_init(&fl.lock, NULL);
+	pthread_cond_init(&fl.cond, NULL);
+	logging = pthread_create(&th, NULL, flush_logger, &fl) == 0;
+	ret = evict_flush_all(t);
+	if (logging) {
+		pthread_mutex_lock(&fl.lock);
+		fl.done = 1;
+		pthread_cond_signal(&fl.cond);
+		pthread_mutex_unlock(&fl.lock);
+		pthread_join(th, NULL);
+	}
+	pthread_cond_destroy(&fl.cond);
+	pthread_mutex_destroy(&fl.lock);
+	uint64_t done = __atomic_load_n(&t->st.bytes_spilled, __ATOMIC_RELAXED) - fl.base;
+	double s = (clock_now_ns() - fl.t0) / 1e9;
+	if (ret == 0)
+		log_info("unmount: spilled %llu MiB in %.1f s (%.0f MiB/s)",
+			 (unsigned long long)(done >> 20), s, s > 0 ? done / 1048576.0 / s : 0.0);
+	else
+		log_err("unmount: cannot spill every dirty chunk: %s (%llu MiB of %llu MiB "
+			"spilled); the rest stays in %s for the next mount",
+			strerror(-ret), (unsigned long long)(done >> 20),
+			(unsigned long long)(__atomic_load_n(&t->flush_total, __ATOMIC_RELAXED) >> 20),
+			t->cfg->hot_dir);
+	return ret;
+}
+
+/* After the last checkpoint: remove the hot files of files with nothing in
+ * RAM (all spilled, or holes) and of unlinked files (recovery drops those);
+ * a file with a chunk still only in RAM keeps its hot file. Returns the
+ * hot files kept; *kept_bytes their RAM. */
+static uint64_t remove_hot_files(struct tier *t, uint64_t *kept_bytes)
+{
+	uint64_t *inos, kept = 0;
+	size_t n;
+
+	*kept_bytes = 0;
+	if (hot_list_inos(t->hot, &inos, &n) < 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		struct inode *in = idx_get(t->idx, inos[i]);
+		int hot = 0;
+		if (!in)
+			continue;
+		pthread_mutex_lock(&in->lock);
+		for (uint64_t c = 0; c < in->nchunks && !hot; c++)
+			hot = in->chunks[c].state != CHUNK_ABSENT &&
+			      in->chunks[c].state != CHUNK_COLD;
+		if (!hot || in->nlink == 0) {
+			hot_drop(t->hot, in);
+		} else {
+			kept++;
+			*kept_bytes += in->hot_bytes;
+		}
+		pthread_mutex_unlock(&in->lock);
+		idx_put(t->idx, in);
+	}
+	free(inos);
+	return kept;
+}
+
 void tier_detach(struct tier *t)
 {
+	int flush;
 	if (!t || !t->jrnl)
-		return;
+		return; /* volatile: the index drops every hot file as it is freed */
+	t->inval = NULL; /* the FUSE session is gone: no page cache to drop */
+	flush = t->store && !t->cfg->keep_hot;
+	if (flush && t->cold_failing) {
+		log_warn("unmount: the cold tier is failing: the hot files stay in %s (%llu MiB "
+			 "of RAM) for the next mount",
+			 t->cfg->hot_dir, (unsigned long long)(hot_used(t->hot) >> 20));
+		flush = 0;
+	} else if (flush) {
+		flush_all(t);
+	}
 	/* a last checkpoint: the next mount starts from it, no replay */
 	jrnl_close(t->jrnl, 1);
 	t->jrnl = NULL;
 	recover_s3_release(t);
 	idx_set_journal(t->idx, NULL);
-	/* hot files and segments belong to the state now: the index must not
-	 * drop them while it is freed */
+	/* the remaining hot files and the segments belong to the state now:
+	 * the index must not drop them while it is freed */
 	idx_set_release_hook(t->idx, NULL, NULL);
 	t->keep = 1;
+	if (flush) {
+		uint64_t bytes, kept = remove_hot_files(t, &bytes);
+		if (kept)
+			log_warn("unmount: %llu files keep their hot file in %s (%llu MiB of RAM): "
+				 "their data could not be spilled; the next mount recovers them",
+				 (unsigned long long)kept, t->cfg->hot_dir,
+				 (unsigned long long)(bytes >> 20));
+		else
+			log_info("unmount: every file is in the cold tier; nothing left in RAM");
+	} else if (!t->store) {
+		log_info("unmount: no cold tier: the hot files stay in %s (%llu MiB of RAM) for "
+			 "the next mount",
+			 t->cfg->hot_dir, (unsigned long long)(hot_used(t->hot) >> 20));
+	} else if (t->cfg->keep_hot) {
+		log_info("unmount: keep_hot: the hot files stay in %s (%llu MiB of RAM) for a "
+			 "fast remount",
+			 t->cfg->hot_dir, (unsigned long long)(hot_used(t->hot) >> 20));
+	}
 }
 
 struct inval_job {
@@ -270,6 +417,8 @@ int tier_start(struct tier *t)
 	int ret;
 	if ((ret = metrics_start(t)) < 0)
 		return ret;
+	if ((ret = pressure_start(t->pressure)) < 0)
+		return ret;
 	if (!t->store)
 		return 0;
 	if ((ret = pthread_create(&t->inval_th, NULL, inval_worker, t)) != 0)
@@ -282,6 +431,7 @@ int tier_start(struct tier *t)
 
 void tier_stop(struct tier *t)
 {
+	pressure_stop(t->pressure);
 	metrics_stop(t);
 	if (!t->store)
 		return;
@@ -314,6 +464,7 @@ void tier_free(struct tier *t)
 	for (int i = 0; i < t->nvme_nlocks; i++)
 		close(t->nvme_locks[i]); /* the lock file stays: unlinking it would race */
 	free(t->segs);
+	pressure_free(t->pressure);
 	hot_free(t->hot);
 	pthread_cond_destroy(&t->room);
 	pthread_cond_destroy(&t->wake);
@@ -930,9 +1081,17 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	uint64_t jb = 0, jck = 0, jsy = 0;
 	if (t->jrnl)
 		jrnl_stats(t->jrnl, &jb, &jck, &jsy);
+	struct pressure_stats ps;
+	pressure_get(t->pressure, &ps);
 	pos = snprintf(
 	    buf, len,
-	    "{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu},"
+	    "{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu,\"hot_size\":%llu,"
+	    "\"hot_min\":%llu},"
+	    "\"pressure\":{\"enabled\":%d,\"budget\":%llu,\"mem_reserve\":%llu,"
+	    "\"mem_available\":%llu,\"cgroup\":%d,\"cgroup_limit\":%llu,\"cgroup_usage\":%llu,"
+	    "\"available\":%llu,\"psi_some_avg10\":%.2f,\"psi_full_avg10\":%.2f,"
+	    "\"psi_trigger\":%d,\"under_pressure\":%d,\"shrinks\":%llu,\"grows\":%llu,"
+	    "\"last_change_ms\":%llu},"
 	    "\"inodes\":%llu,\"files\":%llu,"
 	    "\"segments\":{\"count\":%llu,\"bytes\":%llu,\"live_bytes\":%llu,"
 	    "\"live_ratio\":%.3f,\"written\":%llu,\"deleted\":%llu,"
@@ -950,7 +1109,13 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	    "\"damaged_chunks\":%llu,\"orphan_segments\":%llu,\"orphan_hot_files\":%llu,"
 	    "\"ms\":%llu},\"lost_files\":%llu,\"cold\":[",
 	    (unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
-	    (unsigned long long)hot_reserved(t->hot), (unsigned long long)inodes,
+	    (unsigned long long)hot_reserved(t->hot), (unsigned long long)t->cfg->hot_size,
+	    (unsigned long long)t->cfg->hot_min, ps.enabled, (unsigned long long)ps.budget,
+	    (unsigned long long)ps.mem_reserve, (unsigned long long)ps.mem_available, ps.cgroup,
+	    (unsigned long long)ps.cg_limit, (unsigned long long)ps.cg_usage,
+	    (unsigned long long)ps.available, ps.psi_some10, ps.psi_full10, ps.psi_trigger,
+	    ps.pressure, (unsigned long long)ps.shrinks, (unsigned long long)ps.grows,
+	    (unsigned long long)ps.last_change_ms, (unsigned long long)inodes,
 	    (unsigned long long)files, (unsigned long long)segs, (unsigned long long)seg_bytes,
 	    (unsigned long long)seg_live, seg_bytes ? (double)seg_live / (double)seg_bytes : 1.0,
 	    LD(t->st.segments_written), LD(t->st.segments_deleted), LD(t->st.segments_compacted),

@@ -58,9 +58,13 @@ int64_t tier_lseek(struct tier *t, struct inode *in, uint64_t off, int whence);
  * tier_sync: sync the journal only (fsyncdir). 0 or -errno. */
 int tier_fsync(struct tier *t, struct inode *in);
 int tier_sync(struct tier *t);
-/* Clean unmount, before the index is freed: spill dirty data, write a last
- * checkpoint and keep every hot file and segment for the next mount (with a
- * journal), or let the index drop them (without). */
+/* Clean unmount, after the FUSE session is gone and tier_stop, before the
+ * index is freed. With a journal: spill every dirty chunk to the cold tier
+ * (unless keep_hot, or no cold tier, or the cold tier is failing), write a
+ * last checkpoint, and remove every hot file whose data is all cold, so the
+ * RAM goes back to the node; what could not be spilled keeps its hot file
+ * for the next mount. Bounded by the cold tier's write time (S3: its request
+ * bounds). Without a journal the index drops every hot file as it is freed. */
 void tier_detach(struct tier *t);
 
 /* Residency of one file, e.g. "hot=3 cold=9 restoring=0 pinned=0 segments=2". */

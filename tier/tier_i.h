@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 struct store;
+struct pressure;
 struct restore_job;
 struct inval_job;
 
@@ -51,6 +52,7 @@ struct tier {
 	const struct spw_config *cfg;
 	struct index *idx;
 	struct hot *hot;
+	struct pressure *pressure; /* the elastic budget (pressure.c) */
 	struct store *store; /* first cold tier (nvme, or s3 alone); NULL: none */
 	struct store *s3;    /* with nvme and s3: the third tier, else NULL */
 	int nvme_locks[64];  /* flock'ed .spillway.lock in each cold directory */
@@ -71,6 +73,7 @@ struct tier {
 	int cold_full; /* last spill failed for lack of cold room */
 	int cold_failing;	/* last spill failed with an I/O error */
 	uint64_t backoff_until; /* no spill before (clock_now_ns) */
+	uint64_t flush_total;	/* unmount: dirty bytes to spill (atomic) */
 	uint8_t uuid[16];
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
 	int keep;	      /* detached: segments outlive this mount */
@@ -120,6 +123,11 @@ void evict_stop(struct tier *t);
 /* Spill the given file's dirty chunks and drop its hot chunks (evict xattr),
  * or only spill them (fsync write-through) when `drop` is 0. */
 int evict_file(struct tier *t, struct inode *in, int drop);
+/* Unmount (workers stopped, nothing served): spill every dirty chunk of
+ * every named file, io_workers segments at once (partial ones allowed), then
+ * drop every clean hot copy. t->flush_total gets the dirty bytes first (for
+ * progress). 0, or the first -errno: what failed stays dirty, in RAM. */
+int evict_flush_all(struct tier *t);
 /* Longest a restore waits for hot room (ms), also capped by write_wait. */
 #define RESTORE_ROOM_WAIT_MS 1000
 /* Room for restoring [off, off+len) of fd: waits only while the evictor

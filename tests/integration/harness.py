@@ -40,7 +40,9 @@ SANITIZE = ""  # the build's SPW_SANITIZE ("" for a plain build)
 TIME_SCALE = 1  # timeouts are multiplied by this (sanitizers are slower)
 
 MOUNT_DEADLINE = 10.0  # seconds for a mount to appear
-EXIT_DEADLINE = 10.0  # seconds for the daemon to exit after unmount
+# seconds for the daemon to exit after unmount: with a cold tier it spills
+# everything still dirty in RAM first (README "What the node gets back")
+EXIT_DEADLINE = 60.0
 KILL_DEADLINE = 5.0  # seconds between SIGTERM and SIGKILL
 
 # Every wait in the daemon has a bound (README "Waits and their bounds"): a

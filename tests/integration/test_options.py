@@ -83,6 +83,18 @@ class TestBadOptions(SpwTestCase):
     def test_unknown_option(self):
         self.bad("bogus=1", "bogus=1", None)
 
+    def test_hot_min_above_hot_size(self):
+        self.bad("hot_size=64M,hot_min=100M", "hot_min", "100M")
+
+    def test_hot_min_bad_size(self):
+        self.bad("hot_min=12Q", "hot_min", "12Q")
+
+    def test_mem_reserve_above_ram(self):
+        self.bad("mem_reserve=100000T", "mem_reserve", "100000T")
+
+    def test_mem_pressure_bad_word(self):
+        self.bad("mem_pressure=maybe", "mem_pressure", "maybe")
+
     def test_log_level(self):
         self.bad("log_level=loud", "log_level", "loud")
 

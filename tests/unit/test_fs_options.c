@@ -224,6 +224,40 @@ static void test_bad_words(void **state)
 	expect_bad(f, "write_wait=-1s", "write_wait", "-1s");
 }
 
+static void test_bad_elastic(void **state)
+{
+	struct fx *f = *state;
+
+	expect_bad(f, "hot_size=64M,hot_min=128M", "hot_min", "128M"); /* above hot_size */
+	expect_bad(f, "hot_size=64M,hot_min=1M", "hot_min", "1M");     /* below two chunks */
+	expect_bad(f, "hot_min=lots", "hot_min", "lots");
+	expect_bad(f, "mem_reserve=1000000T", "mem_reserve", "1000000T"); /* above RAM */
+	expect_bad(f, "mem_reserve=-1G", "mem_reserve", "-1G");
+	expect_bad(f, "mem_pressure=maybe", "mem_pressure", "maybe");
+	expect_bad(f, "mem_pressure=", "mem_pressure", "''");
+}
+
+static void test_elastic_values(void **state)
+{
+	struct fx *f = *state;
+	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+
+	/* defaults: hot_min = hot_size/8, mem_reserve = min(1G, 5% of RAM), on */
+	assert_int_equal(parse_o(f, "hot_dir=%s,hot_size=256M", f->hot), 0);
+	assert_true(f->cfg.hot_min == 32ULL << 20);
+	assert_true(f->cfg.mem_reserve == (ram / 20 < (1ULL << 30) ? ram / 20 : 1ULL << 30));
+	assert_int_equal(f->cfg.mem_pressure, 1);
+	assert_int_equal(f->cfg.keep_hot, 0);
+	assert_int_equal(parse_o(f, "hot_dir=%s,hot_size=256M,hot_min=100M,mem_reserve=off,"
+				    "mem_pressure=off,keep_hot",
+				 f->hot),
+			 0);
+	assert_true(f->cfg.hot_min == 100ULL << 20);
+	assert_true(f->cfg.mem_reserve == 0);
+	assert_int_equal(f->cfg.mem_pressure, 0);
+	assert_int_equal(f->cfg.keep_hot, 1);
+}
+
 static void test_unknown_option(void **state)
 {
 	struct fx *f = *state;
@@ -641,6 +675,8 @@ int main(void)
 	    T(test_bad_sizes),
 	    T(test_bad_fractions),
 	    T(test_bad_words),
+	    T(test_bad_elastic),
+	    T(test_elastic_values),
 	    T(test_unknown_option),
 	    T(test_bad_mountpoint),
 	    T(test_bad_hot_dir),

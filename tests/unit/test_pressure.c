@@ -1,0 +1,257 @@
+/*
+ * test_pressure — the elastic hot budget (tier/pressure.c) against fake
+ * /proc and cgroup files (SPW_PROC_ROOT): the first decision at start, the
+ * budget rule (used + available - mem_reserve, clamped to hot_min..hot_size),
+ * cgroup v1 limits (hierarchical too, inactive file cache not counted),
+ * mem_reserve=0 and mem_pressure=off, and growth back after the pressure.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "tier/hot.h"
+#include "tier/pressure.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MiB (1ULL << 20)
+
+struct fx {
+	char root[64];
+	char hotdir[96];
+	struct spw_config cfg;
+	struct hot *hot;
+	struct pressure *p;
+	int changes;
+};
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+static void put(struct fx *f, const char *rel, const char *fmt, ...)
+{
+	char path[256], tmp[270];
+	va_list ap;
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/%s", f->root, rel);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fp = fopen(tmp, "w");
+	assert_non_null(fp);
+	va_start(ap, fmt);
+	vfprintf(fp, fmt, ap);
+	va_end(ap);
+	assert_int_equal(fclose(fp), 0);
+	assert_int_equal(rename(tmp, path), 0);
+}
+
+static void mkdirs(struct fx *f, const char *rel)
+{
+	char path[256], *p;
+	snprintf(path, sizeof(path), "%s/%s", f->root, rel);
+	for (p = path + strlen(f->root) + 1; (p = strchr(p, '/')); p++) {
+		*p = '\0';
+		mkdir(path, 0755);
+		*p = '/';
+	}
+	mkdir(path, 0755);
+}
+
+static void avail(struct fx *f, uint64_t bytes)
+{
+	put(f, "proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: %llu kB\n",
+	    (unsigned long long)(bytes >> 10));
+}
+
+static void cg_v1(struct fx *f, uint64_t limit, uint64_t usage, uint64_t inactive, uint64_t hier)
+{
+	put(f, "sys/fs/cgroup/memory/job/memory.limit_in_bytes", "%llu\n",
+	    (unsigned long long)limit);
+	put(f, "sys/fs/cgroup/memory/job/memory.usage_in_bytes", "%llu\n",
+	    (unsigned long long)usage);
+	put(f, "sys/fs/cgroup/memory/job/memory.stat",
+	    "cache 0\nhierarchical_memory_limit %llu\ntotal_inactive_file %llu\n",
+	    (unsigned long long)hier, (unsigned long long)inactive);
+}
+
+static void changed(void *arg, uint64_t old_budget, uint64_t new_budget)
+{
+	struct fx *f = arg;
+	__atomic_add_fetch(&f->changes, 1, __ATOMIC_RELAXED);
+}
+
+static int setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	const char *why;
+
+	assert_non_null(f);
+	snprintf(f->root, sizeof(f->root), "/tmp/spw-pressure-XXXXXX");
+	assert_non_null(mkdtemp(f->root));
+	mkdirs(f, "proc/pressure");
+	mkdirs(f, "proc/self");
+	mkdirs(f, "sys/fs/cgroup/memory/job");
+	put(f, "proc/self/cgroup", "5:memory:/job\n3:cpu:/\n0::/\n");
+	put(f, "proc/pressure/memory", "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+				       "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n");
+	avail(f, 8ULL << 30);
+	cg_v1(f, 9223372036854771712ULL, 0, 0, 9223372036854771712ULL);
+	snprintf(f->hotdir, sizeof(f->hotdir), "%s/hot", f->root);
+	f->cfg.hot_size = 256 * MiB;
+	f->cfg.hot_min = 32 * MiB;
+	f->cfg.mem_reserve = 100 * MiB;
+	f->cfg.mem_pressure = 1;
+	f->cfg.chunk_size = 1 * MiB;
+	assert_int_equal(hot_new(f->hotdir, f->cfg.hot_size, 0, &f->hot, &why), 0);
+	setenv("SPW_PROC_ROOT", f->root, 1);
+	setenv("SPW_PRESSURE_HOLD_MS", "200", 1);
+	setenv("SPW_PRESSURE_STEP_MS", "50", 1);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	pressure_free(f->p);
+	hot_free(f->hot);
+	nftw(f->root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	free(f);
+	return 0;
+}
+
+static void start(struct fx *f)
+{
+	assert_int_equal(pressure_new(&f->cfg, f->hot, changed, f, &f->p), 0);
+	assert_int_equal(pressure_start(f->p), 0);
+}
+
+static void test_no_pressure_full_budget(void **state)
+{
+	struct fx *f = *state;
+	struct pressure_stats s;
+	start(f);
+	pressure_get(f->p, &s);
+	assert_int_equal(s.enabled, 1);
+	assert_int_equal(s.cgroup, 1);
+	assert_true(s.cg_limit == 0); /* v1 "unlimited" */
+	assert_true(s.mem_available == 8ULL << 30);
+	assert_true(s.budget == 256 * MiB);
+	assert_true(hot_limit(f->hot) == 256 * MiB);
+	assert_int_equal(s.shrinks, 0);
+}
+
+/* the first decision happens in pressure_start, before anything is written */
+static void test_rule_at_start(void **state)
+{
+	struct fx *f = *state;
+	struct pressure_stats s;
+	avail(f, 180 * MiB); /* used 0 + 180M - 100M reserve = 80M */
+	start(f);
+	pressure_get(f->p, &s);
+	assert_true(s.budget == 80 * MiB);
+	assert_true(hot_limit(f->hot) == 80 * MiB);
+	assert_int_equal(s.shrinks, 1);
+	assert_int_equal(s.pressure, 1);
+	assert_true(__atomic_load_n(&f->changes, __ATOMIC_RELAXED) >= 1);
+}
+
+static void test_floor_is_hot_min(void **state)
+{
+	struct fx *f = *state;
+	struct pressure_stats s;
+	avail(f, 0);
+	start(f);
+	pressure_get(f->p, &s);
+	assert_true(s.budget == 32 * MiB);
+}
+
+/* v1: limit - (usage - inactive file), and a tighter limit higher up */
+static void test_cgroup_v1(void **state)
+{
+	struct fx *f = *state;
+	struct pressure_stats s;
+	cg_v1(f, 1ULL << 30, 1000 * MiB, 24 * MiB, 1ULL << 40); /* 1024-976 = 48M */
+	start(f);
+	pressure_get(f->p, &s);
+	assert_true(s.cg_limit == 1ULL << 30);
+	assert_true(s.available == 48 * MiB);
+	assert_true(s.budget == 32 * MiB); /* 48M - 100M reserve: the floor */
+	pressure_free(f->p);
+	f->p = NULL;
+	cg_v1(f, 9223372036854771712ULL, 100 * MiB, 0, 300 * MiB); /* hierarchical */
+	start(f);
+	pressure_get(f->p, &s);
+	assert_true(s.cg_limit == 300 * MiB);
+	assert_true(s.available == 200 * MiB);
+	assert_true(s.budget == 100 * MiB);
+}
+
+static void test_reserve_zero_and_off(void **state)
+{
+	struct fx *f = *state;
+	struct pressure_stats s;
+	avail(f, 10 * MiB);
+	f->cfg.mem_reserve = 0; /* only PSI counts */
+	start(f);
+	pressure_get(f->p, &s);
+	assert_true(s.budget == 256 * MiB);
+	pressure_free(f->p);
+	f->p = NULL;
+	f->cfg.mem_reserve = 100 * MiB;
+	f->cfg.mem_pressure = 0;
+	start(f);
+	pressure_get(f->p, &s);
+	assert_int_equal(s.enabled, 0);
+	assert_true(hot_limit(f->hot) == 256 * MiB);
+}
+
+/* after the pressure: held, then in steps of at most 10% of hot_size */
+static void test_grows_back_in_steps(void **state)
+{
+	struct fx *f = *state;
+	struct pressure_stats s;
+	uint64_t last, deadline, steps = 0;
+	avail(f, 0);
+	start(f);
+	pressure_get(f->p, &s);
+	assert_true(s.budget == 32 * MiB);
+	avail(f, 8ULL << 30);
+	last = 32 * MiB;
+	deadline = clock_now_ns() + 20000000000ULL;
+	while (last < 256 * MiB && clock_now_ns() < deadline) {
+		uint64_t b = hot_limit(f->hot);
+		assert_true(b >= last);
+		assert_true(b - last <= 256 * MiB / 10);
+		if (b != last)
+			steps++;
+		last = b;
+		usleep(5000);
+	}
+	assert_true(last == 256 * MiB);
+	assert_true(steps >= 8);
+	pressure_get(f->p, &s);
+	assert_true(s.grows >= 8);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    T(test_no_pressure_full_budget), T(test_rule_at_start), T(test_floor_is_hot_min),
+	    T(test_cgroup_v1),		     T(test_reserve_zero_and_off),
+	    T(test_grows_back_in_steps),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
