@@ -727,9 +727,9 @@ int evict_flush_all(struct tier *t)
 	/* every clean copy goes; a chunk whose spill failed stays dirty, in RAM */
 	for (size_t i = 0; i < cs.nrefs; i++) {
 		struct inode *in = cs.refs[i];
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		uint64_t nc = in->nchunks;
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_unlock(in);
 		for (uint64_t c = 0; c < nc; c++)
 			drop_and_inval(t, in, c);
 	}

@@ -310,7 +310,7 @@ static uint64_t remove_hot_files(struct tier *t, uint64_t *kept_bytes)
 		int hot = 0;
 		if (!in)
 			continue;
-		pthread_mutex_lock(&in->lock);
+		idx_inode_lock(in);
 		for (uint64_t c = 0; c < in->nchunks && !hot; c++)
 			hot = in->chunks[c].state != CHUNK_ABSENT &&
 			      in->chunks[c].state != CHUNK_COLD;
@@ -320,7 +320,7 @@ static uint64_t remove_hot_files(struct tier *t, uint64_t *kept_bytes)
 			kept++;
 			*kept_bytes += in->hot_bytes;
 		}
-		pthread_mutex_unlock(&in->lock);
+		idx_inode_unlock(in);
 		idx_put(t->idx, in);
 	}
 	free(inos);
