@@ -917,6 +917,11 @@ int tier_evict_file(struct tier *t, struct inode *in)
 {
 	if (!t->store)
 		return -ENOTSUP;
+	/* the rest of a chunk a reader just faulted in is still arriving (it
+	 * is restored after the reply): evict the whole file, not around it */
+	pthread_mutex_lock(&in->lock);
+	wait_restoring_locked(in, 0, in->nchunks);
+	pthread_mutex_unlock(&in->lock);
 	return evict_file(t, in, 1);
 }
 
