@@ -23,8 +23,33 @@ static inline struct spw *spw_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
+/* An open regular file: fi->fh. Owns an internal ref on in. The access
+ * pattern fields are hints, updated without a lock (relaxed atomics) by the
+ * reads in flight on this handle. */
+struct spw_file {
+	struct inode *in;
+	uint64_t next_off; /* where the last read ended */
+	uint64_t ra_next;  /* first chunk not yet asked to restore ahead */
+	uint32_t seq;	   /* reads in a row that went on from the last one */
+};
+
+/* New handle for in (taking over the caller's ref); NULL without memory. */
+struct spw_file *fs_file_new(struct inode *in);
+void fs_file_free(struct spw_file *f);
+
+static inline struct spw_file *fh_file(struct fuse_file_info *fi)
+{
+	return (struct spw_file *)(uintptr_t)fi->fh;
+}
+
 /* The inode behind an open file handle (an internal ref the fh owns). */
 static inline struct inode *fh_inode(struct fuse_file_info *fi)
+{
+	return fh_file(fi)->in;
+}
+
+/* The inode behind an open directory handle (an internal ref it owns). */
+static inline struct inode *fh_dir(struct fuse_file_info *fi)
 {
 	return (struct inode *)(uintptr_t)fi->fh;
 }

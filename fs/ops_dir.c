@@ -88,7 +88,7 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	idx_put(spw_of(req)->idx, fh_inode(fi));
+	idx_put(spw_of(req)->idx, fh_dir(fi));
 	fuse_reply_err(req, 0);
 }
 

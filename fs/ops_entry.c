@@ -279,11 +279,20 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fi->fh = (uintptr_t)in; /* the create's internal ref now belongs to fh */
+	struct spw_file *f = fs_file_new(in);
+	if (!f) {
+		tier_close(s->tier, in);
+		idx_forget(s->idx, in->ino, 1);
+		idx_put(s->idx, in);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fi->fh = (uintptr_t)f; /* the create's internal ref now belongs to fh */
 	fi->keep_cache = 1;
 	fs_fill_entry(s, in, &e);
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		tier_close(s->tier, in);
 		idx_put(s->idx, in);
+		fs_file_free(f);
 	}
 }

@@ -3,8 +3,27 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 #include <sys/stat.h>
+
+/* A read starting this close to where the last one ended (either side:
+ * the kernel's readahead sends several at once) continues a sequential
+ * stream. */
+#define SEQ_SLACK (1u << 20)
+
+struct spw_file *fs_file_new(struct inode *in)
+{
+	struct spw_file *f = calloc(1, sizeof(*f));
+	if (f)
+		f->in = in;
+	return f;
+}
+
+void fs_file_free(struct spw_file *f)
+{
+	free(f);
+}
 
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -33,22 +52,45 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fi->fh = (uintptr_t)in;
+	struct spw_file *f = fs_file_new(in);
+	if (!f) {
+		tier_close(s->tier, in);
+		idx_put(s->idx, in);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fi->fh = (uintptr_t)f;
 	/* Every change passes through this daemon, so cached pages stay valid;
 	 * the evictor invalidates what it takes out of RAM. */
 	fi->keep_cache = 1;
 	if (fuse_reply_open(req, fi) != 0) {
 		tier_close(s->tier, in);
 		idx_put(s->idx, in);
+		fs_file_free(f);
 	}
+}
+
+/* Note a read of [off, off + size) on f; 1 when it continues a stream. */
+static int read_is_sequential(struct spw_file *f, uint64_t off, size_t size)
+{
+	uint64_t prev = __atomic_exchange_n(&f->next_off, off + size, __ATOMIC_RELAXED);
+	uint32_t seq = 0;
+
+	if (off + SEQ_SLACK >= prev && off <= prev + SEQ_SLACK)
+		seq = __atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED);
+	else
+		__atomic_store_n(&f->seq, 0, __ATOMIC_RELAXED);
+	return seq >= 2;
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct spw *s = spw_of(req);
-	struct inode *in = fh_inode(fi);
+	struct spw_file *f = fh_file(fi);
+	struct inode *in = f->in;
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
 	struct tier_io io;
+	int seq = read_is_sequential(f, (uint64_t)off, size);
 	int ret = tier_read_begin(s->tier, in, (uint64_t)off, size, &io);
 
 	if (ret < 0) {
@@ -67,6 +109,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	 * the unpin below: hold a reference across it. */
 	idx_ref(s->idx, in);
 	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+	if (seq) { /* the hint is racy between parallel reads: harmless */
+		uint64_t next = __atomic_load_n(&f->ra_next, __ATOMIC_RELAXED);
+		tier_read_ahead(s->tier, in, (uint64_t)off + io.len, &next);
+		__atomic_store_n(&f->ra_next, next, __ATOMIC_RELAXED);
+	}
+	/* the rest of a chunk restored reader's blocks first comes in now */
 	tier_read_end(s->tier, in, &io);
 	idx_put(s->idx, in);
 }
@@ -114,9 +162,10 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct spw *s = spw_of(req);
-	struct inode *in = fh_inode(fi);
-	tier_close(s->tier, in);
-	idx_put(s->idx, in);
+	struct spw_file *f = fh_file(fi);
+	tier_close(s->tier, f->in);
+	idx_put(s->idx, f->in);
+	fs_file_free(f);
 	fuse_reply_err(req, 0);
 }
 

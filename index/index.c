@@ -122,6 +122,13 @@ void idx_inode_wait(struct inode *in)
 	pthread_cond_wait(&st->cond, &st->lock);
 }
 
+int idx_inode_timedwait(struct inode *in, const struct timespec *deadline)
+{
+	struct inode_stripe *st = stripe_of(in);
+	return pthread_cond_timedwait(&st->cond, &st->lock, deadline) == ETIMEDOUT ? -ETIMEDOUT
+										: 0;
+}
+
 void idx_inode_wake(struct inode *in)
 {
 	pthread_cond_broadcast(&stripe_of(in)->cond);

@@ -108,6 +108,8 @@ void idx_inode_lock(struct inode *in);
 void idx_inode_unlock(struct inode *in);
 int idx_inode_trylock(struct inode *in); /* 0, or -EBUSY */
 void idx_inode_wait(struct inode *in);	 /* caller holds the lock */
+/* The same until a CLOCK_REALTIME deadline: 0, or -ETIMEDOUT. */
+int idx_inode_timedwait(struct inode *in, const struct timespec *deadline);
 void idx_inode_wake(struct inode *in);	 /* broadcast to the inode's waiters */
 
 /* Called (without locks held) when an inode is destroyed: drop its data. */

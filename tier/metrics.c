@@ -52,6 +52,76 @@ void hist_write(FILE *f, const char *name, const char *help, const struct hist *
 	fprintf(f, "%s_count %llu\n", name, (unsigned long long)cum);
 }
 
+/* Bucket of v us: v itself below 4, else 4 per power of two. */
+static unsigned lhist_index(uint64_t us)
+{
+	unsigned e, i;
+
+	if (us < 4)
+		return (unsigned)us;
+	e = 63 - (unsigned)__builtin_clzll(us);
+	i = 4 * (e - 1) + (unsigned)((us >> (e - 2)) & 3);
+	return i < LHIST_BUCKETS - 1 ? i : LHIST_BUCKETS - 1;
+}
+
+/* Lower bound (us) of bucket i. */
+static uint64_t lhist_lo(unsigned i)
+{
+	if (i < 4)
+		return i;
+	return (uint64_t)(4 + i % 4) << (i / 4 - 1);
+}
+
+void lhist_observe(struct lhist *h, uint64_t ns)
+{
+	__atomic_add_fetch(&h->bucket[lhist_index(ns / 1000)], 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->sum_ns, ns, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&h->count, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t lhist_quantile(const struct lhist *h, double q)
+{
+	uint64_t b[LHIST_BUCKETS], n = 0, cum = 0;
+
+	for (unsigned i = 0; i < LHIST_BUCKETS; i++)
+		n += b[i] = __atomic_load_n(&h->bucket[i], __ATOMIC_RELAXED);
+	if (n == 0)
+		return 0;
+	double want = q * (double)n;
+	for (unsigned i = 0; i < LHIST_BUCKETS; i++) {
+		if (!b[i] || (double)(cum + b[i]) < want) {
+			cum += b[i];
+			continue;
+		}
+		double lo = (double)lhist_lo(i), hi = (double)lhist_lo(i + 1);
+		double frac = (want - (double)cum) / (double)b[i];
+		if (i == LHIST_BUCKETS - 1)
+			return (uint64_t)(lo * 1000);
+		return (uint64_t)((lo + (hi - lo) * (frac < 0 ? 0 : frac)) * 1000);
+	}
+	return lhist_lo(LHIST_BUCKETS - 1) * 1000;
+}
+
+void lhist_write(FILE *f, const char *name, const char *help, const char *label,
+		 const struct lhist *h)
+{
+	uint64_t cum = 0;
+
+	if (help)
+		fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (unsigned i = 0; i < LHIST_BUCKETS; i++) {
+		/* bucket i + 1 starts at a power of two: a cumulative bound */
+		cum += __atomic_load_n(&h->bucket[i], __ATOMIC_RELAXED);
+		if ((i + 1) % 4 == 0 && i + 1 < LHIST_BUCKETS)
+			fprintf(f, "%s_bucket{%s,le=\"%g\"} %llu\n", name, label,
+				lhist_lo(i + 1) / 1e6, (unsigned long long)cum);
+	}
+	fprintf(f, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, label, (unsigned long long)cum);
+	fprintf(f, "%s_sum{%s} %.9f\n", name, label,
+		__atomic_load_n(&h->sum_ns, __ATOMIC_RELAXED) / 1e9);
+	fprintf(f, "%s_count{%s} %llu\n", name, label, (unsigned long long)cum);
+}
+
 #define LD(x) ((unsigned long long)__atomic_load_n(&(x), __ATOMIC_RELAXED))
 
 static void counter(FILE *f, const char *name, const char *help, unsigned long long v)
@@ -243,6 +313,20 @@ void metrics_write(struct tier *t, FILE *f)
 		   &t->st.h_restore);
 	hist_write(f, "spillway_writer_wait_seconds", "Time a writer waited for room.",
 		   &t->st.h_wait);
+	for (int i = 0; i < 2; i++)
+		lhist_write(f, "spillway_first_byte_seconds",
+			    i ? NULL
+			      : "A read of a cold range: request to its bytes in RAM, per cold tier.",
+			    i ? "tier=\"s3\"" : "tier=\"nvme\"", &t->st.h_first[i]);
+	for (int i = 0; i < 2; i++)
+		lhist_write(f, "spillway_restore_seconds",
+			    i ? NULL : "One chunk restore: start to the whole chunk in RAM, per cold tier.",
+			    i ? "tier=\"s3\"" : "tier=\"nvme\"", &t->st.h_rst[i]);
+	counter(f, "spillway_partial_restores_total",
+		"Chunks restored the reader's blocks first, the rest after the reply.",
+		LD(t->st.partial_restores));
+	counter(f, "spillway_readahead_chunks_total",
+		"Chunks restored ahead of a sequential reader.", LD(t->st.readahead_chunks));
 }
 
 static int write_file(struct tier *t)

@@ -16,6 +16,23 @@
  * - Only the chunk's data extents are written into the hot file: holes
  *   stored as holes in the segment stay holes in tmpfs (format v2; a v1
  *   record is one extent, the whole chunk).
+ * - Reader's range first (partial restore): a read of a COLD chunk with a
+ *   v2 mapped record fetches and verifies only the 64 KiB blocks its range
+ *   covers (seg_read_part), writes them into the hot file and answers; the
+ *   same thread then restores the rest after the reply (restore_rest_locked,
+ *   from tier_read_end). Meanwhile the chunk is RESTORING and a struct
+ *   rst_part in a small side table (t->parts, only while it lasts) records
+ *   which blocks are in RAM: readers of those go on, everyone else (other
+ *   blocks, writes, truncate, eviction) waits for the chunk to leave
+ *   RESTORING, so a write always lands after the restore and wins, and no
+ *   reader sees a block before it was written whole. A v1 (or small plain)
+ *   record has one crc: it is restored whole.
+ * - A bad block is EIO to the reads that need it: the rest of a partial
+ *   restore fails, the chunk goes back to COLD (its range punched once no
+ *   reader holds it) and reads of other blocks fetch their own blocks again.
+ * - Sequential readers: the fs layer asks for io_workers chunks ahead
+ *   (restore_ahead); those jobs go before the prefetch queue and run at
+ *   normal I/O priority, prefetch at idle priority.
  */
 #include "tier/tier_i.h"
 
@@ -26,6 +43,9 @@
 #include "tier/store.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -34,30 +54,182 @@
 
 _Static_assert(SEG_F_MAP == CHUNK_LOC_MAP, "segment and index record flags differ");
 
+#define IOPRIO_IDLE   (3 << 13)
+#define IOPRIO_NORMAL (2 << 13 | 4) /* best effort, default level */
+
 struct restore_job {
 	struct restore_job *next;
 	struct inode *in; /* internal ref */
 	uint64_t c;
+	int ahead; /* for a sequential reader: normal priority, no room check */
 };
+
+/* Blocks of the largest chunk (JRNL_MAX_CHUNK_SIZE) */
+#define PART_BLKS ((64u << 20) / SEG_BLOCK)
+
+/* A chunk being restored in two steps. See DESIGN. */
+struct rst_part {
+	struct rst_part *next; /* hash chain or free list (t->plock) */
+	uint64_t ino, c;       /* key, set while hashed (t->plock) */
+	/* the rest: protected by the inode's lock */
+	int failed;	  /* the rest failed: no new reader of it */
+	int tier;	  /* cold tier it comes from (0 nvme, 1 s3) */
+	int64_t reserved; /* hot room held until the rest is in */
+	uint64_t t0;	  /* restore start */
+	uint64_t have[PART_BLKS / 64]; /* blocks in the hot file */
+};
+
+static unsigned part_bucket(uint64_t ino, uint64_t c)
+{
+	return (unsigned)(((ino * 0x9E3779B97F4A7C15ull) ^ c) % RST_PART_HASH);
+}
+
+static struct rst_part *part_find(struct tier *t, uint64_t ino, uint64_t c)
+{
+	struct rst_part *p;
+
+	pthread_mutex_lock(&t->plock);
+	for (p = t->parts[part_bucket(ino, c)]; p; p = p->next)
+		if (p->ino == ino && p->c == c)
+			break;
+	pthread_mutex_unlock(&t->plock);
+	return p;
+}
+
+/* A new entry for (ino, c), no block in RAM; NULL without memory. The free
+ * list keeps them, so a restore allocates only while the table grows. */
+static struct rst_part *part_new(struct tier *t, uint64_t ino, uint64_t c)
+{
+	struct rst_part *p;
+	unsigned b = part_bucket(ino, c);
+
+	pthread_mutex_lock(&t->plock);
+	if ((p = t->pfree))
+		t->pfree = p->next;
+	pthread_mutex_unlock(&t->plock);
+	if (!p && !(p = malloc(sizeof(*p))))
+		return NULL;
+	memset(p, 0, sizeof(*p));
+	p->ino = ino;
+	p->c = c;
+	pthread_mutex_lock(&t->plock);
+	p->next = t->parts[b];
+	t->parts[b] = p;
+	pthread_mutex_unlock(&t->plock);
+	return p;
+}
+
+static void part_del(struct tier *t, struct rst_part *p)
+{
+	struct rst_part **pp;
+
+	pthread_mutex_lock(&t->plock);
+	for (pp = &t->parts[part_bucket(p->ino, p->c)]; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	p->next = t->pfree;
+	t->pfree = p;
+	pthread_mutex_unlock(&t->plock);
+}
+
+static int part_has(const struct rst_part *p, uint32_t b0, uint32_t b1)
+{
+	for (uint32_t b = b0; b <= b1; b++)
+		if (!(p->have[b / 64] >> (b % 64) & 1))
+			return 0;
+	return 1;
+}
+
+static void part_set(struct rst_part *p, uint32_t b0, uint32_t b1)
+{
+	for (uint32_t b = b0; b <= b1; b++)
+		p->have[b / 64] |= 1ull << (b % 64);
+}
+
+/* 1 when st is the s3 store (the second histogram of h_first/h_rst). */
+static int tier_of(const struct store *st)
+{
+	return st && strcmp(store_name(st), "s3") == 0;
+}
+
+/* The segment entry of chunk c's cold copy. in->lock held. */
+static struct seg_entry entry_of(const struct inode *in, uint64_t c)
+{
+	const struct chunk *ch = &in->chunks[c];
+
+	return (struct seg_entry){.ino = in->ino,
+				  .chunk = c,
+				  .gen = ch->seg_gen,
+				  .off = ch->seg_off,
+				  .len = ch->seg_len,
+				  .crc = ch->seg_crc,
+				  .flags = ch->seg_flags & CHUNK_LOC_MAP};
+}
+
+/*
+ * Read chunk bytes [off, off + len) of e from segment seg (whole: the whole
+ * record), wherever the segment is now; *tier gets its tier. A crc mismatch
+ * is -EIO (counted in errors_crc). 0 or -errno; sc owned on success only.
+ */
+static int chunk_read(struct tier *t, uint64_t seg, const struct seg_entry *e, uint64_t off,
+		      uint64_t len, int whole, struct seg_chunk *sc, int *tier)
+{
+	struct store *st = NULL;
+	uint32_t dev;
+	int ret = -ENOENT;
+
+	for (int tries = 0; tries < 2; tries++) {
+		/* the segment may have moved to s3 since: look it up each time */
+		ret = seg_locate(t, seg, &st, &dev);
+		if (ret == 0)
+			ret = whole ? seg_read_chunk(st, seg, dev, e, sc)
+				    : seg_read_part(st, seg, dev, e, off, len, sc);
+		if (ret != -ENOENT)
+			break;
+	}
+	if (tier)
+		*tier = tier_of(st);
+	if (ret == -EBADMSG) {
+		__atomic_add_fetch(&t->st.errors_crc, 1, __ATOMIC_RELAXED);
+		ret = -EIO; /* the caller sees an I/O error, never wrong bytes */
+	} else if (ret < 0) {
+		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+	}
+	return ret;
+}
+
+/* Write the extents of sc that lie in chunk bytes [lo, hi) into fd, the
+ * chunk starting at base; *done grows by the bytes written. 0 or -errno. */
+static int write_extents(int fd, uint64_t base, const struct seg_chunk *sc, uint64_t lo,
+			 uint64_t hi, uint64_t *done)
+{
+	uint64_t pos = 0;
+	int ret = 0;
+
+	for (uint32_t i = 0; ret == 0 && i < sc->next; pos += sc->ext[i].len, i++) {
+		uint64_t xo = sc->ext[i].off, xe = xo + sc->ext[i].len;
+		uint64_t a = lo > xo ? lo : xo, b = hi < xe ? hi : xe;
+
+		if (a < b && (ret = uring_write_full(fd, sc->data + pos + (a - xo), b - a,
+						     base + a)) == 0)
+			*done += b - a;
+	}
+	return ret;
+}
 
 int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 {
 	struct chunk *ch = &in->chunks[c];
-	struct seg_entry e = {.ino = in->ino,
-			      .chunk = c,
-			      .gen = ch->seg_gen,
-			      .off = ch->seg_off,
-			      .len = ch->seg_len,
-			      .crc = ch->seg_crc,
-			      .flags = ch->seg_flags & CHUNK_LOC_MAP};
+	struct seg_entry e = entry_of(in, c);
 	uint64_t seg = ch->seg_id, off = c * t->chunk_size, t0 = clock_now_ns();
 	/* room: a plain record is its bytes from offset 0; a mapped one may
 	 * spread anywhere in the chunk (only its extents get written) */
-	uint32_t dev = ch->seg_dev,
-		 need = e.flags ? tier_chunk_len(t, in->size, c) : e.len;
+	uint32_t need = e.flags ? tier_chunk_len(t, in->size, c) : e.len;
 	struct seg_chunk sc = {0};
 	int64_t reserved = 0;
-	int fd, ret;
+	int fd, ret, tier = 0;
 
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0) {
@@ -72,21 +244,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	 * overshoots hot_size by the chunks in flight (at most io_workers +
 	 * readers); the evictor drops them first, as they are clean. */
 	reserved = evict_room_for_restore(t, fd, off, need);
-	for (int tries = 0; tries < 2; tries++) {
-		struct store *st;
-		/* the segment may have moved to s3 since: look it up each time */
-		ret = seg_locate(t, seg, &st, &dev);
-		if (ret == 0)
-			ret = seg_read_chunk(st, seg, dev, &e, &sc);
-		if (ret != -ENOENT)
-			break;
-	}
-	if (ret == -EBADMSG) {
-		__atomic_add_fetch(&t->st.errors_crc, 1, __ATOMIC_RELAXED);
-		ret = -EIO; /* the caller sees an I/O error, never wrong bytes */
-	} else if (ret < 0) {
-		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
-	}
+	ret = chunk_read(t, seg, &e, 0, 0, 1, &sc, &tier);
 	/* the data extents only: holes stay holes in the hot file too */
 	for (uint32_t i = 0, pos = 0; ret == 0 && i < sc.next; pos += sc.ext[i].len, i++)
 		ret = uring_write_full(fd, sc.data + pos, sc.ext[i].len, off + sc.ext[i].off);
@@ -101,9 +259,9 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.restore_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
 		hist_observe(&t->st.h_restore, clock_now_ns() - t0);
+		lhist_observe(&t->st.h_rst[tier], clock_now_ns() - t0);
 	} else {
 		ch->state = CHUNK_COLD;
-		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
 			(unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)seg,
 			strerror(-ret));
@@ -113,6 +271,181 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	idx_inode_wake(in);
 	if (reserved > 0)
 		hot_unreserve(t->hot, (uint64_t)reserved);
+	return ret;
+}
+
+/* First step of a partial restore of chunk c (RESTORING, p fresh): blocks
+ * [b0, b1] only. On failure the chunk is COLD again and p is gone. */
+static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p,
+			     uint32_t b0, uint32_t b1)
+{
+	struct seg_entry e = entry_of(in, c);
+	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
+	uint32_t clen = tier_chunk_len(t, in->size, c);
+	uint64_t lo = (uint64_t)b0 * SEG_BLOCK, hi = (uint64_t)(b1 + 1) * SEG_BLOCK;
+	struct seg_chunk sc;
+	int fd, ret;
+
+	if (hi > clen)
+		hi = clen;
+	p->t0 = clock_now_ns();
+	fd = hot_fd_get_locked(t->hot, in); /* kept until the rest is in */
+	if (fd < 0) {
+		ret = fd;
+		goto out_cold;
+	}
+	idx_inode_unlock(in);
+	p->reserved = evict_room_for_restore(t, fd, base, clen);
+	ret = chunk_read(t, seg, &e, lo, hi - lo, 0, &sc, &p->tier);
+	if (ret == 0) {
+		uint64_t done = 0;
+		if ((ret = write_extents(fd, base, &sc, lo, hi, &done)) == 0)
+			__atomic_add_fetch(&t->st.bytes_restored, done, __ATOMIC_RELAXED);
+		else
+			__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+		seg_chunk_free(&sc);
+	}
+	idx_inode_lock(in);
+	if (ret == 0) {
+		part_set(p, b0, b1);
+		__atomic_add_fetch(&t->st.partial_restores, 1, __ATOMIC_RELAXED);
+		idx_inode_wake(in);
+		return 0;
+	}
+	/* no reader saw these blocks: nothing of them stays */
+	fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(base + lo),
+		  (off_t)(hi - lo));
+	log_err("restore: inode %llu chunk %llu bytes [%llu, %llu) from segment %llu: %s",
+		(unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)lo,
+		(unsigned long long)hi, (unsigned long long)seg, strerror(-ret));
+	hot_account_locked(t->hot, in);
+	hot_fd_put_locked(t->hot, in);
+	if (p->reserved > 0)
+		hot_unreserve(t->hot, (uint64_t)p->reserved);
+out_cold:
+	in->chunks[c].state = CHUNK_COLD;
+	part_del(t, p);
+	idx_inode_wake(in);
+	return ret;
+}
+
+int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
+			int *rest, int *tier)
+{
+	uint32_t b0 = (uint32_t)(lo / SEG_BLOCK), b1 = (uint32_t)((hi - 1) / SEG_BLOCK);
+	struct rst_part *p;
+	int ret;
+
+	*tier = -1;
+	for (;;) {
+		struct chunk *ch = &in->chunks[c]; /* the map may move while unlocked */
+		uint32_t clen;
+
+		if (ch->state != CHUNK_COLD && ch->state != CHUNK_RESTORING)
+			break;
+		if (*tier < 0) {
+			struct store *st;
+			uint32_t dev;
+			*tier = seg_locate(t, ch->seg_id, &st, &dev) == 0 ? tier_of(st) : 0;
+		}
+		if (ch->state == CHUNK_RESTORING) {
+			p = part_find(t, in->ino, c);
+			if (p && !p->failed && part_has(p, b0, b1))
+				break; /* its blocks are in: read them while the rest comes */
+			idx_inode_wait(in);
+			continue;
+		}
+		clen = tier_chunk_len(t, in->size, c);
+		ch->state = CHUNK_RESTORING;
+		if (rest && (ch->seg_flags & CHUNK_LOC_MAP) && hi <= clen &&
+		    (uint64_t)(b1 + 1 - b0) * SEG_BLOCK < clen &&
+		    (p = part_new(t, in->ino, c))) {
+			if ((ret = part_first_locked(t, in, c, p, b0, b1)) < 0)
+				return ret;
+			*rest = 1;
+			break;
+		}
+		/* one crc for the record (v1, small), or the range is the chunk */
+		if ((ret = restore_chunk_locked(t, in, c)) < 0)
+			return ret;
+	}
+	in->chunks[c].pins++;
+	return 0;
+}
+
+int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	struct rst_part *p = part_find(t, in->ino, c);
+	struct seg_entry e = entry_of(in, c);
+	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
+	uint32_t clen = tier_chunk_len(t, in->size, c), nb = (clen + SEG_BLOCK - 1) / SEG_BLOCK;
+	int fd = in->hot_fd, ret;
+	struct seg_chunk sc;
+
+	if (!p) /* cannot be: the caller started it */
+		return -EINVAL;
+	idx_inode_unlock(in);
+	/* one read of the whole record (the map and every block) */
+	ret = chunk_read(t, seg, &e, 0, 0, 1, &sc, NULL);
+	if (ret == 0) {
+		uint64_t done = 0;
+		/* only the blocks not in RAM yet: runs of missing blocks
+		 * (only this thread sets p->have now) */
+		for (uint32_t b = 0; ret == 0 && b < nb;) {
+			uint32_t r = b;
+			if (part_has(p, b, b)) {
+				b++;
+				continue;
+			}
+			while (r < nb && !part_has(p, r, r))
+				r++;
+			uint64_t hi = (uint64_t)r * SEG_BLOCK < clen ? (uint64_t)r * SEG_BLOCK : clen;
+			ret = write_extents(fd, base, &sc, (uint64_t)b * SEG_BLOCK, hi, &done);
+			b = r;
+		}
+		if (ret == 0)
+			__atomic_add_fetch(&t->st.bytes_restored, done, __ATOMIC_RELAXED);
+		else
+			__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+		seg_chunk_free(&sc);
+	}
+	idx_inode_lock(in);
+	if (ret == 0) {
+		uint64_t ns = clock_now_ns() - p->t0;
+		in->chunks[c].state = CHUNK_HOT_CLEAN;
+		in->chunks[c].atime = idx_tick(t->idx);
+		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&t->st.restore_ns, ns, __ATOMIC_RELAXED);
+		hist_observe(&t->st.h_restore, ns);
+		lhist_observe(&t->st.h_rst[p->tier], ns);
+	} else {
+		/* readers of the blocks in RAM finish first, none start; then
+		 * the range goes (bounded: readers hold a pin only while the
+		 * kernel copies their reply) */
+		struct timespec dl = clock_deadline_ms(10000);
+		p->failed = 1;
+		idx_inode_wake(in);
+		while (in->chunks[c].pins > 0 &&
+		       idx_inode_timedwait(in, &dl) != -ETIMEDOUT)
+			;
+		if (in->chunks[c].pins == 0)
+			fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)base,
+				  (off_t)clen);
+		else
+			log_warn("restore: inode %llu chunk %llu still read after 10 s: its "
+				 "restored blocks stay in RAM",
+				 (unsigned long long)in->ino, (unsigned long long)c);
+		in->chunks[c].state = CHUNK_COLD;
+		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
+			(unsigned long long)in->ino, (unsigned long long)c,
+			(unsigned long long)seg, strerror(-ret));
+	}
+	hot_account_locked(t->hot, in);
+	hot_fd_put_locked(t->hot, in);
+	idx_inode_wake(in);
+	if (p->reserved > 0)
+		hot_unreserve(t->hot, (uint64_t)p->reserved);
+	part_del(t, p);
 	return ret;
 }
 
@@ -187,6 +520,41 @@ void restore_file_async(struct tier *t, struct inode *in)
 		  (unsigned long long)n);
 }
 
+void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+{
+	struct restore_job *head = NULL, **tail = &head, *j;
+	uint64_t n = 0;
+
+	if (!t->store || t->nrworkers == 0)
+		return;
+	idx_inode_lock(in);
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
+		/* queued for prefetch (restore=open) or not: this goes first */
+		if (in->chunks[c].state != CHUNK_COLD || !(j = calloc(1, sizeof(*j))))
+			continue;
+		in->chunks[c].queued = 1;
+		idx_ref(t->idx, in);
+		j->in = in;
+		j->c = c;
+		j->ahead = 1;
+		*tail = j;
+		tail = &j->next;
+		n++;
+	}
+	idx_inode_unlock(in);
+	if (!head)
+		return;
+	__atomic_add_fetch(&t->st.readahead_chunks, n, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&t->rlock);
+	if (t->ra_tail)
+		t->ra_tail->next = head;
+	else
+		t->ra_head = head;
+	t->ra_tail = (struct restore_job *)((char *)tail - offsetof(struct restore_job, next));
+	pthread_cond_broadcast(&t->rcond);
+	pthread_mutex_unlock(&t->rlock);
+}
+
 static void *restore_worker(void *arg)
 {
 	struct tier *t = arg;
@@ -194,7 +562,7 @@ static void *restore_worker(void *arg)
 	/* Prefetch is best effort: idle I/O class, so a chunk a reader is
 	 * waiting for (restored by the reader's own thread) is not queued behind
 	 * a whole file's worth of prefetch in the disk scheduler. */
-	if (syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, (int)syscall(SYS_gettid), 3 << 13) <
+	if (syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, (int)syscall(SYS_gettid), IOPRIO_IDLE) <
 	    0) /* the pread fallback, and S3 */
 		log_debug("restore: cannot lower the prefetch I/O priority: %s", strerror(errno));
 	uint64_t threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
@@ -202,14 +570,20 @@ static void *restore_worker(void *arg)
 	pthread_mutex_lock(&t->rlock);
 	for (;;) {
 		struct restore_job *j;
-		while (!t->rq_head && !t->stopping)
+		while (!t->rq_head && !t->ra_head && !t->stopping)
 			pthread_cond_wait(&t->rcond, &t->rlock);
 		if (t->stopping)
 			break;
-		j = t->rq_head;
-		t->rq_head = j->next;
-		if (!t->rq_head)
-			t->rq_tail = NULL;
+		if ((j = t->ra_head)) { /* sequential readers first */
+			t->ra_head = j->next;
+			if (!t->ra_head)
+				t->ra_tail = NULL;
+		} else {
+			j = t->rq_head;
+			t->rq_head = j->next;
+			if (!t->rq_head)
+				t->rq_tail = NULL;
+		}
 		pthread_mutex_unlock(&t->rlock);
 
 		if (j->c != UINT64_MAX) {
@@ -218,12 +592,15 @@ static void *restore_worker(void *arg)
 			if (j->c < in->nchunks) {
 				struct chunk *ch = &in->chunks[j->c];
 				ch->queued = 0;
-				/* prefetch only while there is room to spare */
+				/* prefetch only while there is room to spare; a
+				 * sequential reader will need its chunks anyway */
 				if (ch->state == CHUNK_COLD && in->nlink + in->open_count > 0 &&
-				    hot_used(t->hot) + hot_reserved(t->hot) < threshold) {
+				    (j->ahead ||
+				     hot_used(t->hot) + hot_reserved(t->hot) < threshold)) {
 					/* the head of a file is what its reader asks for
 					 * first: fetch it at normal priority */
-					uring_set_ioprio(j->c < 2 ? 0 : 3 << 13);
+					uring_set_ioprio(j->ahead || j->c < 2 ? IOPRIO_NORMAL
+									      : IOPRIO_IDLE);
 					ch->state = CHUNK_RESTORING;
 					restore_chunk_locked(t, in, j->c);
 				}
@@ -264,11 +641,17 @@ void restore_stop(struct tier *t)
 	free(t->rworkers);
 	t->rworkers = NULL;
 	t->nrworkers = 0;
-	for (j = t->rq_head; j; j = next) {
-		next = j->next;
-		if (j->c != UINT64_MAX)
-			idx_put(t->idx, j->in);
-		free(j);
+	for (int q = 0; q < 2; q++)
+		for (j = q ? t->ra_head : t->rq_head; j; j = next) {
+			next = j->next;
+			if (j->c != UINT64_MAX)
+				idx_put(t->idx, j->in);
+			free(j);
+		}
+	t->rq_head = t->rq_tail = t->ra_head = t->ra_tail = NULL;
+	while (t->pfree) {
+		struct rst_part *p = t->pfree;
+		t->pfree = p->next;
+		free(p);
 	}
-	t->rq_head = t->rq_tail = NULL;
 }

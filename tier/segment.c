@@ -785,8 +785,16 @@ static int read_window(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t
 struct rmap {
 	uint32_t next, data_len, bsize, nblocks, map_len;
 	const uint8_t *crcs;	/* nblocks u32, in the read window */
-	struct seg_extent *ext; /* malloc'ed */
+	struct seg_extent *ext; /* in_, or malloc'ed when more: rmap_free() */
+	struct seg_extent in_[SEG_CHUNK_INLINE];
 };
+
+static void rmap_free(struct rmap *m)
+{
+	if (m->ext != m->in_)
+		free(m->ext);
+	m->ext = NULL;
+}
 
 /* Sizes from the last SEG_MAP_TAIL bytes of a mapped record of rec_len bytes. */
 static int map_tail(const uint8_t *tail, uint32_t rec_len, struct rmap *m)
@@ -818,7 +826,7 @@ static int map_decode(const uint8_t *map, uint32_t want_crc, struct rmap *m)
 	m->ext = NULL;
 	if (crc != get_le32(map + m->map_len - 4) || crc != want_crc)
 		return -EBADMSG;
-	m->ext = malloc((m->next ? m->next : 1) * sizeof(*m->ext));
+	m->ext = m->next <= SEG_CHUNK_INLINE ? m->in_ : malloc(m->next * sizeof(*m->ext));
 	if (!m->ext)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < m->next; i++) {
@@ -836,8 +844,7 @@ static int map_decode(const uint8_t *map, uint32_t want_crc, struct rmap *m)
 	m->crcs = map + 8 * m->next;
 	return 0;
 bad:
-	free(m->ext);
-	m->ext = NULL;
+	rmap_free(m);
 	return -EBADMSG;
 }
 
@@ -884,8 +891,8 @@ int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 			ret = -EBADMSG;
 			goto out;
 		}
-		out->one_ = (struct seg_extent){0, e->len};
-		out->ext = &out->one_;
+		out->in_[0] = (struct seg_extent){0, e->len};
+		out->ext = out->in_;
 		out->next = 1;
 		out->data_len = e->len;
 	} else {
@@ -896,8 +903,13 @@ int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 			ret = -EBADMSG;
 			goto out;
 		}
-		out->ext = out->ext_ = m.ext;
-		m.ext = NULL;
+		if (m.ext == m.in_) {
+			memcpy(out->in_, m.in_, m.next * sizeof(*m.ext));
+			out->ext = out->in_;
+		} else {
+			out->ext = out->ext_ = m.ext;
+			m.ext = NULL;
+		}
 		out->next = m.next;
 		out->data_len = m.data_len;
 	}
@@ -907,7 +919,7 @@ int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 out:
 	if (ret < 0 && ret != -ENOMEM)
 		log_read_err(seg_id, dev, e, what, ret);
-	free(m.ext);
+	rmap_free(&m);
 	seg_buf_free(buf);
 	return ret;
 }
@@ -920,16 +932,31 @@ void seg_chunk_free(struct seg_chunk *c)
 }
 
 
-/* seg_read_range of a mapped record. */
-static int range_mapped(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
-			uint64_t off, uint32_t len, uint8_t *dst, const char **what)
+/* Point out at the clipped extents' bytes: n of them, kept inline when few. */
+static int part_ext(struct seg_chunk *out, uint32_t n)
+{
+	if (n <= SEG_CHUNK_INLINE) {
+		out->ext = out->in_;
+		return 0;
+	}
+	out->ext_ = malloc(n * sizeof(*out->ext_));
+	if (!out->ext_)
+		return -ENOMEM;
+	out->ext = out->ext_;
+	return 0;
+}
+
+/* seg_read_part of a mapped record. */
+static int part_mapped(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+		       uint64_t off, uint64_t len, struct seg_chunk *out, const char **what)
 {
 	uint64_t end = e->off + e->len, tl = e->len < SEG_ALIGN ? e->len : SEG_ALIGN;
 	uint64_t s0 = UINT64_MAX, s1 = 0, pos = 0, ds, de;
+	struct seg_extent *x;
 	struct rmap m = {0};
 	const uint8_t *p, *q;
 	void *mbuf = NULL, *dbuf = NULL;
-	uint32_t b0, b1;
+	uint32_t b0, b1, n = 0;
 	int ret;
 
 	/* the map, found from the record's end */
@@ -959,6 +986,7 @@ static int range_mapped(struct store *st, uint64_t seg_id, uint32_t dev, const s
 		if (s0 == UINT64_MAX)
 			s0 = pos + (lo - xo);
 		s1 = pos + (hi - xo);
+		n++;
 	}
 	if (s0 == UINT64_MAX)
 		goto out; /* all holes */
@@ -974,35 +1002,44 @@ static int range_mapped(struct store *st, uint64_t seg_id, uint32_t dev, const s
 		ret = -EBADMSG;
 		goto out;
 	}
+	if ((ret = part_ext(out, n)) < 0)
+		goto out;
+	x = (struct seg_extent *)out->ext;
 	pos = 0;
 	for (uint32_t i = 0; i < m.next; pos += m.ext[i].len, i++) {
 		uint64_t xo = m.ext[i].off, xe = xo + m.ext[i].len;
 		uint64_t lo = off > xo ? off : xo, hi = off + len < xe ? off + len : xe;
 
 		if (lo < hi) /* its stored bytes lie in [s0, s1), inside the window */
-			memcpy(dst + (lo - off), q + (pos + (lo - xo) - ds), hi - lo);
+			*x++ = (struct seg_extent){(uint32_t)lo, (uint32_t)(hi - lo)};
 	}
+	out->next = n;
+	out->data = q + (s0 - ds);
+	out->data_len = (uint32_t)(s1 - s0);
+	out->buf_ = dbuf;
+	dbuf = NULL;
 out:
-	free(m.ext);
+	rmap_free(&m);
 	seg_buf_free(dbuf);
 	seg_buf_free(mbuf);
 	return ret;
 }
 
-int seg_read_range(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
-		   uint64_t off, uint32_t len, void *dst)
+int seg_read_part(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+		  uint64_t off, uint64_t len, struct seg_chunk *out)
 {
 	const char *what = "reading";
 	const uint8_t *p;
 	void *buf = NULL;
+	uint64_t lo, hi;
 	int ret;
 
+	memset(out, 0, sizeof(*out));
 	if (e->len == 0 || e->off < SEG_HDR_SIZE || (e->flags & ~SEG_F_MAP) ||
-	    off > SEG_MAX_CHUNK_LEN)
+	    off > SEG_MAX_CHUNK_LEN || len > SEG_MAX_CHUNK_LEN)
 		return -EINVAL;
-	memset(dst, 0, len);
 	if (e->flags & SEG_F_MAP) {
-		ret = range_mapped(st, seg_id, dev, e, off, len, dst, &what);
+		ret = part_mapped(st, seg_id, dev, e, off, len, out, &what);
 		goto out;
 	}
 	/* plain: one crc over the whole record */
@@ -1013,15 +1050,39 @@ int seg_read_range(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 		ret = -EBADMSG;
 		goto out;
 	}
-	if (off < e->len)
-		memcpy(dst, p + off, e->len - off < len ? e->len - off : len);
+	lo = off < e->len ? off : e->len;
+	hi = off + len < e->len ? off + len : e->len;
+	if (lo < hi) {
+		out->in_[0] = (struct seg_extent){(uint32_t)lo, (uint32_t)(hi - lo)};
+		out->ext = out->in_;
+		out->next = 1;
+		out->data = p + lo;
+		out->data_len = (uint32_t)(hi - lo);
+	}
+	out->buf_ = buf;
+	buf = NULL;
 out:
 	if (ret < 0) {
-		memset(dst, 0, len); /* never a byte that was not verified */
+		seg_chunk_free(out);
 		if (ret != -ENOMEM)
 			log_read_err(seg_id, dev, e, what, ret);
 	}
 	seg_buf_free(buf);
+	return ret;
+}
+
+int seg_read_range(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+		   uint64_t off, uint32_t len, void *dst)
+{
+	struct seg_chunk sc;
+	uint32_t pos = 0;
+	int ret;
+
+	memset(dst, 0, len);
+	ret = seg_read_part(st, seg_id, dev, e, off, len, &sc);
+	for (uint32_t i = 0; ret == 0 && i < sc.next; pos += sc.ext[i].len, i++)
+		memcpy((uint8_t *)dst + (sc.ext[i].off - off), sc.data + pos, sc.ext[i].len);
+	seg_chunk_free(&sc);
 	return ret;
 }
 

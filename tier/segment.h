@@ -199,15 +199,18 @@ void seg_writer_abort(struct seg_writer *w);
 void *seg_buf_alloc(size_t len);
 void seg_buf_free(void *buf);
 
-/* A chunk read back by seg_read_chunk(): release with seg_chunk_free(). */
+#define SEG_CHUNK_INLINE 8 /* extents a seg_chunk holds without malloc */
+
+/* A chunk (or part of one) read back by seg_read_chunk() or seg_read_part():
+ * release with seg_chunk_free(). */
 struct seg_chunk {
 	const uint8_t *data;	     /* the extents' bytes, back to back */
 	uint32_t data_len;	     /* sum of the extents' lengths */
 	uint32_t next;		     /* number of extents (0: all holes) */
 	const struct seg_extent *ext; /* in chunk order */
 	void *buf_;		     /* owned: the read window */
-	struct seg_extent *ext_;     /* owned: decoded map (mapped records) */
-	struct seg_extent one_;	     /* plain records */
+	struct seg_extent *ext_;     /* owned: extents beyond SEG_CHUNK_INLINE */
+	struct seg_extent in_[SEG_CHUNK_INLINE]; /* the extents, when few */
 };
 
 /*
@@ -220,6 +223,16 @@ struct seg_chunk {
 int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
 		   struct seg_chunk *out);
 void seg_chunk_free(struct seg_chunk *c);
+/*
+ * Read and verify only the blocks covering bytes [off, off + len) of the
+ * chunk of e (and the map): out gets the data extents cut to that range,
+ * in chunk order, and their bytes back to back (next == 0: all holes). A
+ * plain record (one block; v1: the whole payload, one crc) is read whole.
+ * A bad block outside the range is neither read nor reported. Caller owns
+ * *out on success only: seg_chunk_free(). Errors as seg_read_chunk().
+ */
+int seg_read_part(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+		  uint64_t off, uint64_t len, struct seg_chunk *out);
 /*
  * Read bytes [off, off + len) of the chunk of e into dst (holes, and
  * anything past the stored data, read as zeros), fetching and verifying

@@ -16,6 +16,10 @@
  * be created) skip it for NVME_FAIL_BACKOFF_S; ENOSPC/EDQUOT skip it until
  * statvfs shows the room the failed put needed, or the back-off passed.
  * All I/O is done outside the lock.
+ * Reads go through a small cache of open segment fds (NVME_FD_CACHE, least
+ * recently used out, under fdc_lock): a restore costs no open/close. An fd
+ * in use is never closed under its reader; removing a segment closes its
+ * cached fd (at once, or by its last reader) so the space is freed.
  */
 #include "tier/store.h"
 
@@ -47,10 +51,25 @@ struct nvme_dev {
 	uint64_t failed_until; /* protected by nvme_store.lock: ms, monotonic; 0 = healthy */
 };
 
+#define NVME_FD_CACHE 64
+
+/* One cached read fd. Protected by nvme_store.fdc_lock. */
+struct nvme_fdc {
+	uint64_t seg_id;
+	uint32_t dev;
+	int fd;		/* -1: slot free */
+	uint32_t users; /* reads using fd now */
+	uint64_t tick;	/* last use (LRU) */
+	int doomed;	/* segment removed: close when users drops to 0 */
+};
+
 struct nvme_store {
 	struct store base;
 	pthread_mutex_t lock;
 	uint64_t rng; /* protected by lock */
+	pthread_mutex_t fdc_lock;
+	struct nvme_fdc fdc[NVME_FD_CACHE]; /* protected by fdc_lock */
+	uint64_t fdc_tick;		    /* protected by fdc_lock */
 	int ndev;
 	struct nvme_dev dev[];
 };
@@ -380,24 +399,127 @@ static void nvme_put_abort(struct store_put *put)
 	put_free((struct nvme_put *)put, 1);
 }
 
+/* Cached slot of (dev, seg_id) that is not doomed, or -1. fdc_lock held. */
+static int fdc_find_locked(struct nvme_store *ns, uint32_t dev, uint64_t seg_id)
+{
+	for (int i = 0; i < NVME_FD_CACHE; i++) {
+		struct nvme_fdc *f = &ns->fdc[i];
+		if (f->fd >= 0 && f->seg_id == seg_id && f->dev == dev && !f->doomed)
+			return i;
+	}
+	return -1;
+}
+
+/*
+ * A read fd for segment seg_id on dev; *slot gets its cache slot (-1: not
+ * cached, the caller closes it). Release with fdc_put(). fd or -errno.
+ */
+static int fdc_get(struct nvme_store *ns, uint32_t dev, uint64_t seg_id, int *slot)
+{
+	char name[NAME_LEN];
+	int i, fd, victim = -1, old = -1;
+
+	pthread_mutex_lock(&ns->fdc_lock);
+	if ((i = fdc_find_locked(ns, dev, seg_id)) >= 0) {
+		ns->fdc[i].users++;
+		ns->fdc[i].tick = ++ns->fdc_tick;
+		fd = ns->fdc[i].fd;
+		pthread_mutex_unlock(&ns->fdc_lock);
+		*slot = i;
+		return fd;
+	}
+	pthread_mutex_unlock(&ns->fdc_lock);
+	seg_name(name, seg_id);
+	fd = dev_open(ns, dev, name, O_RDONLY);
+	*slot = -1;
+	if (fd < 0)
+		return fd;
+	pthread_mutex_lock(&ns->fdc_lock);
+	if ((i = fdc_find_locked(ns, dev, seg_id)) >= 0) {
+		/* opened meanwhile by another reader: share that one */
+		old = fd;
+		ns->fdc[i].users++;
+		ns->fdc[i].tick = ++ns->fdc_tick;
+		fd = ns->fdc[i].fd;
+		*slot = i;
+		goto out;
+	}
+	for (i = 0; i < NVME_FD_CACHE; i++) {
+		struct nvme_fdc *f = &ns->fdc[i];
+		if (f->fd < 0) {
+			victim = i;
+			break;
+		}
+		if (!f->users && (victim < 0 || f->tick < ns->fdc[victim].tick))
+			victim = i;
+	}
+	if (victim >= 0) { /* else every slot is in use: fd stays uncached */
+		old = ns->fdc[victim].fd;
+		ns->fdc[victim] = (struct nvme_fdc){.seg_id = seg_id, .dev = dev, .fd = fd,
+						    .users = 1, .tick = ++ns->fdc_tick};
+		*slot = victim;
+	}
+out:
+	pthread_mutex_unlock(&ns->fdc_lock);
+	if (old >= 0)
+		close(old);
+	return fd;
+}
+
+static void fdc_put(struct nvme_store *ns, int slot, int fd)
+{
+	if (slot < 0) {
+		close(fd);
+		return;
+	}
+	pthread_mutex_lock(&ns->fdc_lock);
+	if (--ns->fdc[slot].users == 0 && ns->fdc[slot].doomed) {
+		ns->fdc[slot].fd = -1;
+		ns->fdc[slot].doomed = 0;
+	} else {
+		fd = -1;
+	}
+	pthread_mutex_unlock(&ns->fdc_lock);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Segment seg_id on dev is going away: close its cached fd (or let its last
+ * reader do it). */
+static void fdc_drop(struct nvme_store *ns, uint32_t dev, uint64_t seg_id)
+{
+	int i, fd = -1;
+
+	pthread_mutex_lock(&ns->fdc_lock);
+	if ((i = fdc_find_locked(ns, dev, seg_id)) >= 0) {
+		if (ns->fdc[i].users) {
+			ns->fdc[i].doomed = 1;
+		} else {
+			fd = ns->fdc[i].fd;
+			ns->fdc[i].fd = -1;
+		}
+	}
+	pthread_mutex_unlock(&ns->fdc_lock);
+	if (fd >= 0)
+		close(fd);
+}
+
 static int nvme_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off, void *buf,
 		     size_t len)
 {
 	struct nvme_store *ns = to_ns(st);
-	char name[NAME_LEN];
 	ssize_t got;
-	int fd;
+	int fd, slot;
 
 	if (dev >= (uint32_t)ns->ndev)
 		return -EINVAL;
 	if (off % STORE_ALIGN || len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
 		return -EINVAL;
-	seg_name(name, seg_id);
-	fd = dev_open(ns, dev, name, O_RDONLY);
+	fd = fdc_get(ns, dev, seg_id, &slot);
 	if (fd < 0)
 		return fd;
 	got = uring_read_full(fd, buf, len, off);
-	close(fd);
+	fdc_put(ns, slot, fd);
 	if (got >= 0 && (size_t)got < len) {
 		log_err("nvme %s: segment %016" PRIx64 " short read at %" PRIu64
 			": %zd of %zu bytes",
@@ -418,6 +540,7 @@ static int nvme_remove(struct store *st, uint64_t seg_id, uint32_t dev)
 	if (dev >= (uint32_t)ns->ndev)
 		return -EINVAL;
 	seg_name(name, seg_id);
+	fdc_drop(ns, dev, seg_id);
 	return unlinkat(ns->dev[dev].dirfd, name, 0) < 0 ? -errno : 0;
 }
 
@@ -528,6 +651,10 @@ static void nvme_close(struct store *st)
 {
 	struct nvme_store *ns = to_ns(st);
 
+	for (int i = 0; i < NVME_FD_CACHE; i++)
+		if (ns->fdc[i].fd >= 0)
+			close(ns->fdc[i].fd);
+	pthread_mutex_destroy(&ns->fdc_lock);
 	for (int i = 0; i < ns->ndev; i++) {
 		if (ns->dev[i].reserved)
 			log_err("nvme %s: closed with puts in flight", ns->dev[i].path);
@@ -565,6 +692,9 @@ int store_nvme_open(const char *const *dirs, int ndirs, struct store **out)
 		return -ENOMEM;
 	ns->base.ops = &nvme_ops;
 	pthread_mutex_init(&ns->lock, NULL);
+	pthread_mutex_init(&ns->fdc_lock, NULL);
+	for (int i = 0; i < NVME_FD_CACHE; i++)
+		ns->fdc[i].fd = -1;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ns->rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (uint64_t)getpid() ^
 		  (uint64_t)(uintptr_t)ns;

@@ -179,6 +179,7 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	pthread_cond_init(&t->wake, NULL);
 	pthread_mutex_init(&t->seg_lock, NULL);
 	pthread_mutex_init(&t->rlock, NULL);
+	pthread_mutex_init(&t->plock, NULL);
 	pthread_cond_init(&t->rcond, NULL);
 	pthread_mutex_init(&t->ilock, NULL);
 	pthread_cond_init(&t->icond, NULL);
@@ -472,6 +473,7 @@ void tier_free(struct tier *t)
 	pthread_mutex_destroy(&t->lock);
 	pthread_mutex_destroy(&t->seg_lock);
 	pthread_mutex_destroy(&t->rlock);
+	pthread_mutex_destroy(&t->plock);
 	free(t);
 }
 
@@ -520,11 +522,21 @@ static void pin(struct inode *in, uint64_t first, uint64_t last, int delta)
 		in->chunks[c].pins += delta;
 }
 
+/* Finish the partial restores io started (after the reply). in->lock held. */
+static void read_rest_locked(struct tier *t, struct inode *in, struct tier_io *io)
+{
+	for (uint64_t i = 0; io->rest >> i; i++)
+		if ((io->rest >> i) & 1)
+			restore_rest_locked(t, in, io->first + i);
+	io->rest = 0;
+}
+
 int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io)
 {
-	int ret;
-	uint64_t size;
+	uint64_t size, t0 = clock_now_ns();
+	int ret, waited = -1;
 
+	io->rest = 0;
 	idx_inode_lock(in);
 	size = in->size;
 	if (off >= size || len == 0) {
@@ -537,9 +549,25 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		tier_chunk_range(t, off, len, &io->first, &io->last);
 		if (io->last >= in->nchunks)
 			io->last = in->nchunks ? in->nchunks - 1 : 0;
-		if ((ret = tier_make_hot_locked(t, in, io->first, io->last, 1)) < 0) {
-			idx_inode_unlock(in);
-			return ret;
+		/* each chunk: only the reader's blocks first when it is cold */
+		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++) {
+			uint64_t cs = c * t->chunk_size, lo = off > cs ? off - cs : 0;
+			uint64_t hi = off + len - cs < t->chunk_size ? off + len - cs : t->chunk_size;
+			int rest = 0, tier;
+
+			ret = restore_read_locked(t, in, c, lo, hi, c - io->first < 64 ? &rest : NULL,
+						  &tier);
+			if (ret < 0) {
+				if (c > io->first)
+					pin(in, io->first, c - 1, -1);
+				read_rest_locked(t, in, io);
+				idx_inode_unlock(in);
+				return ret;
+			}
+			if (rest)
+				io->rest |= 1ull << (c - io->first);
+			if (tier > waited)
+				waited = tier;
 		}
 		uint64_t tick = idx_tick(t->idx);
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
@@ -549,16 +577,39 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 	io->off = off;
 	io->len = len;
 	idx_inode_unlock(in);
+	if (waited >= 0) /* a cold range: request .. bytes in RAM */
+		lhist_observe(&t->st.h_first[waited], clock_now_ns() - t0);
 	return io->fd < 0 ? -EBADF : 0;
 }
 
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)
 {
+	int restoring = 0;
+
 	if (io->first > io->last)
 		return;
 	idx_inode_lock(in);
 	pin(in, io->first, io->last, -1);
+	for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
+		restoring |= in->chunks[c].state == CHUNK_RESTORING;
+	if (restoring) /* a failed partial restore may wait for its readers */
+		idx_inode_wake(in);
+	read_rest_locked(t, in, io);
 	idx_inode_unlock(in);
+}
+
+void tier_read_ahead(struct tier *t, struct inode *in, uint64_t off, uint64_t *next_chunk)
+{
+	uint64_t c = off / t->chunk_size + 1, last = c + t->cfg->io_workers - 1;
+
+	if (!t->store)
+		return;
+	if (*next_chunk > c)
+		c = *next_chunk;
+	if (c > last)
+		return;
+	restore_ahead(t, in, c, last);
+	*next_chunk = last + 1;
 }
 
 /* Wait for hot room. Returns reserved bytes or -ENOSPC. */
@@ -1017,6 +1068,11 @@ int tier_evict_file(struct tier *t, struct inode *in)
 {
 	if (!t->store)
 		return -ENOTSUP;
+	/* the rest of a chunk a reader just faulted in is still arriving (it
+	 * is restored after the reply): evict the whole file, not around it */
+	idx_inode_lock(in);
+	wait_restoring_locked(in, 0, in->nchunks);
+	idx_inode_unlock(in);
 	return evict_file(t, in, 1);
 }
 
@@ -1107,7 +1163,7 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	    "\"syncs\":%llu},"
 	    "\"recovery\":{\"records\":%llu,\"truncated_bytes\":%llu,\"dropped_inodes\":%llu,"
 	    "\"damaged_chunks\":%llu,\"orphan_segments\":%llu,\"orphan_hot_files\":%llu,"
-	    "\"ms\":%llu},\"lost_files\":%llu,\"cold\":[",
+	    "\"ms\":%llu},\"lost_files\":%llu,",
 	    (unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
 	    (unsigned long long)hot_reserved(t->hot), (unsigned long long)t->cfg->hot_size,
 	    (unsigned long long)t->cfg->hot_min, ps.enabled, (unsigned long long)ps.budget,
@@ -1134,6 +1190,24 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	    (unsigned long long)t->rec.orphan_segments,
 	    (unsigned long long)t->rec.orphan_hot_files, (unsigned long long)t->rec.recover_ms,
 	    (unsigned long long)t->rec.lost_files);
+	if (pos > 0 && (size_t)pos < len)
+		pos += snprintf(buf + pos, len - (size_t)pos,
+				"\"partial_restores\":%llu,\"readahead_chunks\":%llu,\"latency\":{",
+				LD(t->st.partial_restores), LD(t->st.readahead_chunks));
+	for (int k = 0; k < 4 && pos > 0 && (size_t)pos < len; k++) {
+		/* first byte, then whole-chunk restore; nvme, then s3 */
+		const struct lhist *h = k < 2 ? &t->st.h_first[k] : &t->st.h_rst[k - 2];
+		pos += snprintf(buf + pos, len - (size_t)pos,
+				"%s\"%s\":{\"count\":%llu,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+				"\"mean_us\":%.1f}%s",
+				k % 2 ? "" : (k ? "},\"restore\":{" : "\"first_byte\":{"),
+				k % 2 ? "s3" : "nvme", LD(h->count), lhist_quantile(h, 0.5) / 1e3,
+				lhist_quantile(h, 0.99) / 1e3,
+				LD(h->count) ? LD(h->sum_ns) / 1e3 / LD(h->count) : 0.0,
+				k % 2 ? "" : ",");
+	}
+	if (pos > 0 && (size_t)pos < len)
+		pos += snprintf(buf + pos, len - (size_t)pos, "}},\"cold\":[");
 	for (int i = 0; i < ndev && pos > 0 && (size_t)pos < len; i++)
 		pos += snprintf(buf + pos, len - (size_t)pos,
 				"%s{\"dir\":\"%s\",\"used\":%llu,\"avail\":%llu,\"failed\":%d}",

@@ -25,6 +25,8 @@ struct tier_io {
 	uint64_t first, last; /* chunk range pinned */
 	int64_t reserved;     /* hot bytes reserved (writes) */
 	uint64_t claimed;     /* bit i: chunk first+i was COLD, wholly overwritten */
+	uint64_t rest;	      /* reads: bit i: chunk first+i partly restored, the
+			       * rest follows in tier_read_end (after the reply) */
 };
 
 /* Page-cache invalidation, provided by the fs layer (FUSE notify). */
@@ -43,8 +45,15 @@ void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg);
 int tier_open(struct tier *t, struct inode *in);
 void tier_close(struct tier *t, struct inode *in);
 
+/* A read of a cold range waits only for the blocks it covers; the rest of
+ * those chunks is restored by tier_read_end, which the caller calls once it
+ * answered (it may take a chunk's restore time). */
 int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io);
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io);
+/* A sequential reader is at off: keep io_workers chunks after off's chunk
+ * restoring ahead of it. *next_chunk (the caller's, per open file, start
+ * at 0) is the first chunk not asked for yet. Never blocks on I/O. */
+void tier_read_ahead(struct tier *t, struct inode *in, uint64_t off, uint64_t *next_chunk);
 int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		     struct tier_io *io);
 /* written: bytes the copy wrote, or -errno. Returns written or -errno. */

@@ -13,7 +13,10 @@
 struct store;
 struct pressure;
 struct restore_job;
+struct rst_part;
 struct inval_job;
+
+#define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
 
 /* One sealed segment. Protected by tier->seg_lock. */
 struct seg_info {
@@ -46,6 +49,11 @@ struct tier_stats {
 	struct hist h_spill;   /* one segment: first byte staged .. durable */
 	struct hist h_restore; /* one chunk: request .. in RAM (a reader's wait) */
 	struct hist h_wait;    /* a writer waiting for room */
+	/* per cold tier, [0] nvme (or the first store), [1] s3 */
+	struct lhist h_first[2]; /* a read of a cold range: request .. its bytes in RAM */
+	struct lhist h_rst[2];	 /* one chunk restore: start .. whole chunk in RAM */
+	uint64_t partial_restores; /* chunks restored the reader's blocks first */
+	uint64_t readahead_chunks; /* restores queued ahead of a sequential reader */
 };
 
 struct tier {
@@ -109,10 +117,17 @@ struct tier {
 	pthread_cond_t mcond;
 	int mstop; /* protected by mlock */
 
-	/* restore workers; queue protected by rlock */
+	/* restore workers; queues protected by rlock */
 	pthread_mutex_t rlock;
 	pthread_cond_t rcond;
-	struct restore_job *rq_head, *rq_tail;
+	struct restore_job *rq_head, *rq_tail; /* prefetch (restore=open), idle priority */
+	struct restore_job *ra_head, *ra_tail; /* ahead of sequential readers: first */
+
+	/* chunks restored in two steps, keyed by (ino, chunk); the table and
+	 * free list are protected by plock, an entry's state by its inode's lock */
+	pthread_mutex_t plock;
+	struct rst_part *parts[RST_PART_HASH];
+	struct rst_part *pfree;
 	pthread_t *rworkers;
 	unsigned nrworkers;
 };
@@ -173,6 +188,24 @@ void restore_file_async(struct tier *t, struct inode *in);
 /* Restore chunk c, which the caller set to RESTORING (in->lock held; dropped
  * during I/O). Leaves it HOT_CLEAN, or COLD on error. 0 or -errno. */
 int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
+/*
+ * A read of bytes [lo, hi) of chunk c (chunk-relative): make them readable
+ * and pin the chunk (in->lock held; dropped during I/O). A COLD chunk with
+ * a v2 mapped record has only the blocks covering the range read first
+ * (partial restore) when rest is not NULL: then *rest = 1 and the caller
+ * must call restore_rest_locked() once it answered the reader (the chunk
+ * stays RESTORING until then; other readers of blocks already in RAM go
+ * on, everyone else waits). *tier gets the cold tier waited on (0 nvme, 1
+ * s3) or -1 if the bytes were in RAM. 0 or -errno (nothing pinned).
+ */
+int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
+			int *rest, int *tier);
+/* The rest of a partial restore of chunk c (in->lock held; dropped during
+ * I/O): HOT_CLEAN, or COLD (hole punched) when a block fails. 0 or -errno. */
+int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c);
+/* Queue chunks [first, last] of `in` that are COLD for restore ahead of a
+ * sequential reader, before any prefetch, at normal I/O priority. */
+void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t last);
 
 /* tier.c */
 /* Queue a page-cache invalidation of [off, off+len) of ino (never blocks). */
