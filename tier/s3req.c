@@ -247,10 +247,11 @@ static char *trim(char *s)
 {
 	char *e;
 
-	while (*s == ' ' || *s == '\t')
+	/* all C whitespace (\f and \v too): a key never holds any */
+	while (isspace((unsigned char)*s))
 		s++;
 	e = s + strlen(s);
-	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n'))
+	while (e > s && isspace((unsigned char)e[-1]))
 		*--e = 0;
 	return s;
 }
