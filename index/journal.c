@@ -1298,7 +1298,7 @@ static void *jrnl_thread(void *arg)
 	return NULL;
 }
 
-int jrnl_start(struct journal *j, jrnl_snapshot_fn snap, void *arg)
+int jrnl_start_appends(struct journal *j, jrnl_snapshot_fn snap, void *arg)
 {
 	int ret;
 	j->snap = snap;
@@ -1306,10 +1306,24 @@ int jrnl_start(struct journal *j, jrnl_snapshot_fn snap, void *arg)
 	if (j->need_checkpoint && (ret = jrnl_checkpoint(j)) < 0)
 		return ret;
 	j->need_checkpoint = 0;
+	return 0;
+}
+
+int jrnl_run(struct journal *j)
+{
+	int ret;
+	if (j->started)
+		return 0;
 	if ((ret = pthread_create(&j->th, NULL, jrnl_thread, j)) != 0)
 		return -ret;
 	j->started = 1;
 	return 0;
+}
+
+int jrnl_start(struct journal *j, jrnl_snapshot_fn snap, void *arg)
+{
+	int ret = jrnl_start_appends(j, snap, arg);
+	return ret < 0 ? ret : jrnl_run(j);
 }
 
 void jrnl_set_on_checkpoint(struct journal *j, jrnl_checkpoint_fn fn, void *arg)

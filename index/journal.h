@@ -185,6 +185,12 @@ int jrnl_emit(struct jrnl_emitter *e, const struct jrec *r);
  * or messy state (several journals, a bad record before the end) gets a
  * checkpoint now. */
 int jrnl_start(struct journal *j, jrnl_snapshot_fn snap, void *arg);
+/* The same in two steps, for a daemon that forks between recovery and
+ * serving (threads do not survive fork()): appends may go on after
+ * jrnl_start_appends, group commits start with jrnl_run (a no-op when
+ * running). Until then changes reach the disk on fsync and at close. */
+int jrnl_start_appends(struct journal *j, jrnl_snapshot_fn snap, void *arg);
+int jrnl_run(struct journal *j);
 
 /* Called after each checkpoint is committed (on the thread that wrote it),
  * with its generation: e.g. to copy checkpoint.<gen> off the machine. */

@@ -433,7 +433,8 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 		idx_remove_marked(t->idx, report_lost, t);
 	if (t->state_s3)
 		jrnl_set_on_checkpoint(t->jrnl, s3_on_checkpoint, t);
-	if ((ret = jrnl_start(t->jrnl, snapshot, t)) < 0) {
+	/* the group-commit thread starts in tier_start, after fuse_daemonize */
+	if ((ret = jrnl_start_appends(t->jrnl, snapshot, t)) < 0) {
 		snprintf(err, errlen, "option 'state_dir': '%s': cannot start the journal: %s",
 			 t->cfg->state_dir, strerror(-ret));
 		goto out;

@@ -416,6 +416,9 @@ static void *inval_worker(void *arg)
 int tier_start(struct tier *t)
 {
 	int ret;
+	/* every thread starts here, after fuse_daemonize: none survives fork() */
+	if (t->jrnl && (ret = jrnl_run(t->jrnl)) < 0)
+		return ret;
 	if ((ret = metrics_start(t)) < 0)
 		return ret;
 	if ((ret = pressure_start(t->pressure)) < 0)

@@ -1129,14 +1129,16 @@ class TestNonRoot(SpwTestCase):
         except subprocess.TimeoutExpired:
             self.fail("daemon still running %ss after fusermount3 -u" % harness.EXIT_DEADLINE)
         self.assertEqual(rc, 0, harness.log_tail(self.log))
-        # with a cold tier there is a journal: the hot files wait in RAM for
-        # the next mount, the state sits next to the segments; both the user's
+        # with a cold tier the unmount spilled everything and gave the RAM
+        # back: no hot file (nor the hot_dir the daemon made) is left in
+        # /dev/shm; the state (the user's, 0700) sits next to the segments
         hotdir = os.path.join("/dev/shm", hot)
         self.addCleanup(shutil.rmtree, hotdir, True)
+        left = os.listdir(hotdir) if os.path.isdir(hotdir) else []
+        self.assertEqual([n for n in left if not n.startswith(".")], [], hotdir)
         state = os.path.join(self.cold, ".spillway")
-        for d in (hotdir, state):
-            st = os.stat(d)
-            self.assertEqual((st.st_uid, stat.S_IMODE(st.st_mode)), (self.user.uid, 0o700), d)
+        st = os.stat(state)
+        self.assertEqual((st.st_uid, stat.S_IMODE(st.st_mode)), (self.user.uid, 0o700), state)
         self.assertTrue([n for n in os.listdir(state) if n.startswith("checkpoint.")],
                         os.listdir(state))
 
