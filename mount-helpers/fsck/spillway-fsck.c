@@ -34,7 +34,7 @@
  * - Single-threaded; the journal's own thread never checkpoints here
  *   (checkpoint_bytes is out of reach), so the model needs no lock.
  */
-#include "mount-helpers/fsck_i.h"
+#include "mount-helpers/fsck/fsck_i.h"
 
 #include "common/crc32c.h"
 #include "common/log.h"

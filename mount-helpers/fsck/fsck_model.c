@@ -16,7 +16,7 @@
  *   (tmp file, fsync, rename, fsync of the directory).
  * - Single-threaded (see spillway-fsck.c): no locks.
  */
-#include "mount-helpers/fsck_i.h"
+#include "mount-helpers/fsck/fsck_i.h"
 
 #include <errno.h>
 #include <fcntl.h>

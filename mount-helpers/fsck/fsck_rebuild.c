@@ -15,7 +15,7 @@
  * 4. next_seg and next_ino are raised above everything found.
  * Every change goes through fsck_change(). Single-threaded.
  */
-#include "mount-helpers/fsck_i.h"
+#include "mount-helpers/fsck/fsck_i.h"
 
 #include <errno.h>
 #include <inttypes.h>
