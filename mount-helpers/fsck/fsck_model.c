@@ -1,42 +1,39 @@
 /*
- * fsck_model — spillway-fsck's model of the index: inodes, directory entries,
- * chunk maps, xattrs and the segment table, replayed from the journal
- * (fsck_apply), changed only through fsck_change(), saved as a checkpoint.
+ * fsck_model — spillway-fsck's view of the index: a struct index replayed by
+ * index/'s own code (idx_replay, idx_replay_finish), the segment table in a
+ * small table of its own, the paths of reachable inodes, and every change
+ * made through fsck_change().
  *
  * DESIGN
- * - Records are applied as the daemon replays them: a name whose directory
- *   or inode is missing (or whose parent is not a directory) is skipped;
- *   other records naming unknown inodes are counted and skipped. Nameless
- *   inodes are the journal's leftovers of unlinked files; fsck_ns_scan works
- *   out link counts and what / reaches, and only that goes into a checkpoint.
+ * - Records go to idx_replay exactly as at mount; what it skips (records for
+ *   unknown inodes, chunk indexes out of range) reaches fsck through the
+ *   index's anomaly hook and is counted. Segment records and next_seg are
+ *   fsck's (idx_replay returns 1 for them).
+ * - fsck_scan runs idx_replay_finish: link counts, names of missing inodes
+ *   dropped (the first scan keeps them in f->bad for check_namespace). Its
+ *   hook keeps every unreachable inode (listed in f->unreach), so an inode
+ *   pointer stays valid for the whole run and nameless or lost inodes still
+ *   count for inode numbers; kept inodes have nlink 0 and stay out of
+ *   checkpoints, as the daemon would drop them. Then a breadth-first walk
+ *   from / (idx_readdir) gives each reachable inode its first name: its path.
  * - fsck_change() starts the journal on the first change (jrnl_start may
- *   checkpoint this model then), appends the record and applies it with the
+ *   checkpoint the index then), appends the record and applies it with the
  *   replay code. Without a usable checkpoint (f->manual) nothing is appended:
- *   fsck_write_checkpoint() writes checkpoint.<gen> from the model itself
- *   (tmp file, fsync, rename, fsync of the directory).
- * - Single-threaded (see spillway-fsck.c): no locks.
+ *   fsck_write_checkpoint() writes checkpoint.<gen> with jrnl_write_checkpoint,
+ *   the daemon's own writer; both snapshot as the daemon does: META, the
+ *   segment table, idx_snapshot.
+ * - Single-threaded (see spillway-fsck.c): no locks of fsck's own.
  */
 #include "mount-helpers/fsck/fsck_i.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 /* ---- a small chained hash (key: a 64-bit hash; callers compare the rest) ---- */
-
-static uint64_t key_name(uint64_t parent, const char *name, uint32_t len)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (uint32_t i = 0; i < len; i++)
-		h = (h ^ (uint8_t)name[i]) * 0x100000001b3ull;
-	return key2(parent, h);
-}
 
 int fsck_ht_add(struct htab *t, struct hent *e, uint64_t key)
 {
@@ -85,43 +82,29 @@ void **fsck_ht_array(const struct htab *t, size_t *n)
 	return a;
 }
 
-/* ---- model: lookups and record application ---- */
-
-struct finode *fsck_ino_get(struct fsck *f, uint64_t ino)
+static void ht_clear(struct htab *t, void (*free_ent)(struct hent *))
 {
-	uint64_t k = mix64(ino);
-	for (struct hent *e = ht_bucket(&f->inodes, k); e; e = e->next)
-		if (e->key == k && ((struct finode *)e)->ino == ino)
-			return (struct finode *)e;
-	return NULL;
+	for (size_t i = 0; i < t->nb; i++)
+		for (struct hent *x = t->b[i], *nx; x; x = nx) {
+			nx = x->next;
+			free_ent(x);
+		}
+	free(t->b);
+	memset(t, 0, sizeof(*t));
 }
 
-static struct finode *ino_make(struct fsck *f, uint64_t ino)
+static void free_fname(struct hent *e)
 {
-	struct finode *in = fsck_ino_get(f, ino);
-	if (in)
-		return in;
-	if (!(in = calloc(1, sizeof(*in))))
-		return NULL;
-	in->ino = ino;
-	if (fsck_ht_add(&f->inodes, &in->h, mix64(ino)) < 0) {
-		free(in);
-		return NULL;
-	}
-	return in;
+	free(((struct fname *)e)->name);
+	free(e);
 }
 
-static struct fdent *dent_get(struct fsck *f, uint64_t parent, const char *name, uint32_t nlen)
+static void free_plain(struct hent *e)
 {
-	uint64_t k = key_name(parent, name, nlen);
-	for (struct hent *e = ht_bucket(&f->dents, k); e; e = e->next) {
-		struct fdent *d = (struct fdent *)e;
-		if (e->key == k && d->parent == parent && d->nlen == nlen &&
-		    memcmp(d->name, name, nlen) == 0)
-			return d;
-	}
-	return NULL;
+	free(e);
 }
+
+/* ---- the segment table ---- */
 
 struct fseg *fsck_seg_get(struct fsck *f, uint64_t id)
 {
@@ -132,150 +115,15 @@ struct fseg *fsck_seg_get(struct fsck *f, uint64_t id)
 	return NULL;
 }
 
-static int chunks_reserve(struct finode *in, uint64_t n)
+/* Segment records and next_seg (what idx_replay leaves to its caller). */
+static int seg_apply(struct fsck *f, const struct jrec *r)
 {
-	uint64_t cap = in->nchunks ? in->nchunks : 8;
-	struct fchunk *c;
-	if (n <= in->nchunks)
-		return 0;
-	if (n > MAX_CHUNKS)
-		return -EFBIG;
-	while (cap < n)
-		cap *= 2;
-	if (!(c = realloc(in->chunks, cap * sizeof(*c))))
-		return -ENOMEM;
-	memset(c + in->nchunks, 0, (cap - in->nchunks) * sizeof(*c));
-	in->chunks = c;
-	in->nchunks = cap;
-	return 0;
-}
-
-static void *memdup(const void *p, size_t n)
-{
-	void *q = malloc(n ? n : 1);
-	if (q && n)
-		memcpy(q, p, n);
-	return q;
-}
-
-/* Apply one record to the model (journal replay and our own changes).
- * 0, -ENOMEM; records that name unknown inodes are counted and skipped. */
-int fsck_apply(void *arg, const struct jrec *r)
-{
-	struct fsck *f = arg;
-	struct finode *in;
-	struct fdent *d;
 	struct fseg *s;
-
 	switch (r->type) {
 	case JR_META:
-		if (r->next_ino > f->next_ino)
-			f->next_ino = r->next_ino;
 		if (r->next_seg > f->next_seg)
 			f->next_seg = r->next_seg;
-		return 0;
-	case JR_INODE:
-		if (!(in = ino_make(f, r->ino)))
-			return -ENOMEM;
-		in->attr = r->attr;
-		if (r->name_len || !in->target) {
-			char *t = memdup(r->name, r->name_len); /* r->name may be in->target */
-			if (!t)
-				return -ENOMEM;
-			free(in->target);
-			in->target = t;
-			in->tlen = r->name_len;
-		}
-		return 0;
-	case JR_LINK:
-		/* as the daemon replays it: a name in a directory or for an inode
-		 * that does not exist (yet, in a fuzzy checkpoint) is skipped */
-		if (!(in = fsck_ino_get(f, r->parent)) || !is_dir(in) || !fsck_ino_get(f, r->ino))
-			return 0;
-		if ((d = dent_get(f, r->parent, r->name, r->name_len))) {
-			d->ino = r->ino;
-			return 0;
-		}
-		if (!(d = calloc(1, sizeof(*d))) || !(d->name = memdup(r->name, r->name_len))) {
-			free(d);
-			return -ENOMEM;
-		}
-		d->parent = r->parent;
-		d->ino = r->ino;
-		d->nlen = r->name_len;
-		if (fsck_ht_add(&f->dents, &d->h, key_name(r->parent, r->name, r->name_len)) < 0) {
-			free(d->name);
-			free(d);
-			return -ENOMEM;
-		}
-		return 0;
-	case JR_UNLINK:
-		if ((d = dent_get(f, r->parent, r->name, r->name_len))) {
-			ht_del(&f->dents, &d->h);
-			free(d->name);
-			free(d);
-		}
-		return 0;
-	case JR_XATTR_SET:
-	case JR_XATTR_DEL: {
-		struct fxattr **pp, *x;
-		if (!(in = fsck_ino_get(f, r->ino))) {
-			f->unknown_recs++;
-			return 0;
-		}
-		for (pp = &in->xattrs; *pp; pp = &(*pp)->next)
-			if ((*pp)->nlen == r->name_len &&
-			    !memcmp((*pp)->name, r->name, r->name_len))
-				break;
-		if (r->type == JR_XATTR_DEL) {
-			if ((x = *pp)) {
-				*pp = x->next;
-				free(x->name);
-				free(x->val);
-				free(x);
-			}
-			return 0;
-		}
-		if (!(x = *pp)) {
-			if (!(x = calloc(1, sizeof(*x))) ||
-			    !(x->name = memdup(r->name, r->name_len))) {
-				free(x);
-				return -ENOMEM;
-			}
-			x->nlen = r->name_len;
-			*pp = x;
-		}
-		free(x->val);
-		if (!(x->val = memdup(r->value, r->value_len)))
-			return -ENOMEM;
-		x->vlen = r->value_len;
-		return 0;
-	}
-	case JR_CHUNK_LOC:
-	case JR_CHUNK_DIRTY: {
-		int ret;
-		if (!(in = fsck_ino_get(f, r->ino)) || !S_ISREG(in->attr.mode)) {
-			f->unknown_recs++;
-			return 0;
-		}
-		if ((ret = chunks_reserve(in, r->chunk + 1)) < 0) {
-			if (ret != -EFBIG)
-				return ret;
-			f->unknown_recs++;
-			return 0;
-		}
-		in->chunks[r->chunk].state = r->type == JR_CHUNK_LOC ? CS_LOC : CS_DIRTY;
-		in->chunks[r->chunk].loc = r->loc;
-		return 0;
-	}
-	case JR_CHUNK_ABSENT:
-		if (!(in = fsck_ino_get(f, r->ino))) {
-			f->unknown_recs++;
-			return 0;
-		}
-		for (uint64_t c = r->chunk; c < in->nchunks && c - r->chunk < r->count; c++)
-			in->chunks[c].state = CS_NONE;
-		return 0;
+		break;
 	case JR_SEG_ADD:
 		if (!(s = fsck_seg_get(f, r->seg.id))) {
 			if (!(s = calloc(1, sizeof(*s))))
@@ -287,132 +135,257 @@ int fsck_apply(void *arg, const struct jrec *r)
 		}
 		s->seg = r->seg;
 		s->copy = NULL; /* bound again by bind_segments */
-		return 0;
+		break;
 	case JR_SEG_DEL:
 		if ((s = fsck_seg_get(f, r->seg.id))) {
 			ht_del(&f->segs, &s->h);
 			free(s);
 		}
-		return 0;
+		break;
 	}
 	return 0;
 }
 
-/* ---- namespace: reachability and paths ---- */
+/* ---- the index ---- */
 
-int fsck_ns_scan(struct fsck *f)
+static int note_unreach(struct fsck *f, const struct idx_anomaly *a)
 {
-	size_t n, nd, head = 0, tail = 0;
-	void **all = fsck_ht_array(&f->inodes, &n), **dents = fsck_ht_array(&f->dents, &nd);
-	struct finode **queue = NULL, *root;
-	int ret = 0;
+	if (f->nunreach == f->unreach_cap) {
+		size_t cap = f->unreach_cap ? f->unreach_cap * 2 : 64;
+		struct unreach *u = realloc(f->unreach, cap * sizeof(*u));
+		if (!u)
+			return -ENOMEM;
+		f->unreach = u;
+		f->unreach_cap = cap;
+	}
+	f->unreach[f->nunreach++] =
+	    (struct unreach){.ino = a->ino, .names = a->names, .is_dir = a->is_dir};
+	return 0;
+}
 
-	if ((f->inodes.n && !all) || (f->dents.n && !dents) ||
-	    !(queue = malloc((n + 1) * sizeof(*queue)))) {
-		ret = -ENOMEM;
-		goto out;
+static int note_badname(struct fsck *f, const struct idx_anomaly *a)
+{
+	struct badname *b = realloc(f->bad, (f->nbad + 1) * sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	f->bad = b;
+	b[f->nbad] = (struct badname){.parent = a->parent, .ino = a->ino, .kind = a->kind};
+	if (!(b[f->nbad].name = strdup(a->name)))
+		return -ENOMEM;
+	f->nbad++;
+	return 0;
+}
+
+/* The index's anomaly hook: count what replay skips, note what finish finds,
+ * keep every unreachable inode. */
+static int on_anomaly(void *arg, const struct idx_anomaly *a)
+{
+	struct fsck *f = arg;
+	switch (a->kind) {
+	case IDX_AN_NO_INODE:
+	case IDX_AN_NOT_FILE:
+	case IDX_AN_CHUNK_RANGE:
+		f->unknown_recs++;
+		break;
+	case IDX_AN_NAME_DANGLING:
+	case IDX_AN_NAME_ORPHAN:
+		if (f->collect && note_badname(f, a) < 0)
+			f->collect = -ENOMEM;
+		break;
+	case IDX_AN_UNREACHABLE:
+		if (note_unreach(f, a) < 0)
+			f->collect = -ENOMEM;
+		return 1;
+	default: /* names skipped in a fuzzy checkpoint, directory aliases */
+		break;
 	}
-	for (size_t i = 0; i < n; i++) {
-		struct finode *in = all[i];
-		in->nlinks = 0;
-		in->reachable = 0;
-		in->pdent = NULL;
-		in->children = NULL;
-	}
-	for (size_t i = 0; i < nd; i++) {
-		struct fdent *d = dents[i];
-		struct finode *t = fsck_ino_get(f, d->ino), *p = fsck_ino_get(f, d->parent);
-		d->sib = NULL;
-		if (t)
-			t->nlinks++;
-		if (p && is_dir(p)) {
-			d->sib = p->children;
-			p->children = d;
-		}
-	}
-	if ((root = fsck_ino_get(f, ROOT_INO)) && is_dir(root)) {
-		root->reachable = 1;
-		queue[tail++] = root;
-	}
-	while (head < tail) {
-		struct finode *dir = queue[head++];
-		for (struct fdent *d = dir->children; d; d = d->sib) {
-			struct finode *t = fsck_ino_get(f, d->ino);
-			if (!t || t->reachable || t->ino == ROOT_INO)
-				continue;
-			t->reachable = 1;
-			t->pdent = d;
-			if (is_dir(t))
-				queue[tail++] = t;
-		}
-	}
-out:
-	free(queue);
-	free(all);
-	free(dents);
+	return 0;
+}
+
+int fsck_index_open(struct fsck *f)
+{
+	int ret = idx_new(f->chunk_size, &f->idx);
+	if (ret == 0)
+		idx_set_anomaly_hook(f->idx, on_anomaly, f);
 	return ret;
 }
 
+void fsck_index_close(struct fsck *f)
+{
+	idx_free(f->idx);
+	f->idx = NULL;
+	ht_clear(&f->names, free_fname);
+	ht_clear(&f->segs, free_plain);
+	for (size_t i = 0; i < f->nbad; i++)
+		free(f->bad[i].name);
+	free(f->bad);
+	free(f->unreach);
+}
+
+int fsck_apply(void *arg, const struct jrec *r)
+{
+	struct fsck *f = arg;
+	int ret = idx_replay(f->idx, r);
+	if (r->type == JR_INODE && r->ino == ROOT_INO) {
+		f->root_seen = 1;
+		f->root_bad = !S_ISDIR(r->attr.mode);
+	}
+	if (ret <= 0)
+		return ret;
+	return seg_apply(f, r);
+}
+
+/* ---- reachability and paths ---- */
+
+static struct fname *fname_get(struct fsck *f, uint64_t ino)
+{
+	uint64_t k = mix64(ino);
+	for (struct hent *e = ht_bucket(&f->names, k); e; e = e->next)
+		if (e->key == k && ((struct fname *)e)->ino == ino)
+			return (struct fname *)e;
+	return NULL;
+}
+
+int fsck_reachable(struct fsck *f, uint64_t ino)
+{
+	return ino == ROOT_INO || fname_get(f, ino) != NULL;
+}
+
+struct walk {
+	struct fsck *f;
+	uint64_t dir;
+	uint64_t *queue;
+	size_t tail, cap;
+	int err;
+};
+
+/* idx_readdir callback (index lock held): first names of the children. */
+static int walk_entry(void *arg, const char *name, struct inode *child, uint64_t cookie)
+{
+	struct walk *w = arg;
+	struct fname *n;
+	if (!strcmp(name, ".") || !strcmp(name, "..") || child->ino == ROOT_INO ||
+	    fname_get(w->f, child->ino))
+		return 0;
+	if (!(n = calloc(1, sizeof(*n))) || !(n->name = strdup(name)) ||
+	    fsck_ht_add(&w->f->names, &n->h, mix64(child->ino)) < 0) {
+		if (n)
+			free(n->name);
+		free(n);
+		w->err = -ENOMEM;
+		return 1;
+	}
+	n->ino = child->ino;
+	n->parent = w->dir;
+	if (is_dir(child)) {
+		if (w->tail == w->cap) {
+			size_t cap = w->cap * 2;
+			uint64_t *q = realloc(w->queue, cap * sizeof(*q));
+			if (!q) {
+				w->err = -ENOMEM;
+				return 1;
+			}
+			w->queue = q;
+			w->cap = cap;
+		}
+		w->queue[w->tail++] = child->ino;
+	}
+	return 0;
+}
+
+int fsck_scan(struct fsck *f)
+{
+	struct walk w = {.f = f, .cap = 64};
+	size_t head = 0;
+
+	f->nunreach = 0;
+	idx_replay_finish(f->idx);
+	if (f->collect < 0)
+		return f->collect;
+	f->collect = 0;
+	ht_clear(&f->names, free_fname);
+	if (!(w.queue = malloc(w.cap * sizeof(*w.queue))))
+		return -ENOMEM;
+	w.queue[w.tail++] = ROOT_INO;
+	while (head < w.tail && !w.err) {
+		w.dir = w.queue[head++];
+		idx_readdir(f->idx, w.dir, 0, walk_entry, &w);
+	}
+	free(w.queue);
+	return w.err;
+}
+
 /* Path of a reachable inode ("/a/b"), else "<inode N>". */
-const char *fsck_path_of(struct fsck *f, const struct finode *in, char *buf, size_t len)
+const char *fsck_path_of(struct fsck *f, uint64_t ino, char *buf, size_t len)
 {
 	size_t pos = len - 1;
 	buf[pos] = 0;
-	if (in->ino == ROOT_INO)
+	if (ino == ROOT_INO)
 		return "/";
-	if (!in->reachable) {
-		snprintf(buf, len, "<inode %" PRIu64 ">", in->ino);
+	if (!fname_get(f, ino)) {
+		snprintf(buf, len, "<inode %" PRIu64 ">", ino);
 		return buf;
 	}
-	for (const struct finode *x = in; x && x->pdent; x = fsck_ino_get(f, x->pdent->parent)) {
-		const struct fdent *d = x->pdent;
-		if (d->nlen + 1 > pos) {
+	for (const struct fname *n = fname_get(f, ino); n; n = fname_get(f, n->parent)) {
+		size_t nl = strlen(n->name);
+		if (nl + 1 > pos) {
 			memcpy(buf, "...", 3);
 			return buf;
 		}
-		pos -= d->nlen;
-		memcpy(buf + pos, d->name, d->nlen);
+		pos -= nl;
+		memcpy(buf + pos, n->name, nl);
 		buf[--pos] = '/';
 	}
 	return buf + pos;
 }
 
-/* Path of entry d ("/dir/name"), its parent being reachable or not. */
-const char *fsck_dent_path(struct fsck *f, const struct fdent *d, char *buf, size_t len)
+/* Path of the name `name` in parent ("/dir/name"), reachable or not. */
+const char *fsck_dent_path(struct fsck *f, uint64_t parent, const char *name, char *buf,
+			   size_t len)
 {
 	char pb[PATH_MAX_OUT];
-	struct finode *p = fsck_ino_get(f, d->parent);
-	const char *pp = p ? fsck_path_of(f, p, pb, sizeof(pb)) : NULL;
+	const char *pp = idx_find(f->idx, parent) ? fsck_path_of(f, parent, pb, sizeof(pb)) : NULL;
 	if (!pp)
-		snprintf(buf, len, "<missing directory %" PRIu64 ">/%.*s", d->parent, (int)d->nlen,
-			 d->name);
+		snprintf(buf, len, "<missing directory %" PRIu64 ">/%s", parent, name);
 	else
-		snprintf(buf, len, "%s%s%.*s", pp, strcmp(pp, "/") ? "/" : "", (int)d->nlen,
-			 d->name);
+		snprintf(buf, len, "%s%s%s", pp, strcmp(pp, "/") ? "/" : "", name);
 	return buf;
 }
 
-/* ---- changes: model + journal ---- */
+/* ---- changes: journal + index ---- */
 
-static int snapshot(struct fsck *f, int (*emit)(void *, const struct jrec *), void *ectx);
-
-static int emit_jrnl(void *e, const struct jrec *r)
+/* jrnl_snapshot_fn, as the daemon's: counters, the segment table, the index. */
+static int snapshot(void *arg, struct jrnl_emitter *e)
 {
-	return jrnl_emit(e, r);
+	struct fsck *f = arg;
+	struct jrec r = {.type = JR_META, .next_seg = f->next_seg};
+	struct fseg **segs;
+	size_t ns;
+	int ret;
+
+	if ((ret = fsck_scan(f)) < 0)
+		return ret;
+	r.next_ino = idx_next_ino(f->idx);
+	if ((ret = jrnl_emit(e, &r)) != 0)
+		return ret;
+	segs = (struct fseg **)fsck_ht_array(&f->segs, &ns);
+	if (f->segs.n && !segs)
+		return -ENOMEM;
+	if (segs)
+		qsort(segs, ns, sizeof(*segs), fsck_seg_cmp);
+	for (size_t i = 0; i < ns && ret == 0; i++) {
+		r = (struct jrec){.type = JR_SEG_ADD, .seg = segs[i]->seg};
+		ret = jrnl_emit(e, &r);
+	}
+	free(segs);
+	return ret ? ret : idx_snapshot(f->idx, e);
 }
 
-static int snap_jrnl(void *arg, struct jrnl_emitter *e)
-{
-	return snapshot(arg, emit_jrnl, e);
-}
-
-/* Append r to the journal, then apply it to the model (r's strings may
- * belong to the model). 0 or -errno (reported). */
 int fsck_change(struct fsck *f, const struct jrec *r)
 {
 	int ret;
 	if (!f->manual && !f->started) {
-		if ((ret = jrnl_start(f->j, snap_jrnl, f)) < 0) {
+		if ((ret = jrnl_start(f->j, snapshot, f)) < 0) {
 			fsck_oper_err(f, "%s: cannot start the journal: %s", f->dir,
 				      strerror(-ret));
 			return ret;
@@ -431,9 +404,9 @@ int fsck_change(struct fsck *f, const struct jrec *r)
 	return 0;
 }
 
-int fsck_change_meta(struct fsck *f)
+int fsck_change_meta(struct fsck *f, uint64_t next_ino)
 {
-	struct jrec r = {.type = JR_META, .next_ino = f->next_ino, .next_seg = f->next_seg};
+	struct jrec r = {.type = JR_META, .next_ino = next_ino, .next_seg = f->next_seg};
 	return fsck_change(f, &r);
 }
 
@@ -495,11 +468,9 @@ int fsck_change_inode(struct fsck *f, uint64_t ino, const struct jrec_attr *a, c
 /* The highest inode number anything knows of, plus one. */
 uint64_t fsck_ino_ceiling(struct fsck *f)
 {
-	uint64_t top = f->next_ino > ROOT_INO ? f->next_ino : ROOT_INO + 1;
-	for (size_t i = 0; i < f->inodes.nb; i++)
-		for (struct hent *e = f->inodes.b[i]; e; e = e->next)
-			if (((struct finode *)e)->ino >= top)
-				top = ((struct finode *)e)->ino + 1;
+	uint64_t top = idx_next_ino(f->idx); /* above every inode replayed */
+	if (top < ROOT_INO + 1)
+		top = ROOT_INO + 1;
 	for (size_t i = 0; i < f->copies.nb; i++)
 		for (struct hent *e = f->copies.b[i]; e; e = e->next) {
 			struct copy *c = (struct copy *)e;
@@ -513,32 +484,35 @@ uint64_t fsck_ino_ceiling(struct fsck *f)
 int fsck_lost_found(struct fsck *f, uint64_t *out)
 {
 	static const char *const names[] = {"lost+found", "lost+found.fsck"};
-	struct finode *root = fsck_ino_get(f, ROOT_INO);
+	struct inode *root = idx_find(f->idx, ROOT_INO);
+	struct jrec_attr ra = fsck_attr(root);
 	for (int i = 0; i < 2; i++) {
-		struct fdent *d = dent_get(f, ROOT_INO, names[i], (uint32_t)strlen(names[i]));
-		struct finode *in = d ? fsck_ino_get(f, d->ino) : NULL;
+		struct inode *in;
 		struct jrec_attr a;
 		uint64_t ino;
-		int ret;
-		if (in && is_dir(in)) {
-			*out = in->ino;
-			return 0;
-		}
-		if (d)
+		int ret = idx_lookup(f->idx, ROOT_INO, names[i], 0, &in);
+		if (ret == 0) {
+			ino = in->ino;
+			ret = is_dir(in);
+			idx_put(f->idx, in); /* named: idx_put leaves it */
+			if (ret) {
+				*out = ino;
+				return 0;
+			}
 			continue;
+		}
 		ino = fsck_ino_ceiling(f);
 		memset(&a, 0, sizeof(a));
 		a.mode = S_IFDIR | 0700;
-		a.uid = root ? root->attr.uid : 0;
-		a.gid = root ? root->attr.gid : 0;
+		a.uid = ra.uid;
+		a.gid = ra.gid;
 		a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
-		f->next_ino = ino + 1;
-		if ((ret = fsck_change_meta(f)) < 0 ||
+		if ((ret = fsck_change_meta(f, ino + 1)) < 0 ||
 		    (ret = fsck_change_inode(f, ino, &a, "", 0)) < 0 ||
 		    (ret = fsck_change_link(f, ROOT_INO, names[i], ino)) < 0)
 			return ret;
 		*out = ino;
-		return fsck_ns_scan(f);
+		return fsck_scan(f);
 	}
 	fsck_oper_err(f, "no room for a lost+found directory in /");
 	return -EEXIST;
@@ -553,24 +527,53 @@ int fsck_in_table(struct fsck *f, const struct found *fd)
 	return s && s->copy == fd;
 }
 
-int fsck_inode_cmp(const void *a, const void *b)
+struct inode_list {
+	struct fsck *f;
+	struct inode **v;
+	size_t n, cap;
+	int err;
+};
+
+static int collect_reachable(void *arg, struct inode *in)
 {
-	const struct finode *x = *(struct finode *const *)a, *y = *(struct finode *const *)b;
+	struct inode_list *l = arg;
+	if (!fsck_reachable(l->f, in->ino))
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 256;
+		struct inode **v = realloc(l->v, cap * sizeof(*v));
+		if (!v) {
+			l->err = -ENOMEM;
+			return 1;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = in;
+	return 0;
+}
+
+static int inode_cmp(const void *a, const void *b)
+{
+	const struct inode *x = *(struct inode *const *)a, *y = *(struct inode *const *)b;
 	return x->ino < y->ino ? -1 : x->ino > y->ino;
 }
 
 /* Sorted array of the reachable inodes (caller frees). */
-struct finode **fsck_reachable_inodes(struct fsck *f, size_t *n)
+struct inode **fsck_reachable_inodes(struct fsck *f, size_t *n, int *err)
 {
-	size_t all_n, k = 0;
-	struct finode **all = (struct finode **)fsck_ht_array(&f->inodes, &all_n);
-	for (size_t i = 0; i < all_n; i++)
-		if (all[i]->reachable)
-			all[k++] = all[i];
-	if (all)
-		qsort(all, k, sizeof(*all), fsck_inode_cmp);
-	*n = k;
-	return all;
+	struct inode_list l = {.f = f};
+	idx_for_each(f->idx, collect_reachable, &l);
+	*err = l.err;
+	if (l.err) {
+		free(l.v);
+		*n = 0;
+		return NULL;
+	}
+	if (l.v)
+		qsort(l.v, l.n, sizeof(*l.v), inode_cmp);
+	*n = l.n;
+	return l.v;
 }
 
 int fsck_found_cmp(const void *a, const void *b)
@@ -591,177 +594,13 @@ int fsck_seg_cmp(const void *a, const void *b)
 
 /* ---- checkpoints ---- */
 
-static int emit_dent_cmp(const void *a, const void *b)
-{
-	const struct fdent *x = *(struct fdent *const *)a, *y = *(struct fdent *const *)b;
-	if (x->parent != y->parent)
-		return x->parent < y->parent ? -1 : 1;
-	return x->ino < y->ino ? -1 : x->ino > y->ino;
-}
-
-/* Emit the model as checkpoint records: META, INODE, LINK, XATTR_SET,
- * CHUNK_LOC/DIRTY, SEG_ADD. Only what / reaches is part of it. */
-static int snapshot(struct fsck *f, int (*emit)(void *, const struct jrec *), void *ectx)
-{
-	struct jrec r = {.type = JR_META, .next_ino = f->next_ino, .next_seg = f->next_seg};
-	struct finode **ins = NULL;
-	struct fdent **dents = NULL;
-	struct fseg **segs = NULL;
-	size_t n = 0, nd = 0, ns = 0;
-	int ret;
-
-	if ((ret = fsck_ns_scan(f)) < 0)
-		return ret;
-	if ((ret = emit(ectx, &r)) != 0)
-		return ret;
-	ins = fsck_reachable_inodes(f, &n);
-	dents = (struct fdent **)fsck_ht_array(&f->dents, &nd);
-	segs = (struct fseg **)fsck_ht_array(&f->segs, &ns);
-	if ((f->inodes.n && !ins) || (f->dents.n && !dents) || (f->segs.n && !segs)) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < n && ret == 0; i++) {
-		r = (struct jrec){.type = JR_INODE,
-				  .ino = ins[i]->ino,
-				  .attr = ins[i]->attr,
-				  .name = ins[i]->target,
-				  .name_len = ins[i]->tlen};
-		ret = emit(ectx, &r);
-	}
-	if (dents)
-		qsort(dents, nd, sizeof(*dents), emit_dent_cmp);
-	for (size_t i = 0; i < nd && ret == 0; i++) {
-		struct fdent *d = dents[i];
-		struct finode *p = fsck_ino_get(f, d->parent), *t = fsck_ino_get(f, d->ino);
-		if (!p || !t || !p->reachable || !t->reachable || !is_dir(p))
-			continue;
-		r = (struct jrec){.type = JR_LINK,
-				  .parent = d->parent,
-				  .ino = d->ino,
-				  .name = d->name,
-				  .name_len = d->nlen};
-		ret = emit(ectx, &r);
-	}
-	for (size_t i = 0; i < n && ret == 0; i++)
-		for (struct fxattr *x = ins[i]->xattrs; x && ret == 0; x = x->next) {
-			r = (struct jrec){.type = JR_XATTR_SET,
-					  .ino = ins[i]->ino,
-					  .name = x->name,
-					  .name_len = x->nlen,
-					  .value = x->val,
-					  .value_len = x->vlen};
-			ret = emit(ectx, &r);
-		}
-	for (size_t i = 0; i < n && ret == 0; i++)
-		for (uint64_t c = 0; c < ins[i]->nchunks && ret == 0; c++) {
-			const struct fchunk *ch = &ins[i]->chunks[c];
-			if (ch->state == CS_NONE)
-				continue;
-			r = (struct jrec){.type =
-					      ch->state == CS_LOC ? JR_CHUNK_LOC : JR_CHUNK_DIRTY,
-					  .ino = ins[i]->ino,
-					  .chunk = c,
-					  .loc = ch->loc};
-			ret = emit(ectx, &r);
-		}
-	if (segs)
-		qsort(segs, ns, sizeof(*segs), fsck_seg_cmp);
-	for (size_t i = 0; i < ns && ret == 0; i++) {
-		r = (struct jrec){.type = JR_SEG_ADD, .seg = segs[i]->seg};
-		ret = emit(ectx, &r);
-	}
-out:
-	free(ins);
-	free(dents);
-	free(segs);
-	return ret;
-}
-
-struct fwriter {
-	int fd;
-	uint8_t *buf;
-	size_t used, cap;
-	uint64_t off, count;
-};
-
-static int fw_flush(struct fwriter *w)
-{
-	size_t done = 0;
-	while (done < w->used) {
-		ssize_t k = pwrite(w->fd, w->buf + done, w->used - done, (off_t)(w->off + done));
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? -errno : -EIO;
-		done += (size_t)k;
-	}
-	w->off += w->used;
-	w->used = 0;
-	return 0;
-}
-
-static int emit_file(void *arg, const struct jrec *r)
-{
-	struct fwriter *w = arg;
-	size_t len = jrnl_encoded_size(r);
-	int ret;
-	if (len > w->cap - w->used && (ret = fw_flush(w)) < 0)
-		return ret;
-	if (len > w->cap)
-		return -E2BIG;
-	jrnl_encode(r, w->buf + w->used);
-	w->used += len;
-	if (r->type != JR_HEADER && r->type != JR_END)
-		w->count++;
-	return 0;
-}
-
-/* Write STATE_DIR/checkpoint.<gen> from the model ourselves (no usable
- * checkpoint to start the journal from): tmp file, fsync, rename, fsync dir. */
 int fsck_write_checkpoint(struct fsck *f, uint64_t gen)
 {
-	char tmp[PATH_MAX_OUT + 8], name[PATH_MAX_OUT];
-	struct fwriter w = {.cap = 1 << 20};
-	struct jrec h = {.type = JR_HEADER,
-			 .hdr = {.version = JRNL_VERSION,
-				 .kind = JRNL_KIND_CHECKPOINT,
-				 .gen = gen,
-				 .chunk_size = f->chunk_size}};
-	int ret, dfd = -1;
-
-	memcpy(h.hdr.uuid, f->uuid, 16);
-	snprintf(name, sizeof(name), "%s/checkpoint.%016" PRIx64, f->dir, gen);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", name);
-	if (!(w.buf = malloc(w.cap)))
-		return -ENOMEM;
-	w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (w.fd < 0) {
-		ret = -errno;
-		goto out;
-	}
-	if ((ret = emit_file(&w, &h)) < 0 || (ret = snapshot(f, emit_file, &w)) != 0)
-		goto out;
-	{
-		struct jrec end = {.type = JR_END, .count = w.count};
-		if ((ret = emit_file(&w, &end)) < 0 || (ret = fw_flush(&w)) < 0)
-			goto out;
-	}
-	if (fsync(w.fd) < 0 || rename(tmp, name) < 0) {
-		ret = -errno;
-		goto out;
-	}
-	if ((dfd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 || fsync(dfd) < 0)
-		ret = -errno;
-out:
-	if (dfd >= 0)
-		close(dfd);
-	if (w.fd >= 0)
-		close(w.fd);
+	char name[JRNL_NAME_MAX];
+	int ret = jrnl_write_checkpoint(f->j, gen, f->uuid, snapshot, f);
 	if (ret < 0) {
-		unlink(tmp);
-		fsck_oper_err(f, "%s: %s", name, strerror(ret < 0 ? -ret : EIO));
+		jrnl_file_name(name, sizeof(name), JRNL_KIND_CHECKPOINT, gen);
+		fsck_oper_err(f, "%s/%s: %s", f->dir, name, strerror(-ret));
 	}
-	free(w.buf);
 	return ret;
 }
