@@ -70,6 +70,8 @@ struct index {
 	idx_release_fn release;
 	void *release_arg;
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
+	idx_anomaly_fn anomaly; /* recovery only (single-threaded) */
+	void *anomaly_arg;
 };
 
 #define IDX_LOCK_STRIPES 1024 /* power of two */
@@ -1360,6 +1362,26 @@ static struct inode *replay_inode(struct index *idx, uint64_t ino, uint32_t mode
 	return in;
 }
 
+void idx_set_anomaly_hook(struct index *idx, idx_anomaly_fn fn, void *arg)
+{
+	idx->anomaly = fn;
+	idx->anomaly_arg = arg;
+}
+
+/* Tell the anomaly hook (if any); returns its answer. */
+static int anomaly(struct index *idx, enum idx_anomaly_kind kind, const struct jrec *r,
+		   uint64_t ino, uint64_t parent, const char *name)
+{
+	struct idx_anomaly a = {.kind = kind, .ino = ino, .parent = parent, .name = name};
+	if (!idx->anomaly)
+		return 0;
+	if (r) {
+		a.rec_type = r->type;
+		a.chunk = r->chunk;
+	}
+	return idx->anomaly(idx->anomaly_arg, &a);
+}
+
 int idx_replay(struct index *idx, const struct jrec *r)
 {
 	struct inode *in, *p;
@@ -1402,8 +1424,10 @@ int idx_replay(struct index *idx, const struct jrec *r)
 			return 0;
 		}
 		/* a name in a directory that is gone by the end: harmless to skip */
-		if (!(p = ino_find(idx, r->parent)) || !p->dir || !ino_find(idx, r->ino))
+		if (!(p = ino_find(idx, r->parent)) || !p->dir || !ino_find(idx, r->ino)) {
+			anomaly(idx, IDX_AN_LINK_SKIPPED, r, r->ino, r->parent, name);
 			return 0;
+		}
 		if (d)
 			d->ino = r->ino;
 		else
@@ -1412,8 +1436,10 @@ int idx_replay(struct index *idx, const struct jrec *r)
 	case JR_XATTR_SET:
 	case JR_XATTR_DEL:
 		/* idx->jrnl is not set yet: nothing is journaled again */
-		if (!(in = ino_find(idx, r->ino)))
+		if (!(in = ino_find(idx, r->ino))) {
+			anomaly(idx, IDX_AN_NO_INODE, r, r->ino, 0, NULL);
 			return 0;
+		}
 		memcpy(name, r->name, r->name_len);
 		name[r->name_len] = '\0';
 		{
@@ -1431,8 +1457,20 @@ int idx_replay(struct index *idx, const struct jrec *r)
 	case JR_CHUNK_DIRTY:
 	case JR_CHUNK_ABSENT: {
 		struct chunk *ch;
-		if (!(in = ino_find(idx, r->ino)) || !S_ISREG(in->mode))
+		if (!(in = ino_find(idx, r->ino))) {
+			anomaly(idx, IDX_AN_NO_INODE, r, r->ino, 0, NULL);
 			return 0;
+		}
+		if (!S_ISREG(in->mode)) {
+			if (r->type != JR_CHUNK_ABSENT)
+				anomaly(idx, IDX_AN_NOT_FILE, r, r->ino, 0, NULL);
+			return 0;
+		}
+		if (r->type != JR_CHUNK_ABSENT && !jrnl_rec_fits(r, idx->chunk_size)) {
+			/* the decoder bounds what it reads; this bounds every caller */
+			anomaly(idx, IDX_AN_CHUNK_RANGE, r, r->ino, 0, NULL);
+			return 0;
+		}
 		if (r->type == JR_CHUNK_ABSENT) {
 			for (uint64_t c = r->chunk; c < in->nchunks && c - r->chunk < r->count; c++)
 				memset(&in->chunks[c], 0, sizeof(in->chunks[c]));
@@ -1462,6 +1500,33 @@ int idx_replay(struct index *idx, const struct jrec *r)
 	}
 }
 
+/* marks during idx_replay_finish */
+#define MARK_NONE 0
+#define MARK_REACHED 1
+#define MARK_KEPT 3 /* unreachable, kept by the anomaly hook */
+
+/* Unreachable inodes: count their names, ask the hook whether to keep them. */
+static void finish_unreachable(struct index *idx, struct inode *root)
+{
+	struct inode *in;
+	for (uint64_t b = 0; b < idx->dtab_size; b++)
+		for (struct dirent_node *d = idx->dtab[b]; d; d = d->hash_next) {
+			struct inode *c = ino_find(idx, d->ino);
+			if (c && c->mark == MARK_NONE && ino_find(idx, d->parent))
+				c->nlink++; /* a name count for now; reset below */
+		}
+	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in)) {
+		struct idx_anomaly a = {.kind = IDX_AN_UNREACHABLE,
+					.ino = in->ino,
+					.names = in->nlink - (in->dir ? 2 : 0),
+					.is_dir = in->dir != NULL};
+		if (in->mark != MARK_NONE || in == root)
+			continue;
+		if (idx->anomaly(idx->anomaly_arg, &a))
+			in->mark = MARK_KEPT;
+	}
+}
+
 uint64_t idx_replay_finish(struct index *idx)
 {
 	struct inode *in, *next, *root = ino_find(idx, IDX_ROOT_INO);
@@ -1471,10 +1536,10 @@ uint64_t idx_replay_finish(struct index *idx)
 
 	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in)) {
 		in->nlink = in->dir ? 2 : 0;
-		in->mark = 0;
+		in->mark = MARK_NONE;
 	}
 	/* walk from the root: only names in reachable directories count */
-	root->mark = 1;
+	root->mark = MARK_REACHED;
 	root->parent = IDX_ROOT_INO;
 	if ((stack = malloc(sizeof(*stack) * (cap = 64))))
 		stack[sp++] = root;
@@ -1500,33 +1565,92 @@ uint64_t idx_replay_finish(struct index *idx)
 			} else {
 				c->nlink++;
 			}
-			c->mark = 1;
+			c->mark = MARK_REACHED;
 		}
 	}
 	free(stack);
-	/* names whose target or directory is gone */
+	if (idx->anomaly)
+		finish_unreachable(idx, root);
+	/* names whose target or directory is gone (a kept directory keeps its
+	 * names; a kept directory's `parent` means nothing) */
 	for (uint64_t b = 0; b < idx->dtab_size; b++) {
 		struct dirent_node *d = idx->dtab[b], *dn;
 		for (; d; d = dn) {
 			struct inode *p = ino_find(idx, d->parent), *c = ino_find(idx, d->ino);
+			enum idx_anomaly_kind kind = 0;
 			dn = d->hash_next;
-			if (!p || !p->mark || !c || (c->dir && c->parent != d->parent))
-				dent_del(idx, p && p->dir ? p : root, d);
+			if (!c)
+				kind = IDX_AN_NAME_DANGLING;
+			else if (!p || p->mark == MARK_NONE)
+				kind = IDX_AN_NAME_ORPHAN;
+			else if (c->mark == MARK_NONE)
+				kind = IDX_AN_NAME_DANGLING; /* its inode is dropped below */
+			else if (c->dir && c->mark == MARK_REACHED && c->parent != d->parent)
+				kind = IDX_AN_DIR_ALIAS;
+			if (!kind)
+				continue;
+			anomaly(idx, kind, NULL, d->ino, d->parent, d->name);
+			dent_del(idx, p && p->dir ? p : root, d);
 		}
 	}
 	for (in = inode_next(idx, NULL); in; in = next) {
 		next = inode_next(idx, in);
-		if (in->mark || in == root)
+		if (in->mark == MARK_REACHED || in == root)
 			continue;
 		in->nlink = 0;
+		if (in->mark == MARK_KEPT)
+			continue;
 		if (inode_maybe_unhook(idx, in)) {
 			inode_destroy(in);
 			dropped++;
 		}
 	}
 	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in))
-		in->mark = 0;
+		in->mark = MARK_NONE;
 	return dropped;
+}
+
+struct inode *idx_find(struct index *idx, uint64_t ino)
+{
+	struct inode *in;
+	pthread_mutex_lock(&idx->lock);
+	in = ino_find(idx, ino);
+	pthread_mutex_unlock(&idx->lock);
+	return in;
+}
+
+void idx_inode_rec(struct inode *in, struct jrec *r)
+{
+	attr_rec(in, r);
+}
+
+uint64_t idx_nchunks(struct inode *in)
+{
+	uint64_t n;
+	idx_inode_lock(in);
+	n = in->nchunks;
+	idx_inode_unlock(in);
+	return n;
+}
+
+void idx_chunk_rec(struct inode *in, uint64_t c, struct jrec *r)
+{
+	idx_inode_lock(in);
+	chunk_rec(in, c, r);
+	idx_inode_unlock(in);
+}
+
+int idx_for_each_name(struct index *idx,
+		      int (*fn)(void *arg, uint64_t parent, const char *name, uint64_t ino),
+		      void *arg)
+{
+	int ret = 0;
+	pthread_mutex_lock(&idx->lock);
+	for (uint64_t b = 0; b < idx->dtab_size && !ret; b++)
+		for (struct dirent_node *d = idx->dtab[b]; d && !ret; d = d->hash_next)
+			ret = fn(arg, d->parent, d->name, d->ino);
+	pthread_mutex_unlock(&idx->lock);
+	return ret;
 }
 
 uint64_t idx_next_ino(struct index *idx)

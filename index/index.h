@@ -215,9 +215,62 @@ int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, ui
  * 1 when the record is not the index's (segments; META is both), or -errno. */
 int idx_replay(struct index *idx, const struct jrec *r);
 /* After the last record: recount links, set directory parents and drop
- * every inode no name reaches (no release hook called). Returns the number
- * dropped. */
+ * every inode no name reaches (no release hook called), and the names in
+ * unreachable directories or for missing inodes. Returns the number
+ * dropped. May run again later (offline tools): it only recounts. */
 uint64_t idx_replay_finish(struct index *idx);
+/*
+ * Recovery anomalies, for spillway-fsck: what idx_replay skips and
+ * idx_replay_finish drops, reported to a hook as it happens (single-threaded,
+ * like replay; strings valid only during the call). Without a hook replay
+ * behaves exactly the same, it just does not say so.
+ */
+enum idx_anomaly_kind {
+	IDX_AN_NO_INODE = 1, /* replay: xattr or chunk record for an inode that does not exist */
+	IDX_AN_NOT_FILE,     /* replay: chunk record for an inode that is not a regular file */
+	IDX_AN_CHUNK_RANGE,  /* replay: chunk index past the format's bound (jrnl_rec_fits) */
+	IDX_AN_LINK_SKIPPED, /* replay: name in a missing or non-directory parent, or for a
+				missing inode (normal in a fuzzy checkpoint) */
+	IDX_AN_NAME_DANGLING, /* finish: a name whose inode does not exist; removed */
+	IDX_AN_NAME_ORPHAN,   /* finish: a name in a directory / does not reach; removed */
+	IDX_AN_DIR_ALIAS,     /* finish: a second name of a directory; removed */
+	IDX_AN_UNREACHABLE,   /* finish: an inode / does not reach (names: how many it has) */
+};
+
+struct idx_anomaly {
+	enum idx_anomaly_kind kind;
+	uint8_t rec_type; /* replay: the record's type; finish: 0 */
+	uint64_t ino;	  /* the inode named (names: its target) */
+	uint64_t parent;  /* names: the directory */
+	uint64_t chunk;	  /* chunk records */
+	const char *name; /* names: NUL-terminated; NULL otherwise */
+	uint64_t names;	  /* IDX_AN_UNREACHABLE: names pointing at it (0: nameless) */
+	int is_dir;	  /* IDX_AN_UNREACHABLE: a directory */
+};
+
+/* For IDX_AN_UNREACHABLE a nonzero return keeps the inode (and the names
+ * inside it) instead of dropping it: nlink 0, so checkpoints leave it out,
+ * until a later idx_replay_finish finds it reachable. Ignored otherwise. */
+typedef int (*idx_anomaly_fn)(void *arg, const struct idx_anomaly *a);
+void idx_set_anomaly_hook(struct index *idx, idx_anomaly_fn fn, void *arg);
+
+/* Offline tools (single-threaded, no references taken): the inode numbered
+ * ino or NULL. Valid until the next idx_replay_finish; never idx_put it (an
+ * inode with nlink 0 would be destroyed). */
+struct inode *idx_find(struct index *idx, uint64_t ino);
+/* Read-only views for offline tools (take the inode's lock): the JR_INODE
+ * record of in (name = symlink target, pointing into the inode), the number
+ * of chunk slots, and the residency record of chunk c (JR_CHUNK_LOC,
+ * JR_CHUNK_DIRTY or JR_CHUNK_ABSENT with count 1). */
+void idx_inode_rec(struct inode *in, struct jrec *r);
+uint64_t idx_nchunks(struct inode *in);
+void idx_chunk_rec(struct inode *in, uint64_t c, struct jrec *r);
+/* Every directory entry (hash order, index lock held): fn(arg, parent, name,
+ * ino) returns non-zero to stop (returned). */
+int idx_for_each_name(struct index *idx,
+		      int (*fn)(void *arg, uint64_t parent, const char *name, uint64_t ino),
+		      void *arg);
+
 /* Emit the live namespace, attributes, xattrs and chunk maps (inodes first,
  * then names) for a checkpoint. Takes the index lock for the walk. */
 int idx_snapshot(struct index *idx, struct jrnl_emitter *e);

@@ -489,9 +489,44 @@ struct journal {
 	int started;
 };
 
+static const char *kind_prefix(int kind)
+{
+	return kind == JRNL_KIND_CHECKPOINT ? "checkpoint" : "journal";
+}
+
 static void name_of(char *buf, size_t len, const char *what, uint64_t gen, const char *suffix)
 {
 	snprintf(buf, len, "%s.%016" PRIx64 "%s", what, gen, suffix);
+}
+
+void jrnl_file_name(char *buf, size_t len, int kind, uint64_t gen)
+{
+	name_of(buf, len, kind_prefix(kind), gen, "");
+}
+
+int jrnl_parse_name(const char *name, int *kind, uint64_t *gen)
+{
+	static const int kinds[] = {JRNL_KIND_JOURNAL, JRNL_KIND_CHECKPOINT};
+	for (int i = 0; i < 2; i++) {
+		const char *what = kind_prefix(kinds[i]);
+		size_t wl = strlen(what);
+		uint64_t g = 0;
+		if (strncmp(name, what, wl) != 0 || name[wl] != '.' || strlen(name) != wl + 17)
+			continue;
+		for (const char *h = name + wl + 1; *h; h++) {
+			int v = *h >= '0' && *h <= '9'	 ? *h - '0'
+				: *h >= 'a' && *h <= 'f' ? *h - 'a' + 10
+				: *h >= 'A' && *h <= 'F' ? *h - 'A' + 10
+							 : -1;
+			if (v < 0)
+				return 0;
+			g = g << 4 | (uint64_t)v;
+		}
+		*kind = kinds[i];
+		*gen = g;
+		return 1;
+	}
+	return 0;
 }
 
 static int fail_locked(struct journal *j, const char *what, int err)
@@ -625,42 +660,32 @@ static void unmap_file(struct mapped *m)
 	m->map = NULL;
 }
 
-/* Generations of the files named `what`.<16 hex> in the state dir. */
-static int list_gens(struct journal *j, const char *what, uint64_t **out, size_t *n)
+/* Generations of the state files of `kind` in d, ascending. */
+static int list_dir(DIR *d, int kind, uint64_t **out, size_t *n)
 {
-	size_t wl = strlen(what), cap = 0;
-	int dfd = dup(j->dirfd);
-	DIR *d;
+	size_t cap = 0;
 	struct dirent *de;
 
 	*out = NULL;
 	*n = 0;
-	if (dfd < 0 || !(d = fdopendir(dfd))) {
-		if (dfd >= 0)
-			close(dfd);
-		return -errno;
-	}
 	rewinddir(d);
 	while ((de = readdir(d))) {
-		char *end;
 		uint64_t g;
-		if (strncmp(de->d_name, what, wl) != 0 || de->d_name[wl] != '.' ||
-		    strlen(de->d_name) != wl + 17)
-			continue;
-		g = strtoull(de->d_name + wl + 1, &end, 16);
-		if (*end)
+		int k;
+		if (!jrnl_parse_name(de->d_name, &k, &g) || k != kind)
 			continue;
 		if (*n == cap) {
 			uint64_t *ng = realloc(*out, (cap = cap ? cap * 2 : 8) * sizeof(*ng));
 			if (!ng) {
-				closedir(d);
+				free(*out);
+				*out = NULL;
+				*n = 0;
 				return -ENOMEM;
 			}
 			*out = ng;
 		}
 		(*out)[(*n)++] = g;
 	}
-	closedir(d);
 	/* sort ascending (few entries) */
 	for (size_t a = 1; a < *n; a++)
 		for (size_t b = a; b > 0 && (*out)[b - 1] > (*out)[b]; b--) {
@@ -669,6 +694,38 @@ static int list_gens(struct journal *j, const char *what, uint64_t **out, size_t
 			(*out)[b - 1] = t;
 		}
 	return 0;
+}
+
+int jrnl_list_files(const char *dir, int kind, uint64_t **gens, size_t *n)
+{
+	DIR *d = opendir(dir);
+	int ret;
+	*gens = NULL;
+	*n = 0;
+	if (!d)
+		return -errno;
+	ret = list_dir(d, kind, gens, n);
+	closedir(d);
+	return ret;
+}
+
+/* Generations of the files named `what`.<16 hex> in the state dir. */
+static int list_gens(struct journal *j, const char *what, uint64_t **out, size_t *n)
+{
+	int dfd = dup(j->dirfd), ret;
+	DIR *d;
+
+	*out = NULL;
+	*n = 0;
+	if (dfd < 0 || !(d = fdopendir(dfd))) {
+		if (dfd >= 0)
+			close(dfd);
+		return -errno;
+	}
+	ret = list_dir(d, strcmp(what, "checkpoint") ? JRNL_KIND_JOURNAL : JRNL_KIND_CHECKPOINT,
+		       out, n);
+	closedir(d);
+	return ret;
 }
 
 /* Remove leftover temp files of an interrupted checkpoint. */
@@ -1147,10 +1204,9 @@ out:
 
 int jrnl_checkpoint(struct journal *j)
 {
-	struct jrnl_emitter e = {.fd = -1};
 	struct jrec h = {.type = JR_HEADER,
 			 .hdr = {.version = JRNL_VERSION, .chunk_size = j->chunk_size}};
-	char name[64], tmp[64], jname[64];
+	char jname[64];
 	uint8_t hb[64];
 	uint64_t gen;
 	size_t hl;
@@ -1206,22 +1262,48 @@ int jrnl_checkpoint(struct journal *j)
 	j->synced = j->written;
 	pthread_mutex_unlock(&j->lock);
 
-	/* 2. snapshot into checkpoint.<gen>.tmp, fsync, rename, fsync dir */
+	/* 2. snapshot into checkpoint.<gen>, atomically */
+	if ((ret = jrnl_write_checkpoint(j, gen, j->uuid, j->snap, j->snap_arg)) < 0)
+		goto out;
+	pthread_mutex_lock(&j->lock);
+	j->checkpoints++;
+	pthread_mutex_unlock(&j->lock);
+	prune(j);
+	if (j->on_ck)
+		j->on_ck(j->on_ck_arg, gen);
+	ret = 0;
+out:
+	pthread_mutex_unlock(&j->ck_lock);
+	return ret;
+}
+
+int jrnl_write_checkpoint(struct journal *j, uint64_t gen, const uint8_t uuid[16],
+			  jrnl_snapshot_fn snap, void *arg)
+{
+	struct jrnl_emitter e = {.fd = -1};
+	struct jrec h = {.type = JR_HEADER,
+			 .hdr = {.version = JRNL_VERSION,
+				 .kind = JRNL_KIND_CHECKPOINT,
+				 .gen = gen,
+				 .chunk_size = j->chunk_size}};
+	char name[64], tmp[64];
+	int ret;
+
+	memcpy(h.hdr.uuid, uuid, 16);
 	name_of(name, sizeof(name), "checkpoint", gen, "");
 	name_of(tmp, sizeof(tmp), "checkpoint", gen, ".tmp");
 	e.cap = 1 << 20;
 	if (!(e.buf = malloc(e.cap))) {
 		ret = -ENOMEM;
-		goto out;
+		goto out_log;
 	}
 	e.fd = openat(j->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (e.fd < 0) {
 		ret = -errno;
 		goto out_log;
 	}
-	h.hdr.kind = JRNL_KIND_CHECKPOINT;
 	jrnl_emit(&e, &h);
-	if (j->snap && (ret = j->snap(j->snap_arg, &e)) != 0)
+	if (snap && (ret = snap(arg, &e)) != 0)
 		goto out_log;
 	{
 		struct jrec end = {.type = JR_END, .count = e.count};
@@ -1234,12 +1316,6 @@ int jrnl_checkpoint(struct journal *j)
 		ret = -errno;
 		goto out_log;
 	}
-	pthread_mutex_lock(&j->lock);
-	j->checkpoints++;
-	pthread_mutex_unlock(&j->lock);
-	prune(j);
-	if (j->on_ck)
-		j->on_ck(j->on_ck_arg, gen);
 	log_debug("journal: checkpoint %s/%s (%" PRIu64 " records, %" PRIu64 " bytes)", j->dir,
 		  name, e.count, e.off);
 	ret = 0;
@@ -1249,12 +1325,12 @@ out_log:
 	log_err("journal: checkpoint %s/%s failed: %s", j->dir, name,
 		strerror(ret < 0 ? -ret : EIO));
 	unlinkat(j->dirfd, tmp, 0);
+	ret = ret < 0 ? ret : -EIO;
 out:
 	if (e.fd >= 0)
 		close(e.fd);
 	free(e.buf);
-	pthread_mutex_unlock(&j->ck_lock);
-	return ret < 0 ? ret : (ret ? -EIO : 0);
+	return ret;
 }
 
 /* ---- the group-commit thread ---- */

@@ -141,6 +141,16 @@ int jrnl_rec_fits(const struct jrec *r, uint64_t chunk_size);
 
 /* ---- files ---- */
 
+/* State file names, spelled here only: "journal.<gen>" (kind
+ * JRNL_KIND_JOURNAL) and "checkpoint.<gen>" (JRNL_KIND_CHECKPOINT), gen as
+ * 16 lowercase hex digits. jrnl_parse_name: 1 and *kind, *gen for such a
+ * name, else 0. jrnl_list_files: the generations of one kind in dir,
+ * ascending, malloc'ed (caller frees; NULL when none). 0 or -errno. */
+#define JRNL_NAME_MAX 32
+void jrnl_file_name(char *buf, size_t len, int kind, uint64_t gen);
+int jrnl_parse_name(const char *name, int *kind, uint64_t *gen);
+int jrnl_list_files(const char *dir, int kind, uint64_t **gens, size_t *n);
+
 struct journal;
 
 struct jrnl_config {
@@ -206,6 +216,13 @@ int jrnl_append_tx(struct journal *j, const struct jrec *rs, int n);
 int jrnl_sync(struct journal *j);
 /* Write a checkpoint now and start a new journal. 0 or -errno. */
 int jrnl_checkpoint(struct journal *j);
+/* Write checkpoint.<gen> of uuid (and the journal's chunk size) from snap,
+ * atomically: a tmp file, fsync, rename, fsync of the directory. What
+ * jrnl_checkpoint does after rotating; offline tools call it when no
+ * checkpoint was recovered (the journal cannot start). Starts no journal,
+ * prunes nothing. 0 or -errno (logged). */
+int jrnl_write_checkpoint(struct journal *j, uint64_t gen, const uint8_t uuid[16],
+			  jrnl_snapshot_fn snap, void *arg);
 /* Read-only after a failure? (then every append and sync returns -EIO) */
 int jrnl_failed(const struct journal *j);
 const uint8_t *jrnl_uuid(const struct journal *j);

@@ -29,6 +29,7 @@
 #include "tier/segment.h"
 #include "tier/store.h"
 #include "tier/store_s3.h"
+#include "tier/tiers_file.h"
 
 #include <dirent.h>
 #include <sys/random.h>
@@ -312,34 +313,16 @@ static int remove_orphans(struct tier *t, struct seen_ctx *c, char *err, size_t 
 
 static int write_tiers_file(struct tier *t)
 {
-	char path[4200], tmp[4300];
-	FILE *f;
 	const struct spw_config *cfg = t->cfg;
-	snprintf(path, sizeof(path), "%s/tiers", cfg->state_dir);
-	snprintf(tmp, sizeof(tmp), "%s/tiers.tmp", cfg->state_dir);
-	if (!(f = fopen(tmp, "we")))
-		return -errno;
-	fprintf(f, "# written by spillway at mount: where this filesystem's segments are\n");
-	fprintf(f, "uuid=");
-	for (int i = 0; i < 16; i++)
-		fprintf(f, "%02x", t->uuid[i]);
-	fprintf(f, "\nchunk_size=%llu\n", (unsigned long long)cfg->chunk_size);
-	if (cfg->nvme)
-		fprintf(f, "nvme=%s\n", cfg->nvme);
-	if (cfg->s3) {
-		fprintf(f, "s3=%s\n", cfg->s3);
-		if (cfg->s3_endpoint)
-			fprintf(f, "s3_endpoint=%s\n", cfg->s3_endpoint);
-		if (cfg->s3_region)
-			fprintf(f, "s3_region=%s\n", cfg->s3_region);
-		fprintf(f, "s3_path_style=%d\n", cfg->s3_path_style);
-	}
-	if (fflush(f) != 0 || fsync(fileno(f)) < 0) {
-		fclose(f);
-		return -EIO;
-	}
-	fclose(f);
-	return rename(tmp, path) < 0 ? -errno : 0;
+	struct tiers_file tf = {.have_uuid = 1,
+				.chunk_size = cfg->chunk_size,
+				.nvme = (char *)cfg->nvme,
+				.s3 = (char *)cfg->s3,
+				.s3_endpoint = (char *)cfg->s3_endpoint,
+				.s3_region = (char *)cfg->s3_region,
+				.s3_path_style = cfg->s3_path_style};
+	memcpy(tf.uuid, t->uuid, 16);
+	return tiers_file_write(cfg->state_dir, &tf);
 }
 
 /* jrnl_snapshot_fn: counters, the segment table, then the index. */
@@ -542,14 +525,11 @@ static void node_id(struct tier *t, char id[33])
 }
 
 /* Is name "<what>.<16 hex>"? Its generation in *gen. */
-static int gen_of(const char *name, const char *what, uint64_t *gen)
+/* Is name a state file of this kind (journal.h spells the names)? */
+static int gen_of(const char *name, int kind, uint64_t *gen)
 {
-	size_t wl = strlen(what);
-	char *end;
-	if (strncmp(name, what, wl) || name[wl] != '.' || strlen(name + wl + 1) != 16)
-		return 0;
-	*gen = strtoull(name + wl + 1, &end, 16);
-	return *end == '\0';
+	int k;
+	return jrnl_parse_name(name, &k, gen) && k == kind;
 }
 
 struct adopt_scan {
@@ -577,7 +557,7 @@ static int adopt_seen(void *arg, const char *name, uint64_t size)
 	name = slash + 1 + strlen(STATE_KEY);
 	if (!strcmp(name, "lease"))
 		a->lease = 1;
-	else if (gen_of(name, "checkpoint", &g) && (!a->have_ck || g > a->ck_gen)) {
+	else if (gen_of(name, JRNL_KIND_CHECKPOINT, &g) && (!a->have_ck || g > a->ck_gen)) {
 		a->ck_gen = g;
 		a->have_ck = 1;
 	}
@@ -588,11 +568,12 @@ static int local_state_empty(const char *dir)
 {
 	DIR *d = opendir(dir);
 	struct dirent *de;
-	int empty = 1;
+	uint64_t gen;
+	int empty = 1, kind;
 	if (!d)
 		return 1;
 	while ((de = readdir(d)))
-		if (!strncmp(de->d_name, "checkpoint.", 11) || !strncmp(de->d_name, "journal.", 8))
+		if (jrnl_parse_name(de->d_name, &kind, &gen))
 			empty = 0;
 	closedir(d);
 	return empty;
@@ -614,7 +595,7 @@ static int fetch_journal(void *arg, const char *name, uint64_t size)
 	size_t len = 0;
 	int ret;
 	base = base ? base + 1 : name;
-	if (!gen_of(base, "journal", &g) || g < f->from)
+	if (!gen_of(base, JRNL_KIND_JOURNAL, &g) || g < f->from)
 		return 0;
 	if ((ret = store_s3_get_object(f->st, name, &buf, &len)) < 0 ||
 	    (ret = write_whole(f->dir, base, buf, len)) < 0)
@@ -664,7 +645,7 @@ static int s3_adopt(struct tier *t, char *err, size_t errlen)
 		ret = -EBUSY;
 		goto out;
 	}
-	snprintf(name, sizeof(name), "checkpoint.%016llx", (unsigned long long)a.ck_gen);
+	jrnl_file_name(name, sizeof(name), JRNL_KIND_CHECKPOINT, a.ck_gen);
 	snprintf(key, sizeof(key), "%s/%s%s", a.uuid, STATE_KEY, name);
 	if ((ret = store_s3_get_object(base, key, &buf, &len)) < 0 ||
 	    (ret = write_whole(t->cfg->state_dir, name, buf, len)) < 0) {
@@ -741,10 +722,10 @@ static void scan_local(const char *dir, struct local_gens *g)
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
-		if (gen_of(de->d_name, "checkpoint", &v) && (!g->have_ck || v > g->ck)) {
+		if (gen_of(de->d_name, JRNL_KIND_CHECKPOINT, &v) && (!g->have_ck || v > g->ck)) {
 			g->ck = v;
 			g->have_ck = 1;
-		} else if (gen_of(de->d_name, "journal", &v) && g->nj < 64) {
+		} else if (gen_of(de->d_name, JRNL_KIND_JOURNAL, &v) && g->nj < 64) {
 			g->j[g->nj++] = v;
 		}
 	}
@@ -761,7 +742,8 @@ static int prune_remote(void *arg, const char *name, uint64_t size)
 	struct prune_ctx *p = arg;
 	const char *base = name + strlen(STATE_KEY);
 	uint64_t g;
-	if ((gen_of(base, "checkpoint", &g) || gen_of(base, "journal", &g)) && g < p->keep)
+	if ((gen_of(base, JRNL_KIND_CHECKPOINT, &g) || gen_of(base, JRNL_KIND_JOURNAL, &g)) &&
+	    g < p->keep)
 		store_s3_delete_object(p->st, name);
 	return 0;
 }
@@ -790,7 +772,7 @@ int recover_s3_push(struct tier *t)
 	pthread_mutex_lock(&t->s3state_lock);
 	scan_local(t->cfg->state_dir, &g);
 	if (g.have_ck && (g.ck != t->s3_ck_gen)) {
-		snprintf(name, sizeof(name), "checkpoint.%016llx", (unsigned long long)g.ck);
+		jrnl_file_name(name, sizeof(name), JRNL_KIND_CHECKPOINT, g.ck);
 		if ((ret = put_file(t, name)) < 0)
 			goto out;
 		t->s3_ck_gen = g.ck;
@@ -799,7 +781,7 @@ int recover_s3_push(struct tier *t)
 	for (int i = 0; i < g.nj; i++) {
 		if (g.j[i] < g.ck)
 			continue;
-		snprintf(name, sizeof(name), "journal.%016llx", (unsigned long long)g.j[i]);
+		jrnl_file_name(name, sizeof(name), JRNL_KIND_JOURNAL, g.j[i]);
 		if ((ret = put_file(t, name)) < 0)
 			goto out;
 	}

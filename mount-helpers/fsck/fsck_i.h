@@ -1,14 +1,18 @@
 /*
  * fsck_i.h — private to spillway-fsck (spillway-fsck.c, fsck_model.c,
- * fsck_rebuild.c): the model of the index it checks, the segments found in
- * the stores, and the calls between those files. Everything hangs off one
+ * fsck_rebuild.c): the index it checks (a struct index of index/, replayed
+ * by index/'s own code) and what fsck keeps beside it (segment table, paths,
+ * anomalies), the segments found in the stores, and the calls between those
+ * files. Everything hangs off one
  * struct fsck that main() builds; functions take it first.
  * Single-threaded: nothing here takes a lock.
  */
 #ifndef SPW_FSCK_I_H
 #define SPW_FSCK_I_H
 
+#include "index/index.h"
 #include "index/journal.h"
+#include "tier/tiers_file.h"
 #include "tier/segment.h"
 #include "tier/store.h"
 
@@ -18,8 +22,7 @@
 #include <time.h>
 
 #define ROOT_INO     1
-#define MAX_NVME     64
-#define MAX_CHUNKS   (1ull << 32) /* a chunk index beyond this is a corrupt record */
+#define MAX_NVME     TIERS_MAX_NVME
 #define PATH_MAX_OUT 4096
 
 #define S(n) ((n) == 1 ? "" : "s") /* plural */
@@ -61,48 +64,27 @@ static inline struct hent *ht_bucket(const struct htab *t, uint64_t key)
 int fsck_ht_add(struct htab *t, struct hent *e, uint64_t key);
 void **fsck_ht_array(const struct htab *t, size_t *n);
 
-/* ---- the model of the index ---- */
+/* ---- what fsck keeps beside the index ---- */
 
-enum { CS_NONE = 0, CS_LOC, CS_DIRTY };
-
-struct fchunk {
-	uint8_t state; /* CS_* */
-	struct jrec_loc loc;
-};
-
-struct fxattr {
-	struct fxattr *next;
-	char *name;
-	uint32_t nlen, vlen;
-	void *val;
-};
-
-struct fdent;
-
-struct finode {
+/* The first name / reaches an inode by (breadth first): its path. */
+struct fname {
 	struct hent h; /* key mix64(ino) */
-	uint64_t ino;
-	struct jrec_attr attr;
-	char *target; /* symlink target */
-	uint32_t tlen;
-	struct fxattr *xattrs;
-	struct fchunk *chunks;
-	uint64_t nchunks;
-	/* set by fsck_ns_scan */
-	uint32_t nlinks;
-	int reachable;
-	struct fdent *pdent;	/* the entry it was first reached by */
-	struct fdent *children; /* directories: entries in it */
-	int lost;		/* damaged beyond repair: names removed */
-	int rescue;		/* lost its only name in a bad entry: relink it */
+	uint64_t ino, parent;
+	char *name;
 };
 
-struct fdent {
-	struct hent h; /* key key_name(parent, name) */
+/* A name idx_replay_finish dropped (reported by check_namespace). */
+struct badname {
 	uint64_t parent, ino;
 	char *name;
-	uint32_t nlen;
-	struct fdent *sib; /* set by fsck_ns_scan */
+	int kind; /* IDX_AN_NAME_DANGLING, IDX_AN_NAME_ORPHAN */
+	int rescue; /* its inode may need a new name */
+};
+
+/* An inode / does not reach (kept in the index by the anomaly hook). */
+struct unreach {
+	uint64_t ino, names;
+	int is_dir;
 };
 
 struct found;
@@ -139,20 +121,11 @@ struct copy {
 	int bad; /* its data failed verification */
 };
 
-struct tiers {
-	char *nvme[MAX_NVME];
-	int nnvme;
-	char *s3, *s3_endpoint, *s3_region, *s3_credentials, *s3_ca_file;
-	int s3_path_style;
-	uint64_t s3_part_size, chunk_size;
-	int have_uuid;
-	uint8_t uuid[16];
-};
-
 struct fsck {
 	const char *dir;
 	int verify, repair, rebuild, quiet, progress;
-	struct tiers tiers;
+	struct tiers_file tiers;
+	struct index *idx; /* the index, replayed by index/'s own code */
 	uint64_t chunk_size;
 	uint8_t uuid[16];
 	int have_uuid;
@@ -169,19 +142,43 @@ struct fsck {
 	const char *st_name[2];	 /* for messages */
 	char *devname[MAX_NVME]; /* store 0's devices when nvme */
 
-	struct htab inodes, dents, segs, found, copies;
-	uint64_t next_ino, next_seg;
+	struct htab names, segs, found, copies;
+	uint64_t next_seg;
 	uint64_t orig_next_ino;
 	uint64_t unknown_recs;
+	int root_seen; /* a JR_INODE made / (else fsck_check_root reports it) */
+	int root_bad;  /* ... and the last one was not a directory */
+	int collect;   /* the first scan: keep the names it drops in bad */
+	struct badname *bad;
+	size_t nbad;
+	struct unreach *unreach; /* from the last fsck_scan */
+	size_t nunreach, unreach_cap;
 
 	uint64_t problems, fixed, lost;
 	int oper; /* an operational error happened: exit 8 */
 	uint64_t files, dirs, chunks_checked, bytes_verified;
 };
 
-static inline int is_dir(const struct finode *in)
+/* Attributes of an inode of the index (JR_INODE's view; target: name). */
+static inline struct jrec_attr fsck_attr(struct inode *in)
 {
-	return S_ISDIR(in->attr.mode);
+	struct jrec r;
+	idx_inode_rec(in, &r);
+	return r.attr;
+}
+
+static inline int is_dir(struct inode *in)
+{
+	return S_ISDIR(fsck_attr(in).mode);
+}
+
+/* Chunk c of in: 1 with its location when it has a cold copy, else 0. */
+static inline int fsck_chunk_loc(struct inode *in, uint64_t c, struct jrec_loc *loc)
+{
+	struct jrec r;
+	idx_chunk_rec(in, c, &r);
+	*loc = r.loc;
+	return r.type == JR_CHUNK_LOC;
 }
 
 static inline int64_t now_ns(void)
@@ -208,25 +205,30 @@ int fsck_verify_chunk(struct fsck *f, struct found *fd, const struct seg_entry *
  * created), 1 (missing, left), -errno. */
 int fsck_check_root(struct fsck *f);
 
-/* ---- fsck_model.c: the model, its changes, checkpoints ---- */
+/* ---- fsck_model.c: replay into the index, changes, paths, checkpoints ---- */
 
-struct finode *fsck_ino_get(struct fsck *f, uint64_t ino);
+/* The segment table entry of id, or NULL. */
 struct fseg *fsck_seg_get(struct fsck *f, uint64_t id);
-/* Apply one record to the model (journal replay and our own changes; a
- * jrnl_recover callback). 0, -ENOMEM; records that name unknown inodes are
- * counted and skipped. */
+/* Set up f->idx (chunk size known) with fsck's anomaly hook. 0, -ENOMEM. */
+int fsck_index_open(struct fsck *f);
+/* Apply one record: to the index with idx_replay, segments and counters to
+ * fsck's table (a jrnl_recover callback, and our own changes). 0, -errno;
+ * records that name unknown inodes are counted (unknown_recs) and skipped. */
 int fsck_apply(void *arg, const struct jrec *r);
-/* Link counts, children lists, reachability from / and each inode's first
- * name (pdent). 0, -ENOMEM. */
-int fsck_ns_scan(struct fsck *f);
-/* Path of a reachable inode ("/a/b"), else "<inode N>"; of an entry
+/* idx_replay_finish (link counts; nothing dropped: the hook keeps every
+ * unreachable inode, listed in f->unreach) and each reachable inode's path.
+ * 0, -ENOMEM. */
+int fsck_scan(struct fsck *f);
+int fsck_reachable(struct fsck *f, uint64_t ino);
+/* Path of a reachable inode ("/a/b"), else "<inode N>"; of a name
  * ("/dir/name"), its parent being reachable or not. */
-const char *fsck_path_of(struct fsck *f, const struct finode *in, char *buf, size_t len);
-const char *fsck_dent_path(struct fsck *f, const struct fdent *d, char *buf, size_t len);
-/* Append r to the journal, then apply it to the model (r's strings may
- * belong to the model). 0 or -errno (reported). The change_* build r. */
+const char *fsck_path_of(struct fsck *f, uint64_t ino, char *buf, size_t len);
+const char *fsck_dent_path(struct fsck *f, uint64_t parent, const char *name, char *buf,
+			   size_t len);
+/* Append r to the journal, then apply it (r's strings may belong to the
+ * index). 0 or -errno (reported). The change_* build r. */
 int fsck_change(struct fsck *f, const struct jrec *r);
-int fsck_change_meta(struct fsck *f);
+int fsck_change_meta(struct fsck *f, uint64_t next_ino);
 int fsck_change_seg_add(struct fsck *f, struct found *fd);
 int fsck_change_loc(struct fsck *f, uint64_t ino, uint64_t chunk, const struct found *fd,
 		    const struct seg_entry *e);
@@ -240,15 +242,17 @@ uint64_t fsck_ino_ceiling(struct fsck *f);
 int fsck_lost_found(struct fsck *f, uint64_t *out);
 /* Is fd the copy the segment table points at? */
 int fsck_in_table(struct fsck *f, const struct found *fd);
-/* Sorted array of the reachable inodes (caller frees). */
-struct finode **fsck_reachable_inodes(struct fsck *f, size_t *n);
-/* qsort comparators of struct finode *, struct found *, struct fseg *. */
-int fsck_inode_cmp(const void *a, const void *b);
+/* Sorted array of the reachable inodes (caller frees). NULL and *n 0 when
+ * none or out of memory (then -ENOMEM in *err). */
+struct inode **fsck_reachable_inodes(struct fsck *f, size_t *n, int *err);
+/* qsort comparators of struct found *, struct fseg *. */
 int fsck_found_cmp(const void *a, const void *b);
 int fsck_seg_cmp(const void *a, const void *b);
-/* Write STATE_DIR/checkpoint.<gen> from the model (no usable checkpoint to
- * start the journal from). 0 or -errno (reported). */
+/* Write STATE_DIR/checkpoint.<gen> with the journal's writer (no usable
+ * checkpoint to start the journal from). 0 or -errno (reported). */
 int fsck_write_checkpoint(struct fsck *f, uint64_t gen);
+/* Free what fsck_index_open and fsck_scan made. */
+void fsck_index_close(struct fsck *f);
 
 /* ---- fsck_rebuild.c ---- */
 

@@ -15,7 +15,7 @@
  * 4. next_seg and next_ino are raised above everything found.
  * Every change goes through fsck_change(). Single-threaded.
  */
-#include "mount-helpers/fsck_i.h"
+#include "mount-helpers/fsck/fsck_i.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -164,70 +164,72 @@ int fsck_rebuild(struct fsck *f)
 	 * /lost+found when they are newer than the namespace */
 	for (size_t i = 0; i < nb && ret == 0;) {
 		uint64_t ino = bs[i]->ino, end = 0, changed = 0;
-		struct finode *in = fsck_ino_get(f, ino);
+		struct inode *in = idx_find(f->idx, ino);
+		struct jrec ir;
 		size_t k = i;
 		int orphan = !in && ino >= f->orig_next_ino;
 		while (k < nb && bs[k]->ino == ino)
 			k++;
-		if (!orphan && !(in && in->reachable && S_ISREG(in->attr.mode))) {
+		if (!orphan &&
+		    !(in && fsck_reachable(f, ino) && S_ISREG(fsck_attr(in).mode))) {
 			i = k;
 			continue; /* a file deleted before the namespace was saved */
 		}
 		if (orphan) {
-			struct finode *root = fsck_ino_get(f, ROOT_INO);
-			struct jrec_attr a = {.mode = S_IFREG | 0600};
+			struct jrec_attr a = {.mode = S_IFREG | 0600},
+					 ra = fsck_attr(idx_find(f->idx, ROOT_INO));
 			char name[32];
 			uint64_t lf;
-			a.uid = root ? root->attr.uid : 0;
-			a.gid = root ? root->attr.gid : 0;
+			a.uid = ra.uid;
+			a.gid = ra.gid;
 			a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
 			if ((ret = fsck_lost_found(f, &lf)) < 0 ||
 			    (ret = fsck_change_inode(f, ino, &a, "", 0)) < 0)
 				break;
 			snprintf(name, sizeof(name), "#%" PRIu64, ino);
 			if ((ret = fsck_change_link(f, lf, name, ino)) < 0 ||
-			    (ret = fsck_ns_scan(f)) < 0)
+			    (ret = fsck_scan(f)) < 0)
 				break;
-			in = fsck_ino_get(f, ino);
+			in = idx_find(f->idx, ino);
 		}
 		for (size_t c = i; c < k && ret == 0; c++) {
 			struct copy *cp = bs[c]->c;
 			const struct seg_entry *e;
-			const struct fchunk *ch;
+			struct jrec_loc l;
+			const struct jrec_loc *ch;
 			if (!cp)
 				continue;
 			e = &cp->f->ents[cp->ei];
-			ch = bs[c]->chunk < in->nchunks ? &in->chunks[bs[c]->chunk] : NULL;
+			ch = fsck_chunk_loc(in, bs[c]->chunk, &l) ? &l : NULL;
 			/* the chunk's length in its file (holes included), not its record's */
 			if (bs[c]->chunk * f->chunk_size + e->chunk_len > end)
 				end = bs[c]->chunk * f->chunk_size + e->chunk_len;
-			if (ch && ch->state == CS_LOC && ch->loc.seg_id == cp->f->id &&
-			    ch->loc.off == e->off && ch->loc.dev == cp->f->dev &&
-			    ch->loc.gen == e->gen && ch->loc.len == e->len && ch->loc.crc == e->crc &&
-			    ch->loc.flags == e->flags)
+			if (ch && ch->seg_id == cp->f->id && ch->off == e->off &&
+			    ch->dev == cp->f->dev && ch->gen == e->gen && ch->len == e->len &&
+			    ch->crc == e->crc && ch->flags == e->flags)
 				continue;
-			if (ch && ch->state == CS_LOC && ch->loc.gen > e->gen) {
+			if (ch && ch->gen > e->gen) {
 				char path[PATH_MAX_OUT];
 				fsck_note(f,
 					  "chunk %" PRIu64
 					  " of %s: only an older copy found (gen %" PRIu64 " < %u)",
-					  bs[c]->chunk, fsck_path_of(f, in, path, sizeof(path)),
-					  e->gen, ch->loc.gen);
+					  bs[c]->chunk, fsck_path_of(f, ino, path, sizeof(path)),
+					  e->gen, ch->gen);
 			}
 			ret = fsck_change_loc(f, ino, bs[c]->chunk, cp->f, e);
 			changed++;
 		}
-		if (ret == 0 && end > in->attr.size) {
-			struct jrec_attr a = in->attr;
-			a.size = end;
-			ret = fsck_change_inode(f, ino, &a, in->target, in->tlen);
+		idx_inode_rec(in, &ir);
+		if (ret == 0 && end > ir.attr.size) {
+			ir.attr.size = end;
+			ret = fsck_change_inode(f, ino, &ir.attr, ir.name, ir.name_len);
 		}
 		if (ret == 0 && (changed || orphan)) {
 			char path[PATH_MAX_OUT], hs[32];
 			fsck_note(f, "%s %s (%s, %" PRIu64 " chunk location%s set)",
 				  orphan ? "recovered" : "restored",
-				  fsck_path_of(f, in, path, sizeof(path)),
-				  fsck_human(in->attr.size, hs, sizeof(hs)), changed, S(changed));
+				  fsck_path_of(f, ino, path, sizeof(path)),
+				  fsck_human(fsck_attr(in).size, hs, sizeof(hs)), changed, S(changed));
 			updated_files++;
 			updated_chunks += changed;
 			recovered += orphan;
@@ -237,12 +239,10 @@ int fsck_rebuild(struct fsck *f)
 	if (ret < 0)
 		goto out;
 	/* 4. counters */
-	if (top_seg > f->next_seg || fsck_ino_ceiling(f) > f->next_ino) {
+	if (top_seg > f->next_seg || fsck_ino_ceiling(f) > idx_next_ino(f->idx)) {
 		if (top_seg > f->next_seg)
 			f->next_seg = top_seg;
-		if (fsck_ino_ceiling(f) > f->next_ino)
-			f->next_ino = fsck_ino_ceiling(f);
-		ret = fsck_change_meta(f);
+		ret = fsck_change_meta(f, fsck_ino_ceiling(f));
 	}
 	fsck_note(f,
 		  "rebuild: %" PRIu64 " segment%s added to the segment table, %" PRIu64
@@ -251,7 +251,7 @@ int fsck_rebuild(struct fsck *f)
 		  added, S(added), dropped, updated_files - recovered, S(updated_files - recovered),
 		  updated_chunks, S(updated_chunks), recovered);
 	if (ret == 0)
-		ret = fsck_ns_scan(f);
+		ret = fsck_scan(f);
 out:
 	for (size_t i = 0; i < nb; i++)
 		free(bs[i]);

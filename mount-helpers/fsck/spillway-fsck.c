@@ -6,35 +6,36 @@
  * Exit status as fsck(8): 0 clean, 1 problems found and all repaired, 4
  * problems left, 8 operational error (e.g. the filesystem is mounted), 16
  * usage. One line per problem on stdout, naming files by path.
- * Files: this one has main and the options, the output, STATE_DIR/tiers,
- * the stores and segment reads, the checks and the report; fsck_model.c
- * the model of the index, its changes and checkpoints; fsck_rebuild.c
+ * Files: this one has main and the options, the output, the stores and
+ * segment reads, the checks and the report; fsck_model.c the replay into
+ * index/'s struct index, its changes and checkpoints; fsck_rebuild.c
  * --rebuild; fsck_i.h what they share.
  *
  * DESIGN
  * - jrnl_open takes STATE_DIR's lock, so a mounted filesystem is refused;
  *   the cold directories' .spillway.lock files are taken too. The journal is
- *   replayed (jrnl_recover) into a model of the index: inodes, directory
- *   entries, chunk maps, xattrs, segment table. Nameless inodes are the
- *   journal's leftovers of unlinked files (there is no "free" record): they
- *   are not part of the filesystem and are ignored.
+ *   replayed (jrnl_recover) by index/'s own idx_replay into a struct
+ *   index, the segment records into fsck's segment table; what replay skips
+ *   or idx_replay_finish drops reaches fsck through the index's anomaly hook.
+ *   Nameless inodes are the journal's leftovers of unlinked files (there is
+ *   no "free" record): they are not part of the filesystem and are ignored.
  * - Every segment in the stores is listed and its header and footer read
  *   once; the footers give a map (ino, chunk) -> copies, which serves the
  *   checks, the search for another copy of a damaged chunk and --rebuild.
  * - Every change (repair, rebuild) goes through fsck_change(): appended to the
- *   journal, then applied to the model with the same code that replays the
- *   journal; at the end a checkpoint is written from the model (jrnl_close
- *   with `final`; none after an operational error: the journal has every
- *   change). Without a usable checkpoint (--rebuild of a lost state), the
- *   checkpoint file is written by fsck_write_checkpoint() with the journal's
- *   codec, under the filesystem's uuid (from STATE_DIR/tiers or the
- *   segments' headers).
+ *   journal, then applied with the same code that replays the journal; at
+ *   the end a checkpoint is written (jrnl_close with `final`; none after an
+ *   operational error: the journal has every change). Without a usable
+ *   checkpoint (--rebuild of a lost state), fsck_write_checkpoint() writes
+ *   it with jrnl_write_checkpoint, under the filesystem's uuid (from
+ *   STATE_DIR/tiers or the segments' headers). Either way the snapshot is
+ *   the daemon's: META, segment table, idx_snapshot.
  * - Segments are deleted only when no journal record names them, after the
  *   journal changes that could have started using them.
  * - Single-threaded; the journal's own thread never checkpoints here
- *   (checkpoint_bytes is out of reach), so the model needs no lock.
+ *   (checkpoint_bytes is out of reach), so nothing else touches the index.
  */
-#include "mount-helpers/fsck_i.h"
+#include "mount-helpers/fsck/fsck_i.h"
 
 #include "common/crc32c.h"
 #include "common/log.h"
@@ -170,31 +171,7 @@ static const char *chunk_list(const uint64_t *c, size_t n, char *buf, size_t len
 	return buf;
 }
 
-/* ---- STATE_DIR/tiers ---- */
-
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-static int parse_uuid(const char *s, uint8_t out[16])
-{
-	if (strlen(s) != 32)
-		return -1;
-	for (int i = 0; i < 16; i++) {
-		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -1;
-		out[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
-}
+/* ---- STATE_DIR ---- */
 
 static void uuid_str(const uint8_t u[16], char out[33])
 {
@@ -204,63 +181,15 @@ static void uuid_str(const uint8_t u[16], char out[33])
 
 static int read_tiers(struct fsck *f)
 {
-	char path[PATH_MAX_OUT], line[8192];
-	struct tiers *t = &f->tiers;
-	FILE *fp;
-	int lineno = 0;
-
-	snprintf(path, sizeof(path), "%s/tiers", f->dir);
-	if (!(fp = fopen(path, "r"))) {
-		fsck_oper_err(f, "%s: %s (not a spillway state directory?)", path, strerror(errno));
-		return -errno;
+	char err[PATH_MAX_OUT + 256];
+	int ret = tiers_file_read(f->dir, &f->tiers, err, sizeof(err));
+	if (ret < 0) {
+		fsck_oper_err(f, "%s", err);
+		return ret;
 	}
-	while (fgets(line, sizeof(line), fp)) {
-		char *v, *k = line, *nl = strchr(line, '\n');
-		lineno++;
-		if (nl)
-			*nl = 0;
-		if (!*k || *k == '#')
-			continue;
-		if (!(v = strchr(k, '='))) {
-			fsck_oper_err(f, "%s:%d: not key=value: '%s'", path, lineno, k);
-			fclose(fp);
-			return -EINVAL;
-		}
-		*v++ = 0;
-		if (!strcmp(k, "nvme")) {
-			char *save = NULL, *d, *copy = strdup(v);
-			for (d = strtok_r(copy, ":", &save); d && t->nnvme < MAX_NVME;
-			     d = strtok_r(NULL, ":", &save))
-				t->nvme[t->nnvme++] = strdup(d);
-			free(copy);
-		} else if (!strcmp(k, "s3")) {
-			t->s3 = strdup(v);
-		} else if (!strcmp(k, "s3_endpoint")) {
-			t->s3_endpoint = strdup(v);
-		} else if (!strcmp(k, "s3_region")) {
-			t->s3_region = strdup(v);
-		} else if (!strcmp(k, "s3_path_style")) {
-			t->s3_path_style = atoi(v) != 0;
-		} else if (!strcmp(k, "s3_credentials")) {
-			t->s3_credentials = strdup(v);
-		} else if (!strcmp(k, "s3_ca_file")) {
-			t->s3_ca_file = strdup(v);
-		} else if (!strcmp(k, "s3_part_size")) {
-			t->s3_part_size = strtoull(v, NULL, 10);
-		} else if (!strcmp(k, "chunk_size")) {
-			t->chunk_size = strtoull(v, NULL, 10);
-		} else if (!strcmp(k, "uuid")) {
-			if (parse_uuid(v, t->uuid) < 0) {
-				fsck_oper_err(f, "%s:%d: bad uuid '%s'", path, lineno, v);
-				fclose(fp);
-				return -EINVAL;
-			}
-			t->have_uuid = 1;
-		}
-	}
-	fclose(fp);
-	if (!t->nnvme && !t->s3) {
-		fsck_oper_err(f, "%s: names no cold tier (nvme= or s3=): nothing to check", path);
+	if (!f->tiers.nnvme && !f->tiers.s3) {
+		fsck_oper_err(f, "%s/tiers: names no cold tier (nvme= or s3=): nothing to check",
+			      f->dir);
 		return -EINVAL;
 	}
 	return 0;
@@ -281,22 +210,12 @@ static int scan_state(struct fsck *f, int *any, uint64_t *max_gen, uint64_t *ck_
 	if (!d)
 		return -errno;
 	while ((de = readdir(d))) {
-		const char *n = de->d_name, *hex;
-		uint64_t g = 0;
-		int ck = !strncmp(n, "checkpoint.", 11), ok = 1;
-		if (!ck && strncmp(n, "journal.", 8))
+		const char *n = de->d_name;
+		uint64_t g;
+		int kind, ck;
+		if (!jrnl_parse_name(n, &kind, &g))
 			continue;
-		hex = n + (ck ? 11 : 8);
-		if (strlen(hex) != 16)
-			continue;
-		for (int i = 0; i < 16; i++) {
-			int h = hexval(hex[i]);
-			if (h < 0)
-				ok = 0;
-			g = g << 4 | (uint64_t)(h < 0 ? 0 : h);
-		}
-		if (!ok)
-			continue;
+		ck = kind == JRNL_KIND_CHECKPOINT;
 		*any = 1;
 		if (g > *max_gen)
 			*max_gen = g;
@@ -354,18 +273,18 @@ static int lock_nvme_dirs(struct fsck *f)
 		char lock[PATH_MAX_OUT];
 		struct stat sb;
 		int fd;
-		if (stat(f->tiers.nvme[i], &sb) < 0 || !S_ISDIR(sb.st_mode)) {
-			fsck_oper_err(f, "cold directory %s: %s", f->tiers.nvme[i],
+		if (stat(f->tiers.nvme_dir[i], &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+			fsck_oper_err(f, "cold directory %s: %s", f->tiers.nvme_dir[i],
 				      errno ? strerror(errno) : "not a directory");
 			return -ENOENT;
 		}
-		snprintf(lock, sizeof(lock), "%s/.spillway.lock", f->tiers.nvme[i]);
+		snprintf(lock, sizeof(lock), "%s/.spillway.lock", f->tiers.nvme_dir[i]);
 		fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
 			int e = errno;
 			if (fd >= 0)
 				close(fd);
-			fsck_oper_err(f, "cold directory %s: %s", f->tiers.nvme[i],
+			fsck_oper_err(f, "cold directory %s: %s", f->tiers.nvme_dir[i],
 				      e == EWOULDBLOCK ? "in use by a spillway mount"
 						       : strerror(e));
 			return -EBUSY;
@@ -415,8 +334,8 @@ static int open_stores(struct fsck *f)
 		if ((ret = lock_nvme_dirs(f)) < 0)
 			return ret;
 		for (int i = 0; i < f->tiers.nnvme; i++) {
-			dirs[i] = f->tiers.nvme[i];
-			f->devname[i] = f->tiers.nvme[i];
+			dirs[i] = f->tiers.nvme_dir[i];
+			f->devname[i] = f->tiers.nvme_dir[i];
 		}
 		f->configured[0] = 1;
 		f->st_name[0] = "nvme";
@@ -609,10 +528,10 @@ static int bad_cmp(const void *a, const void *b)
 	return 0;
 }
 
-/* Classify chunk c of in (a CS_LOC chunk) into l. */
-static int check_chunk(struct fsck *f, struct finode *in, uint64_t c, struct badlist *l)
+/* Classify chunk c of in (cold copy at loc) into l. */
+static int check_chunk(struct fsck *f, struct inode *in, uint64_t c, const struct jrec_loc *loc,
+		       struct badlist *l)
 {
-	const struct jrec_loc *loc = &in->chunks[c].loc;
 	struct fseg *s = fsck_seg_get(f, loc->seg_id);
 	struct found *fd;
 	struct seg_entry *e;
@@ -665,10 +584,12 @@ static int check_chunk(struct fsck *f, struct finode *in, uint64_t c, struct bad
 
 /* Another good copy of chunk c of in (same gen, len and crc, data verified),
  * in a segment the table can point at; NULL if none. */
-static struct copy *find_copy(struct fsck *f, struct finode *in, uint64_t c)
+static struct copy *find_copy(struct fsck *f, struct inode *in, uint64_t c)
 {
-	const struct jrec_loc *loc = &in->chunks[c].loc;
+	struct jrec_loc l, *loc = &l;
 	uint64_t k = key2(in->ino, c);
+	if (!fsck_chunk_loc(in, c, loc))
+		return NULL;
 	for (struct hent *h = ht_bucket(&f->copies, k); h; h = h->next) {
 		struct copy *cp = (struct copy *)h;
 		struct found *fd = cp->f;
@@ -710,11 +631,11 @@ static const char *kind_text(struct fsck *f, const struct bad *b, char *buf, siz
 }
 
 /* Print the problems of one file, grouped by (kind, segment). */
-static void report_file(struct fsck *f, struct finode *in, struct badlist *l, const char *suffix,
+static void report_file(struct fsck *f, struct inode *in, struct badlist *l, const char *suffix,
 			int fixed)
 {
 	char path[PATH_MAX_OUT], chunks[512], why[256];
-	const char *p = fsck_path_of(f, in, path, sizeof(path));
+	const char *p = fsck_path_of(f, in->ino, path, sizeof(path));
 	uint64_t *cs = malloc(l->n * sizeof(*cs));
 
 	if (!cs)
@@ -774,28 +695,52 @@ static void report_file(struct fsck *f, struct finode *in, struct badlist *l, co
 	free(cs);
 }
 
-/* Remove every name of in; with `lost`, it is lost: print "lost: PATH" for each. */
-static int unlink_all(struct fsck *f, struct finode *in, int lost)
-{
+struct names_of {
+	uint64_t ino;
+	struct {
+		uint64_t parent;
+		char *name;
+	} *v;
 	size_t n;
-	void **dents = fsck_ht_array(&f->dents, &n);
-	int ret = 0;
-	if (f->dents.n && !dents)
-		return -ENOMEM;
-	for (size_t i = 0; i < n && ret == 0; i++) {
-		struct fdent *d = dents[i];
+	int err;
+};
+
+static int collect_names(void *arg, uint64_t parent, const char *name, uint64_t ino)
+{
+	struct names_of *no = arg;
+	void *v;
+	if (ino != no->ino)
+		return 0;
+	if (!(v = realloc(no->v, (no->n + 1) * sizeof(*no->v))) ||
+	    !(((struct names_of *)arg)->v = v, no->v[no->n].name = strdup(name))) {
+		no->err = -ENOMEM;
+		return 1;
+	}
+	no->v[no->n++].parent = parent;
+	return 0;
+}
+
+/* Remove every name of inode ino; with `lost`, it is lost: print "lost: PATH"
+ * for each. */
+static int unlink_all(struct fsck *f, uint64_t ino, int lost)
+{
+	struct names_of no = {.ino = ino};
+	int ret;
+	idx_for_each_name(f->idx, collect_names, &no);
+	ret = no.err;
+	for (size_t i = 0; i < no.n && ret == 0; i++) {
 		char path[PATH_MAX_OUT];
-		if (d->ino != in->ino)
-			continue;
 		if (lost)
-			printf("lost: %s\n", fsck_dent_path(f, d, path, sizeof(path)));
-		ret = fsck_change_unlink(f, d->parent, d->name, d->nlen);
+			printf("lost: %s\n",
+			       fsck_dent_path(f, no.v[i].parent, no.v[i].name, path, sizeof(path)));
+		ret = fsck_change_unlink(f, no.v[i].parent, no.v[i].name,
+					 (uint32_t)strlen(no.v[i].name));
 	}
-	free(dents);
-	if (lost) {
-		in->lost = 1;
+	for (size_t i = 0; i < no.n; i++)
+		free(no.v[i].name);
+	free(no.v);
+	if (lost)
 		f->lost++;
-	}
 	return ret;
 }
 
@@ -803,35 +748,38 @@ static int unlink_all(struct fsck *f, struct finode *in, int lost)
 static int check_files(struct fsck *f)
 {
 	size_t n;
-	struct finode **ins = fsck_reachable_inodes(f, &n);
 	const char *what = f->verify ? "verifying chunks" : "checking chunks";
 	uint64_t total = 0, done = 0;
 	int ret = 0;
+	struct inode **ins = fsck_reachable_inodes(f, &n, &ret);
+	struct jrec_loc loc;
 
-	if (f->inodes.n && !ins)
-		return -ENOMEM;
+	if (ret < 0)
+		return ret;
 
 	for (size_t i = 0; i < n; i++)
-		for (uint64_t c = 0; S_ISREG(ins[i]->attr.mode) && c < ins[i]->nchunks; c++)
-			total += ins[i]->chunks[c].state == CS_LOC;
+		for (uint64_t c = 0; S_ISREG(fsck_attr(ins[i]).mode) && c < idx_nchunks(ins[i]);
+		     c++)
+			total += fsck_chunk_loc(ins[i], c, &loc);
 	for (size_t i = 0; i < n && ret == 0; i++) {
-		struct finode *in = ins[i];
+		struct inode *in = ins[i];
 		struct badlist l = {0};
 		int damaged = 0, all_found = 1;
+		mode_t mode = fsck_attr(in).mode;
 		struct copy **repl = NULL;
 
-		if (is_dir(in))
+		if (S_ISDIR(mode))
 			f->dirs++;
-		else if (S_ISREG(in->attr.mode))
+		else if (S_ISREG(mode))
 			f->files++;
-		if (!S_ISREG(in->attr.mode))
+		if (!S_ISREG(mode))
 			continue;
-		for (uint64_t c = 0; c < in->nchunks && ret == 0; c++) {
-			if (in->chunks[c].state != CS_LOC)
+		for (uint64_t c = 0; c < idx_nchunks(in) && ret == 0; c++) {
+			if (!fsck_chunk_loc(in, c, &loc))
 				continue;
 			fsck_progress(f, what, done++, total);
 			f->chunks_checked++;
-			ret = check_chunk(f, in, c, &l);
+			ret = check_chunk(f, in, c, &loc, &l);
 		}
 		if (ret < 0 || l.n == 0) {
 			free(l.b);
@@ -850,10 +798,9 @@ static int check_files(struct fsck *f)
 			struct found *fd = NULL;
 			if (l.b[k].kind != K_NOTABLE || fsck_seg_get(f, l.b[k].seg))
 				continue;
+			fsck_chunk_loc(in, l.b[k].chunk, &loc);
 			for (int st = 0; st < 2; st++)
-				if (f->usable[st] &&
-				    (fd = found_get(f, st, l.b[k].seg,
-						    in->chunks[l.b[k].chunk].loc.dev)))
+				if (f->usable[st] && (fd = found_get(f, st, l.b[k].seg, loc.dev)))
 					break;
 			if (fd && (ret = fsck_change_seg_add(f, fd)) == 0 &&
 			    (s = fsck_seg_get(f, fd->id)))
@@ -871,7 +818,7 @@ static int check_files(struct fsck *f)
 		}
 		if (damaged && !all_found) {
 			report_file(f, in, &l, " -- no other copy", 1);
-			ret = unlink_all(f, in, 1);
+			ret = unlink_all(f, in->ino, 1);
 		} else {
 			report_file(f, in, &l, damaged ? " -- relocated to another copy" : "", 1);
 			for (size_t k = 0; k < l.n && ret == 0; k++) {
@@ -887,11 +834,10 @@ static int check_files(struct fsck *f)
 				} else if (l.b[k].kind == K_DEV) {
 					struct fseg *s = fsck_seg_get(f, l.b[k].seg);
 					fd = s ? s->copy : NULL;
-					if (fd)
+					if (fd && fsck_chunk_loc(in, c, &loc))
 						ret = fsck_change_loc(
 						    f, in->ino, c, fd,
-						    entry_for(fd, in->ino, c,
-							      in->chunks[c].loc.off));
+						    entry_for(fd, in->ino, c, loc.off));
 				}
 			}
 		}
@@ -904,112 +850,113 @@ static int check_files(struct fsck *f)
 }
 
 /* Link in (nameless or unreachable) into /lost+found as #<ino>. */
-static int link_lost_found(struct fsck *f, struct finode *in)
+static int link_lost_found(struct fsck *f, uint64_t ino)
 {
 	char name[32];
 	uint64_t lf;
 	int ret;
 	if ((ret = fsck_lost_found(f, &lf)) < 0)
 		return ret;
-	snprintf(name, sizeof(name), "#%" PRIu64, in->ino);
-	if ((ret = fsck_change_link(f, lf, name, in->ino)) < 0)
+	snprintf(name, sizeof(name), "#%" PRIu64, ino);
+	if ((ret = fsck_change_link(f, lf, name, ino)) < 0)
 		return ret;
-	return fsck_ns_scan(f);
+	return fsck_scan(f);
 }
 
 /* The root directory, created (owned like STATE_DIR) when missing. */
 int fsck_check_root(struct fsck *f)
 {
-	struct finode *root = fsck_ino_get(f, ROOT_INO);
 	struct jrec_attr a = {.mode = S_IFDIR | 0755};
 	struct stat sb;
 	int ret;
 
-	if (root && is_dir(root))
+	/* the index always has a directory /: did the journal make it? */
+	if (f->root_seen && !f->root_bad)
 		return 0;
 	if (stat(f->dir, &sb) == 0) {
 		a.uid = sb.st_uid;
 		a.gid = sb.st_gid;
 	}
 	a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
-	problem(f, f->repair, "root directory %s%s", root ? "is not a directory" : "missing",
+	problem(f, f->repair, "root directory %s%s",
+		f->root_seen ? "is not a directory" : "missing",
 		f->repair ? " -- created" : "");
 	if (!f->repair)
 		return 1;
 	if ((ret = fsck_change_inode(f, ROOT_INO, &a, "", 0)) < 0)
 		return ret;
-	return fsck_ns_scan(f);
+	return fsck_scan(f);
 }
 
-/* Root, dangling entries, entries in non-directories or in missing
- * directories, inodes named but unreachable from / (cycles). */
+static int unreach_cmp(const void *a, const void *b)
+{
+	const struct unreach *x = a, *y = b;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+/* A name dropped for ino: it may need a new one (no separate report). */
+static struct badname *rescue_of(struct fsck *f, uint64_t ino)
+{
+	for (size_t i = 0; i < f->nbad; i++)
+		if (f->bad[i].rescue && f->bad[i].ino == ino)
+			return &f->bad[i];
+	return NULL;
+}
+
+/* Root, names of missing inodes or in missing directories (dropped by the
+ * first scan), inodes named but unreachable from / (cycles). */
 static int check_namespace(struct fsck *f)
 {
-	size_t nd;
-	void **dents;
 	int ret;
 
 	if ((ret = fsck_check_root(f)) != 0)
 		return ret < 0 ? ret : 0;
-	if (!(dents = fsck_ht_array(&f->dents, &nd)) && f->dents.n)
-		return -ENOMEM;
-	for (size_t i = 0; i < nd && ret == 0; i++) {
-		struct fdent *d = dents[i];
-		struct finode *t = fsck_ino_get(f, d->ino), *p = fsck_ino_get(f, d->parent);
+	for (size_t i = 0; i < f->nbad && ret == 0; i++) {
+		struct badname *b = &f->bad[i];
+		int have_t = idx_find(f->idx, b->ino) != NULL;
 		char path[PATH_MAX_OUT];
-		const char *what;
-		if (p && is_dir(p))
-			continue; /* fine, or inside an unreachable tree (below) */
-		if (!t)
-			what = "entry for a missing inode";
-		else if (p)
-			what = "entry in a file that is not a directory";
-		else
-			what = "entry in a missing directory";
-		if (p && !p->reachable && t)
-			continue; /* a leftover inside an unlinked file */
-		fsck_dent_path(f, d, path, sizeof(path));
-		if (t)
-			t->rescue = 1; /* may need a new name: see below */
-		problem(f, f->repair, "%s: %s (inode %" PRIu64 ")%s", path, what, d->ino,
+		const char *what = !have_t			   ? "entry for a missing inode"
+				   : idx_find(f->idx, b->parent) ? "entry in a file that is not a directory"
+								   : "entry in a missing directory";
+		fsck_dent_path(f, b->parent, b->name, path, sizeof(path));
+		b->rescue = have_t; /* may need a new name: see below */
+		problem(f, f->repair, "%s: %s (inode %" PRIu64 ")%s", path, what, b->ino,
 			f->repair ? " -- removed" : "");
-		if (f->repair)
-			ret = fsck_change_unlink(f, d->parent, d->name, d->nlen);
+		if (f->repair) /* gone from the index already: journal it */
+			ret = fsck_change_unlink(f, b->parent, b->name, (uint32_t)strlen(b->name));
 	}
-	free(dents);
-	if (ret < 0 || (ret = fsck_ns_scan(f)) < 0)
+	if (ret < 0 || (ret = fsck_scan(f)) < 0)
 		return ret;
 	for (;;) {
-		size_t n;
-		struct finode **all = (struct finode **)fsck_ht_array(&f->inodes, &n), *pick = NULL;
-		if (f->inodes.n && !all)
-			return -ENOMEM;
-		if (all)
-			qsort(all, n, sizeof(*all), fsck_inode_cmp);
-		for (size_t i = 0; i < n; i++) {
-			struct finode *in = all[i];
-			if (in->reachable || in->ino == ROOT_INO || (!in->nlinks && !in->rescue))
-				continue;
+		struct unreach pick = {0};
+		struct badname *r;
+		qsort(f->unreach, f->nunreach, sizeof(*f->unreach), unreach_cmp);
+		for (size_t i = 0; i < f->nunreach; i++) {
+			struct unreach *u = &f->unreach[i];
+			int rescue = rescue_of(f, u->ino) != NULL;
+			if (!u->names && !rescue)
+				continue; /* nameless: the journal's leftover of an unlinked file */
 			if (!f->repair) {
-				if (!in->rescue)
+				if (!rescue)
 					problem(f, 0,
 						"inode %" PRIu64
 						" (%s) is named but not reachable from /",
-						in->ino, is_dir(in) ? "directory" : "file");
-			} else if (!pick || in->ino < pick->ino) {
-				pick = in;
+						u->ino, u->is_dir ? "directory" : "file");
+			} else if (!pick.ino) {
+				pick = *u; /* the lowest number */
 			}
 		}
-		free(all);
-		if (!pick)
+		if (!pick.ino)
 			return 0;
-		if (!pick->rescue)
+		if (!(r = rescue_of(f, pick.ino)))
 			problem(f, 1, "inode %" PRIu64 " (%s) is named but not reachable from /",
-				pick->ino, is_dir(pick) ? "directory" : "file");
-		fsck_note(f, "inode %" PRIu64 " moved to /lost+found/#%" PRIu64, pick->ino,
-			  pick->ino);
-		pick->rescue = 0;
-		if ((ret = unlink_all(f, pick, 0)) < 0 || (ret = link_lost_found(f, pick)) < 0)
+				pick.ino, pick.is_dir ? "directory" : "file");
+		fsck_note(f, "inode %" PRIu64 " moved to /lost+found/#%" PRIu64, pick.ino,
+			  pick.ino);
+		while ((r = rescue_of(f, pick.ino)))
+			r->rescue = 0;
+		if ((ret = unlink_all(f, pick.ino, 0)) < 0 ||
+		    (ret = link_lost_found(f, pick.ino)) < 0)
 			return ret;
 	}
 }
@@ -1240,6 +1187,8 @@ int main(int argc, char **argv)
 			fsck_oper_err(f, "%s", err);
 		return EX_OPER;
 	}
+	if ((ret = fsck_index_open(f)) < 0)
+		goto out;
 	if (any) {
 		ret = jrnl_recover(f->j, fsck_apply, f, &info, err, sizeof(err));
 		if (ret == -EBADMSG && f->rebuild) {
@@ -1289,7 +1238,8 @@ int main(int argc, char **argv)
 			}
 	}
 	bind_segments(f);
-	if ((ret = fsck_ns_scan(f)) < 0)
+	f->collect = 1; /* the names the first scan drops are problems */
+	if ((ret = fsck_scan(f)) < 0)
 		goto out;
 	if (f->rebuild) {
 		for (int s = 0; s < 2; s++)
@@ -1300,7 +1250,7 @@ int main(int argc, char **argv)
 		if ((ret = fsck_rebuild(f)) < 0)
 			goto out;
 	}
-	if ((ret = check_namespace(f)) < 0 || (ret = fsck_ns_scan(f)) < 0 ||
+	if ((ret = check_namespace(f)) < 0 || (ret = fsck_scan(f)) < 0 ||
 	    (ret = check_files(f)) < 0 || (ret = check_segments(f)) < 0)
 		goto out;
 out:
@@ -1314,6 +1264,8 @@ out:
 		store_close(f->st[s]);
 	for (int i = 0; i < f->nlocks; i++)
 		close(f->lockfds[i]);
+	fsck_index_close(f);
+	tiers_file_free(&f->tiers);
 	code = f->oper			   ? EX_OPER
 	       : f->problems > f->fixed	   ? EX_LEFT
 	       : f->problems || f->changed ? EX_FIXED
