@@ -2932,7 +2932,9 @@ static void replay_bad_chunk(struct fx *f, uint64_t bad_chunk)
 	assert_non_null(in);
 	assert_true(in->nchunks >= 1 && in->nchunks <= 64);
 	assert_int_equal(in->chunks[0].seg_id, 7);
-	assert_int_not_equal(in->chunks[1].state, CHUNK_HOT_DIRTY); /* after the cut */
+	/* the record after the cut is not applied (a one-chunk map may be all
+	 * there is: chunks[1] exists only when the map grew) */
+	assert_true(in->nchunks < 2 || in->chunks[1].state != CHUNK_HOT_DIRTY);
 	idx_put(idx, in);
 	/* the journal is cut there: a new start takes a checkpoint over it */
 	assert_int_equal(jrnl_start(f->j, snap_fn, &f->snap), 0);
