@@ -105,15 +105,17 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	buf.buf[0].fd = io.fd;
 	buf.buf[0].pos = off;
-	/* Once replied, the file may be released and the inode freed before
-	 * the unpin below: hold a reference across it. */
-	idx_ref(s->idx, in);
-	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+	/* read-ahead only queues restores: before the reply, since the file
+	 * handle f may be released (and freed) as soon as we reply */
 	if (seq) { /* the hint is racy between parallel reads: harmless */
 		uint64_t next = __atomic_load_n(&f->ra_next, __ATOMIC_RELAXED);
 		tier_read_ahead(s->tier, in, (uint64_t)off + io.len, &next);
 		__atomic_store_n(&f->ra_next, next, __ATOMIC_RELAXED);
 	}
+	/* Once replied, the file may be released and the inode freed before
+	 * the unpin below: hold a reference across it. */
+	idx_ref(s->idx, in);
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 	/* the rest of a chunk restored reader's blocks first comes in now */
 	tier_read_end(s->tier, in, &io);
 	idx_put(s->idx, in);
