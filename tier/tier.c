@@ -587,16 +587,13 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)
 {
-	int restoring = 0;
-
 	if (io->first > io->last)
 		return;
 	idx_inode_lock(in);
 	pin(in, io->first, io->last, -1);
-	for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
-		restoring |= in->chunks[c].state == CHUNK_RESTORING;
-	if (restoring) /* a failed partial restore may wait for its readers */
-		idx_inode_wake(in);
+	/* a failed partial restore waits for its readers, an evict for readers
+	 * that still held a chunk (tier_evict_file) */
+	idx_inode_wake(in);
 	read_rest_locked(t, in, io);
 	idx_inode_unlock(in);
 }
@@ -1073,8 +1070,29 @@ int tier_evict_file(struct tier *t, struct inode *in)
 		return -ENOTSUP;
 	/* the rest of a chunk a reader just faulted in is still arriving (it
 	 * is restored after the reply): evict the whole file, not around it */
+	struct timespec dl;
+	int ret;
+
 	idx_inode_lock(in);
 	wait_restoring_locked(in, 0, in->nchunks);
+	idx_inode_unlock(in);
+	if ((ret = evict_file(t, in, 1)) < 0)
+		return ret;
+	/* a reader still in flight (its reply sent, its pin not yet dropped,
+	 * the rest of its chunk about to come in) kept a chunk hot: wait for
+	 * it, at most 2 s, and drop what it left */
+	dl = clock_deadline_ms(2000);
+	idx_inode_lock(in);
+	for (;;) {
+		int busy = 0;
+		for (uint64_t c = 0; c < in->nchunks && !busy; c++) {
+			uint8_t st = in->chunks[c].state;
+			busy = st == CHUNK_RESTORING ||
+			       ((st == CHUNK_HOT_CLEAN || st == CHUNK_HOT_DIRTY) && in->chunks[c].pins);
+		}
+		if (!busy || idx_inode_timedwait(in, &dl) == -ETIMEDOUT)
+			break;
+	}
 	idx_inode_unlock(in);
 	return evict_file(t, in, 1);
 }
