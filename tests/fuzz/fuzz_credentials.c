@@ -6,7 +6,7 @@
  * why in one line that never quotes the secret.
  */
 #include "fuzz.h"
-#include "tier/s3req.h"
+#include "tier/s3/s3req.h"
 
 #include <ctype.h>
 #include <errno.h>

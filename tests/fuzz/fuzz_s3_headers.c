@@ -8,7 +8,7 @@
  * for anything else; the line is never read past its length.
  */
 #include "fuzz.h"
-#include "tier/s3req.h"
+#include "tier/s3/s3req.h"
 
 #include <string.h>
 #include <strings.h>

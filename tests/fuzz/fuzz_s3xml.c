@@ -9,7 +9,7 @@
  * nothing allocated (outputs empty; LeakSanitizer checks the rest).
  */
 #include "fuzz.h"
-#include "tier/s3xml.h"
+#include "tier/s3/s3xml.h"
 
 #include <errno.h>
 #include <string.h>

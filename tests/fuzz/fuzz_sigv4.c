@@ -10,7 +10,7 @@
  * on lines 2 and 3.
  */
 #include "fuzz.h"
-#include "tier/sigv4.h"
+#include "tier/s3/sigv4.h"
 
 #include <string.h>
 

@@ -19,10 +19,10 @@
  * Threading: any thread; each call borrows its own conn (a multipart put
  * holds one for its life), so calls run concurrently with segment traffic.
  */
-#include "tier/store_s3.h"
+#include "tier/store/store_s3.h"
 
 #include "common/log.h"
-#include "tier/store_s3_i.h"
+#include "tier/store/store_s3_i.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -10,8 +10,8 @@
 #ifndef SPW_STORE_S3_I_H
 #define SPW_STORE_S3_I_H
 
-#include "tier/s3_pool.h"
-#include "tier/store_s3.h"
+#include "tier/s3/s3_pool.h"
+#include "tier/store/store_s3.h"
 
 #include <pthread.h>
 #include <stddef.h>

@@ -5,8 +5,8 @@
  * conn; conns are pooled in the store.
  */
 #include "common/log.h"
-#include "tier/s3xml.h"
-#include "tier/store_s3_i.h"
+#include "tier/s3/s3xml.h"
+#include "tier/store/store_s3_i.h"
 
 #include <ctype.h>
 #include <errno.h>

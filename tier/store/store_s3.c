@@ -51,11 +51,11 @@
  * ranged-read machinery, shared through store_s3_i.h. The request engine
  * (transfers, conns, retries) is s3_xfer.c.
  */
-#include "tier/store_s3.h"
+#include "tier/store/store_s3.h"
 
 #include "common/log.h"
-#include "tier/s3xml.h"
-#include "tier/store_s3_i.h"
+#include "tier/s3/s3xml.h"
+#include "tier/store/store_s3_i.h"
 
 #include <errno.h>
 #include <inttypes.h>
