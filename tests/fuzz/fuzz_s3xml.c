@@ -1,5 +1,5 @@
 /*
- * fuzz_s3xml — the S3 XML response parsers (tier/s3xml.c). The first byte
+ * fuzz_s3xml — the S3 XML response parsers (tier/s3/s3xml.c). The first byte
  * picks the parser: Error, InitiateMultipartUploadResult,
  * CompleteMultipartUpload's reply, ListMultipartUploadsResult,
  * ListBucketResult (ListObjectsV2); the rest is the body.

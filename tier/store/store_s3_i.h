@@ -1,93 +1,31 @@
 /*
- * store_s3_i.h — private to tier/store_s3*.c and s3_xfer.c: the S3 store's
- * request engine (transfers on pooled libcurl conns, s3_xfer.c), its put,
- * ranged-read and listing machinery, shared by the segment store
+ * store_s3_i.h — private to tier/store/store_s3*.c: the S3 store's put,
+ * ranged-read and listing machinery on the request engine of
+ * tier/s3/s3_xfer.h, shared by the segment store
  * (store_s3.c, which owns it) and the named objects (store_s3_obj.c).
  * Retry, logging and part-buffer rules: store_s3.c DESIGN.
  * Threading: a conn, a put and a transfer are used by one thread at a time;
- * only the s3_store fields marked "protected by lock" are shared.
+ * only the s3_store fields marked "protected by cl.lock" are shared.
  */
 #ifndef SPW_STORE_S3_I_H
 #define SPW_STORE_S3_I_H
 
 #include "tier/s3/s3_pool.h"
+#include "tier/s3/s3_xfer.h"
 #include "tier/store/store_s3.h"
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include <curl/curl.h>
-
-#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-
-enum { XS_IDLE, XS_WAITING, XS_RUNNING, XS_DONE };
-
-struct s3_xfer {
-	/* request, set before xfer_submit() */
-	const char *method;
-	const char *key; /* NULL: the bucket */
-	struct sigv4_kv q[4];
-	size_t nq;
-	const uint8_t *body;
-	size_t body_len;
-	char body_hash[SIGV4_HASH_HEX];
-	uint8_t *dst; /* ranged GET: dst_len bytes of the object from off */
-	size_t dst_len;
-	uint64_t off;
-	unsigned max_attempts;
-	int complete;  /* CompleteMultipartUpload: a 200 OK may carry <Error> */
-	int short_ok;  /* ranged GET from off: an object ending inside the range is fine
-			* (got < dst_len; obj_total gets the size; 416 at off 0 = empty) */
-	int empty_cut; /* short_ok: a 206 for a 0-byte object, cut after its headers */
-	/* per attempt */
-	int state;
-	unsigned attempt;
-	uint64_t due; /* ms, monotonic: when a waiting retry starts */
-	CURL *easy;
-	struct curl_slist *hdrs;
-	size_t up_pos;
-	uint64_t pos; /* object offset of the next body byte (ranged GET) */
-	int pos_set, overflow;
-	size_t got;
-	char *resp;
-	size_t resp_len, resp_cap;
-	long status;
-	char etag[128];
-	char region[64];      /* x-amz-bucket-region */
-	int64_t obj_total;    /* from Content-Range, -1 when unknown */
-	int64_t clen;	      /* Content-Length (HEAD), -1 when unknown */
-	uint32_t retry_after; /* seconds */
-	char curl_err[CURL_ERROR_SIZE];
-	/* result */
-	int err;
-	int conn_fail; /* gave up on connection-level errors */
-	char why[400];
-	struct s3_xfer *next; /* in conn->live */
-};
-
-struct s3_conn {
-	CURLM *multi;
-	struct s3_xfer *live; /* waiting or running transfers */
-	uint64_t rng;
-	struct s3_conn *next; /* in s3_store.idle */
-};
-
 struct s3_store {
 	struct store base;
-	struct s3_target target;
-	char *endpoint, *region, *bucket, *prefix, *ca_file;
+	struct s3_client cl; /* the request engine: target, creds, conns, lock */
+	char *endpoint, *region, *bucket, *prefix;
 	char name[256];
 	uint64_t part_size;
-	unsigned io_workers;
 	unsigned list_page; /* max-keys of a ListObjectsV2 page; 0: the server's default */
-	struct s3_creds creds;
-	pthread_mutex_t lock;
-	struct s3_conn *idle; /* protected by lock */
-	uint64_t used;	      /* protected by lock: bytes put minus removed since open */
-	uint64_t rng;	      /* protected by lock */
-	int failed;	      /* protected by lock: the last request ran out of retries */
-	unsigned puts;	      /* protected by lock: puts in flight */
+	uint64_t used;	    /* protected by cl.lock: bytes put minus removed since open */
+	unsigned puts;	    /* protected by cl.lock: puts in flight */
 	struct s3_pool *pool; /* part buffers of every put (thread-safe itself) */
 };
 
@@ -123,28 +61,6 @@ static inline struct s3_store *to_s3(struct store *st)
 {
 	return (struct s3_store *)st;
 }
-
-/* ---- the request engine (s3_xfer.c) ---- */
-
-/* libcurl's global init, once per process (before the first conn). */
-void s3_xfer_global_init(void);
-/* Run x to completion on c (or on a pooled conn when c is NULL). Returns
- * x->err; x->why says what failed. Free the reply with s3_xfer_fini(). */
-int s3_xfer_run(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x);
-void s3_xfer_fini(struct s3_xfer *x);
-/* Queue x on c (state XS_WAITING); s3_conn_step() runs it to XS_DONE. */
-void s3_xfer_submit(struct s3_conn *c, struct s3_xfer *x);
-/* Drop x from c if it is still waiting or running (x->err = -ECANCELED). */
-void s3_xfer_cancel(struct s3_conn *c, struct s3_xfer *x);
-/* Start due retries and move data on c; with wait, block (<= 1 s) until
- * something completes. */
-void s3_conn_step(struct s3_store *s, struct s3_conn *c, int wait);
-/* A conn from the pool (or a new one); NULL: no memory. s3_conn_put cancels
- * what is still on c and pools it again (c may be NULL). s3_conn_free
- * closes an idle conn for good. */
-struct s3_conn *s3_conn_get(struct s3_store *s);
-void s3_conn_put(struct s3_store *s, struct s3_conn *c);
-void s3_conn_free(struct s3_conn *c);
 
 /* ---- puts, reads and listings (store_s3.c) ---- */
 
