@@ -2,7 +2,7 @@
 
 #include "common/log.h"
 #include "common/size.h"
-#include "tier/store_s3.h"
+#include "tier/store/store_s3.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -33,7 +33,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "tier/segment.h"
-#include "tier/store.h"
+#include "tier/store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>

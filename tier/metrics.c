@@ -12,7 +12,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "tier/pressure.h"
-#include "tier/store.h"
+#include "tier/store/store.h"
 
 #include <errno.h>
 #include <stdlib.h>

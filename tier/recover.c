@@ -27,8 +27,8 @@
 #include "common/log.h"
 #include "index/journal.h"
 #include "tier/segment.h"
-#include "tier/store.h"
-#include "tier/store_s3.h"
+#include "tier/store/store.h"
+#include "tier/store/store_s3.h"
 #include "tier/tiers_file.h"
 
 #include <dirent.h>

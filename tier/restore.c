@@ -40,7 +40,7 @@
 #include "common/log.h"
 #include "common/uring.h"
 #include "tier/segment.h"
-#include "tier/store.h"
+#include "tier/store/store.h"
 
 #include <errno.h>
 #include <stddef.h>

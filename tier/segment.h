@@ -76,7 +76,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tier/store.h"
+#include "tier/store/store.h"
 
 #define SEG_ALIGN	    4096u
 #define SEG_HDR_SIZE	    4096u

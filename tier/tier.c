@@ -17,9 +17,9 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "tier/store.h"
+#include "tier/store/store.h"
 #include "tier/pressure.h"
-#include "tier/store_s3.h"
+#include "tier/store/store_s3.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -14,7 +14,7 @@
 #include "index/journal.h"
 #include "tier/tiers_file.h"
 #include "tier/segment.h"
-#include "tier/store.h"
+#include "tier/store/store.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,12 +1,12 @@
 /*
  * fuzz_credentials — the AWS shared-credentials file parser
- * (s3_credentials_load in tier/s3req.c, [default] profile), on a 0600 file.
+ * (s3_credentials_load in tier/s3/s3req.c, [default] profile), on a 0600 file.
  * Invariants: accepted keys are non-empty, one line each, trimmed, and
  * copied from the file; a rejected file leaves nothing in *out and says
  * why in one line that never quotes the secret.
  */
 #include "fuzz.h"
-#include "tier/s3req.h"
+#include "tier/s3/s3req.h"
 
 #include <ctype.h>
 #include <errno.h>

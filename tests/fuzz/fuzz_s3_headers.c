@@ -1,6 +1,6 @@
 /*
  * fuzz_s3_headers — S3 response header lines (s3_header_parse in
- * tier/s3req.c: ETag, Retry-After, Content-Range, Content-Length,
+ * tier/s3/s3req.c: ETag, Retry-After, Content-Range, Content-Length,
  * x-amz-bucket-region), against a reference written here.
  * Invariants: the kind matches the name before the first ':' (any case);
  * the text is the trimmed value, NUL-terminated, cut to fit; numbers are
@@ -8,7 +8,7 @@
  * for anything else; the line is never read past its length.
  */
 #include "fuzz.h"
-#include "tier/s3req.h"
+#include "tier/s3/s3req.h"
 
 #include <string.h>
 #include <strings.h>

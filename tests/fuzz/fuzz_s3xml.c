@@ -1,5 +1,5 @@
 /*
- * fuzz_s3xml — the S3 XML response parsers (tier/s3xml.c). The first byte
+ * fuzz_s3xml — the S3 XML response parsers (tier/s3/s3xml.c). The first byte
  * picks the parser: Error, InitiateMultipartUploadResult,
  * CompleteMultipartUpload's reply, ListMultipartUploadsResult,
  * ListBucketResult (ListObjectsV2); the rest is the body.
@@ -9,7 +9,7 @@
  * nothing allocated (outputs empty; LeakSanitizer checks the rest).
  */
 #include "fuzz.h"
-#include "tier/s3xml.h"
+#include "tier/s3/s3xml.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * fuzz_sigv4 — SigV4 canonical URI and query encoding (tier/sigv4.c)
+ * fuzz_sigv4 — SigV4 canonical URI and query encoding (tier/s3/sigv4.c)
  * against the straightforward reference below (AWS's rules: every byte but
  * A-Z a-z 0-9 - . _ ~ is %XX with upper-case hex, '/' kept in paths;
  * parameters sorted by encoded name, then encoded value).
@@ -10,7 +10,7 @@
  * on lines 2 and 3.
  */
 #include "fuzz.h"
-#include "tier/sigv4.h"
+#include "tier/s3/sigv4.h"
 
 #include <string.h>
 

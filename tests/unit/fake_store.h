@@ -10,7 +10,7 @@
 #ifndef SPW_FAKE_STORE_H
 #define SPW_FAKE_STORE_H
 
-#include "tier/store.h"
+#include "tier/store/store.h"
 
 #include <stdint.h>
 

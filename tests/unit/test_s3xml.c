@@ -10,7 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tier/s3xml.h"
+#include "tier/s3/s3xml.h"
 
 #include <errno.h>
 #include <stdio.h>

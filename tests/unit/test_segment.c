@@ -15,7 +15,7 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "tier/segment.h"
-#include "tier/store.h"
+#include "tier/store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -12,7 +12,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "tier/sigv4.h"
+#include "tier/s3/sigv4.h"
 
 #include <errno.h>
 #include <stdio.h>

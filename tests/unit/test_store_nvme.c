@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "common/log.h"
-#include "tier/store.h"
+#include "tier/store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>

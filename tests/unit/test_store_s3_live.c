@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "common/log.h"
-#include "tier/store_s3.h"
+#include "tier/store/store_s3.h"
 #include "tests/unit/s3rver_fixture.h"
 
 #include <arpa/inet.h>

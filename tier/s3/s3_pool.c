@@ -6,7 +6,7 @@
  * (a fresh 16 MiB mapping costs its page faults again) until
  * s3_pool_trim() unmaps them.
  */
-#include "tier/s3_pool.h"
+#include "tier/s3/s3_pool.h"
 
 #include <assert.h>
 #include <errno.h>

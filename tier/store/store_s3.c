@@ -49,13 +49,13 @@
  * for the named objects.
  * Named objects (store_s3_obj.c) run on the same transfers, put and
  * ranged-read machinery, shared through store_s3_i.h. The request engine
- * (transfers, conns, retries) is s3_xfer.c.
+ * (transfers, conns, retries) is tier/s3/s3_xfer.{c,h}.
  */
-#include "tier/store_s3.h"
+#include "tier/store/store_s3.h"
 
 #include "common/log.h"
-#include "tier/s3xml.h"
-#include "tier/store_s3_i.h"
+#include "tier/s3/s3xml.h"
+#include "tier/store/store_s3_i.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -89,16 +89,16 @@ struct s3_put *s3_put_new(struct s3_store *s, char *key)
 		goto fail;
 	p->base.st = &s->base;
 	p->key = key;
-	p->slots = calloc(s->io_workers, sizeof(*p->slots));
-	p->conn = s3_conn_get(s);
+	p->slots = calloc(s->cl.io_workers, sizeof(*p->slots));
+	p->conn = s3_conn_get(&s->cl);
 	if (!p->slots || !p->conn) {
-		s3_conn_put(s, p->conn);
+		s3_conn_put(&s->cl, p->conn);
 		free(p->slots);
 		goto fail;
 	}
-	pthread_mutex_lock(&s->lock);
+	pthread_mutex_lock(&s->cl.lock);
 	s->puts++;
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&s->cl.lock);
 	return p;
 fail:
 	free(key);
@@ -125,7 +125,7 @@ static int put_collect(struct s3_put *p)
 	struct s3_store *s = to_s3(p->base.st);
 	int ret = 0;
 
-	for (unsigned i = 0; i < s->io_workers; i++) {
+	for (unsigned i = 0; i < s->cl.io_workers; i++) {
 		struct part_slot *sl = &p->slots[i];
 
 		if (!sl->busy || sl->x.state != XS_DONE)
@@ -157,7 +157,7 @@ static int put_initiate(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
 	struct s3_xfer x = {.method = "POST", .key = p->key, .q = {{"uploads", ""}}, .nq = 1};
-	int ret = s3_xfer_run(s, p->conn, &x);
+	int ret = s3_xfer_run(&s->cl, p->conn, &x);
 
 	if (ret == 0) {
 		ret = s3xml_parse_initiate(x.resp, x.resp_len, &p->upload_id);
@@ -202,12 +202,12 @@ int s3_put_slot(struct s3_put *p, struct part_slot **out)
 	for (;;) {
 		if ((ret = put_collect(p)))
 			return ret;
-		for (unsigned i = 0; i < s->io_workers && !sl; i++)
+		for (unsigned i = 0; i < s->cl.io_workers && !sl; i++)
 			if (!p->slots[i].busy)
 				sl = &p->slots[i];
 		if (sl)
 			break;
-		s3_conn_step(s, p->conn, 1);
+		s3_conn_step(&s->cl, p->conn, 1);
 	}
 	*out = sl;
 	return 0;
@@ -230,7 +230,7 @@ void s3_put_send(struct s3_put *p, struct part_slot *sl, const uint8_t *body, si
 	sl->x.body_len = len;
 	sl->busy = 1;
 	s3_xfer_submit(p->conn, &sl->x);
-	s3_conn_step(s, p->conn, 0);
+	s3_conn_step(&s->cl, p->conn, 0);
 }
 
 /* Hand the full fill buffer to a free slot as the next part and start its
@@ -265,13 +265,13 @@ static int put_fill_get(struct s3_put *p)
 	for (;;) {
 		int busy = 0;
 
-		for (unsigned i = 0; i < s->io_workers; i++)
+		for (unsigned i = 0; i < s->cl.io_workers; i++)
 			busy |= p->slots[i].busy;
 		ret = s3_pool_get(s->pool, busy ? 0 : POOL_WAIT_MS, &buf);
 		if (ret != -EAGAIN)
 			break;
 		if (busy) {
-			s3_conn_step(s, p->conn, 1);
+			s3_conn_step(&s->cl, p->conn, 1);
 			if ((ret = put_collect(p)))
 				return ret;
 		}
@@ -307,7 +307,7 @@ static int s3_put_append(struct store_put *put, const void *buf, size_t len)
 		len -= n;
 	}
 	if (p->upload_id) { /* keep the parts in flight moving */
-		s3_conn_step(s, p->conn, 0);
+		s3_conn_step(&s->cl, p->conn, 0);
 		if ((p->err = put_collect(p)))
 			return p->err;
 	}
@@ -325,7 +325,7 @@ static void put_abort_upload(struct s3_put *p)
 		return;
 	snprintf(seg, sizeof(seg), "segment %016" PRIx64, p->seg_id);
 	x.q[0] = (struct sigv4_kv){"uploadId", p->upload_id};
-	ret = s3_xfer_run(s, p->conn, &x);
+	ret = s3_xfer_run(&s->cl, p->conn, &x);
 	if (ret == -EOPNOTSUPP)
 		log_warn("s3 %s: the server cannot abort multipart uploads (%s); the parts of "
 			 "%s%s stay until its lifecycle rules remove them",
@@ -341,7 +341,7 @@ void s3_put_cancel(struct s3_put *p)
 {
 	struct s3_store *s = to_s3(p->base.st);
 
-	for (unsigned i = 0; i < s->io_workers; i++)
+	for (unsigned i = 0; i < s->cl.io_workers; i++)
 		s3_xfer_cancel(p->conn, &p->slots[i].x);
 	put_abort_upload(p);
 }
@@ -357,11 +357,11 @@ int s3_put_drain(struct s3_put *p)
 
 		if ((ret = put_collect(p)))
 			return ret;
-		for (unsigned i = 0; i < s->io_workers; i++)
+		for (unsigned i = 0; i < s->cl.io_workers; i++)
 			busy |= p->slots[i].busy;
 		if (!busy)
 			return 0;
-		s3_conn_step(s, p->conn, 1);
+		s3_conn_step(&s->cl, p->conn, 1);
 	}
 }
 
@@ -370,12 +370,12 @@ void s3_put_free(struct s3_put *p)
 	struct s3_store *s = to_s3(p->base.st);
 	int idle;
 
-	for (unsigned i = 0; i < s->io_workers; i++) {
+	for (unsigned i = 0; i < s->cl.io_workers; i++) {
 		s3_xfer_cancel(p->conn, &p->slots[i].x);
 		s3_xfer_fini(&p->slots[i].x);
 		s3_pool_put(s->pool, p->slots[i].buf);
 	}
-	s3_conn_put(s, p->conn);
+	s3_conn_put(&s->cl, p->conn);
 	for (unsigned i = 0; i < p->etags_cap; i++)
 		free(p->etags[i]);
 	free(p->etags);
@@ -383,9 +383,9 @@ void s3_put_free(struct s3_put *p)
 	s3_pool_put(s->pool, p->fill);
 	free(p->upload_id);
 	free(p->key);
-	pthread_mutex_lock(&s->lock);
+	pthread_mutex_lock(&s->cl.lock);
 	idle = --s->puts == 0;
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&s->cl.lock);
 	if (idle) /* no upload running: the part buffers go back to the OS */
 		s3_pool_trim(s->pool);
 	free(p);
@@ -425,7 +425,7 @@ int s3_put_complete(struct s3_put *p)
 	x.q[0] = (struct sigv4_kv){"uploadId", p->upload_id};
 	x.body = (const uint8_t *)body;
 	x.body_len = blen;
-	ret = s3_xfer_run(s, p->conn, &x);
+	ret = s3_xfer_run(&s->cl, p->conn, &x);
 	if (ret)
 		put_log(p, "CompleteMultipartUpload", &x);
 	s3_xfer_fini(&x);
@@ -446,7 +446,7 @@ static int s3_put_finish(struct store_put *put, uint32_t *dev)
 
 		x.body = p->fill;
 		x.body_len = p->fill_len;
-		ret = s3_xfer_run(s, p->conn, &x);
+		ret = s3_xfer_run(&s->cl, p->conn, &x);
 		if (ret) {
 			put_log(p, "PUT", &x);
 			ret = ret == -ENOMEM ? ret : -EIO;
@@ -462,9 +462,9 @@ static int s3_put_finish(struct store_put *put, uint32_t *dev)
 		if ((ret = s3_put_complete(p)))
 			goto fail;
 	}
-	pthread_mutex_lock(&s->lock);
+	pthread_mutex_lock(&s->cl.lock);
 	s->used += p->size;
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&s->cl.lock);
 	*dev = 0;
 	s3_put_free(p);
 	return 0;
@@ -475,7 +475,7 @@ fail:
 		 * reply lost: delete the key, so a failed put leaves nothing behind
 		 * (deleting a missing key is a 204 in S3). */
 		struct s3_xfer d = {.method = "DELETE", .key = p->key};
-		if (s3_xfer_run(s, p->conn, &d) && d.status != 404)
+		if (s3_xfer_run(&s->cl, p->conn, &d) && d.status != 404)
 			log_warn("s3 %s: cannot delete %s after a failed put: %s", s->name, p->key,
 				 d.why);
 		s3_xfer_fini(&d);
@@ -510,7 +510,7 @@ int s3_read_pieces(struct s3_store *s, struct s3_conn *c, const char *key, uint6
 	if (len == 0)
 		return 0;
 	npieces = (len + s->part_size - 1) / s->part_size;
-	nslots = npieces < s->io_workers ? npieces : s->io_workers;
+	nslots = npieces < s->cl.io_workers ? npieces : s->cl.io_workers;
 	xs = calloc(nslots, sizeof(*xs));
 	if (!xs)
 		return -ENOMEM;
@@ -565,7 +565,7 @@ int s3_read_pieces(struct s3_store *s, struct s3_conn *c, const char *key, uint6
 			}
 			break;
 		}
-		s3_conn_step(s, c, 1);
+		s3_conn_step(&s->cl, c, 1);
 	}
 	free(xs);
 	return ret;
@@ -587,9 +587,9 @@ static int s3_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off
 		return 0;
 	snprintf(what, sizeof(what), "segment %016" PRIx64, seg_id);
 	key = s3_seg_key(s->prefix, seg_id);
-	c = s3_conn_get(s);
+	c = s3_conn_get(&s->cl);
 	ret = key && c ? s3_read_pieces(s, c, key, off, buf, len, NULL, what) : -ENOMEM;
-	s3_conn_put(s, c);
+	s3_conn_put(&s->cl, c);
 	free(key);
 	return ret;
 }
@@ -608,15 +608,15 @@ static int s3_remove(struct store *st, uint64_t seg_id, uint32_t dev)
 		return -ENOMEM;
 	head.key = del.key = key;
 	/* S3's DELETE succeeds on absent keys: HEAD first, for -ENOENT and the size. */
-	ret = s3_xfer_run(s, NULL, &head);
+	ret = s3_xfer_run(&s->cl, NULL, &head);
 	if (ret == 0)
-		ret = s3_xfer_run(s, NULL, &del);
+		ret = s3_xfer_run(&s->cl, NULL, &del);
 	if (ret == 0) {
 		uint64_t size = head.clen > 0 ? (uint64_t)head.clen : 0;
 
-		pthread_mutex_lock(&s->lock);
+		pthread_mutex_lock(&s->cl.lock);
 		s->used -= size < s->used ? size : s->used;
-		pthread_mutex_unlock(&s->lock);
+		pthread_mutex_unlock(&s->cl.lock);
 	} else if (ret != -ENOENT) {
 		log_err("s3 %s: removing segment %016" PRIx64 ": %s", s->name, seg_id,
 			head.err ? head.why : del.why);
@@ -636,10 +636,10 @@ static int s3_stat(struct store *st, struct store_dev_stat *out, int max)
 		return 1;
 	memset(out, 0, sizeof(*out));
 	snprintf(out->name, sizeof(out->name), "%s", s->name);
-	pthread_mutex_lock(&s->lock);
+	pthread_mutex_lock(&s->cl.lock);
 	out->used = s->used;
-	out->failed = s->failed;
-	pthread_mutex_unlock(&s->lock);
+	out->failed = s->cl.failed;
+	pthread_mutex_unlock(&s->cl.lock);
 	out->total = S3_CAPACITY;
 	out->avail = S3_CAPACITY > out->used ? S3_CAPACITY - out->used : 0;
 	return 1;
@@ -663,7 +663,7 @@ char *s3_list_prefix(const struct s3_store *s)
 int s3_list_keys(struct s3_store *s, const char *prefix,
 		 int (*fn)(void *arg, const char *key, uint64_t size), void *arg, const char *what)
 {
-	struct s3_conn *c = s3_conn_get(s);
+	struct s3_conn *c = s3_conn_get(&s->cl);
 	char *token = NULL, page[16];
 	int ret = 0;
 
@@ -680,7 +680,7 @@ int s3_list_keys(struct s3_store *s, const char *prefix,
 			x.q[x.nq++] = (struct sigv4_kv){"max-keys", page};
 		if (token)
 			x.q[x.nq++] = (struct sigv4_kv){"continuation-token", token};
-		ret = s3_xfer_run(s, c, &x);
+		ret = s3_xfer_run(&s->cl, c, &x);
 		if (ret == 0) {
 			ret = s3xml_parse_list_objects(x.resp, x.resp_len, &o);
 			if (ret == -EINVAL)
@@ -708,7 +708,7 @@ int s3_list_keys(struct s3_store *s, const char *prefix,
 		if (ret || !token)
 			break;
 	}
-	s3_conn_put(s, c);
+	s3_conn_put(&s->cl, c);
 	free(token);
 	return ret;
 }
@@ -758,20 +758,20 @@ static void s3_close(struct store *st)
 
 	if (s->puts)
 		log_err("s3 %s: closed with %u puts in flight", s->name, s->puts);
-	while (s->idle) {
-		struct s3_conn *c = s->idle;
+	while (s->cl.idle) {
+		struct s3_conn *c = s->cl.idle;
 
-		s->idle = c->next;
+		s->cl.idle = c->next;
 		s3_conn_free(c);
 	}
 	s3_pool_free(s->pool);
-	s3_credentials_free(&s->creds);
-	pthread_mutex_destroy(&s->lock);
+	s3_credentials_free(&s->cl.creds);
+	pthread_mutex_destroy(&s->cl.lock);
 	free(s->endpoint);
 	free(s->region);
 	free(s->bucket);
 	free(s->prefix);
-	free(s->ca_file);
+	free(s->cl.ca_file);
 	free(s);
 }
 
@@ -794,7 +794,7 @@ const struct store_ops s3_ops = {
 static int check_bucket(struct s3_store *s, char *err, size_t errlen)
 {
 	struct s3_xfer x = {.method = "HEAD", .max_attempts = S3_OPEN_ATTEMPTS};
-	int ret = s3_xfer_run(s, NULL, &x);
+	int ret = s3_xfer_run(&s->cl, NULL, &x);
 
 	if (ret == 0)
 		goto out;
@@ -882,7 +882,7 @@ static void abort_stale_uploads(struct s3_store *s)
 			x.q[x.nq++] = (struct sigv4_kv){"key-marker", key_marker};
 		if (id_marker)
 			x.q[x.nq++] = (struct sigv4_kv){"upload-id-marker", id_marker};
-		ret = s3_xfer_run(s, NULL, &x);
+		ret = s3_xfer_run(&s->cl, NULL, &x);
 		if (ret == 0 && s3xml_parse_list_uploads(x.resp, x.resp_len, &u)) {
 			snprintf(x.why, sizeof(x.why), "unparsable ListMultipartUploads reply");
 			ret = -EIO;
@@ -901,7 +901,7 @@ static void abort_stale_uploads(struct s3_store *s)
 			if (!stale_seg_key(s, plen, u.v[i].key))
 				continue;
 			a.q[0] = (struct sigv4_kv){"uploadId", u.v[i].upload_id};
-			ret = s3_xfer_run(s, NULL, &a);
+			ret = s3_xfer_run(&s->cl, NULL, &a);
 			if (ret && ret != -ENOENT)
 				log_warn("s3 %s: aborting a stale upload of %s: %s", s->name,
 					 u.v[i].key, a.why);
@@ -940,12 +940,12 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->cl.lock, NULL);
 	s->base.ops = &s3_ops;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	s->rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (uint64_t)getpid() ^
+	s->cl.rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (uint64_t)getpid() ^
 		 (uint64_t)(uintptr_t)s;
-	s->rng |= 1;
+	s->cl.rng |= 1;
 	ret = s3_url_parse_err(cfg->url, &s->bucket, &s->prefix, err, errlen);
 	if (ret)
 		goto err;
@@ -972,7 +972,7 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 			snprintf(err, errlen, "s3_ca_file=%s: %s", cfg->ca_file, strerror(errno));
 			goto err;
 		}
-		if (!(s->ca_file = strdup(cfg->ca_file)))
+		if (!(s->cl.ca_file = strdup(cfg->ca_file)))
 			goto err_nomem;
 	}
 	s->part_size = cfg->part_size ? cfg->part_size : S3_DEFAULT_PART_SIZE;
@@ -992,11 +992,11 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 	if ((ret = s3_pool_new(s->part_size, (unsigned)bufs, &s->pool)))
 		goto err;
 	s->list_page = cfg->list_page;
-	s->io_workers = cfg->io_workers ? cfg->io_workers : S3_DEFAULT_IO_WORKERS;
-	if (s->io_workers > S3_MAX_IO_WORKERS)
-		s->io_workers = S3_MAX_IO_WORKERS;
-	s->target = (struct s3_target){s->endpoint, s->region, s->bucket, cfg->path_style};
-	ret = s3_credentials_load(cfg->credentials_file, &s->creds, err, errlen);
+	s->cl.io_workers = cfg->io_workers ? cfg->io_workers : S3_DEFAULT_IO_WORKERS;
+	if (s->cl.io_workers > S3_MAX_IO_WORKERS)
+		s->cl.io_workers = S3_MAX_IO_WORKERS;
+	s->cl.target = (struct s3_target){s->endpoint, s->region, s->bucket, cfg->path_style};
+	ret = s3_credentials_load(cfg->credentials_file, &s->cl.creds, err, errlen);
 	if (ret)
 		goto err;
 	s3_xfer_global_init();
@@ -1007,7 +1007,7 @@ int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, si
 	log_info("s3 %s: bucket reachable at %s (%s-style, parts of %" PRIu64 " MiB, %u "
 		 "connections, %" PRIu64 " part buffers)",
 		 s->name, s->endpoint, cfg->path_style ? "path" : "virtual-host",
-		 s->part_size >> 20, s->io_workers, bufs);
+		 s->part_size >> 20, s->cl.io_workers, bufs);
 	err[0] = 0;
 	*out = &s->base;
 	return 0;

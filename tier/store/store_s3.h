@@ -17,9 +17,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tier/s3_pool.h" /* struct s3_pool_stats */
-#include "tier/s3req.h"	  /* s3_url_parse, s3_credentials_load, ... */
-#include "tier/store.h"
+#include "tier/s3/s3_pool.h" /* struct s3_pool_stats */
+#include "tier/s3/s3req.h"	  /* s3_url_parse, s3_credentials_load, ... */
+#include "tier/store/store.h"
 
 #define S3_DEFAULT_PART_SIZE	 (16ull << 20)
 #define S3_MIN_PART_SIZE	 (5ull << 20) /* S3's smallest non-final part */

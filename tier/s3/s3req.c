@@ -5,7 +5,7 @@
  * is checked is the mode of the file that is read), read, parse, wipe.
  * Secrets are copied only into s3_creds and wiped when freed.
  */
-#include "tier/s3req.h"
+#include "tier/s3/s3req.h"
 
 #include "common/log.h"
 

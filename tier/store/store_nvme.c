@@ -21,7 +21,7 @@
  * in use is never closed under its reader; removing a segment closes its
  * cached fd (at once, or by its last reader) so the space is freed.
  */
-#include "tier/store.h"
+#include "tier/store/store.h"
 
 #include "common/log.h"
 #include "common/uring.h"

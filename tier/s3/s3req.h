@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "tier/sigv4.h"
+#include "tier/s3/sigv4.h"
 
 /* Retry schedule: attempts per request, and full-jitter backoff bounds. */
 #define S3_MAX_ATTEMPTS	       8u

@@ -1,12 +1,13 @@
 /*
- * s3_xfer — the S3 store's request engine (contract: store_s3_i.h; retry and
+ * s3_xfer — the S3 request engine (contract: s3_xfer.h; retry and
  * logging rules: store_s3.c DESIGN). A transfer is signed afresh on every
  * attempt and driven by s3_conn_step() on the libcurl multi handle of one
- * conn; conns are pooled in the store.
+ * conn; conns are pooled in the s3_client.
  */
+#include "tier/s3/s3_xfer.h"
+
 #include "common/log.h"
-#include "tier/s3xml.h"
-#include "tier/store_s3_i.h"
+#include "tier/s3/s3xml.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -196,7 +197,7 @@ static void conn_unlink(struct s3_conn *c, struct s3_xfer *x)
 	x->next = NULL;
 }
 
-static void xfer_finish(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, int err)
+static void xfer_finish(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x, int err)
 {
 	xfer_release(c, x);
 	conn_unlink(c, x);
@@ -211,7 +212,7 @@ static void xfer_finish(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x
 }
 
 /* Sign and start one attempt. 0 or -errno (then the transfer is finished with it). */
-static int xfer_start(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
+static int xfer_start(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x)
 {
 	char range[64];
 	struct s3_req_spec rq = {x->method, x->key, x->q, x->nq, NULL, x->body_hash};
@@ -329,7 +330,7 @@ static int retryable_curl(CURLcode r, int *conn)
 }
 
 /* One attempt ended with res: finish the transfer or schedule its retry. */
-static void xfer_done(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, CURLcode res)
+static void xfer_done(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x, CURLcode res)
 {
 	struct s3xml_error e = {{0}, {0}};
 	int retry = 0, throttled = 0, conn = 0, err = -EIO;
@@ -428,7 +429,7 @@ static void xfer_done(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x, 
 	x->state = XS_WAITING;
 }
 
-static int conn_reap(struct s3_store *s, struct s3_conn *c)
+static int conn_reap(struct s3_client *s, struct s3_conn *c)
 {
 	CURLMsg *m;
 	int left, n = 0;
@@ -446,7 +447,7 @@ static int conn_reap(struct s3_store *s, struct s3_conn *c)
 }
 
 /* Start due retries, move data; with wait, block (<= 1 s) until something completes. */
-void s3_conn_step(struct s3_store *s, struct s3_conn *c, int wait)
+void s3_conn_step(struct s3_client *s, struct s3_conn *c, int wait)
 {
 	uint64_t now = now_ms(), next_due = UINT64_MAX;
 	struct s3_xfer *x, *nx;
@@ -494,7 +495,7 @@ void s3_xfer_fini(struct s3_xfer *x)
 	x->resp_len = x->resp_cap = 0;
 }
 
-struct s3_conn *s3_conn_get(struct s3_store *s)
+struct s3_conn *s3_conn_get(struct s3_client *s)
 {
 	struct s3_conn *c;
 
@@ -527,7 +528,7 @@ void s3_conn_free(struct s3_conn *c)
 	free(c);
 }
 
-void s3_conn_put(struct s3_store *s, struct s3_conn *c)
+void s3_conn_put(struct s3_client *s, struct s3_conn *c)
 {
 	if (!c)
 		return;
@@ -540,7 +541,7 @@ void s3_conn_put(struct s3_store *s, struct s3_conn *c)
 }
 
 /* Run x to completion on c (or on a pooled conn when c is NULL). Returns x->err. */
-int s3_xfer_run(struct s3_store *s, struct s3_conn *c, struct s3_xfer *x)
+int s3_xfer_run(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x)
 {
 	struct s3_conn *own = NULL;
 

@@ -19,10 +19,10 @@
  * Threading: any thread; each call borrows its own conn (a multipart put
  * holds one for its life), so calls run concurrently with segment traffic.
  */
-#include "tier/store_s3.h"
+#include "tier/store/store_s3.h"
 
 #include "common/log.h"
-#include "tier/store_s3_i.h"
+#include "tier/store/store_s3_i.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -96,7 +96,7 @@ int store_s3_put_object(struct store *st, const char *name, const void *buf, siz
 	if (len <= s->part_size) {
 		struct s3_xfer x = {.method = "PUT", .key = key, .body = buf, .body_len = len};
 
-		ret = s3_xfer_run(s, NULL, &x);
+		ret = s3_xfer_run(&s->cl, NULL, &x);
 		if (ret) {
 			log_err("s3 %s: PUT of object %s failed: %s", s->name, key, x.why);
 			ret = ret == -ENOENT ? -EIO : obj_err(ret);
@@ -151,7 +151,7 @@ int store_s3_get_object(struct store *st, const char *name, void **buf, size_t *
 
 	if (ret)
 		return ret;
-	c = s3_conn_get(s);
+	c = s3_conn_get(&s->cl);
 	if (!c || asprintf(&what, "object %s", key) < 0) {
 		what = NULL;
 		ret = -ENOMEM;
@@ -171,7 +171,7 @@ int store_s3_get_object(struct store *st, const char *name, void **buf, size_t *
 		x.dst = data;
 		x.dst_len = OBJ_PROBE;
 		memcpy(x.body_hash, EMPTY_SHA256, sizeof(EMPTY_SHA256));
-		ret = s3_xfer_run(s, c, &x);
+		ret = s3_xfer_run(&s->cl, c, &x);
 		if (ret == 0 && x.obj_total < 0) {
 			snprintf(x.why, sizeof(x.why), "no object size in the reply");
 			ret = -EIO;
@@ -215,7 +215,7 @@ int store_s3_get_object(struct store *st, const char *name, void **buf, size_t *
 		}
 	}
 out:
-	s3_conn_put(s, c);
+	s3_conn_put(&s->cl, c);
 	if (ret) {
 		free(data);
 	} else {
@@ -238,9 +238,9 @@ int store_s3_delete_object(struct store *st, const char *name)
 		return ret;
 	head.key = del.key = key;
 	/* S3's DELETE succeeds on absent keys: HEAD first, for -ENOENT. */
-	ret = s3_xfer_run(s, NULL, &head);
+	ret = s3_xfer_run(&s->cl, NULL, &head);
 	if (ret == 0)
-		ret = s3_xfer_run(s, NULL, &del);
+		ret = s3_xfer_run(&s->cl, NULL, &del);
 	if (ret && ret != -ENOENT) {
 		log_err("s3 %s: deleting object %s: %s", s->name, key,
 			head.err ? head.why : del.why);

@@ -7,7 +7,7 @@
  * Elements are found among the direct children of their parent by local
  * name, which makes the S3 namespace optional. Parse errors are not printed.
  */
-#include "tier/s3xml.h"
+#include "tier/s3/s3xml.h"
 
 #include <errno.h>
 #include <pthread.h>

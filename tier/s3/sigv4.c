@@ -5,7 +5,7 @@
  * signature. Strings are built in a small growable buffer; every
  * intermediate holding key material is wiped before it is freed.
  */
-#include "tier/sigv4.h"
+#include "tier/s3/sigv4.h"
 
 #include <ctype.h>
 #include <errno.h>
