@@ -201,16 +201,21 @@ static int chunk_read(struct tier *t, uint64_t seg, const struct seg_entry *e, u
 }
 
 /*
- * Write all len bytes of buf at off into the hot file. A plain pwrite, not
- * the ring: the hot file is on tmpfs, whose buffered writes io_uring cannot
- * do inline and punts to an io-wq worker (the iou-wrk threads in a profile),
- * a thread hand-off and wake-up per write on the reader's path for what is
- * a memory copy. 0 or -errno.
+ * Write all len bytes of buf at off into the hot file. Up to one ring piece
+ * (the reader's blocks) a plain pwrite: the hot file is on tmpfs, whose
+ * buffered writes io_uring cannot do inline and punts to an io-wq worker (the
+ * iou-wrk threads in a profile), a thread hand-off and wake-up on the
+ * reader's path for what is a memory copy. Larger writes (a whole chunk, the
+ * rest of one) stay on the ring, whose pieces the io-wq workers copy in
+ * parallel: a single-threaded pwrite of 4 MiB halved the sequential restore
+ * rate in bench_faultin. 0 or -errno.
  */
 static int hot_write_full(int fd, const void *buf, size_t len, uint64_t off)
 {
 	const char *p = buf;
 
+	if (len > URING_PIECE)
+		return uring_write_full(fd, buf, len, off);
 	while (len) {
 		ssize_t n = pwrite(fd, p, len, (off_t)off);
 
