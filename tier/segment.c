@@ -440,6 +440,86 @@ static int extents_valid(uint32_t chunk_len, const struct seg_extent *ext, uint3
  * One record: the extents' bytes from data (back to back) or from fd at
  * fd_base + extent offset, then the map unless the record is plain.
  */
+/*
+ * Map cache: the maps of recently written or read mapped records, so that a
+ * partial read of a record whose map is known needs one I/O (the reader's
+ * blocks) instead of two in sequence (the record's tail, then the blocks).
+ * Direct-mapped on (segment, record offset), MAPC_SLOTS slots, maps of at
+ * most MAPC_MAX bytes (a 4 MiB chunk of one extent: ~290 bytes): bounded at
+ * MAPC_SLOTS * MAPC_MAX. Nothing is trusted from it: a hit must match the
+ * record's segment, offset, length and crc, and the copy is checked by
+ * map_tail and map_decode (its crc against the entry's) as a map read from
+ * the disk is; the blocks are verified against its crcs as always. Stale
+ * slots (a removed segment) can only miss, so nothing invalidates them.
+ */
+#define MAPC_SLOTS 2048u
+#define MAPC_MAX SEG_ALIGN
+
+struct mapc_slot {
+	uint64_t seg_id, off;
+	uint32_t len, crc, map_len;
+	uint8_t *map; /* map_len bytes, malloc'ed; NULL = empty */
+};
+
+static struct mapc_slot mapc[MAPC_SLOTS];
+static pthread_mutex_t mapc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint32_t mapc_slot_of(uint64_t seg_id, uint64_t off)
+{
+	uint64_t h = (seg_id * 0x9e3779b97f4a7c15ull) ^ (off / SEG_ALIGN * 0xc2b2ae3d27d4eb4full);
+
+	return (uint32_t)(h >> 32) % MAPC_SLOTS;
+}
+
+static void mapc_put(uint64_t seg_id, uint64_t off, uint32_t len, uint32_t crc,
+		     const uint8_t *map, uint32_t map_len)
+{
+	struct mapc_slot *sl = &mapc[mapc_slot_of(seg_id, off)];
+	uint8_t *copy, *old = NULL;
+
+	if (map_len > MAPC_MAX || !(copy = malloc(map_len)))
+		return;
+	memcpy(copy, map, map_len);
+	pthread_mutex_lock(&mapc_lock);
+	if (sl->map && sl->map_len == map_len) { /* reuse the buffer */
+		old = copy;
+		copy = sl->map;
+		memcpy(copy, map, map_len);
+	} else {
+		old = sl->map;
+	}
+	*sl = (struct mapc_slot){seg_id, off, len, crc, map_len, copy};
+	pthread_mutex_unlock(&mapc_lock);
+	free(old);
+}
+
+void seg_map_cache_drop(void)
+{
+	pthread_mutex_lock(&mapc_lock);
+	for (uint32_t i = 0; i < MAPC_SLOTS; i++) {
+		free(mapc[i].map);
+		mapc[i] = (struct mapc_slot){0};
+	}
+	pthread_mutex_unlock(&mapc_lock);
+}
+
+/* Copy the cached map of record (seg_id, e) into buf (MAPC_MAX bytes): its
+ * length, or 0 on a miss. Unchecked: the caller decodes it as from disk. */
+static uint32_t mapc_get(uint64_t seg_id, const struct seg_entry *e, uint8_t *buf)
+{
+	struct mapc_slot *sl = &mapc[mapc_slot_of(seg_id, e->off)];
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&mapc_lock);
+	if (sl->map && sl->seg_id == seg_id && sl->off == e->off && sl->len == e->len &&
+	    sl->crc == e->crc) {
+		n = sl->map_len;
+		memcpy(buf, sl->map, n);
+	}
+	pthread_mutex_unlock(&mapc_lock);
+	return n;
+}
+
 static int w_record(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
 		    uint32_t chunk_len, const struct seg_extent *ext, uint32_t next,
 		    const uint8_t *data, int fd, uint64_t fd_base, struct seg_entry *entry_out)
@@ -489,6 +569,7 @@ static int w_record(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t
 		ret = w_emit(w, map, map_len);
 		if (ret < 0)
 			goto out;
+		mapc_put(w->seg_id, off, (uint32_t)(w_pos(w) - off), crc, map, map_len);
 	} else {
 		crc = b.v[0];
 	}
@@ -899,6 +980,7 @@ int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 		if ((ret = map_tail(p + e->len - SEG_MAP_TAIL, e->len, &m)) < 0 ||
 		    (ret = map_decode(p + m.data_len, e->crc, &m)) < 0)
 			goto out;
+		mapc_put(seg_id, e->off, e->len, e->crc, p + m.data_len, m.map_len);
 		if (m.nblocks && blocks_verify(p, &m, 0, m.nblocks - 1) < 0) {
 			ret = -EBADMSG;
 			goto out;
@@ -956,10 +1038,21 @@ static int part_mapped(struct store *st, uint64_t seg_id, uint32_t dev, const st
 	struct rmap m = {0};
 	const uint8_t *p, *q;
 	void *mbuf = NULL, *dbuf = NULL;
-	uint32_t b0, b1, n = 0;
+	uint32_t b0, b1, n = 0, cn;
+	uint8_t cached[MAPC_MAX];
 	int ret;
 
-	/* the map, found from the record's end */
+	/* the map: cached, or found from the record's end */
+	if ((cn = mapc_get(seg_id, e, cached)) >= SEG_MAP_TAIL && cn <= e->len) {
+		*what = "verifying";
+		if ((ret = map_tail(cached + cn - SEG_MAP_TAIL, e->len, &m)) < 0 ||
+		    m.map_len != cn)
+			goto read_map; /* not this record's: read it */
+		p = cached;
+		goto decode;
+	}
+read_map:
+	*what = "reading";
 	if ((ret = read_window(st, seg_id, dev, end - tl, tl, &mbuf, &p)) < 0)
 		goto out;
 	*what = "verifying";
@@ -974,8 +1067,17 @@ static int part_mapped(struct store *st, uint64_t seg_id, uint32_t dev, const st
 	} else {
 		p += tl - m.map_len;
 	}
-	if ((ret = map_decode(p, e->crc, &m)) < 0)
+	cn = 0;
+decode:
+	if ((ret = map_decode(p, e->crc, &m)) < 0) {
+		if (cn && ret == -EBADMSG) {
+			cn = 0; /* a cached map that does not check: read it */
+			goto read_map;
+		}
 		goto out;
+	}
+	if (!cn)
+		mapc_put(seg_id, e->off, e->len, e->crc, p, m.map_len);
 	/* the stored bytes the range needs, and the blocks holding them */
 	for (uint32_t i = 0; i < m.next; pos += m.ext[i].len, i++) {
 		uint64_t xo = m.ext[i].off, xe = xo + m.ext[i].len;

@@ -230,9 +230,16 @@ void seg_chunk_free(struct seg_chunk *c);
  * plain record (one block; v1: the whole payload, one crc) is read whole.
  * A bad block outside the range is neither read nor reported. Caller owns
  * *out on success only: seg_chunk_free(). Errors as seg_read_chunk().
+ * The map comes from a small process-wide cache of the maps last written
+ * (seg_writer) or read, when it holds this record's (same segment, offset,
+ * length and crc, and the copy checks): then only the blocks are read, and
+ * damage to the map on the disk is seen by the next read that misses, or by
+ * seg_read_chunk (which always reads the map).
  */
 int seg_read_part(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
 		  uint64_t off, uint64_t len, struct seg_chunk *out);
+/* Empty the map cache of seg_read_part (tests: make the next read go to the disk). */
+void seg_map_cache_drop(void);
 /*
  * Read bytes [off, off + len) of the chunk of e into dst (holes, and
  * anything past the stored data, read as zeros), fetching and verifying

@@ -753,6 +753,55 @@ static void test_v2_block_crc(void **state)
 	free(data);
 }
 
+/* The map cache: a partial read takes the map the writer (or a read) left
+ * in the cache, checked as from disk; the blocks are still verified; a
+ * record whose crc differs never gets it. */
+static void test_v2_map_cache(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t sz = 3 * SEG_BLOCK + 1000;
+	uint8_t *data = malloc(sz);
+	struct seg_entry e, e2;
+	struct seg_writer *w;
+	struct seg_chunk sc;
+	uint64_t seg_len;
+	uint32_t dev;
+
+	assert_non_null(data);
+	fill_pattern(data, sz, 80);
+	assert_int_equal(seg_writer_new(f->st, uuid, 36, 0, &w), 0);
+	assert_int_equal(seg_writer_add(w, 7, 0, 1, data, sz, &e), 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	/* the map on the disk is damaged after the write: the cached copy serves */
+	flip_byte(f, 36, e.off + sz + 2);
+	assert_int_equal(seg_read_part(f->st, 36, dev, &e, SEG_BLOCK + 5, 100, &sc), 0);
+	assert_int_equal(sc.data_len, 100);
+	assert_memory_equal(sc.data, data + SEG_BLOCK + 5, 100);
+	seg_chunk_free(&sc);
+	/* another crc (another record at that place) is not given the cached map */
+	e2 = e;
+	e2.crc ^= 1;
+	spw_log_level = LOG_CRIT;
+	assert_int_equal(seg_read_part(f->st, 36, dev, &e2, 0, 100, &sc), -EBADMSG);
+	/* a bad block is still refused with a cached map */
+	flip_byte(f, 36, e.off + 10);
+	assert_int_equal(seg_read_part(f->st, 36, dev, &e, 0, 100, &sc), -EBADMSG);
+	flip_byte(f, 36, e.off + 10);
+	/* once it is gone, the damaged map on the disk is refused */
+	seg_map_cache_drop();
+	assert_int_equal(seg_read_part(f->st, 36, dev, &e, SEG_BLOCK + 5, 100, &sc), -EBADMSG);
+	spw_log_level = LOG_INFO;
+	/* a good map read from the disk is cached again */
+	flip_byte(f, 36, e.off + sz + 2);
+	assert_int_equal(seg_read_part(f->st, 36, dev, &e, 0, 100, &sc), 0);
+	seg_chunk_free(&sc);
+	flip_byte(f, 36, e.off + sz + 2);
+	assert_int_equal(seg_read_part(f->st, 36, dev, &e, 2 * SEG_BLOCK, 100, &sc), 0);
+	assert_memory_equal(sc.data, data + 2 * SEG_BLOCK, 100);
+	seg_chunk_free(&sc);
+	free(data);
+}
+
 /* A corrupted map (extents, block crcs, or sizes) is refused. */
 static void test_v2_bad_map(void **state)
 {
@@ -776,6 +825,7 @@ static void test_v2_bad_map(void **state)
 	for (uint32_t i = 0; i < map_len; i++) {
 		flip_byte(f, 34, map + i);
 		assert_int_equal(seg_read_chunk(f->st, 34, dev, &e, &sc), -EBADMSG);
+		seg_map_cache_drop(); /* the writer left the good map in the cache */
 		assert_int_equal(seg_read_range(f->st, 34, dev, &e, 1000, 100, got), -EBADMSG);
 		flip_byte(f, 34, map + i);
 	}
@@ -909,6 +959,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_v2_block_crc, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v2_bad_map, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v2_read_part, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_v2_map_cache, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v1_fixture, setup, teardown),
 	};
 
