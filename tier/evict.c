@@ -225,7 +225,8 @@ static void collect_hot(struct tier *t, struct cand_set *cs)
 		struct inode *in = idx_get(t->idx, inos[i]);
 		if (!in)
 			continue;
-		if (S_ISREG(in->mode) && collect_chunks(t, cs, in, 0) > 0)
+		/* only regular files have hot files */
+		if (collect_chunks(t, cs, in, 0) > 0)
 			cs->refs[cs->nrefs++] = in; /* the ref is the candidate set's now */
 		else
 			idx_put(t->idx, in);
@@ -1135,7 +1136,7 @@ void evict_stop(struct tier *t)
 	if (!t->evict_started)
 		return;
 	pthread_mutex_lock(&t->lock);
-	t->stopping = 1;
+	__atomic_store_n(&t->stopping, 1, __ATOMIC_RELEASE); /* read under rlock too */
 	pthread_cond_broadcast(&t->wake);
 	pthread_cond_broadcast(&t->room);
 	pthread_mutex_unlock(&t->lock);

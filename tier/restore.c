@@ -566,7 +566,6 @@ void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t la
 		if (in->chunks[c].state != CHUNK_COLD || !(j = calloc(1, sizeof(*j))))
 			continue;
 		in->chunks[c].queued = 1;
-		idx_ref(t->idx, in);
 		j->in = in;
 		j->c = c;
 		j->ahead = 1;
@@ -575,6 +574,9 @@ void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t la
 		n++;
 	}
 	idx_inode_unlock(in);
+	/* each job holds a ref (index lock: never under the inode lock) */
+	for (struct restore_job *j = head; j; j = j->next)
+		idx_ref(t->idx, in);
 	if (!head)
 		return;
 	__atomic_add_fetch(&t->st.readahead_chunks, n, __ATOMIC_RELAXED);
@@ -603,9 +605,9 @@ static void *restore_worker(void *arg)
 	pthread_mutex_lock(&t->rlock);
 	for (;;) {
 		struct restore_job *j;
-		while (!t->rq_head && !t->ra_head && !t->stopping)
+		while (!t->rq_head && !t->ra_head && !__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE))
 			pthread_cond_wait(&t->rcond, &t->rlock);
-		if (t->stopping)
+		if (__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE))
 			break;
 		if ((j = t->ra_head)) { /* sequential readers first */
 			t->ra_head = j->next;
@@ -666,7 +668,7 @@ void restore_stop(struct tier *t)
 {
 	struct restore_job *j, *next;
 	pthread_mutex_lock(&t->rlock);
-	t->stopping = 1;
+	__atomic_store_n(&t->stopping, 1, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&t->rcond);
 	pthread_mutex_unlock(&t->rlock);
 	for (unsigned i = 0; i < t->nrworkers; i++)
