@@ -162,7 +162,8 @@ static void test_rule_at_start(void **state)
 	assert_true(s.budget == 80 * MiB);
 	assert_true(hot_limit(f->hot) == 80 * MiB);
 	assert_int_equal(s.shrinks, 1);
-	assert_int_equal(s.pressure, 1);
+	/* not s.pressure: it says whether the latest sample wanted a shrink,
+	 * and the thread may have sampled again (budget settled: 0) */
 	assert_true(__atomic_load_n(&f->changes, __ATOMIC_RELAXED) >= 1);
 }
 
@@ -229,19 +230,24 @@ static void test_grows_back_in_steps(void **state)
 	avail(f, 8ULL << 30);
 	last = 32 * MiB;
 	deadline = clock_now_ns() + 20000000000ULL;
+	uint64_t grows = 0;
 	while (last < 256 * MiB && clock_now_ns() < deadline) {
-		uint64_t b = hot_limit(f->hot);
+		pressure_get(f->p, &s);
+		uint64_t b = s.budget;
 		assert_true(b >= last);
-		assert_true(b - last <= 256 * MiB / 10);
+		/* never more than 10 % of hot_size per step (a busy machine may
+		 * let several steps pass between two polls) */
+		assert_true(b - last <= (s.grows - grows) * (256 * MiB / 10));
 		if (b != last)
 			steps++;
 		last = b;
+		grows = s.grows;
 		usleep(5000);
 	}
 	assert_true(last == 256 * MiB);
-	assert_true(steps >= 8);
+	assert_true(steps >= 1);
 	pressure_get(f->p, &s);
-	assert_true(s.grows >= 8);
+	assert_true(s.grows >= 8); /* 32M to 256M in steps of at most 25.6M */
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
