@@ -7,6 +7,8 @@
  */
 #include "tier/s3/s3req.h"
 
+#include "common/segname.h"
+
 #include "common/log.h"
 
 #include <ctype.h>
@@ -21,7 +23,6 @@
 #include <unistd.h>
 
 #define CREDS_MAX    65536
-#define SEG_NAME_LEN 24 /* "seg-<16 hex>.spw" */
 
 static void wipe_free(char *s)
 {
@@ -210,29 +211,13 @@ char *s3_seg_key(const char *prefix, uint64_t seg_id)
 int s3_seg_key_parse(const char *prefix, const char *key, uint64_t *id)
 {
 	size_t pl = strlen(prefix);
-	uint64_t v = 0;
-	const char *s;
 
 	if (pl) {
 		if (strncmp(key, prefix, pl) || key[pl] != '/')
 			return -1;
 		key += pl + 1;
 	}
-	s = key;
-	if (strlen(s) != SEG_NAME_LEN || strncmp(s, "seg-", 4) || strcmp(s + 20, ".spw"))
-		return -1;
-	for (int k = 4; k < 20; k++) {
-		char c = s[k];
-
-		if (c >= '0' && c <= '9')
-			v = v << 4 | (uint64_t)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v = v << 4 | (uint64_t)(c - 'a' + 10);
-		else
-			return -1;
-	}
-	*id = v;
-	return 0;
+	return segname_parse(key, id);
 }
 
 void s3_credentials_free(struct s3_creds *c)

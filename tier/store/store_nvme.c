@@ -23,6 +23,7 @@
  */
 #include "tier/store/store.h"
 
+#include "common/segname.h"
 #include "common/log.h"
 #include "common/uring.h"
 
@@ -101,7 +102,7 @@ static uint64_t now_ms(void)
 
 static void seg_name(char *buf, uint64_t seg_id)
 {
-	snprintf(buf, NAME_LEN, "seg-%016" PRIx64 ".spw", seg_id);
+	segname_format(buf, seg_id); /* buf holds NAME_LEN > SEGNAME_LEN bytes */
 }
 
 static void tmp_name(char *buf, uint64_t seg_id)
@@ -563,27 +564,6 @@ static int nvme_stat(struct store *st, struct store_dev_stat *out, int max)
 	return ns->ndev;
 }
 
-/* "seg-<16 lowercase hex>.spw" → id; 0 on match. */
-static int parse_seg_name(const char *s, uint64_t *id)
-{
-	uint64_t v = 0;
-
-	if (strlen(s) != 24 || strncmp(s, "seg-", 4) || strcmp(s + 20, ".spw"))
-		return -1;
-	for (int k = 4; k < 20; k++) {
-		char c = s[k];
-
-		if (c >= '0' && c <= '9')
-			v = v << 4 | (uint64_t)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v = v << 4 | (uint64_t)(c - 'a' + 10);
-		else
-			return -1;
-	}
-	*id = v;
-	return 0;
-}
-
 static int list_dev(struct nvme_store *ns, uint32_t i, store_list_fn fn, void *arg)
 {
 	struct nvme_dev *d = &ns->dev[i];
@@ -610,7 +590,7 @@ static int list_dev(struct nvme_store *ns, uint32_t i, store_list_fn fn, void *a
 			ret = errno ? -errno : 0;
 			break;
 		}
-		if (parse_seg_name(de->d_name, &id))
+		if (segname_parse(de->d_name, &id))
 			continue;
 		if (fstatat(d->dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT) /* removed meanwhile */
