@@ -432,7 +432,6 @@ void pressure_free(struct pressure *p)
 void pressure_get(struct pressure *p, struct pressure_stats *out)
 {
 	pthread_mutex_lock(&p->lock);
-	*out = p->st;
+	*out = p->st; /* budget and its counters from one sample, together */
 	pthread_mutex_unlock(&p->lock);
-	out->budget = hot_limit(p->hot);
 }
