@@ -144,7 +144,7 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (!in->symlink)
+	if (!idx_symlink(in))
 		fuse_reply_err(req, EINVAL);
 	else
 		fuse_reply_readlink(req, in->symlink);

@@ -21,6 +21,8 @@
 
 #include "index/journal.h"
 
+#include "common/slab.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <linux/fs.h>
@@ -46,17 +48,36 @@ struct idx_file {
 	struct chunk chunk0;
 };
 
+/* Bytes of an inode of this type (a regular file carries its first chunk). */
+static size_t inode_size(mode_t mode)
+{
+	return S_ISREG(mode) ? sizeof(struct idx_file) : sizeof(struct inode);
+}
+
 static struct chunk *inline_chunk(struct inode *in)
 {
 	return &((struct idx_file *)in)->chunk0;
 }
 
 struct idx_dir {
-	struct dirent_node **ents; /* ordered by cookie; NULL = removed */
-	uint64_t *cookies;	   /* cookies[i]: cookie of slot i, kept for NULL slots */
+	/* ordered by cookie. A slot holds its entry, or, once the entry is
+	 * removed, its cookie tagged (cookie << 1 | 1: entries are aligned, so
+	 * the low bit tells them apart): no second array of cookies */
+	uintptr_t *slots;
 	uint64_t n, cap, live;
 	uint64_t next_cookie;
 };
+
+/* Slot i's entry; NULL where it was removed. */
+static struct dirent_node *dir_ent(const struct idx_dir *dir, uint64_t i)
+{
+	return dir->slots[i] & 1 ? NULL : (struct dirent_node *)dir->slots[i];
+}
+
+static uint64_t slot_cookie(const struct idx_dir *dir, uint64_t i)
+{
+	return dir->slots[i] & 1 ? dir->slots[i] >> 1 : ((struct dirent_node *)dir->slots[i])->cookie;
+}
 
 struct index {
 	pthread_mutex_t lock;
@@ -70,6 +91,7 @@ struct index {
 	idx_release_fn release;
 	void *release_arg;
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
+	struct slab *slab;    /* inodes and names (common/slab.h) */
 	idx_anomaly_fn anomaly; /* recovery only (single-threaded) */
 	void *anomaly_arg;
 };
@@ -225,6 +247,11 @@ static struct dirent_node **dent_slot(struct index *idx, uint64_t parent, const 
 	return pp;
 }
 
+static void dent_free(struct index *idx, struct dirent_node *d)
+{
+	slab_free(idx->slab, d, sizeof(*d) + strlen(d->name) + 1);
+}
+
 static struct dirent_node *dent_find(struct index *idx, uint64_t parent, const char *name)
 {
 	return *dent_slot(idx, parent, name, name_hash(parent, name));
@@ -267,12 +294,12 @@ static void attr_rec_locked(struct inode *in, struct jrec *r)
 	r->attr.mode = in->mode;
 	r->attr.uid = in->uid;
 	r->attr.gid = in->gid;
-	r->attr.rdev = in->rdev;
+	r->attr.rdev = idx_rdev(in);
 	r->attr.size = in->size;
 	r->attr.atime_ns = in->atime;
 	r->attr.mtime_ns = in->mtime;
 	r->attr.ctime_ns = in->ctime;
-	if (in->symlink) {
+	if (idx_symlink(in)) {
 		r->name = in->symlink;
 		r->name_len = (uint32_t)strlen(in->symlink);
 	}
@@ -386,16 +413,15 @@ int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, ui
 
 static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *nn)
 {
-	struct inode *in = calloc(1, S_ISREG(nn->mode) ? sizeof(struct idx_file) : sizeof(*in));
+	struct inode *in = slab_alloc(idx->slab, inode_size(nn->mode));
 	if (!in)
 		return NULL;
-	if (nn->symlink && !(in->symlink = strdup(nn->symlink))) {
-		free(in);
+	if (S_ISLNK(nn->mode) && nn->symlink && !(in->symlink = strdup(nn->symlink))) {
+		slab_free(idx->slab, in, inode_size(nn->mode));
 		return NULL;
 	}
 	if (S_ISDIR(nn->mode) && !(in->dir = calloc(1, sizeof(*in->dir)))) {
-		free(in->symlink);
-		free(in);
+		slab_free(idx->slab, in, inode_size(nn->mode));
 		return NULL;
 	}
 	if (in->dir)
@@ -404,9 +430,10 @@ static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *n
 	in->mode = nn->mode;
 	in->uid = nn->uid;
 	in->gid = nn->gid;
-	in->rdev = nn->rdev;
+	if (idx_is_dev(in))
+		in->rdev = nn->rdev;
 	in->hot_fd = -1;
-	if (in->symlink)
+	if (idx_symlink(in))
 		in->size = strlen(in->symlink);
 	idx_touch(&in->atime);
 	in->mtime = in->ctime = in->atime;
@@ -425,7 +452,7 @@ static int inode_insert(struct index *idx, struct inode *in)
 	return 0;
 }
 
-static void inode_destroy(struct inode *in)
+static void inode_destroy(struct index *idx, struct inode *in)
 {
 	struct xattr *x, *next;
 	for (x = in->xattrs; x; x = next) {
@@ -435,14 +462,14 @@ static void inode_destroy(struct inode *in)
 		free(x);
 	}
 	if (in->dir) {
-		free(in->dir->ents);
-		free(in->dir->cookies);
+		free(in->dir->slots);
 		free(in->dir);
 	}
 	if (in->chunks != inline_chunk(in))
 		free(in->chunks);
-	free(in->symlink);
-	free(in);
+	if (S_ISLNK(in->mode))
+		free(in->symlink);
+	slab_free(idx->slab, in, inode_size(in->mode));
 }
 
 /* Unhook an inode that has no names and no references; called with idx->lock.
@@ -467,7 +494,7 @@ static void inode_release(struct index *idx, struct inode *dead)
 		return;
 	if (idx->release)
 		idx->release(idx->release_arg, dead);
-	inode_destroy(dead);
+	inode_destroy(idx, dead);
 }
 
 int idx_new(uint64_t chunk_size, struct index **out)
@@ -481,7 +508,7 @@ int idx_new(uint64_t chunk_size, struct index **out)
 	pthread_mutex_init(&idx->lock, NULL);
 	idx->chunk_size = chunk_size;
 	idx->next_ino = IDX_ROOT_INO;
-	if (rehash_inodes(idx) < 0 || rehash_dents(idx) < 0)
+	if (slab_new(&idx->slab) < 0 || rehash_inodes(idx) < 0 || rehash_dents(idx) < 0)
 		goto fail;
 	r = inode_alloc(idx, &root);
 	if (!r)
@@ -496,6 +523,7 @@ int idx_new(uint64_t chunk_size, struct index **out)
 fail:
 	free(idx->itab);
 	free(idx->dtab);
+	slab_destroy(idx->slab);
 	free(idx);
 	return -ENOMEM;
 }
@@ -509,17 +537,18 @@ void idx_free(struct index *idx)
 		next = inode_next(idx, in);
 		if (idx->release)
 			idx->release(idx->release_arg, in);
-		inode_destroy(in);
+		inode_destroy(idx, in);
 	}
 	for (uint64_t i = 0; i < idx->dtab_size; i++) {
 		struct dirent_node *d = idx->dtab[i], *dn;
 		for (; d; d = dn) {
 			dn = d->hash_next;
-			free(d);
+			dent_free(idx, d);
 		}
 	}
 	free(idx->itab);
 	free(idx->dtab);
+	slab_destroy(idx->slab);
 	pthread_mutex_destroy(&idx->lock);
 	free(idx);
 }
@@ -639,31 +668,26 @@ static int dir_append(struct idx_dir *dir, struct dirent_node *d)
 {
 	if (dir->n == dir->cap) {
 		uint64_t ncap = dir->cap ? dir->cap * 2 : 16;
-		struct dirent_node **ne = realloc(dir->ents, ncap * sizeof(*ne));
-		if (!ne)
+		uintptr_t *ns = realloc(dir->slots, ncap * sizeof(*ns));
+		if (!ns)
 			return -ENOMEM;
-		dir->ents = ne;
-		uint64_t *nc = realloc(dir->cookies, ncap * sizeof(*nc));
-		if (!nc)
-			return -ENOMEM;
-		dir->cookies = nc;
+		dir->slots = ns;
 		dir->cap = ncap;
 	}
 	d->cookie = dir->next_cookie++;
-	dir->cookies[dir->n] = d->cookie;
-	dir->ents[dir->n++] = d;
+	dir->slots[dir->n++] = (uintptr_t)d;
 	dir->live++;
 	return 0;
 }
 
-/* Index of the first slot whose cookie is > off (slots may be NULL; their
- * cookies stay in `cookies`, so this is a plain binary search). */
+/* Index of the first slot whose cookie is > off (a removed slot keeps its
+ * cookie, so this is a plain binary search). */
 static uint64_t dir_search(const struct idx_dir *dir, uint64_t off)
 {
 	uint64_t lo = 0, hi = dir->n;
 	while (lo < hi) {
 		uint64_t mid = lo + (hi - lo) / 2;
-		if (dir->cookies[mid] <= off)
+		if (slot_cookie(dir, mid) <= off)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -674,16 +698,14 @@ static uint64_t dir_search(const struct idx_dir *dir, uint64_t off)
 static void dir_remove(struct idx_dir *dir, struct dirent_node *d)
 {
 	uint64_t i = dir_search(dir, d->cookie - 1);
-	if (i < dir->n && dir->ents[i] == d)
-		dir->ents[i] = NULL;
+	if (i < dir->n && dir_ent(dir, i) == d)
+		dir->slots[i] = (uintptr_t)d->cookie << 1 | 1;
 	dir->live--;
 	if (dir->n > 64 && dir->live < dir->n / 2) {
 		uint64_t j = 0;
 		for (i = 0; i < dir->n; i++)
-			if (dir->ents[i]) {
-				dir->cookies[j] = dir->cookies[i];
-				dir->ents[j++] = dir->ents[i];
-			}
+			if (dir_ent(dir, i))
+				dir->slots[j++] = dir->slots[i];
 		dir->n = j;
 	}
 }
@@ -696,7 +718,7 @@ static int dent_add(struct index *idx, struct inode *parent, const char *name, u
 
 	if (idx->ndents + 1 > idx->dtab_size && (ret = rehash_dents(idx)) < 0)
 		return ret;
-	d = malloc(sizeof(*d) + len + 1);
+	d = slab_alloc(idx->slab, sizeof(*d) + len + 1);
 	if (!d)
 		return -ENOMEM;
 	memcpy(d->name, name, len + 1);
@@ -704,7 +726,7 @@ static int dent_add(struct index *idx, struct inode *parent, const char *name, u
 	d->ino = ino;
 	d->hash = name_hash(parent->ino, name);
 	if ((ret = dir_append(parent->dir, d)) < 0) {
-		free(d);
+		dent_free(idx, d);
 		return ret;
 	}
 	d->hash_next = idx->dtab[d->hash & (idx->dtab_size - 1)];
@@ -719,7 +741,7 @@ static void dent_del(struct index *idx, struct inode *parent, struct dirent_node
 	*pp = d->hash_next;
 	dir_remove(parent->dir, d);
 	idx->ndents--;
-	free(d);
+	dent_free(idx, d);
 }
 
 static void parent_changed(struct inode *p)
@@ -787,13 +809,14 @@ int idx_create(struct index *idx, uint64_t parent, const char *name, const struc
 		/* inode_insert failure leaves nothing behind; undo insert otherwise */
 		if (ino_find(idx, in->ino))
 			inode_maybe_unhook(idx, in);
-		inode_destroy(in);
+		inode_destroy(idx, in);
 		goto out;
 	}
 	in->nlink = in->dir ? 2 : 1;
-	in->parent = parent;
-	if (in->dir)
+	if (in->dir) {
+		in->parent = parent;
 		nlink_add(p, 1);
+	}
 	parent_changed(p);
 	in->refs = 1;
 	in->nlookup = 1;
@@ -1097,7 +1120,7 @@ int idx_readdir(struct index *idx, uint64_t dir, uint64_t off, idx_dirent_fn fn,
 	if (off < 2 && (c = ino_find(idx, p->parent)) && fn(arg, "..", c, 2))
 		goto out;
 	for (i = dir_search(p->dir, off); i < p->dir->n; i++) {
-		struct dirent_node *d = p->dir->ents[i];
+		struct dirent_node *d = dir_ent(p->dir, i);
 		if (!d || !(c = ino_find(idx, d->ino)))
 			continue;
 		if (fn(arg, d->name, c, d->cookie))
@@ -1129,7 +1152,7 @@ void idx_stat(struct index *idx, struct inode *in, struct stat *st)
 	st->st_nlink = in->nlink;
 	st->st_uid = in->uid;
 	st->st_gid = in->gid;
-	st->st_rdev = in->rdev;
+	st->st_rdev = idx_rdev(in);
 	st->st_size = in->dir ? 4096 : (off_t)in->size;
 	st->st_blksize = 4096;
 	if (in->dir) {
@@ -1356,7 +1379,7 @@ static struct inode *replay_inode(struct index *idx, uint64_t ino, uint32_t mode
 	in = inode_alloc(idx, &nn);
 	idx->next_ino = save > ino + 1 ? save : ino + 1;
 	if (in && inode_insert(idx, in) < 0) {
-		inode_destroy(in);
+		inode_destroy(idx, in);
 		in = NULL;
 	}
 	return in;
@@ -1403,7 +1426,8 @@ int idx_replay(struct index *idx, const struct jrec *r)
 		in->mode = r->attr.mode;
 		in->uid = r->attr.uid;
 		in->gid = r->attr.gid;
-		in->rdev = (dev_t)r->attr.rdev;
+		if (idx_is_dev(in))
+			in->rdev = (uint32_t)r->attr.rdev;
 		in->size = r->attr.size;
 		in->atime = r->attr.atime_ns;
 		in->mtime = r->attr.mtime_ns;
@@ -1546,7 +1570,7 @@ uint64_t idx_replay_finish(struct index *idx)
 	while (sp > 0) {
 		struct inode *dir = stack[--sp];
 		for (uint64_t i = 0; i < dir->dir->n; i++) {
-			struct dirent_node *d = dir->dir->ents[i];
+			struct dirent_node *d = dir_ent(dir->dir, i);
 			struct inode *c;
 			if (!d || !(c = ino_find(idx, d->ino)))
 				continue;
@@ -1601,7 +1625,7 @@ uint64_t idx_replay_finish(struct index *idx)
 		if (in->mark == MARK_KEPT)
 			continue;
 		if (inode_maybe_unhook(idx, in)) {
-			inode_destroy(in);
+			inode_destroy(idx, in);
 			dropped++;
 		}
 	}
@@ -1702,7 +1726,7 @@ int idx_snapshot(struct index *idx, struct jrnl_emitter *e)
 		if (!in->dir || in->nlink == 0)
 			continue;
 		for (uint64_t i = 0; i < in->dir->n && !ret; i++) {
-			struct dirent_node *d = in->dir->ents[i];
+			struct dirent_node *d = dir_ent(in->dir, i);
 			struct jrec r;
 			if (!d)
 				continue;
@@ -1734,8 +1758,8 @@ static void dent_path(struct index *idx, struct dirent_node *d, char *buf, size_
 		struct inode *gp = ino_find(idx, p->parent);
 		struct dirent_node *up = NULL;
 		for (uint64_t i = 0; gp && gp->dir && i < gp->dir->n; i++)
-			if (gp->dir->ents[i] && gp->dir->ents[i]->ino == p->ino) {
-				up = gp->dir->ents[i];
+			if (dir_ent(gp->dir, i) && dir_ent(gp->dir, i)->ino == p->ino) {
+				up = dir_ent(gp->dir, i);
 				break;
 			}
 		d = up;

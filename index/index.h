@@ -65,37 +65,54 @@ struct idx_dir;
 struct inode {
 	uint64_t ino; /* immutable */
 	/* idx_inode_lock(in) guards everything below unless noted */
+	uint64_t size;
+	int64_t atime, mtime, ctime; /* ns since the epoch, as journaled */
 	mode_t mode;
 	uid_t uid;
 	gid_t gid;
 	uint32_t nlink; /* changed under index lock + inode lock */
-	uint64_t size;
-	int64_t atime, mtime, ctime; /* ns since the epoch, as journaled */
-	char *symlink; /* immutable after creation */
 	struct xattr *xattrs;
 	/* regular files: the chunk map; chunks past nchunks are ABSENT. A map
 	 * of one chunk lives inside the inode's allocation (index.c). */
 	struct chunk *chunks;
-	uint64_t nchunks;
+	struct idx_dir *dir; /* directories only (NULL otherwise); index lock */
+	/* what only one file type has (S_IFMT of mode says which) */
+	union {
+		uint64_t parent; /* directories: ino of '..' (index lock) */
+		char *symlink;	 /* symlinks: the target, immutable after creation */
+		uint32_t rdev;	 /* devices: FUSE carries 32 bits (fuse_mknod_in) */
+	};
 	/* hot tier state, owned by tier/hot.c */
+	uint64_t hot_bytes; /* allocated bytes of the hot file, last accounted */
 	int hot_fd;	    /* -1 when closed */
 	uint32_t hot_users; /* opens + internal users of hot_fd */
-	uint64_t hot_bytes; /* allocated bytes of the hot file, last accounted */
-	/* hot.c's list of inodes that have a hot file (guarded by hot.c's lock) */
-	struct inode *hot_prev, *hot_next;
-	uint32_t open_count;
-	uint32_t rdev;	    /* FUSE carries 32 bits (fuse_mknod_in) */
-	uint8_t pinned;	    /* user.spillway.pin */
-	uint8_t mark;	    /* recovery only: reachable / lost */
-	uint8_t attr_dirty; /* mtime changed since its last journal record */
-	uint8_t hot_listed; /* on hot.c's list (guarded by hot.c's lock) */
+	uint32_t nchunks;   /* < JRNL_MAX_CHUNKS (2^24) */
+	uint32_t open_count : 28;
+	uint32_t mark : 2;	 /* recovery only: reachable / lost */
+	uint32_t pinned : 1;	 /* user.spillway.pin */
+	uint32_t attr_dirty : 1; /* mtime changed since its last journal record */
+	/* hot.c's list of inodes that have a hot file: slot + 1, 0 = not
+	 * listed (guarded by hot.c's lock, so in a word of its own) */
+	uint32_t hot_slot;
 	/* namespace bookkeeping, guarded by the index lock */
-	uint32_t refs;	     /* internal references (idx_get/idx_put) */
-	uint64_t nlookup;    /* kernel references */
-	struct idx_dir *dir; /* directories only */
-	uint64_t parent;     /* directories only: ino of '..' */
+	uint32_t refs;		 /* internal references (idx_get/idx_put) */
+	uint64_t nlookup;	 /* kernel references */
 	struct inode *hash_next; /* the inode table's chain: also how all are walked */
 };
+
+/* The union's members, read for the file type that has them. */
+static inline int idx_is_dev(const struct inode *in)
+{
+	return S_ISCHR(in->mode) || S_ISBLK(in->mode);
+}
+static inline uint32_t idx_rdev(const struct inode *in)
+{
+	return idx_is_dev(in) ? in->rdev : 0;
+}
+static inline const char *idx_symlink(const struct inode *in)
+{
+	return S_ISLNK(in->mode) ? in->symlink : NULL;
+}
 
 struct index;
 

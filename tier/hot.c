@@ -26,40 +26,46 @@ struct hot {
 	uint64_t used;	   /* atomic: bytes allocated by hot files */
 	uint64_t reserved; /* atomic: bytes promised to writes in flight */
 	pthread_mutex_t lock; /* the list below; a leaf lock */
-	struct inode *head;   /* inodes with a hot file (in->hot_prev/hot_next) */
-	uint64_t nlisted;
+	/* inodes with a hot file, in no order; in->hot_slot is 1 + the
+	 * inode's place here (0: not listed), so both ends are O(1) and an
+	 * inode pays 4 bytes for being listable, not two pointers */
+	struct inode **listed;
+	uint32_t nlisted, cap;
 };
 
 /* The inodes with a hot file are the only ones the evictor needs to look
- * at: keep them on a list, so a round costs O(hot files), not O(files). */
-static void list_add(struct hot *hot, struct inode *in)
+ * at: keep them in a set, so a round costs O(hot files), not O(files). */
+static int list_add(struct hot *hot, struct inode *in)
 {
+	int ret = 0;
 	pthread_mutex_lock(&hot->lock);
-	if (!in->hot_listed) {
-		in->hot_listed = 1;
-		in->hot_prev = NULL;
-		in->hot_next = hot->head;
-		if (hot->head)
-			hot->head->hot_prev = in;
-		hot->head = in;
-		hot->nlisted++;
+	if (!in->hot_slot) {
+		if (hot->nlisted == hot->cap) {
+			uint32_t ncap = hot->cap ? hot->cap * 2 : 256;
+			struct inode **nv = ncap > hot->cap ? realloc(hot->listed, ncap * sizeof(*nv)) : NULL;
+			if (!nv) {
+				ret = -ENOMEM;
+				goto out;
+			}
+			hot->listed = nv;
+			hot->cap = ncap;
+		}
+		hot->listed[hot->nlisted++] = in;
+		in->hot_slot = hot->nlisted;
 	}
+out:
 	pthread_mutex_unlock(&hot->lock);
+	return ret;
 }
 
 static void list_del(struct hot *hot, struct inode *in)
 {
 	pthread_mutex_lock(&hot->lock);
-	if (in->hot_listed) {
-		if (in->hot_prev)
-			in->hot_prev->hot_next = in->hot_next;
-		else
-			hot->head = in->hot_next;
-		if (in->hot_next)
-			in->hot_next->hot_prev = in->hot_prev;
-		in->hot_prev = in->hot_next = NULL;
-		in->hot_listed = 0;
-		hot->nlisted--;
+	if (in->hot_slot) {
+		struct inode *last = hot->listed[--hot->nlisted];
+		hot->listed[in->hot_slot - 1] = last;
+		last->hot_slot = in->hot_slot;
+		in->hot_slot = 0;
 	}
 	pthread_mutex_unlock(&hot->lock);
 }
@@ -72,8 +78,8 @@ int hot_list_inos(struct hot *hot, uint64_t **out, size_t *n)
 	pthread_mutex_lock(&hot->lock);
 	v = malloc((hot->nlisted ? hot->nlisted : 1) * sizeof(*v));
 	if (v)
-		for (struct inode *in = hot->head; in; in = in->hot_next)
-			v[i++] = in->ino;
+		for (; i < hot->nlisted; i++)
+			v[i] = hot->listed[i]->ino;
 	pthread_mutex_unlock(&hot->lock);
 	*out = v;
 	*n = i;
@@ -140,7 +146,9 @@ void hot_adopt_locked(struct hot *hot, struct inode *in, uint64_t bytes)
 {
 	__atomic_add_fetch(&hot->used, bytes, __ATOMIC_RELAXED);
 	in->hot_bytes = bytes;
-	list_add(hot, in);
+	if (list_add(hot, in) < 0) /* the evictor will not see it: say so */
+		log_err("hot: no memory to list inode %llu; its RAM stays until it is opened",
+			  (unsigned long long)in->ino);
 }
 
 void hot_remove(struct hot *hot, uint64_t ino)
@@ -226,6 +234,7 @@ void hot_free(struct hot *hot)
 	if (hot->locked && hot->dir)
 		rmdir(hot->dir); /* only succeeds when empty (kept files stay) */
 	free(hot->dir);
+	free(hot->listed);
 	pthread_mutex_destroy(&hot->lock);
 	free(hot);
 }
@@ -250,8 +259,11 @@ int hot_fd_get_locked(struct hot *hot, struct inode *in)
 			close(fd);
 			return e;
 		}
+		if (list_add(hot, in) < 0) {
+			close(fd);
+			return -ENOMEM;
+		}
 		in->hot_fd = fd;
-		list_add(hot, in);
 	}
 	in->hot_users++;
 	return in->hot_fd;

@@ -431,6 +431,45 @@ static void test_create_attrs(void **state)
 	assert_int_equal(nlink_of(f, IDX_ROOT_INO), 2); /* no subdirectories */
 }
 
+/* What only one file type has shares one word of the inode: each type
+ * reads back its own (and only its own) value. */
+static void test_type_fields_do_not_mix(void **state)
+{
+	struct fx *f = *state;
+	struct idx_new_node dev = {.mode = S_IFCHR | 0600, .rdev = 0x0801},
+			    dir = {.mode = S_IFDIR | 0755, .rdev = 0x0801},
+			    reg = {.mode = S_IFREG | 0644, .rdev = 0x0801, .symlink = "x"},
+			    lnk = {.mode = S_IFLNK | 0777, .rdev = 0x0801, .symlink = "t"};
+	struct inode *d, *c, *r, *l;
+	struct stat st;
+
+	assert_int_equal(idx_create(f->idx, IDX_ROOT_INO, "dev", &dev, &c), 0);
+	assert_int_equal(idx_create(f->idx, IDX_ROOT_INO, "dir", &dir, &d), 0);
+	assert_int_equal(idx_create(f->idx, d->ino, "reg", &reg, &r), 0);
+	assert_int_equal(idx_create(f->idx, d->ino, "lnk", &lnk, &l), 0);
+	idx_stat(f->idx, c, &st);
+	assert_int_equal(st.st_rdev, 0x0801);
+	assert_null(idx_symlink(c));
+	idx_stat(f->idx, d, &st);
+	assert_int_equal(st.st_rdev, 0);
+	assert_int_equal(d->parent, IDX_ROOT_INO);
+	assert_null(idx_symlink(d));
+	idx_stat(f->idx, r, &st);
+	assert_int_equal(st.st_rdev, 0);
+	assert_int_equal(st.st_size, 0);
+	assert_null(idx_symlink(r));
+	idx_stat(f->idx, l, &st);
+	assert_int_equal(st.st_rdev, 0);
+	assert_string_equal(idx_symlink(l), "t");
+	assert_int_equal(idx_rdev(l), 0);
+	/* '..' of the directory is still its parent after its entries came */
+	assert_int_equal(d->parent, IDX_ROOT_INO);
+	idx_put(f->idx, c);
+	idx_put(f->idx, d);
+	idx_put(f->idx, r);
+	idx_put(f->idx, l);
+}
+
 static void test_lookup(void **state)
 {
 	struct fx *f = *state;
@@ -1378,6 +1417,7 @@ int main(void)
 	    T(test_free_releases_rest_once),
 	    T(test_create_errors),
 	    T(test_create_attrs),
+	    T(test_type_fields_do_not_mix),
 	    T(test_lookup),
 	    T(test_unlink_rmdir_errors),
 	    T(test_dir_nlink),
