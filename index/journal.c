@@ -394,6 +394,25 @@ uint8_t *jrnl_encode_tx(const struct jrec *rs, int n, size_t *len)
 	return buf;
 }
 
+/* Decode the inner record of a JR_TX at *p (before end) into r and step past
+ * it. Only data records may be inside: a header, an end mark or a nested TX
+ * in a transaction is a bad record (its crc can still be valid). */
+static int next_inner(const uint8_t **p, const uint8_t *end, struct jrec *r)
+{
+	uint32_t il;
+	uint8_t type;
+
+	if (end - *p < 5)
+		return -EBADMSG;
+	il = get32(*p);
+	type = (*p)[4];
+	if (il < 1 || il > (size_t)(end - *p - 4) || type == JR_TX || type == JR_HEADER ||
+	    type == JR_END || decode_payload(type, *p + 5, il - 1, r) < 0)
+		return -EBADMSG;
+	*p += 4 + il;
+	return 0;
+}
+
 ssize_t jrnl_decode(const uint8_t *buf, size_t avail, struct jrec *r)
 {
 	uint32_t len, crc;
@@ -415,14 +434,8 @@ ssize_t jrnl_decode(const uint8_t *buf, size_t avail, struct jrec *r)
 		struct jrec inner;
 		int count = 0;
 		while (p < end) {
-			uint32_t il;
-			if (end - p < 5)
+			if (next_inner(&p, end, &inner) < 0)
 				return -EBADMSG;
-			il = get32(p);
-			if (il < 1 || il > (size_t)(end - p - 4) ||
-			    decode_payload(p[4], p + 5, il - 1, &inner) < 0)
-				return -EBADMSG;
-			p += 4 + il;
 			count++;
 		}
 		if (count == 0)
@@ -446,15 +459,10 @@ int jrnl_for_each_in(const uint8_t *framed, size_t framed_len, const struct jrec
 	if (outer->type != JR_TX)
 		return fn(arg, outer);
 	while (p < end) {
-		uint32_t il;
-		if (end - p < 5)
-			return -EBADMSG;
-		il = get32(p);
-		if (il < 1 || il > (size_t)(end - p - 4) || decode_payload(p[4], p + 5, il - 1, &r) < 0)
+		if (next_inner(&p, end, &r) < 0)
 			return -EBADMSG;
 		if ((ret = fn(arg, &r)) != 0)
 			return ret;
-		p += 4 + il;
 	}
 	return 0;
 }
@@ -941,6 +949,8 @@ int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recov
 			if (n > 0 && jrnl_for_each_in(m.map + pos, (size_t)n, &r, check_fits,
 						      &j->chunk_size) != 0)
 				n = -EBADMSG; /* out of range: as bad as a bad crc */
+			if (n > 0 && pos > 0 && (r.type == JR_HEADER || r.type == JR_END))
+				n = -EBADMSG; /* a header or end mark only opens/closes a file */
 			if (n <= 0) {
 				log_warn("journal: %s/%s: %s at byte %zu; replay stops there (%zu "
 					 "bytes dropped)",

@@ -1444,8 +1444,13 @@ static void test_codec_tx(void **state)
 
 	/* malformed TX payloads with a valid outer crc: refused by decode or
 	 * by for_each_in, never handed out */
-	for (int t = 0; t < 3; t++) {
+	for (int t = 0; t < 6; t++) {
 		uint32_t pl;
+		/* a control record inside a TX: only data records may be there */
+		static const struct {
+			uint8_t type;
+			uint32_t payload;
+		} ctl[3] = {{JR_END, 8}, {JR_HEADER, 40}, {JR_TX, 5 + 8}};
 
 		memset(bad, 0, sizeof(bad));
 		bad[8] = JR_TX;
@@ -1456,10 +1461,18 @@ static void test_codec_tx(void **state)
 			pl = 10;
 			put32(bad + 9, 100);
 			bad[13] = JR_LINK;
-		} else { /* inner record of an unknown type */
+		} else if (t == 2) { /* inner record of an unknown type */
 			pl = 5 + 16;
 			put32(bad + 9, 17);
 			bad[13] = 0xee;
+		} else { /* END, HEADER or a nested TX (holding an END) */
+			pl = 5 + ctl[t - 3].payload;
+			put32(bad + 9, 1 + ctl[t - 3].payload);
+			bad[13] = ctl[t - 3].type;
+			if (ctl[t - 3].type == JR_TX) {
+				put32(bad + 14, 1 + 8);
+				bad[18] = JR_END;
+			}
 		}
 		put32(bad, 1 + pl);
 		put32(bad + 4, crc32c(crc32c(0, bad, 4), bad + 8, 1 + pl));
@@ -2886,7 +2899,9 @@ static int replay_fn(void *arg, const struct jrec *r)
 	return ret < 0 ? ret : 0;
 }
 
-static void replay_bad_chunk(struct fx *f, uint64_t bad_chunk)
+/* Append bad (a record with a valid crc that replay must refuse) and a good
+ * record after it to a journal; recovery cuts the journal at bad. */
+static void replay_bad_record(struct fx *f, const struct jrec *bad, const char *what)
 {
 	struct jrec file = {.type = JR_INODE, .ino = 5, .attr = {.mode = 0100644, .size = 2 * CHUNK}};
 	struct jrec link = {.type = JR_LINK, .parent = 1, .ino = 5, .name = "f", .name_len = 1};
@@ -2894,7 +2909,7 @@ static void replay_bad_chunk(struct fx *f, uint64_t bad_chunk)
 			    .ino = 5,
 			    .chunk = 0,
 			    .loc = {.seg_id = 7, .off = 4096, .len = CHUNK, .crc = 1, .gen = 1}};
-	struct jrec bad = good, after = {.type = JR_CHUNK_DIRTY, .ino = 5, .chunk = 1};
+	struct jrec after = {.type = JR_CHUNK_DIRTY, .ino = 5, .chunk = 1};
 	struct jrnl_recovery info;
 	struct index *idx;
 	struct inode *in;
@@ -2912,9 +2927,7 @@ static void replay_bad_chunk(struct fx *f, uint64_t bad_chunk)
 	f->j = NULL;
 
 	/* the encoder does not check: the bad record has a valid crc */
-	bad.chunk = bad_chunk;
-	n += jrnl_encode(&bad, raw + n);
-	assert_int_equal(jrnl_decode(raw, n, &(struct jrec){0}), -EBADMSG);
+	n += jrnl_encode(bad, raw + n);
 	n += jrnl_encode(&after, raw + n);
 	assert_true(newest(f->dir, "journal", jname, sizeof(jname)) >= 0);
 	snprintf(p, sizeof(p), "%s/%s", f->dir, jname);
@@ -2926,7 +2939,7 @@ static void replay_bad_chunk(struct fx *f, uint64_t bad_chunk)
 	assert_int_equal(idx_new(CHUNK, &idx), 0);
 	f->j = jopen(f);
 	if (jrnl_recover(f->j, replay_fn, idx, &info, err, sizeof(err)) != 0)
-		fail_msg("chunk %" PRIu64 ": jrnl_recover refused the state: %s", bad_chunk, err);
+		fail_msg("%s: jrnl_recover refused the state: %s", what, err);
 	assert_int_equal(info.truncated, n); /* cut at the bad record, as for a bad crc */
 	in = idx_get(idx, 5);
 	assert_non_null(in);
@@ -2939,6 +2952,21 @@ static void replay_bad_chunk(struct fx *f, uint64_t bad_chunk)
 	/* the journal is cut there: a new start takes a checkpoint over it */
 	assert_int_equal(jrnl_start(f->j, snap_fn, &f->snap), 0);
 	idx_free(idx);
+}
+
+static void replay_bad_chunk(struct fx *f, uint64_t bad_chunk)
+{
+	struct jrec bad = {.type = JR_CHUNK_LOC,
+			   .ino = 5,
+			   .chunk = bad_chunk,
+			   .loc = {.seg_id = 7, .off = 4096, .len = CHUNK, .crc = 1, .gen = 1}};
+	uint8_t raw[256];
+	char what[64];
+
+	jrnl_encode(&bad, raw);
+	assert_int_equal(jrnl_decode(raw, sizeof(raw), &(struct jrec){0}), -EBADMSG);
+	snprintf(what, sizeof(what), "chunk %" PRIu64, bad_chunk);
+	replay_bad_record(f, &bad, what);
 }
 
 static void test_replay_chunk_2_32(void **state)
@@ -2954,6 +2982,25 @@ static void test_replay_chunk_2_62(void **state)
 static void test_replay_chunk_2_63(void **state)
 {
 	replay_bad_chunk(*state, 1ULL << 63);
+}
+
+/* A header or an end mark (found by fuzz_journal_replay) inside a journal
+ * decodes fine on its own, but only opens or closes a file: in the middle of
+ * one it is a bad record, never handed to replay. */
+static void test_replay_header_in_body(void **state)
+{
+	struct jrec hdr = {.type = JR_HEADER,
+			   .hdr = {.version = JRNL_VERSION, .kind = JRNL_KIND_JOURNAL, .gen = 1,
+				   .chunk_size = CHUNK}};
+
+	replay_bad_record(*state, &hdr, "a header after the first record");
+}
+
+static void test_replay_end_in_body(void **state)
+{
+	struct jrec end = {.type = JR_END, .count = 3};
+
+	replay_bad_record(*state, &end, "an end mark in a journal");
 }
 
 /* Every bounded field, one past its limit, is a bad record; at the limit,
@@ -3088,6 +3135,8 @@ int main(void)
 	    T(test_replay_chunk_2_32),
 	    T(test_replay_chunk_2_62),
 	    T(test_replay_chunk_2_63),
+	    T(test_replay_header_in_body),
+	    T(test_replay_end_in_body),
 	};
 
 	/* the journal's warnings are expected here; SPW_TEST_LOG=1 shows them */
