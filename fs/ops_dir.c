@@ -65,7 +65,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (!in->dir) {
+	if (!idx_dir(in)) {
 		idx_put(s->idx, in);
 		fuse_reply_err(req, ENOTDIR);
 		return;

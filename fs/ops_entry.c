@@ -78,7 +78,7 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 	if ((ret = idx_check_writable(s->idx)) < 0)
 		return ret;
 	if (valid & FUSE_SET_ATTR_SIZE) {
-		if (in->dir)
+		if (idx_dir(in))
 			return -EISDIR;
 		if (!S_ISREG(in->mode))
 			return -EINVAL;
@@ -96,7 +96,7 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 	if (valid & FUSE_SET_ATTR_GID)
 		in->gid = attr->st_gid;
 	if ((valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) && !(valid & FUSE_SET_ATTR_MODE) &&
-	    !in->dir)
+	    !idx_dir(in))
 		in->mode &= ~(S_ISUID | ((in->mode & S_IXGRP) ? S_ISGID : 0));
 	if (valid & FUSE_SET_ATTR_ATIME_NOW)
 		in->atime = now;
@@ -147,7 +147,7 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	if (!idx_symlink(in))
 		fuse_reply_err(req, EINVAL);
 	else
-		fuse_reply_readlink(req, in->symlink);
+		fuse_reply_readlink(req, idx_symlink(in));
 	idx_put(s->idx, in);
 }
 

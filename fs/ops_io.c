@@ -36,7 +36,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (!S_ISREG(in->mode)) {
 		idx_put(s->idx, in);
-		fuse_reply_err(req, in->dir ? EISDIR : EINVAL);
+		fuse_reply_err(req, idx_dir(in) ? EISDIR : EINVAL);
 		return;
 	}
 	/* atomic_o_trunc: the truncation arrives with the open; cold chunks are

@@ -98,7 +98,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 	}
 	if (!strncmp(name, VPREFIX, strlen(VPREFIX)))
 		ret = vx_set(s, in, name + strlen(VPREFIX), value, size);
-	else if (!S_ISREG(in->mode) && !in->dir)
+	else if (!S_ISREG(in->mode) && !idx_dir(in))
 		ret = -EPERM; /* as on Linux: user.* only on files and directories */
 	else
 		ret = idx_xattr_set(s->idx, in, name, value, size, flags);

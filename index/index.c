@@ -66,6 +66,7 @@ struct idx_dir {
 	uintptr_t *slots;
 	uint64_t n, cap, live;
 	uint64_t next_cookie;
+	uint64_t parent; /* ino of '..' (index lock) */
 };
 
 /* Slot i's entry; NULL where it was removed. */
@@ -300,8 +301,8 @@ static void attr_rec_locked(struct inode *in, struct jrec *r)
 	r->attr.mtime_ns = in->mtime;
 	r->attr.ctime_ns = in->ctime;
 	if (idx_symlink(in)) {
-		r->name = in->symlink;
-		r->name_len = (uint32_t)strlen(in->symlink);
+		r->name = in->symlink_;
+		r->name_len = (uint32_t)strlen(in->symlink_);
 	}
 }
 
@@ -416,25 +417,25 @@ static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *n
 	struct inode *in = slab_alloc(idx->slab, inode_size(nn->mode));
 	if (!in)
 		return NULL;
-	if (S_ISLNK(nn->mode) && nn->symlink && !(in->symlink = strdup(nn->symlink))) {
+	if (S_ISLNK(nn->mode) && nn->symlink && !(in->symlink_ = strdup(nn->symlink))) {
 		slab_free(idx->slab, in, inode_size(nn->mode));
 		return NULL;
 	}
-	if (S_ISDIR(nn->mode) && !(in->dir = calloc(1, sizeof(*in->dir)))) {
+	if (S_ISDIR(nn->mode) && !(in->dir_ = calloc(1, sizeof(*in->dir_)))) {
 		slab_free(idx->slab, in, inode_size(nn->mode));
 		return NULL;
 	}
-	if (in->dir)
-		in->dir->next_cookie = 3;
+	if (S_ISDIR(nn->mode))
+		in->dir_->next_cookie = 3;
 	in->ino = idx->next_ino++;
 	in->mode = nn->mode;
 	in->uid = nn->uid;
 	in->gid = nn->gid;
 	if (idx_is_dev(in))
-		in->rdev = nn->rdev;
+		in->rdev_ = nn->rdev;
 	in->hot_fd = -1;
 	if (idx_symlink(in))
-		in->size = strlen(in->symlink);
+		in->size = strlen(in->symlink_);
 	idx_touch(&in->atime);
 	in->mtime = in->ctime = in->atime;
 	return in;
@@ -461,14 +462,14 @@ static void inode_destroy(struct index *idx, struct inode *in)
 		free(x->value);
 		free(x);
 	}
-	if (in->dir) {
-		free(in->dir->slots);
-		free(in->dir);
+	if (idx_dir(in)) {
+		free(idx_dir(in)->slots);
+		free(idx_dir(in));
 	}
-	if (in->chunks != inline_chunk(in))
+	if (S_ISREG(in->mode) && in->chunks != inline_chunk(in))
 		free(in->chunks);
 	if (S_ISLNK(in->mode))
-		free(in->symlink);
+		free(in->symlink_);
 	slab_free(idx->slab, in, inode_size(in->mode));
 }
 
@@ -514,7 +515,7 @@ int idx_new(uint64_t chunk_size, struct index **out)
 	if (!r)
 		goto fail;
 	r->nlink = 2;
-	r->parent = IDX_ROOT_INO;
+	idx_dir(r)->parent = IDX_ROOT_INO;
 	r->uid = getuid();
 	r->gid = getgid();
 	inode_insert(idx, r);
@@ -637,7 +638,7 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 		ret = -ENOENT;
 		goto out;
 	}
-	if (!p->dir) {
+	if (!idx_dir(p)) {
 		ret = -ENOTDIR;
 		goto out;
 	}
@@ -648,7 +649,7 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 	if (strcmp(name, ".") == 0)
 		in = p;
 	else if (strcmp(name, "..") == 0)
-		in = ino_find(idx, p->parent);
+		in = ino_find(idx, idx_dir(p)->parent);
 	else if ((d = dent_find(idx, parent, name)))
 		in = ino_find(idx, d->ino);
 	if (!in) {
@@ -725,7 +726,7 @@ static int dent_add(struct index *idx, struct inode *parent, const char *name, u
 	d->parent = parent->ino;
 	d->ino = ino;
 	d->hash = name_hash(parent->ino, name);
-	if ((ret = dir_append(parent->dir, d)) < 0) {
+	if ((ret = dir_append(idx_dir(parent), d)) < 0) {
 		dent_free(idx, d);
 		return ret;
 	}
@@ -739,7 +740,7 @@ static void dent_del(struct index *idx, struct inode *parent, struct dirent_node
 {
 	struct dirent_node **pp = dent_slot(idx, d->parent, d->name, d->hash);
 	*pp = d->hash_next;
-	dir_remove(parent->dir, d);
+	dir_remove(idx_dir(parent), d);
 	idx->ndents--;
 	dent_free(idx, d);
 }
@@ -777,7 +778,7 @@ static struct inode *dir_of(struct index *idx, uint64_t ino, int *err)
 	struct inode *p = ino_find(idx, ino);
 	if (!p)
 		*err = -ENOENT;
-	else if (!p->dir)
+	else if (!idx_dir(p))
 		*err = -ENOTDIR;
 	else if (p->nlink == 0)
 		*err = -ENOENT; /* removed directory */
@@ -812,9 +813,9 @@ int idx_create(struct index *idx, uint64_t parent, const char *name, const struc
 		inode_destroy(idx, in);
 		goto out;
 	}
-	in->nlink = in->dir ? 2 : 1;
-	if (in->dir) {
-		in->parent = parent;
+	in->nlink = idx_dir(in) ? 2 : 1;
+	if (idx_dir(in)) {
+		idx_dir(in)->parent = parent;
 		nlink_add(p, 1);
 	}
 	parent_changed(p);
@@ -847,7 +848,7 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 		ret = -ENOENT;
 		goto out;
 	}
-	if (in->dir) {
+	if (idx_dir(in)) {
 		ret = -EPERM;
 		goto out;
 	}
@@ -896,20 +897,20 @@ static int do_remove(struct index *idx, uint64_t parent, const char *name, int w
 		ret = -ENOENT;
 		goto out;
 	}
-	if (want_dir && !in->dir) {
+	if (want_dir && !idx_dir(in)) {
 		ret = -ENOTDIR;
 		goto out;
 	}
-	if (!want_dir && in->dir) {
+	if (!want_dir && idx_dir(in)) {
 		ret = -EISDIR;
 		goto out;
 	}
-	if (in->dir && in->dir->live > 0) {
+	if (idx_dir(in) && idx_dir(in)->live > 0) {
 		ret = -ENOTEMPTY;
 		goto out;
 	}
 	dent_del(idx, p, d);
-	if (in->dir) {
+	if (idx_dir(in)) {
 		nlink_add(in, -2);
 		nlink_add(p, -1);
 	} else {
@@ -969,9 +970,9 @@ static int is_ancestor(struct index *idx, uint64_t anc, uint64_t ino)
 		if (ino == IDX_ROOT_INO)
 			return 0;
 		in = ino_find(idx, ino);
-		if (!in)
+		if (!in || !idx_dir(in))
 			return 0;
-		ino = in->parent;
+		ino = idx_dir(in)->parent;
 	}
 }
 
@@ -1012,11 +1013,11 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 	if (dst == src)
 		goto out; /* same inode: POSIX says do nothing */
 	/* moving a directory into its own subtree */
-	if (src->dir && newparent != parent && is_ancestor(idx, src->ino, newparent)) {
+	if (idx_dir(src) && newparent != parent && is_ancestor(idx, src->ino, newparent)) {
 		ret = -EINVAL;
 		goto out;
 	}
-	if ((flags & RENAME_EXCHANGE) && dst->dir && newparent != parent &&
+	if ((flags & RENAME_EXCHANGE) && idx_dir(dst) && newparent != parent &&
 	    is_ancestor(idx, dst->ino, parent)) {
 		ret = -EINVAL;
 		goto out;
@@ -1024,14 +1025,14 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 	if (flags & RENAME_EXCHANGE) {
 		sd->ino = dst->ino;
 		dd->ino = src->ino;
-		if (src->dir)
-			src->parent = newparent;
-		if (dst->dir)
-			dst->parent = parent;
-		if (src->dir && !dst->dir) {
+		if (idx_dir(src))
+			idx_dir(src)->parent = newparent;
+		if (idx_dir(dst))
+			idx_dir(dst)->parent = parent;
+		if (idx_dir(src) && !idx_dir(dst)) {
 			nlink_add(p, -1);
 			nlink_add(np, 1);
-		} else if (!src->dir && dst->dir) {
+		} else if (!idx_dir(src) && idx_dir(dst)) {
 			nlink_add(p, 1);
 			nlink_add(np, -1);
 		}
@@ -1048,15 +1049,15 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 		goto out;
 	}
 	if (dst) {
-		if (src->dir && !dst->dir) {
+		if (idx_dir(src) && !idx_dir(dst)) {
 			ret = -ENOTDIR;
 			goto out;
 		}
-		if (!src->dir && dst->dir) {
+		if (!idx_dir(src) && idx_dir(dst)) {
 			ret = -EISDIR;
 			goto out;
 		}
-		if (dst->dir && dst->dir->live > 0) {
+		if (idx_dir(dst) && idx_dir(dst)->live > 0) {
 			ret = -ENOTEMPTY;
 			goto out;
 		}
@@ -1070,7 +1071,7 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 	/* sd may have moved? no: dent_add never frees nodes; dir_remove only clears slots */
 	dent_del(idx, p, sd);
 	if (dst) {
-		if (dst->dir) {
+		if (idx_dir(dst)) {
 			nlink_add(dst, -2);
 			nlink_add(np, -1);
 		} else {
@@ -1078,8 +1079,8 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 		}
 		dead = inode_maybe_unhook(idx, dst);
 	}
-	if (src->dir && parent != newparent) {
-		src->parent = newparent;
+	if (idx_dir(src) && parent != newparent) {
+		idx_dir(src)->parent = newparent;
 		nlink_add(p, -1);
 		nlink_add(np, 1);
 	}
@@ -1111,16 +1112,16 @@ int idx_readdir(struct index *idx, uint64_t dir, uint64_t off, idx_dirent_fn fn,
 		ret = -ENOENT;
 		goto out;
 	}
-	if (!p->dir) {
+	if (!idx_dir(p)) {
 		ret = -ENOTDIR;
 		goto out;
 	}
 	if (off < 1 && fn(arg, ".", p, 1))
 		goto out;
-	if (off < 2 && (c = ino_find(idx, p->parent)) && fn(arg, "..", c, 2))
+	if (off < 2 && (c = ino_find(idx, idx_dir(p)->parent)) && fn(arg, "..", c, 2))
 		goto out;
-	for (i = dir_search(p->dir, off); i < p->dir->n; i++) {
-		struct dirent_node *d = dir_ent(p->dir, i);
+	for (i = dir_search(idx_dir(p), off); i < idx_dir(p)->n; i++) {
+		struct dirent_node *d = dir_ent(idx_dir(p), i);
 		if (!d || !(c = ino_find(idx, d->ino)))
 			continue;
 		if (fn(arg, d->name, c, d->cookie))
@@ -1137,8 +1138,8 @@ uint64_t idx_dir_entries(struct index *idx, uint64_t dir)
 	uint64_t n = 0;
 	pthread_mutex_lock(&idx->lock);
 	p = ino_find(idx, dir);
-	if (p && p->dir)
-		n = p->dir->live;
+	if (p && idx_dir(p))
+		n = idx_dir(p)->live;
 	pthread_mutex_unlock(&idx->lock);
 	return n;
 }
@@ -1153,9 +1154,9 @@ void idx_stat(struct index *idx, struct inode *in, struct stat *st)
 	st->st_uid = in->uid;
 	st->st_gid = in->gid;
 	st->st_rdev = idx_rdev(in);
-	st->st_size = in->dir ? 4096 : (off_t)in->size;
+	st->st_size = idx_dir(in) ? 4096 : (off_t)in->size;
 	st->st_blksize = 4096;
-	if (in->dir) {
+	if (idx_dir(in)) {
 		st->st_blocks = 8;
 	} else {
 		/* RAM-resident bytes plus bytes held only in cold segments */
@@ -1339,6 +1340,8 @@ int idx_chunks_reserve(struct inode *in, uint64_t n)
 	uint64_t cap;
 	if (n <= in->nchunks)
 		return 0;
+	if (!S_ISREG(in->mode))
+		return -EINVAL; /* only a regular file has a chunk map (the union) */
 	/* no wrap of cap or of cap * sizeof: such a count cannot be held anyway */
 	if (n > SIZE_MAX / 2 / sizeof(*nc))
 		return -EFBIG;
@@ -1427,13 +1430,13 @@ int idx_replay(struct index *idx, const struct jrec *r)
 		in->uid = r->attr.uid;
 		in->gid = r->attr.gid;
 		if (idx_is_dev(in))
-			in->rdev = (uint32_t)r->attr.rdev;
+			in->rdev_ = (uint32_t)r->attr.rdev;
 		in->size = r->attr.size;
 		in->atime = r->attr.atime_ns;
 		in->mtime = r->attr.mtime_ns;
 		in->ctime = r->attr.ctime_ns;
-		if (S_ISLNK(in->mode) && r->name_len && !in->symlink) {
-			if (!(in->symlink = strndup(r->name, r->name_len)))
+		if (S_ISLNK(in->mode) && r->name_len && !in->symlink_) {
+			if (!(in->symlink_ = strndup(r->name, r->name_len)))
 				return -ENOMEM;
 		}
 		return 0;
@@ -1448,7 +1451,7 @@ int idx_replay(struct index *idx, const struct jrec *r)
 			return 0;
 		}
 		/* a name in a directory that is gone by the end: harmless to skip */
-		if (!(p = ino_find(idx, r->parent)) || !p->dir || !ino_find(idx, r->ino)) {
+		if (!(p = ino_find(idx, r->parent)) || !idx_dir(p) || !ino_find(idx, r->ino)) {
 			anomaly(idx, IDX_AN_LINK_SKIPPED, r, r->ino, r->parent, name);
 			return 0;
 		}
@@ -1542,8 +1545,8 @@ static void finish_unreachable(struct index *idx, struct inode *root)
 	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in)) {
 		struct idx_anomaly a = {.kind = IDX_AN_UNREACHABLE,
 					.ino = in->ino,
-					.names = in->nlink - (in->dir ? 2 : 0),
-					.is_dir = in->dir != NULL};
+					.names = in->nlink - (idx_dir(in) ? 2 : 0),
+					.is_dir = idx_dir(in) != NULL};
 		if (in->mark != MARK_NONE || in == root)
 			continue;
 		if (idx->anomaly(idx->anomaly_arg, &a))
@@ -1559,25 +1562,25 @@ uint64_t idx_replay_finish(struct index *idx)
 	uint64_t dropped = 0;
 
 	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in)) {
-		in->nlink = in->dir ? 2 : 0;
+		in->nlink = idx_dir(in) ? 2 : 0;
 		in->mark = MARK_NONE;
 	}
 	/* walk from the root: only names in reachable directories count */
 	root->mark = MARK_REACHED;
-	root->parent = IDX_ROOT_INO;
+	idx_dir(root)->parent = IDX_ROOT_INO;
 	if ((stack = malloc(sizeof(*stack) * (cap = 64))))
 		stack[sp++] = root;
 	while (sp > 0) {
 		struct inode *dir = stack[--sp];
-		for (uint64_t i = 0; i < dir->dir->n; i++) {
-			struct dirent_node *d = dir_ent(dir->dir, i);
+		for (uint64_t i = 0; i < idx_dir(dir)->n; i++) {
+			struct dirent_node *d = dir_ent(idx_dir(dir), i);
 			struct inode *c;
 			if (!d || !(c = ino_find(idx, d->ino)))
 				continue;
-			if (c->dir) {
+			if (idx_dir(c)) {
 				if (c->mark || c == root)
 					continue; /* a second name for a directory: ignored */
-				c->parent = dir->ino;
+				idx_dir(c)->parent = dir->ino;
 				dir->nlink++;
 				if (sp == cap) {
 					struct inode **ns = realloc(stack, sizeof(*ns) * (cap *= 2));
@@ -1609,12 +1612,12 @@ uint64_t idx_replay_finish(struct index *idx)
 				kind = IDX_AN_NAME_ORPHAN;
 			else if (c->mark == MARK_NONE)
 				kind = IDX_AN_NAME_DANGLING; /* its inode is dropped below */
-			else if (c->dir && c->mark == MARK_REACHED && c->parent != d->parent)
+			else if (idx_dir(c) && c->mark == MARK_REACHED && idx_dir(c)->parent != d->parent)
 				kind = IDX_AN_DIR_ALIAS;
 			if (!kind)
 				continue;
 			anomaly(idx, kind, NULL, d->ino, d->parent, d->name);
-			dent_del(idx, p && p->dir ? p : root, d);
+			dent_del(idx, p && idx_dir(p) ? p : root, d);
 		}
 	}
 	for (in = inode_next(idx, NULL); in; in = next) {
@@ -1723,10 +1726,10 @@ int idx_snapshot(struct index *idx, struct jrnl_emitter *e)
 		if (in->nlink > 0 || in->ino == IDX_ROOT_INO)
 			ret = snap_inode(e, in);
 	for (in = inode_next(idx, NULL); in && !ret; in = inode_next(idx, in)) {
-		if (!in->dir || in->nlink == 0)
+		if (!idx_dir(in) || in->nlink == 0)
 			continue;
-		for (uint64_t i = 0; i < in->dir->n && !ret; i++) {
-			struct dirent_node *d = dir_ent(in->dir, i);
+		for (uint64_t i = 0; i < idx_dir(in)->n && !ret; i++) {
+			struct dirent_node *d = dir_ent(idx_dir(in), i);
 			struct jrec r;
 			if (!d)
 				continue;
@@ -1752,14 +1755,14 @@ static void dent_path(struct index *idx, struct dirent_node *d, char *buf, size_
 		pos -= nl;
 		memcpy(tmp + pos, d->name, nl);
 		tmp[--pos] = '/';
-		if (d->parent == IDX_ROOT_INO || !(p = ino_find(idx, d->parent)) || !p->dir)
+		if (d->parent == IDX_ROOT_INO || !(p = ino_find(idx, d->parent)) || !idx_dir(p))
 			break;
 		/* a directory's own name: the entry in its parent pointing to it */
-		struct inode *gp = ino_find(idx, p->parent);
+		struct inode *gp = ino_find(idx, idx_dir(p)->parent);
 		struct dirent_node *up = NULL;
-		for (uint64_t i = 0; gp && gp->dir && i < gp->dir->n; i++)
-			if (dir_ent(gp->dir, i) && dir_ent(gp->dir, i)->ino == p->ino) {
-				up = dir_ent(gp->dir, i);
+		for (uint64_t i = 0; gp && idx_dir(gp) && i < idx_dir(gp)->n; i++)
+			if (dir_ent(idx_dir(gp), i) && dir_ent(idx_dir(gp), i)->ino == p->ino) {
+				up = dir_ent(idx_dir(gp), i);
 				break;
 			}
 		d = up;

@@ -72,15 +72,16 @@ struct inode {
 	gid_t gid;
 	uint32_t nlink; /* changed under index lock + inode lock */
 	struct xattr *xattrs;
-	/* regular files: the chunk map; chunks past nchunks are ABSENT. A map
-	 * of one chunk lives inside the inode's allocation (index.c). */
-	struct chunk *chunks;
-	struct idx_dir *dir; /* directories only (NULL otherwise); index lock */
-	/* what only one file type has (S_IFMT of mode says which) */
+	/* what only one file type has (S_IFMT of mode says which; read the
+	 * pointers through the helpers below, which check it) */
 	union {
-		uint64_t parent; /* directories: ino of '..' (index lock) */
-		char *symlink;	 /* symlinks: the target, immutable after creation */
-		uint32_t rdev;	 /* devices: FUSE carries 32 bits (fuse_mknod_in) */
+		/* regular files: the chunk map; chunks past nchunks are ABSENT
+		 * (other types have nchunks 0). A map of one chunk lives inside
+		 * the inode's allocation (index.c). */
+		struct chunk *chunks;
+		struct idx_dir *dir_;	/* directories: idx_dir() */
+		char *symlink_;		/* symlinks: the target, immutable; idx_symlink() */
+		uint32_t rdev_;		/* devices: FUSE carries 32 bits; idx_rdev() */
 	};
 	/* hot tier state, owned by tier/hot.c */
 	uint64_t hot_bytes; /* allocated bytes of the hot file, last accounted */
@@ -107,11 +108,17 @@ static inline int idx_is_dev(const struct inode *in)
 }
 static inline uint32_t idx_rdev(const struct inode *in)
 {
-	return idx_is_dev(in) ? in->rdev : 0;
+	return idx_is_dev(in) ? in->rdev_ : 0;
 }
 static inline const char *idx_symlink(const struct inode *in)
 {
-	return S_ISLNK(in->mode) ? in->symlink : NULL;
+	return S_ISLNK(in->mode) ? in->symlink_ : NULL;
+}
+/* A directory's entries (index.c); NULL for any other type: also the test
+ * "is a directory" the FUSE ops use. */
+static inline struct idx_dir *idx_dir(const struct inode *in)
+{
+	return S_ISDIR(in->mode) ? in->dir_ : NULL;
 }
 
 struct index;

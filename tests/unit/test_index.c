@@ -412,7 +412,7 @@ static void test_create_attrs(void **state)
 	struct stat st;
 
 	assert_int_equal(idx_create(f->idx, IDX_ROOT_INO, "ln", &nn, &in), 0);
-	assert_string_equal(in->symlink, "../target");
+	assert_string_equal(idx_symlink(in), "../target");
 	idx_stat(f->idx, in, &st);
 	assert_true(S_ISLNK(st.st_mode));
 	assert_int_equal(st.st_size, strlen("../target"));
@@ -433,6 +433,16 @@ static void test_create_attrs(void **state)
 
 /* What only one file type has shares one word of the inode: each type
  * reads back its own (and only its own) value. */
+/* '..' of directory dir is parent. */
+static void assert_dotdot(struct index *idx, uint64_t dir, uint64_t parent)
+{
+	struct inode *up;
+
+	assert_int_equal(idx_lookup(idx, dir, "..", 0, &up), 0);
+	assert_int_equal(up->ino, parent);
+	idx_put(idx, up);
+}
+
 static void test_type_fields_do_not_mix(void **state)
 {
 	struct fx *f = *state;
@@ -452,18 +462,27 @@ static void test_type_fields_do_not_mix(void **state)
 	assert_null(idx_symlink(c));
 	idx_stat(f->idx, d, &st);
 	assert_int_equal(st.st_rdev, 0);
-	assert_int_equal(d->parent, IDX_ROOT_INO);
+	assert_dotdot(f->idx, d->ino, IDX_ROOT_INO);
 	assert_null(idx_symlink(d));
+	assert_non_null(idx_dir(d));
+	assert_null(idx_dir(c));
 	idx_stat(f->idx, r, &st);
 	assert_int_equal(st.st_rdev, 0);
 	assert_int_equal(st.st_size, 0);
 	assert_null(idx_symlink(r));
+	assert_null(idx_dir(r));
+	assert_null(idx_dir(l));
+	/* a chunk map only for a regular file (the pointer shares its word) */
+	assert_int_equal(idx_chunks_reserve(d, 1), -EINVAL);
+	assert_int_equal(idx_chunks_reserve(l, 3), -EINVAL);
+	assert_int_equal(idx_chunks_reserve(r, 3), 0);
 	idx_stat(f->idx, l, &st);
 	assert_int_equal(st.st_rdev, 0);
 	assert_string_equal(idx_symlink(l), "t");
 	assert_int_equal(idx_rdev(l), 0);
 	/* '..' of the directory is still its parent after its entries came */
-	assert_int_equal(d->parent, IDX_ROOT_INO);
+	assert_dotdot(f->idx, d->ino, IDX_ROOT_INO);
+	assert_string_equal(idx_symlink(l), "t");
 	idx_put(f->idx, c);
 	idx_put(f->idx, d);
 	idx_put(f->idx, r);
