@@ -66,9 +66,9 @@ static int check_state_dir(struct opt_ctx *c, const char *v);
 
 /* The fraction kind's range is fixed: (0, 1]. */
 #define FRACTION_ACCEPTED "expected a fraction above 0 and at most 1"
-#define K		  1024ULL
-#define M		  (1024ULL * K)
-#define G		  (1024ULL * M)
+#define KiB		  1024ULL
+#define MiB		  (1024ULL * KiB)
+#define GiB		  (1024ULL * MiB)
 
 const struct opt_spec opt_table[] = {
     /* ---- hot tier ---- */
@@ -154,8 +154,8 @@ const struct opt_spec opt_table[] = {
     {.name = "chunk_size",
      .kind = OPT_SIZE,
      FIELD(chunk_size),
-     .min = 1 * M,
-     .max = 64 * M,
+     .min = 1 * MiB,
+     .max = 64 * MiB,
      .flags = OPT_POW2,
      .def = "4M",
      .meta = "SIZE",
@@ -240,7 +240,7 @@ const struct opt_spec opt_table[] = {
     {.name = "s3_buffers",
      .kind = OPT_SIZE,
      FIELD(s3_buffers),
-     .max = 64 * G,
+     .max = 64 * GiB,
      .meta = "SIZE",
      .def_doc = "48M, at least 2 parts",
      .accepted = "must be between s3_part_size and 64G",
@@ -325,7 +325,7 @@ const struct opt_spec opt_table[] = {
     {.name = "min_spill_size",
      .kind = OPT_SIZE,
      FIELD(min_spill_size),
-     .max = 16 * G,
+     .max = 16 * GiB,
      .def = "64M",
      .meta = "SIZE",
      .accepted = "must be between chunk_size and 16G",
@@ -449,8 +449,8 @@ const struct opt_spec opt_table[] = {
     {.name = "checkpoint_size",
      .kind = OPT_SIZE,
      FIELD(checkpoint_size),
-     .min = 64 * K,
-     .max = 4 * G,
+     .min = 64 * KiB,
+     .max = 4 * GiB,
      .def = "64M",
      .meta = "SIZE",
      .accepted = "expected a size from 64K to 4G",
@@ -976,7 +976,7 @@ static int computed_defaults(struct opt_ctx *c)
 		cfg->hot_min = cfg->hot_size / 8 > cfg->chunk_size * 2 ? cfg->hot_size / 8
 								       : cfg->chunk_size * 2;
 	if (!given(c, "mem_reserve"))
-		cfg->mem_reserve = ram / 20 < 1 * G ? ram / 20 : 1 * G;
+		cfg->mem_reserve = ram / 20 < 1 * GiB ? ram / 20 : 1 * GiB;
 	else if (cfg->mem_reserve >= ram)
 		return fail(c,
 			    "option 'mem_reserve': invalid value '%s': must be below the node's "
