@@ -128,6 +128,15 @@ static int fix_argv(int *argc, char *argv[])
 
 int main(int argc, char *argv[])
 {
+	/* the option lists of man/spillway.8 and README.md, from the options table */
+	if (argc == 2 && !strcmp(argv[1], "--help-man")) {
+		opt_doc(stdout, OPT_DOC_MAN);
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "--help-readme")) {
+		opt_doc(stdout, OPT_DOC_README);
+		return 0;
+	}
 	if (fix_argv(&argc, argv))
 		return 1;
 	/* libfuse allocates a buffer per read reply it cannot splice; keep such

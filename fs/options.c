@@ -1,3 +1,19 @@
+/*
+ * DESIGN. Every mount option is one row of opt_table[] below: its name, its
+ * kind (how the value is spelled), the field of struct spw_config it fills,
+ * its bounds, its default, and its help, README and man text. opt_parse
+ * runs in four steps, each driven by the table:
+ *   1. collect: opt_proc files each "name=value" / "name" under its row
+ *      (the rest is libfuse's, or an fstab word, or unknown);
+ *   2. defaults: each row's default, parsed as if the user had written it;
+ *   3. values: each given value parsed and bounded by its kind (pure);
+ *   4. world: rows with a check hook look at the filesystem in table order
+ *      (hot_dir first: it may be created, and is removed on any failure);
+ *      then computed defaults and the cross-field rules (opt_cross).
+ * A failure is one line: "option 'NAME': invalid value 'VALUE': ACCEPTED".
+ * --help, the man page's option list and the README's options table are
+ * rendered from the same rows by opt_doc().
+ */
 #include "fs/options.h"
 
 #include "common/log.h"
@@ -7,75 +23,492 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-/* What the user wrote, before validation. */
-struct raw_opts {
-	char *hot_dir, *hot_size, *chunk_size, *log_level;
-	char *nvme, *spill_threshold, *low_watermark, *hard_watermark, *min_spill_size;
-	char *io_workers, *restore, *write_wait, *gc_threshold;
-	char *s3, *s3_endpoint, *s3_region, *s3_part_size, *s3_credentials, *s3_ca_file;
-	char *s3_buffers;
-	char *s3_path_style, *nvme_threshold, *metrics, *metrics_interval;
-	char *state_dir, *journal_sync_ms, *checkpoint_size, *io_engine;
-	char *hot_min, *mem_reserve, *mem_pressure;
-	int s3_path_style_flag, takeover, keep_hot;
-	int allow_other, default_permissions;
-	char *bad; /* first unknown option */
+/* What opt_parse carries between its steps. */
+struct opt_ctx {
+	struct spw_config *cfg;
+	char *raw[OPT_COUNT_MAX]; /* the value given for each row, or NULL */
+	int given[OPT_COUNT_MAX]; /* the row was named (flags: set) */
+	char *bad;		  /* first unknown option */
+	char *created;		  /* hot_dir made here: removed again on failure */
+	char *err;
+	size_t errlen;
 };
 
-#define OPT(name)                                                                                  \
+static int check_hot_dir(struct opt_ctx *c, const char *v);
+static int check_nvme(struct opt_ctx *c, const char *v);
+static int check_s3(struct opt_ctx *c, const char *v);
+static int check_s3_endpoint(struct opt_ctx *c, const char *v);
+static int check_s3_region(struct opt_ctx *c, const char *v);
+static int check_s3_credentials(struct opt_ctx *c, const char *v);
+static int check_s3_ca_file(struct opt_ctx *c, const char *v);
+static int check_metrics(struct opt_ctx *c, const char *v);
+static int check_state_dir(struct opt_ctx *c, const char *v);
+
+#define FIELD(f) .off = offsetof(struct spw_config, f), .width = sizeof(((struct spw_config *)0)->f)
+#define WORDS(...)                                                                                 \
+	.words = (const struct opt_word[])                                                         \
 	{                                                                                          \
-#name "=%s", offsetof(struct raw_opts, name), 0                                    \
+		__VA_ARGS__,                                                                       \
+		{                                                                                  \
+			NULL, 0, 0                                                                 \
+		}                                                                                  \
 	}
-static const struct fuse_opt spw_opts[] = {
-    OPT(hot_dir),
-    OPT(hot_size),
-    OPT(chunk_size),
-    OPT(log_level),
-    OPT(nvme),
-    OPT(spill_threshold),
-    OPT(low_watermark),
-    OPT(hard_watermark),
-    OPT(min_spill_size),
-    OPT(io_workers),
-    OPT(restore),
-    OPT(write_wait),
-    OPT(gc_threshold),
-    OPT(s3),
-    OPT(s3_endpoint),
-    OPT(s3_region),
-    OPT(s3_part_size),
-    OPT(s3_buffers),
-    OPT(s3_credentials),
-    OPT(s3_ca_file),
-    OPT(s3_path_style),
-    OPT(nvme_threshold),
-    OPT(metrics),
-    OPT(metrics_interval),
-    OPT(state_dir),
-    OPT(journal_sync_ms),
-    OPT(checkpoint_size),
-    OPT(io_engine),
-    OPT(hot_min),
-    OPT(mem_reserve),
-    OPT(mem_pressure),
-    {"takeover", offsetof(struct raw_opts, takeover), 1},
-    {"keep_hot", offsetof(struct raw_opts, keep_hot), 1},
-    {"s3_path_style", offsetof(struct raw_opts, s3_path_style_flag), 1},
-    /* seen and passed on to the kernel */
-    {"allow_other", offsetof(struct raw_opts, allow_other), 1},
-    {"default_permissions", offsetof(struct raw_opts, default_permissions), 1},
-    FUSE_OPT_KEY("allow_other", FUSE_OPT_KEY_KEEP),
-    FUSE_OPT_KEY("default_permissions", FUSE_OPT_KEY_KEEP),
-    FUSE_OPT_END,
+
+/* The fraction kind's range is fixed: (0, 1]. */
+#define FRACTION_ACCEPTED "expected a fraction above 0 and at most 1"
+#define KiB		  1024ULL
+#define MiB		  (1024ULL * KiB)
+#define GiB		  (1024ULL * MiB)
+
+const struct opt_spec opt_table[] = {
+    /* ---- hot tier ---- */
+    {.name = "hot_dir",
+     .kind = OPT_PATH,
+     FIELD(hot_dir),
+     .check = check_hot_dir,
+     .section = "Hot tier",
+     .meta = "DIR",
+     .def_doc = "/dev/shm/spillway-<uid>-<hash>",
+     .help = "tmpfs directory for hot data (created 0700, locked)",
+     .man_tag = ".BI %s= dir",
+     .man = "The tmpfs directory for hot data; created with mode 0700 if missing, and\n"
+	    "locked so that two daemons never share it.\n"
+	    "Must not lie inside the mountpoint.\n"
+	    "The default's hash is derived from the mountpoint.\n"},
+    {.name = "hot_size",
+     .kind = OPT_SIZE,
+     FIELD(hot_size),
+     .max = UINT64_MAX,
+     .meta = "SIZE",
+     .def_doc = "half of hot_dir's filesystem",
+     .help = "RAM budget: the ceiling (less under memory pressure)",
+     .man_tag = ".BI %s= size",
+     .man = "The RAM budget: hot data never takes more.\n"
+	    "At least two chunks, at most the size of the filesystem holding\n"
+	    ".IR hot_dir .\n"},
+    {.name = "hot_min",
+     .kind = OPT_SIZE,
+     FIELD(hot_min),
+     .max = UINT64_MAX,
+     .meta = "SIZE",
+     .def_doc = "hot_size/8, at least two chunks",
+     .help = "the budget never shrinks below this under memory pressure (2 chunks..hot_size)",
+     .man_tag = ".BI %s= size",
+     .man = "The floor of the budget under memory pressure: it never shrinks below this.\n"
+	    "Two chunks to\n"
+	    ".BR hot_size .\n"},
+    {.name = "mem_reserve",
+     .kind = OPT_SIZE,
+     FIELD(mem_reserve),
+     .max = UINT64_MAX,
+     .flags = OPT_OFF_IS_ZERO,
+     .meta = "SIZE",
+     .def_doc = "min(1G, 5% of RAM)",
+     .help = "keep this much of the node's, or the daemon's cgroup's, memory available; "
+	     "0/off: only PSI shrinks the budget",
+     .man_tag = ".BI %s= size",
+     .man = "Keep at least this much of the node's memory (or of the daemon's memory\n"
+	    "cgroup, whichever is less) available: the budget is\n"
+	    ".RB \"hot used + available \\- \" mem_reserve ,\n"
+	    "between\n"
+	    ".B hot_min\n"
+	    "and\n"
+	    ".BR hot_size .\n"
+	    ".B 0\n"
+	    "or\n"
+	    ".BR off :\n"
+	    "only PSI memory pressure shrinks the budget.\n"},
+    {.name = "mem_pressure",
+     .kind = OPT_ENUM,
+     FIELD(mem_pressure),
+     WORDS({"on", 1, 0}, {"off", 0, 0}),
+     .def = "on",
+     .meta = "on|off",
+     .help = "off: the budget stays hot_size whatever the node needs",
+     .man_tag = ".BR %s= on | off",
+     .man = "Follow memory pressure (PSI, MemAvailable, the cgroup's limit): shrink the\n"
+	    "budget at once when the node needs memory (the evictor spills down to it,\n"
+	    "writers wait), grow it back by 10% of\n"
+	    ".B hot_size\n"
+	    "every 2 s after 10 s without pressure.\n"
+	    "Each change is logged and shown in the stats.\n"},
+    {.name = "keep_hot",
+     .kind = OPT_FLAG,
+     FIELD(keep_hot),
+     .def_doc = "off",
+     .help = "unmount keeps the hot files in RAM for a fast remount (the pre-0.2 behaviour)",
+     .man_tag = ".B %s",
+     .man = "A clean unmount keeps the hot files in\n"
+	    ".I hot_dir\n"
+	    "for a fast remount instead of spilling them to the cold tier first.\n"},
+    {.name = "chunk_size",
+     .kind = OPT_SIZE,
+     FIELD(chunk_size),
+     .min = 1 * MiB,
+     .max = 64 * MiB,
+     .flags = OPT_POW2,
+     .def = "4M",
+     .meta = "SIZE",
+     .accepted = "must be a power of two between 1M and 64M",
+     .help = "residency granularity, power of two 1M..64M",
+     .man_tag = ".BI %s= size",
+     .man = "Residency granularity: the unit that is spilled, dropped and restored.\n"
+	    "A power of two from 1M to 64M.\n"},
+
+    /* ---- cold tier ---- */
+    {.name = "nvme",
+     .kind = OPT_PATH,
+     FIELD(nvme),
+     .check = check_nvme,
+     .section = "Cold tier",
+     .meta = "DIR[:DIR...]",
+     .def_doc = "none",
+     .help = "colon-separated cold directories",
+     .man_tag = ".BI %s= dir\\fR[\\fP:dir\\fR.\\|.\\|.]\\fP",
+     .man = "Colon-separated absolute directories that hold segment files.\n"
+	    "Each must exist and be writable.\n"
+	    "A segment goes to the directory with the most free space (weighted); a full\n"
+	    "or failing directory is skipped for a while.\n"},
+    {.name = "s3",
+     .kind = OPT_STRING,
+     FIELD(s3),
+     .check = check_s3,
+     .meta = "s3://BUCKET/PREFIX",
+     .def_doc = "none",
+     .help = "S3 cold tier (alone, or below nvme)",
+     .man_tag = ".BI %s= s3://bucket/prefix",
+     .man = "An S3 bucket (and key prefix) for segments: alone, or below\n"
+	    ".B nvme\n"
+	    "as a third tier.\n"},
+    {.name = "s3_endpoint",
+     .kind = OPT_STRING,
+     FIELD(s3_endpoint),
+     .check = check_s3_endpoint,
+     .meta = "URL",
+     .def_doc = "AWS for s3_region",
+     .help = "http(s)://host[:port]",
+     .man_tag = ".BI %s= url",
+     .man = ".BI http:// host\\fR[\\fP:port\\fR]\\fP\n"
+	    "or\n"
+	    ".BI https:// host\\fR[\\fP:port\\fR]\\fP\n"
+	    "of an S3-compatible service.\n"},
+    {.name = "s3_region",
+     .kind = OPT_STRING,
+     FIELD(s3_region),
+     .check = check_s3_region,
+     .meta = "REGION",
+     .def_doc = "us-east-1",
+     .help = "signing region (SigV4)",
+     .man_tag = ".BI %s= region",
+     .man = "The signing region (SigV4).\n"},
+    {.name = "s3_path_style",
+     .kind = OPT_ENUM,
+     FIELD(s3_path_style),
+     .flags = OPT_BARE,
+     WORDS({"0", 0, 0}, {"1", 1, 0}, {"false", 0, 1}, {"true", 1, 1}),
+     .def = "0",
+     .def_doc = "off",
+     .meta = "[=0|1]",
+     .help = "path-style URLs (MinIO, Ceph RGW, local servers)",
+     .man_tag = ".BR %s [ =0 | =1 ]",
+     .man = "Use path-style URLs (bucket in the path, not the host name), as MinIO,\n"
+	    "Ceph RGW and local servers want.\n"},
+    {.name = "s3_part_size",
+     .kind = OPT_SIZE,
+     FIELD(s3_part_size),
+     .min = S3_MIN_PART_SIZE,
+     .max = S3_MAX_PART_SIZE,
+     .flags = OPT_ALIGN4K,
+     .def = "16M",
+     .meta = "SIZE",
+     .accepted = "must be between 5M and 5G, a multiple of 4K",
+     .help = "PUT up to this, multipart above (5M..5G)",
+     .man_tag = ".BI %s= size",
+     .man = "Segments up to this size are sent with one PUT, larger ones as multipart\n"
+	    "uploads with parts of this size, sent in parallel.\n"
+	    "From 5M to 5G, a multiple of 4K.\n"},
+    {.name = "s3_buffers",
+     .kind = OPT_SIZE,
+     FIELD(s3_buffers),
+     .max = 64 * GiB,
+     .meta = "SIZE",
+     .def_doc = "48M, at least 2 parts",
+     .accepted = "must be between s3_part_size and 64G",
+     .help = "part buffers of all uploads together, whole parts (s3_part_size..64G)",
+     .man_tag = ".BI %s= size",
+     .man = "Memory for the part buffers of all segment uploads together, in whole\n"
+	    "parts (rounded down): a part being filled or in flight holds one; an\n"
+	    "upload that finds none free waits for one.\n"
+	    "This bounds the daemon's extra memory with an S3 tier.\n"
+	    "From s3_part_size to 64G.\n"},
+    {.name = "s3_credentials",
+     .kind = OPT_PATH,
+     FIELD(s3_credentials),
+     .check = check_s3_credentials,
+     .meta = "FILE",
+     .def_doc = "the AWS_* environment",
+     .help = "AWS credentials file, mode 0600",
+     .man_tag = ".BI %s= file",
+     .man = "An AWS shared-credentials file (absolute path), refused unless its mode is\n"
+	    "0600.\n"
+	    "Without it, the credentials come from the environment (see\n"
+	    ".BR ENVIRONMENT ).\n"
+	    "Credentials are never accepted as mount options, which anyone can read in\n"
+	    ".IR /proc/mounts .\n"},
+    {.name = "s3_ca_file",
+     .kind = OPT_PATH,
+     FIELD(s3_ca_file),
+     .check = check_s3_ca_file,
+     .meta = "FILE",
+     .def_doc = "the system's CA store",
+     .help = "CA bundle for a private TLS endpoint",
+     .man_tag = ".BI %s= file",
+     .man = "A CA bundle for a private TLS endpoint.\n"},
+    {.name = "nvme_threshold",
+     .kind = OPT_FRACTION,
+     FIELD(nvme_threshold),
+     .def = "0.90",
+     .meta = "F",
+     .help = "with nvme and s3: demote LRU segments to S3 above this fill",
+     .man_tag = ".BI %s= fraction",
+     .man = "With both\n"
+	    ".B nvme\n"
+	    "and\n"
+	    ".BR s3 :\n"
+	    "above this fill of the NVMe directories, the least recently used segments\n"
+	    "are moved (demoted) to S3.\n"},
+
+    /* ---- spilling and restoring ---- */
+    {.name = "spill_threshold",
+     .kind = OPT_FRACTION,
+     FIELD(spill_threshold),
+     .def = "0.75",
+     .section = "Spilling and restoring",
+     .meta = "F",
+     .help = "start spilling above this fraction of hot_size",
+     .man_tag = ".BI %s= fraction",
+     .man = "Start spilling when hot data exceeds this fraction of\n"
+	    ".BR hot_size .\n"},
+    {.name = "low_watermark",
+     .kind = OPT_FRACTION,
+     FIELD(low_watermark),
+     .def = "0.60",
+     .meta = "F",
+     .help = "spill until usage is below this (below spill_threshold)",
+     .man_tag = ".BI %s= fraction",
+     .man = "Spill until hot data is below this fraction of\n"
+	    ".BR hot_size .\n"
+	    "Must be below\n"
+	    ".BR spill_threshold .\n"},
+    {.name = "hard_watermark",
+     .kind = OPT_FRACTION,
+     FIELD(hard_watermark),
+     .def = "0.95",
+     .meta = "F",
+     .help = "above this (or with a writer waiting), write partial segments",
+     .man_tag = ".BI %s= fraction",
+     .man = "Above this fraction (or whenever a writer is waiting for room), write\n"
+	    "partial segments rather than wait to fill\n"
+	    ".BR min_spill_size .\n"
+	    "At least\n"
+	    ".BR spill_threshold .\n"},
+    {.name = "min_spill_size",
+     .kind = OPT_SIZE,
+     FIELD(min_spill_size),
+     .max = 16 * GiB,
+     .def = "64M",
+     .meta = "SIZE",
+     .accepted = "must be between chunk_size and 16G",
+     .help = "smallest segment written when not under pressure (chunk_size..16G)",
+     .man_tag = ".BI %s= size",
+     .man = "The smallest segment written when not under pressure; between\n"
+	    ".B chunk_size\n"
+	    "and 16G.\n"},
+    {.name = "io_workers",
+     .kind = OPT_COUNT,
+     FIELD(io_workers),
+     .min = 1,
+     .max = 256,
+     .def = "8",
+     .meta = "N",
+     .help = "parallel segment writes / restore reads / S3 connections",
+     .man_tag = ".BI %s= n",
+     .man = "Parallel segment writes, restore reads and S3 connections, 1 to 256.\n"},
+    {.name = "restore",
+     .kind = OPT_ENUM,
+     FIELD(restore),
+     WORDS({"open", RESTORE_OPEN, 0}, {"lazy", RESTORE_LAZY, 0}),
+     .def = "open",
+     .meta = "open|lazy",
+     .help = "open: restore a cold file in the background on open; lazy: only chunks read",
+     .man_tag = ".BR %s= { open | lazy }",
+     .man = ".BR open :\n"
+	    "opening a file that has cold chunks restores all of them in the background\n"
+	    "(reads of chunks not yet back are served first).\n"
+	    ".BR lazy :\n"
+	    "only the chunks that are read come back.\n"},
+    {.name = "write_wait",
+     .kind = OPT_DURATION,
+     FIELD(write_wait_ms),
+     .max = 86400000,
+     .def = "60s",
+     .meta = "DURATION",
+     .accepted = "expected a duration like 500ms, 60s or 5m (at most 24h)",
+     .help = "longest a writer waits for room before ENOSPC",
+     .man_tag = ".BI %s= duration",
+     .man = "The longest a write waits for the evictor to make room before it fails with\n"
+	    ".BR ENOSPC ;\n"
+	    "at most 24h.\n"},
+    {.name = "gc_threshold",
+     .kind = OPT_FRACTION,
+     FIELD(gc_threshold),
+     .def = "0.5",
+     .meta = "F",
+     .help = "compact segments below this live fraction",
+     .man_tag = ".BI %s= fraction",
+     .man = "Segments whose live fraction drops below this are compacted (their live\n"
+	    "chunks rewritten); segments with no live bytes are deleted.\n"},
+
+    /* ---- metrics, durability, logging ---- */
+    {.name = "metrics",
+     .kind = OPT_PATH,
+     FIELD(metrics),
+     .check = check_metrics,
+     .section = "Metrics and logging",
+     .meta = "FILE",
+     .def_doc = "none",
+     .help = "Prometheus text file, rewritten atomically",
+     .man_tag = ".BI %s= file",
+     .man = "Write the daemon's counters to\n"
+	    ".I file\n"
+	    "(absolute path, in an existing directory) in the Prometheus text format,\n"
+	    "rewritten atomically (written to a temporary file and renamed) every\n"
+	    ".BR metrics_interval ,\n"
+	    "for node_exporter's textfile collector.\n"},
+    {.name = "metrics_interval",
+     .kind = OPT_DURATION,
+     FIELD(metrics_interval_ms),
+     .min = 100,
+     .max = 3600000,
+     .def = "5s",
+     .meta = "DURATION",
+     .accepted = "expected a duration from 100ms to 1h",
+     .help = "how often (100ms..1h)",
+     .man_tag = ".BI %s= duration",
+     .man = "How often\n"
+	    ".B metrics\n"
+	    "is rewritten, from 100ms to 1h.\n"},
+    {.name = "state_dir",
+     .kind = OPT_PATH,
+     FIELD(state_dir),
+     .check = check_state_dir,
+     .meta = "DIR|none",
+     .def_doc = "<first nvme>/.spillway",
+     .help = "journal + checkpoints (0700, locked); required with s3 alone; none: volatile",
+     .man_tag = ".BI %s= dir\\fR|\\fBnone",
+     .man = "Where the journal and the checkpoints live (created mode 0700, locked\n"
+	    "against a second daemon).\n"
+	    "Required with\n"
+	    ".B s3\n"
+	    "as the only cold tier (then the checkpoint and the journal are also\n"
+	    "uploaded next to the segments, so another node can take the filesystem\n"
+	    "over).\n"
+	    ".B none\n"
+	    "keeps nothing past the mount: files are gone at unmount, and so are their\n"
+	    "hot files.\n"
+	    "Without\n"
+	    ".BR nvme ,\n"
+	    ".B s3\n"
+	    "and\n"
+	    ".B state_dir\n"
+	    "there is no journal either.\n"},
+    {.name = "journal_sync_ms",
+     .kind = OPT_COUNT,
+     FIELD(journal_sync_ms),
+     .max = 60000,
+     .def = "1000",
+     .meta = "N",
+     .help = "group-commit period in ms, 0..60000 (0: sync every change before its reply)",
+     .man_tag = ".BI %s= n",
+     .man = "Group commit period: the journal is made durable\n"
+	    ".RB ( fdatasync (2))\n"
+	    "at least this often, and on every\n"
+	    ".BR fsync (2).\n"
+	    "0 syncs every change before its reply.\n"
+	    "From 0 to 60000.\n"},
+    {.name = "checkpoint_size",
+     .kind = OPT_SIZE,
+     FIELD(checkpoint_size),
+     .min = 64 * KiB,
+     .max = 4 * GiB,
+     .def = "64M",
+     .meta = "SIZE",
+     .accepted = "expected a size from 64K to 4G",
+     .help = "journal size that triggers a checkpoint (64K..4G)",
+     .man_tag = ".BI %s= size",
+     .man = "When the journal passes this size, a checkpoint (a full snapshot) is\n"
+	    "written and the journal starts again. From 64K to 4G.\n"},
+    {.name = "takeover",
+     .kind = OPT_FLAG,
+     FIELD(takeover),
+     .def_doc = "off",
+     .help = "with s3: attach a prefix whose lease another (dead) node still holds",
+     .man_tag = ".B %s",
+     .man = "With\n"
+	    ".BR s3 :\n"
+	    "attach a bucket prefix whose lease is still held by another node (that\n"
+	    "node is gone; a live one would be corrupted).\n"},
+    {.name = "io_engine",
+     .kind = OPT_ENUM,
+     FIELD(io_psync),
+     WORDS({"uring", 0, 0}, {"psync", 1, 0}),
+     .def = "uring",
+     .meta = "uring|psync",
+     .help = "psync: cold-tier I/O with pread/pwrite (fault injection, odd hosts)",
+     .man_tag = ".BI %s= engine",
+     .man = ".B uring\n"
+	    "or\n"
+	    ".BR psync :\n"
+	    "cold-tier I/O through io_uring or through\n"
+	    ".BR pread (2)/ pwrite (2)\n"
+	    "(for hosts where io_uring misbehaves, and for fault injection with\n"
+	    "libfiu).\n"},
+    {.name = "log_level",
+     .kind = OPT_ENUM,
+     FIELD(log_level),
+     .flags = OPT_NOCASE,
+     WORDS({"error", LOG_ERR, 0}, {"warn", LOG_WARNING, 0}, {"info", LOG_INFO, 0},
+	   {"debug", LOG_DEBUG, 0}),
+     .def = "info",
+     .meta = "LEVEL",
+     .help = "error, warn, info, debug (stderr with -f, syslog otherwise; repeats folded)",
+     .man_tag = ".BI %s= level",
+     .man = ".BR error ,\n"
+	    ".BR warn ,\n"
+	    ".B info\n"
+	    "or\n"
+	    ".BR debug .\n"},
+
+    /* standard mount options spillway looks at: passed on to the kernel,
+     * documented with the standard options */
+    {.name = "allow_other", .kind = OPT_FLAG, FIELD(allow_other), .flags = OPT_KEEP | OPT_HIDDEN},
+    {.name = "default_permissions",
+     .kind = OPT_FLAG,
+     FIELD(default_permissions),
+     .flags = OPT_KEEP | OPT_HIDDEN},
 };
+const size_t opt_count = sizeof(opt_table) / sizeof(opt_table[0]);
+_Static_assert(sizeof(opt_table) / sizeof(opt_table[0]) <= OPT_COUNT_MAX, "raise OPT_COUNT_MAX");
 
 /* Options libfuse, the kernel or mount(8)/fstab understand: passed on. */
 static const char *const fuse_known[] = {
@@ -103,70 +536,194 @@ static int matches(const char *arg, const char *const *list)
 	return 0;
 }
 
+/* The row an "-o" word names, or -1; *value points past "name=" (NULL: bare). */
+static int find_row(const char *arg, const char **value)
+{
+	for (size_t i = 0; i < opt_count; i++) {
+		const struct opt_spec *s = &opt_table[i];
+		size_t l = strlen(s->name);
+		if (strncmp(arg, s->name, l))
+			continue;
+		if (arg[l] == '=' && s->kind != OPT_FLAG) {
+			*value = arg + l + 1;
+			return (int)i;
+		}
+		if (!arg[l] && (s->kind == OPT_FLAG || (s->flags & OPT_BARE))) {
+			*value = NULL;
+			return (int)i;
+		}
+	}
+	return -1;
+}
+
+/* Step 1: file each of our words under its row; the rest is libfuse's. */
 static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
-	struct raw_opts *raw = data;
-	if (key == FUSE_OPT_KEY_KEEP)
-		return 1;
+	struct opt_ctx *c = data;
+	const char *value;
+	int i;
+
 	if (key != FUSE_OPT_KEY_OPT || arg[0] == '-')
 		return 1; /* non-options and flags like -d: libfuse's business */
+	if ((i = find_row(arg, &value)) >= 0) {
+		c->given[i] = 1;
+		free(c->raw[i]); /* the last one given wins */
+		c->raw[i] = value ? strdup(value) : NULL;
+		return opt_table[i].flags & OPT_KEEP ? 1 : 0;
+	}
 	if (matches(arg, fuse_known))
 		return 1;
 	if (matches(arg, fstab_words))
 		return 0;
-	if (!raw->bad)
-		raw->bad = strdup(arg);
+	if (!c->bad)
+		c->bad = strdup(arg);
 	return 0;
 }
 
-void opt_help(void)
+static int row_of(const char *name)
 {
-	printf(
-	    "spillway options (-o name=value,...):\n"
-	    "    hot_dir=DIR            RAM tier directory (default "
-	    "/dev/shm/spillway-<uid>-<hash>)\n"
-	    "    hot_size=SIZE          RAM budget (default: half of hot_dir's filesystem)\n"
-	    "    hot_min=SIZE           the budget never shrinks below this under memory\n"
-	    "                           pressure (default hot_size/8)\n"
-	    "    mem_reserve=SIZE       keep this much of the node's (or cgroup's) memory\n"
-	    "                           available (default min(1G, 5%% of RAM); 0: off)\n"
-	    "    mem_pressure=on|off    shrink the budget under memory pressure (default on)\n"
-	    "    keep_hot               unmount keeps the hot files in RAM (fast remount)\n"
-	    "    chunk_size=SIZE        residency granularity, power of two 1M..64M (default 4M)\n"
-	    "    nvme=DIR[:DIR...]      cold directories for spilled segments\n"
-	    "    spill_threshold=F      start spilling above F x hot_size (default 0.75)\n"
-	    "    low_watermark=F        spill until below F x hot_size (default 0.60)\n"
-	    "    hard_watermark=F       above this, spill partial segments (default 0.95)\n"
-	    "    min_spill_size=SIZE    smallest segment when not under pressure (default 64M)\n"
-	    "    io_workers=N           parallel segment writes / restore reads, 1..256 (default "
-	    "8)\n"
-	    "    restore=open|lazy      restore a cold file on open, or only chunks read (default "
-	    "open)\n"
-	    "    write_wait=DURATION    longest a writer waits for room before ENOSPC (default "
-	    "60s)\n"
-	    "    gc_threshold=F         compact segments below F live (default 0.5)\n"
-	    "    s3=s3://BUCKET/PREFIX  S3 cold tier (alone, or below nvme)\n"
-	    "    s3_endpoint=URL        http(s)://host[:port] (default AWS for s3_region)\n"
-	    "    s3_region=REGION       signing region (default us-east-1)\n"
-	    "    s3_path_style[=0|1]    path-style URLs (MinIO, Ceph RGW, local servers)\n"
-	    "    s3_part_size=SIZE      multipart part size, 5M..5G (default 16M)\n"
-	    "    s3_buffers=SIZE        part buffers of all uploads together, whole parts\n"
-	    "                           (default 48M, at least 2 parts)\n"
-	    "    s3_credentials=FILE    AWS credentials file, mode 0600 (default: AWS_* env)\n"
-	    "    s3_ca_file=FILE        CA bundle for a private TLS endpoint\n"
-	    "    nvme_threshold=F       with nvme and s3: demote segments above F full (0.90)\n"
-	    "    metrics=FILE           Prometheus text file, rewritten atomically\n"
-	    "    metrics_interval=DUR   how often (default 5s)\n"
-	    "    state_dir=DIR|none     journal and checkpoints (default <first nvme>/.spillway;\n"
-	    "                           required with s3 alone; none: nothing survives unmount)\n"
-	    "    journal_sync_ms=N      group commit period in ms, 0..60000 (default 1000;\n"
-	    "                           0: every change is synced before the reply)\n"
-	    "    checkpoint_size=SIZE   journal size that triggers a checkpoint, 64K..4G (64M)\n"
-	    "    takeover               with s3: attach a prefix another node still holds\n"
-	    "    io_engine=uring|psync  cold-tier I/O through io_uring or pread/pwrite (uring)\n"
-	    "    log_level=LEVEL        error, warn, info, debug (default info)\n"
-	    "Sizes take K/M/G/T suffixes (powers of 1024); durations ms/s/m/h.\n"
-	    "allow_other requires default_permissions.\n");
+	for (size_t i = 0; i < opt_count; i++)
+		if (!strcmp(opt_table[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+/* The value given for an option, or NULL. */
+static const char *raw(const struct opt_ctx *c, const char *name)
+{
+	return c->raw[row_of(name)];
+}
+
+static int given(const struct opt_ctx *c, const char *name)
+{
+	return c->given[row_of(name)];
+}
+
+static int __attribute__((format(printf, 2, 3))) fail(struct opt_ctx *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->err, c->errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* "expected a, b or c" of an enum's shown words. */
+static void words_accepted(const struct opt_spec *s, char *buf, size_t len)
+{
+	int n = 0, shown = 0;
+	size_t at;
+	for (const struct opt_word *w = s->words; w->word; w++)
+		shown += !w->hidden;
+	at = (size_t)snprintf(buf, len, "expected ");
+	for (const struct opt_word *w = s->words; w->word && at < len; w++) {
+		if (w->hidden)
+			continue;
+		n++;
+		at += (size_t)snprintf(buf + at, len - at, "%s%s",
+				       n == 1	    ? ""
+				       : n == shown ? " or "
+						    : ", ",
+				       w->word);
+	}
+}
+
+/* What a rejected value of this row is told is accepted. */
+static void accepted(const struct opt_spec *s, char *buf, size_t len)
+{
+	if (s->accepted)
+		snprintf(buf, len, "%s", s->accepted);
+	else if (s->kind == OPT_FRACTION)
+		snprintf(buf, len, FRACTION_ACCEPTED);
+	else if (s->kind == OPT_COUNT)
+		snprintf(buf, len, "expected an integer %llu..%llu", (unsigned long long)s->min,
+			 (unsigned long long)s->max);
+	else if (s->kind == OPT_ENUM)
+		words_accepted(s, buf, len);
+	else
+		snprintf(buf, len, "see spillway --help");
+}
+
+static int reject(struct opt_ctx *c, const struct opt_spec *s, const char *v)
+{
+	char why[256];
+	accepted(s, why, sizeof(why));
+	return fail(c, "option '%s': invalid value '%s': %s", s->name, v, why);
+}
+
+static void store_u64(struct spw_config *cfg, const struct opt_spec *s, uint64_t v)
+{
+	char *p = (char *)cfg + s->off;
+	if (s->width == sizeof(uint64_t))
+		memcpy(p, &v, sizeof(v));
+	else {
+		unsigned u = (unsigned)v; /* unsigned and int fields alike */
+		memcpy(p, &u, sizeof(u));
+	}
+}
+
+/* Parse v as row s's kind into cfg: 0, or -1 with the message. */
+static int parse_value(struct opt_ctx *c, const struct opt_spec *s, const char *v)
+{
+	uint64_t u = 0;
+	char *end;
+
+	switch (s->kind) {
+	case OPT_SIZE:
+		if (!(s->flags & OPT_OFF_IS_ZERO) || strcmp(v, "off")) {
+			if (size_parse(v, &u) < 0)
+				return fail(c,
+					    "option '%s': invalid value '%s': expected a size like "
+					    "512M or 8G (K/M/G/T suffixes)",
+					    s->name, v);
+			if (u < s->min || u > s->max || ((s->flags & OPT_POW2) && (u & (u - 1))) ||
+			    ((s->flags & OPT_ALIGN4K) && u % 4096))
+				return reject(c, s, v);
+		}
+		break;
+	case OPT_DURATION:
+		if (duration_parse_ms(v, &u) < 0 || u < s->min || u > s->max)
+			return reject(c, s, v);
+		break;
+	case OPT_COUNT:
+		u = strtoull(v, &end, 10);
+		if (v[0] < '0' || v[0] > '9' || *end || u < s->min || u > s->max)
+			return reject(c, s, v);
+		break;
+	case OPT_FRACTION: {
+		double d;
+		if (fraction_parse(v, &d) < 0 || d <= 0)
+			return reject(c, s, v);
+		memcpy((char *)c->cfg + s->off, &d, sizeof(d));
+		return 0;
+	}
+	case OPT_ENUM: {
+		const struct opt_word *w = s->words;
+		if (!v) /* OPT_BARE */
+			u = 1;
+		else {
+			while (w->word && ((s->flags & OPT_NOCASE) ? strcasecmp(v, w->word)
+								   : strcmp(v, w->word)))
+				w++;
+			if (!w->word)
+				return reject(c, s, v);
+			u = (uint64_t)(unsigned)w->value;
+		}
+		break;
+	}
+	case OPT_FLAG:
+		u = 1;
+		break;
+	case OPT_PATH:
+	case OPT_STRING: {
+		char **field = (char **)((char *)c->cfg + s->off);
+		free(*field);
+		*field = strdup(v);
+		return 0;
+	}
+	}
+	store_u64(c->cfg, s, u);
+	return 0;
 }
 
 /* The reason stays one line whatever the value quoted in it holds. */
@@ -175,36 +732,6 @@ static void one_line(char *s)
 	for (; *s; s++)
 		if ((unsigned char)*s < 0x20 || *s == 0x7f)
 			*s = '?';
-}
-
-#define FAIL(...)                                                                                  \
-	do {                                                                                       \
-		snprintf(err, errlen, __VA_ARGS__);                                                \
-		goto fail;                                                                         \
-	} while (0)
-
-static int parse_size_opt(const char *name, const char *v, uint64_t *out, char *err, size_t errlen)
-{
-	if (size_parse(v, out) < 0) {
-		snprintf(err, errlen,
-			 "option '%s': invalid value '%s': expected a size like 512M or 8G "
-			 "(K/M/G/T suffixes)",
-			 name, v);
-		return -1;
-	}
-	return 0;
-}
-
-static int parse_frac_opt(const char *name, const char *v, double *out, char *err, size_t errlen)
-{
-	if (fraction_parse(v, out) < 0 || *out <= 0) {
-		snprintf(
-		    err, errlen,
-		    "option '%s': invalid value '%s': expected a fraction above 0 and at most 1",
-		    name, v);
-		return -1;
-	}
-	return 0;
 }
 
 static uint32_t fnv(const char *s)
@@ -231,467 +758,447 @@ static int dir_is_empty(const char *path)
 	return empty;
 }
 
-/* Validate a colon-separated list of cold directories. */
-static int check_nvme(const char *list, const char *hot_dir, const char *mnt, char *err,
-		      size_t errlen)
+/* path is dir itself or lies below it */
+static int inside(const char *path, const char *dir)
 {
-	char *copy = strdup(list), *save = NULL, *d;
-	int ret = -1, n = 0;
-	if (!copy)
-		return -1;
-	for (d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+	size_t l = strlen(dir);
+	return !strncmp(path, dir, l) && (path[l] == '/' || !path[l]);
+}
+
+/* ---- the checks that look at the world, in table order ---- */
+
+/* hot_dir: absolute; created 0700 if missing (by the hot tier). */
+static int check_hot_dir(struct opt_ctx *c, const char *v)
+{
+	struct spw_config *cfg = c->cfg;
+	char buf[PATH_MAX + 64];
+	struct stat st;
+
+	if (!v) {
+		snprintf(buf, sizeof(buf), "/dev/shm/spillway-%u-%08x", (unsigned)getuid(),
+			 fnv(cfg->mountpoint));
+		if (mkdir(buf, 0700) == 0)
+			c->created = strdup(buf);
+		else if (errno != EEXIST)
+			return fail(c, "option 'hot_dir': cannot create default '%s': %s", buf,
+				    strerror(errno));
+		cfg->hot_dir = strdup(buf);
+		return 0;
+	}
+	if (v[0] != '/')
+		return fail(c, "option 'hot_dir': invalid value '%s': must be an absolute path", v);
+	if (mkdir(v, 0700) == 0)
+		c->created = strdup(v);
+	else if (errno != EEXIST)
+		return fail(c, "option 'hot_dir': cannot create '%s': %s", v, strerror(errno));
+	if (!realpath(v, buf))
+		return fail(c, "option 'hot_dir': '%s': %s", v, strerror(errno));
+	if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+		return fail(c, "option 'hot_dir': '%s' is not a directory", v);
+	if (inside(buf, cfg->mountpoint))
+		return fail(c, "option 'hot_dir': '%s' lies inside the mountpoint", v);
+	free(cfg->hot_dir);
+	cfg->hot_dir = strdup(buf);
+	return 0;
+}
+
+/* nvme: a colon-separated list of cold directories. */
+static int check_nvme(struct opt_ctx *c, const char *list)
+{
+	char *copy, *save = NULL, *d;
+	int ret = 0, n = 0;
+	if (!list)
+		return 0;
+	if (!(copy = strdup(list)))
+		return fail(c, "option 'nvme': %s", strerror(ENOMEM));
+	for (d = strtok_r(copy, ":", &save); d && !ret; d = strtok_r(NULL, ":", &save)) {
 		char real[PATH_MAX];
 		struct stat st;
 		n++;
 		if (d[0] != '/')
-			FAIL("option 'nvme': invalid value '%s': '%s' is not an absolute path",
-			     list, d);
-		if (stat(d, &st) < 0)
-			FAIL("option 'nvme': invalid value '%s': '%s': %s", list, d,
-			     strerror(errno));
-		if (!S_ISDIR(st.st_mode))
-			FAIL("option 'nvme': invalid value '%s': '%s' is not a directory", list, d);
-		if (!realpath(d, real))
-			FAIL("option 'nvme': invalid value '%s': '%s': %s", list, d,
-			     strerror(errno));
-		if (strcmp(real, hot_dir) == 0)
-			FAIL("option 'nvme': invalid value '%s': '%s' is the hot_dir itself", list,
-			     d);
-		if (strcmp(real, mnt) == 0)
-			FAIL("option 'nvme': invalid value '%s': '%s' is the mountpoint itself",
-			     list, d);
-		if (access(real, W_OK) < 0)
-			FAIL("option 'nvme': invalid value '%s': '%s' is not writable", list, d);
+			ret = fail(
+			    c, "option 'nvme': invalid value '%s': '%s' is not an absolute path",
+			    list, d);
+		else if (stat(d, &st) < 0 || !realpath(d, real))
+			ret = fail(c, "option 'nvme': invalid value '%s': '%s': %s", list, d,
+				   strerror(errno));
+		else if (!S_ISDIR(st.st_mode))
+			ret = fail(c, "option 'nvme': invalid value '%s': '%s' is not a directory",
+				   list, d);
+		else if (strcmp(real, c->cfg->hot_dir) == 0)
+			ret =
+			    fail(c, "option 'nvme': invalid value '%s': '%s' is the hot_dir itself",
+				 list, d);
+		else if (strcmp(real, c->cfg->mountpoint) == 0)
+			ret = fail(
+			    c, "option 'nvme': invalid value '%s': '%s' is the mountpoint itself",
+			    list, d);
+		else if (access(real, W_OK) < 0)
+			ret = fail(c, "option 'nvme': invalid value '%s': '%s' is not writable",
+				   list, d);
 	}
-	if (n == 0)
-		FAIL("option 'nvme': invalid value '%s': expected DIR[:DIR...]", list);
-	ret = 0;
-fail:
+	if (!ret && n == 0)
+		ret = fail(c, "option 'nvme': invalid value '%s': expected DIR[:DIR...]", list);
 	free(copy);
 	return ret;
+}
+
+static int check_s3(struct opt_ctx *c, const char *v)
+{
+	char *bucket = NULL, *prefix = NULL, why[256];
+	int r;
+	if (!v)
+		return 0;
+	r = s3_url_parse_err(v, &bucket, &prefix, why, sizeof(why));
+	free(bucket);
+	free(prefix);
+	return r < 0 ? fail(c, "option 's3': invalid value '%s': %s", v, why) : 0;
+}
+
+static int check_s3_endpoint(struct opt_ctx *c, const char *v)
+{
+	if (v && strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
+		return fail(c,
+			    "option 's3_endpoint': invalid value '%s': expected http://HOST[:PORT] "
+			    "or https://HOST[:PORT]",
+			    v);
+	return 0;
+}
+
+static int check_s3_region(struct opt_ctx *c, const char *v)
+{
+	for (const char *p = v; p && *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
+			return fail(
+			    c,
+			    "option 's3_region': invalid value '%s': expected a region name "
+			    "like us-east-1",
+			    v);
+	return 0;
+}
+
+static int check_s3_credentials(struct opt_ctx *c, const char *v)
+{
+	struct s3_creds cr;
+	char why[512];
+	if (!v)
+		return 0;
+	if (v[0] != '/')
+		return fail(
+		    c, "option 's3_credentials': invalid value '%s': must be an absolute path", v);
+	if (s3_credentials_load(v, &cr, why, sizeof(why)) < 0)
+		return fail(c, "option 's3_credentials': '%s': %s", v, why);
+	s3_credentials_free(&cr);
+	return 0;
+}
+
+static int check_s3_ca_file(struct opt_ctx *c, const char *v)
+{
+	if (v && access(v, R_OK) < 0)
+		return fail(c, "option 's3_ca_file': '%s': %s", v, strerror(errno));
+	return 0;
+}
+
+static int check_metrics(struct opt_ctx *c, const char *v)
+{
+	char *dir, *slash;
+	struct stat st;
+	int r;
+	if (!v)
+		return 0;
+	slash = strrchr(v, '/');
+	if (v[0] != '/' || !slash || !slash[1])
+		return fail(
+		    c, "option 'metrics': invalid value '%s': expected an absolute file path", v);
+	if (!(dir = strndup(v, slash == v ? 1 : (size_t)(slash - v))))
+		return fail(c, "option 'metrics': %s", strerror(ENOMEM));
+	r = stat(dir, &st);
+	free(dir);
+	if (r < 0 || !S_ISDIR(st.st_mode))
+		return fail(c, "option 'metrics': invalid value '%s': its directory does not exist",
+			    v);
+	return 0;
+}
+
+/* state_dir: absolute, or none; default in the first nvme directory. */
+static int check_state_dir(struct opt_ctx *c, const char *v)
+{
+	struct spw_config *cfg = c->cfg;
+	if (v && !strcmp(v, "none")) {
+		free(cfg->state_dir);
+		cfg->state_dir = NULL;
+	} else if (v) {
+		if (v[0] != '/')
+			return fail(
+			    c,
+			    "option 'state_dir': invalid value '%s': must be an absolute path "
+			    "or none",
+			    v);
+		if (inside(v, cfg->hot_dir))
+			return fail(
+			    c,
+			    "option 'state_dir': invalid value '%s': must not be inside hot_dir "
+			    "(RAM does not survive a reboot)",
+			    v);
+		if (inside(v, cfg->mountpoint))
+			return fail(
+			    c,
+			    "option 'state_dir': invalid value '%s': must not be inside the "
+			    "mountpoint",
+			    v);
+	} else if (cfg->nvme) {
+		size_t n = strcspn(cfg->nvme, ":");
+		if (asprintf(&cfg->state_dir, "%.*s/.spillway", (int)n, cfg->nvme) < 0)
+			cfg->state_dir = NULL;
+	}
+	return 0;
+}
+
+/* ---- defaults computed from the machine and from other options ---- */
+static int computed_defaults(struct opt_ctx *c)
+{
+	struct spw_config *cfg = c->cfg;
+	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	struct statvfs sv;
+
+	if (statvfs(cfg->hot_dir, &sv) < 0)
+		return fail(c, "option 'hot_dir': '%s': %s", cfg->hot_dir, strerror(errno));
+	if (!given(c, "hot_size"))
+		cfg->hot_size = (uint64_t)sv.f_blocks * sv.f_frsize / 2;
+	else if (cfg->hot_size > (uint64_t)sv.f_blocks * sv.f_frsize)
+		return fail(
+		    c,
+		    "option 'hot_size': invalid value '%s': larger than hot_dir's filesystem "
+		    "(%lluM)",
+		    raw(c, "hot_size"),
+		    (unsigned long long)((uint64_t)sv.f_blocks * sv.f_frsize >> 20));
+	if (!given(c, "hot_min"))
+		cfg->hot_min = cfg->hot_size / 8 > cfg->chunk_size * 2 ? cfg->hot_size / 8
+								       : cfg->chunk_size * 2;
+	if (!given(c, "mem_reserve"))
+		cfg->mem_reserve = ram / 20 < 1 * GiB ? ram / 20 : 1 * GiB;
+	else if (cfg->mem_reserve >= ram)
+		return fail(c,
+			    "option 'mem_reserve': invalid value '%s': must be below the node's "
+			    "memory (%lluM), or 0/off",
+			    raw(c, "mem_reserve"), (unsigned long long)(ram >> 20));
+	return 0;
+}
+
+/* ---- the rules between options ---- */
+static int opt_cross(struct opt_ctx *c)
+{
+	struct spw_config *cfg = c->cfg;
+	unsigned long long two_chunks = cfg->chunk_size * 2;
+
+	if (cfg->allow_other && !cfg->default_permissions)
+		return fail(c,
+			    "option 'allow_other' requires 'default_permissions' (otherwise every "
+			    "user could read every file)");
+	if (given(c, "hot_size") && cfg->hot_size < two_chunks)
+		return fail(c,
+			    "option 'hot_size': invalid value '%s': must be at least two chunks "
+			    "(%lluM)",
+			    raw(c, "hot_size"), two_chunks >> 20);
+	if (cfg->hot_min < two_chunks || cfg->hot_min > cfg->hot_size)
+		return fail(c,
+			    "option 'hot_min': invalid value '%s': must be between two chunks "
+			    "(%lluM) and hot_size (%lluM)",
+			    raw(c, "hot_min"), two_chunks >> 20,
+			    (unsigned long long)(cfg->hot_size >> 20));
+	if (cfg->low_watermark >= cfg->spill_threshold)
+		return fail(c,
+			    "option 'low_watermark': invalid value '%g': must be below "
+			    "spill_threshold (%g)",
+			    cfg->low_watermark, cfg->spill_threshold);
+	if (cfg->hard_watermark < cfg->spill_threshold)
+		return fail(c,
+			    "option 'hard_watermark': invalid value '%g': must be at least "
+			    "spill_threshold (%g)",
+			    cfg->hard_watermark, cfg->spill_threshold);
+	if (cfg->min_spill_size < cfg->chunk_size)
+		return reject(c, &opt_table[row_of("min_spill_size")], raw(c, "min_spill_size"));
+	if (given(c, "s3_buffers") && cfg->s3_buffers < cfg->s3_part_size)
+		return reject(c, &opt_table[row_of("s3_buffers")], raw(c, "s3_buffers"));
+	if (!cfg->s3 && (cfg->s3_endpoint || cfg->s3_region || given(c, "s3_part_size") ||
+			 given(c, "s3_buffers") || cfg->s3_credentials || cfg->s3_ca_file))
+		return fail(c, "option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
+	if (cfg->takeover && !cfg->s3)
+		return fail(c, "option 'takeover' needs 's3=s3://BUCKET/PREFIX'");
+	if (cfg->s3 && !cfg->nvme && !given(c, "state_dir"))
+		return fail(c, "option 's3' alone needs 'state_dir=DIR' on a local disk for the "
+			       "journal (or state_dir=none: nothing survives an unmount)");
+	return 0;
+}
+
+/* The mountpoint: must exist, be a directory and be empty. */
+static int check_mountpoint(struct opt_ctx *c, const char *mountpoint)
+{
+	char real[PATH_MAX];
+	struct stat st;
+	int r;
+
+	if (!mountpoint)
+		return fail(c, "no mountpoint given (usage: spillway [options] MOUNTPOINT)");
+	if (!realpath(mountpoint, real))
+		return fail(c, "mountpoint '%s': %s", mountpoint, strerror(errno));
+	if (stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
+		return fail(c, "mountpoint '%s': not a directory", mountpoint);
+	if ((r = dir_is_empty(real)) <= 0)
+		return fail(c, "mountpoint '%s': %s", mountpoint,
+			    r < 0 ? strerror(-r) : "not empty");
+	c->cfg->mountpoint = strdup(real);
+	return 0;
 }
 
 int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config *cfg, char *err,
 	      size_t errlen)
 {
-	struct raw_opts raw = {0};
-	char real[PATH_MAX], buf[PATH_MAX + 64];
-	struct stat st;
-	int ret = -1, r;
-	char *created = NULL; /* hot_dir made here: removed again on failure */
+	static const struct fuse_opt none[] = {FUSE_OPT_END};
+	struct opt_ctx c = {.cfg = cfg, .err = err, .errlen = errlen};
+	int ret = -1;
+	size_t i;
 
 	memset(cfg, 0, sizeof(*cfg));
-	cfg->chunk_size = 4ULL << 20;
-	cfg->log_level = LOG_INFO;
-	cfg->spill_threshold = 0.75;
-	cfg->low_watermark = 0.60;
-	cfg->hard_watermark = 0.95;
-	cfg->min_spill_size = 64ULL << 20;
-	cfg->io_workers = 8;
-	cfg->restore = RESTORE_OPEN;
-	cfg->write_wait_ms = 60000;
-	cfg->gc_threshold = 0.5;
-	cfg->nvme_threshold = 0.90;
-	cfg->metrics_interval_ms = 5000;
-	cfg->s3_part_size = 16ULL << 20;
-	cfg->journal_sync_ms = 1000;
-	cfg->checkpoint_size = 64ULL << 20;
-
-	if (fuse_opt_parse(args, &raw, spw_opts, opt_proc) < 0)
-		FAIL("cannot parse options");
-	if (raw.bad)
-		FAIL("unknown option '%s' (see spillway --help)", raw.bad);
-
-	/* mountpoint: must exist, be a directory and be empty */
-	if (!mountpoint)
-		FAIL("no mountpoint given (usage: spillway [options] MOUNTPOINT)");
-	if (!realpath(mountpoint, real))
-		FAIL("mountpoint '%s': %s", mountpoint, strerror(errno));
-	if (stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
-		FAIL("mountpoint '%s': not a directory", mountpoint);
-	if ((r = dir_is_empty(real)) <= 0)
-		FAIL("mountpoint '%s': %s", mountpoint, r < 0 ? strerror(-r) : "not empty");
-	cfg->mountpoint = strdup(real);
-
-	cfg->allow_other = raw.allow_other;
-	cfg->default_permissions = raw.default_permissions;
-	if (raw.allow_other && !raw.default_permissions)
-		FAIL("option 'allow_other' requires 'default_permissions' (otherwise every user "
-		     "could read every file)");
-
-	if (raw.log_level && (cfg->log_level = spw_log_parse_level(raw.log_level)) < 0)
-		FAIL("option 'log_level': invalid value '%s': expected error, warn, info or debug",
-		     raw.log_level);
-
-	if (raw.chunk_size) {
-		if (parse_size_opt("chunk_size", raw.chunk_size, &cfg->chunk_size, err, errlen))
-			goto fail;
-		if (cfg->chunk_size < (1ULL << 20) || cfg->chunk_size > (64ULL << 20) ||
-		    (cfg->chunk_size & (cfg->chunk_size - 1)))
-			FAIL("option 'chunk_size': invalid value '%s': must be a power of two "
-			     "between 1M and 64M",
-			     raw.chunk_size);
+	err[0] = '\0';
+	for (i = 0; i < opt_count; i++) /* defaults: the table's text, parsed */
+		if (opt_table[i].def && parse_value(&c, &opt_table[i], opt_table[i].def) < 0)
+			goto out;
+	if (fuse_opt_parse(args, &c, none, opt_proc) < 0) {
+		fail(&c, "cannot parse options");
+		goto out;
 	}
-
-	/* hot_dir: absolute; created 0700 if missing (by the hot tier) */
-	if (raw.hot_dir) {
-		if (raw.hot_dir[0] != '/')
-			FAIL("option 'hot_dir': invalid value '%s': must be an absolute path",
-			     raw.hot_dir);
-		if (mkdir(raw.hot_dir, 0700) == 0)
-			created = strdup(raw.hot_dir);
-		else if (errno != EEXIST)
-			FAIL("option 'hot_dir': cannot create '%s': %s", raw.hot_dir,
-			     strerror(errno));
-		if (!realpath(raw.hot_dir, buf))
-			FAIL("option 'hot_dir': '%s': %s", raw.hot_dir, strerror(errno));
-		if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
-			FAIL("option 'hot_dir': '%s' is not a directory", raw.hot_dir);
-		if (strcmp(buf, real) == 0 ||
-		    (strncmp(buf, real, strlen(real)) == 0 && buf[strlen(real)] == '/'))
-			FAIL("option 'hot_dir': '%s' lies inside the mountpoint", raw.hot_dir);
-		cfg->hot_dir = strdup(buf);
-	} else {
-		snprintf(buf, sizeof(buf), "/dev/shm/spillway-%u-%08x", (unsigned)getuid(),
-			 fnv(real));
-		if (mkdir(buf, 0700) == 0)
-			created = strdup(buf);
-		else if (errno != EEXIST)
-			FAIL("option 'hot_dir': cannot create default '%s': %s", buf,
-			     strerror(errno));
-		cfg->hot_dir = strdup(buf);
+	if (c.bad) {
+		fail(&c, "unknown option '%s' (see spillway --help)", c.bad);
+		goto out;
 	}
-
-	{
-		struct statvfs sv;
-		uint64_t fs_size;
-		if (statvfs(cfg->hot_dir, &sv) < 0)
-			FAIL("option 'hot_dir': '%s': %s", cfg->hot_dir, strerror(errno));
-		fs_size = (uint64_t)sv.f_blocks * sv.f_frsize;
-		if (raw.hot_size) {
-			if (parse_size_opt("hot_size", raw.hot_size, &cfg->hot_size, err, errlen))
-				goto fail;
-			if (cfg->hot_size < cfg->chunk_size * 2)
-				FAIL("option 'hot_size': invalid value '%s': must be at least two "
-				     "chunks (%lluM)",
-				     raw.hot_size, (unsigned long long)(cfg->chunk_size * 2 >> 20));
-			if (cfg->hot_size > fs_size)
-				FAIL("option 'hot_size': invalid value '%s': larger than hot_dir's "
-				     "filesystem (%lluM)",
-				     raw.hot_size, (unsigned long long)(fs_size >> 20));
-		} else {
-			cfg->hot_size = fs_size / 2;
-		}
-	}
-
-	/* elastic budget: hot_size is the ceiling, hot_min the floor */
-	cfg->hot_min = cfg->hot_size / 8 > cfg->chunk_size * 2 ? cfg->hot_size / 8
-							       : cfg->chunk_size * 2;
-	if (raw.hot_min) {
-		if (parse_size_opt("hot_min", raw.hot_min, &cfg->hot_min, err, errlen))
-			goto fail;
-		if (cfg->hot_min < cfg->chunk_size * 2 || cfg->hot_min > cfg->hot_size)
-			FAIL("option 'hot_min': invalid value '%s': must be between two chunks "
-			     "(%lluM) and hot_size (%lluM)",
-			     raw.hot_min, (unsigned long long)(cfg->chunk_size * 2 >> 20),
-			     (unsigned long long)(cfg->hot_size >> 20));
-	}
-	{
-		uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-		cfg->mem_reserve = ram / 20 < (1ULL << 30) ? ram / 20 : (1ULL << 30);
-		if (raw.mem_reserve) {
-			if (!strcmp(raw.mem_reserve, "off"))
-				cfg->mem_reserve = 0;
-			else if (parse_size_opt("mem_reserve", raw.mem_reserve, &cfg->mem_reserve,
-						err, errlen))
-				goto fail;
-			if (cfg->mem_reserve >= ram)
-				FAIL("option 'mem_reserve': invalid value '%s': must be below the "
-				     "node's memory (%lluM), or 0/off",
-				     raw.mem_reserve, (unsigned long long)(ram >> 20));
-		}
-	}
-	cfg->mem_pressure = 1;
-	if (raw.mem_pressure) {
-		if (!strcmp(raw.mem_pressure, "on"))
-			cfg->mem_pressure = 1;
-		else if (!strcmp(raw.mem_pressure, "off"))
-			cfg->mem_pressure = 0;
-		else
-			FAIL("option 'mem_pressure': invalid value '%s': expected on or off",
-			     raw.mem_pressure);
-	}
-	cfg->keep_hot = raw.keep_hot;
-
-	if (raw.spill_threshold && parse_frac_opt("spill_threshold", raw.spill_threshold,
-						  &cfg->spill_threshold, err, errlen))
-		goto fail;
-	if (raw.low_watermark &&
-	    parse_frac_opt("low_watermark", raw.low_watermark, &cfg->low_watermark, err, errlen))
-		goto fail;
-	if (raw.hard_watermark &&
-	    parse_frac_opt("hard_watermark", raw.hard_watermark, &cfg->hard_watermark, err, errlen))
-		goto fail;
-	if (cfg->low_watermark >= cfg->spill_threshold)
-		FAIL("option 'low_watermark': invalid value '%g': must be below spill_threshold "
-		     "(%g)",
-		     cfg->low_watermark, cfg->spill_threshold);
-	if (cfg->hard_watermark < cfg->spill_threshold)
-		FAIL(
-		    "option 'hard_watermark': invalid value '%g': must be at least spill_threshold "
-		    "(%g)",
-		    cfg->hard_watermark, cfg->spill_threshold);
-	if (raw.gc_threshold &&
-	    parse_frac_opt("gc_threshold", raw.gc_threshold, &cfg->gc_threshold, err, errlen))
-		goto fail;
-	if (raw.min_spill_size) {
-		if (parse_size_opt("min_spill_size", raw.min_spill_size, &cfg->min_spill_size, err,
-				   errlen))
-			goto fail;
-		if (cfg->min_spill_size < cfg->chunk_size || cfg->min_spill_size > (16ULL << 30))
-			FAIL("option 'min_spill_size': invalid value '%s': must be between "
-			     "chunk_size and 16G",
-			     raw.min_spill_size);
-	}
-	if (raw.io_workers) {
-		char *end;
-		unsigned long v = strtoul(raw.io_workers, &end, 10);
-		if (raw.io_workers[0] < '0' || raw.io_workers[0] > '9' || *end || v < 1 || v > 256)
-			FAIL("option 'io_workers': invalid value '%s': expected an integer 1..256",
-			     raw.io_workers);
-		cfg->io_workers = (unsigned)v;
-	}
-	if (raw.restore) {
-		if (strcmp(raw.restore, "open") == 0)
-			cfg->restore = RESTORE_OPEN;
-		else if (strcmp(raw.restore, "lazy") == 0)
-			cfg->restore = RESTORE_LAZY;
-		else
-			FAIL("option 'restore': invalid value '%s': expected open or lazy",
-			     raw.restore);
-	}
-	if (raw.write_wait && (duration_parse_ms(raw.write_wait, &cfg->write_wait_ms) < 0 ||
-			       cfg->write_wait_ms > 86400000ULL))
-		FAIL("option 'write_wait': invalid value '%s': expected a duration like 500ms, 60s "
-		     "or 5m (at most 24h)",
-		     raw.write_wait);
-	if (raw.nvme) {
-		if (check_nvme(raw.nvme, cfg->hot_dir, cfg->mountpoint, err, errlen) < 0)
-			goto fail;
-		cfg->nvme = strdup(raw.nvme);
-	}
-	if (raw.nvme_threshold &&
-	    parse_frac_opt("nvme_threshold", raw.nvme_threshold, &cfg->nvme_threshold, err, errlen))
-		goto fail;
-	if (raw.s3) {
-		char *bucket = NULL, *prefix = NULL, why[256];
-		if (s3_url_parse_err(raw.s3, &bucket, &prefix, why, sizeof(why)) < 0)
-			FAIL("option 's3': invalid value '%s': %s", raw.s3, why);
-		free(bucket);
-		free(prefix);
-		cfg->s3 = strdup(raw.s3);
-	}
-	if (raw.s3_endpoint) {
-		if (strncmp(raw.s3_endpoint, "http://", 7) &&
-		    strncmp(raw.s3_endpoint, "https://", 8))
-			FAIL(
-			    "option 's3_endpoint': invalid value '%s': expected http://HOST[:PORT] "
-			    "or https://HOST[:PORT]",
-			    raw.s3_endpoint);
-		cfg->s3_endpoint = strdup(raw.s3_endpoint);
-	}
-	if (raw.s3_region) {
-		for (const char *c = raw.s3_region; *c; c++)
-			if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-'))
-				FAIL("option 's3_region': invalid value '%s': expected a region "
-				     "name like us-east-1",
-				     raw.s3_region);
-		cfg->s3_region = strdup(raw.s3_region);
-	}
-	cfg->s3_path_style = raw.s3_path_style_flag;
-	if (raw.s3_path_style) {
-		if (!strcmp(raw.s3_path_style, "1") || !strcmp(raw.s3_path_style, "true"))
-			cfg->s3_path_style = 1;
-		else if (!strcmp(raw.s3_path_style, "0") || !strcmp(raw.s3_path_style, "false"))
-			cfg->s3_path_style = 0;
-		else
-			FAIL("option 's3_path_style': invalid value '%s': expected 0 or 1",
-			     raw.s3_path_style);
-	}
-	if (raw.s3_part_size) {
-		if (parse_size_opt("s3_part_size", raw.s3_part_size, &cfg->s3_part_size, err,
-				   errlen))
-			goto fail;
-		if (cfg->s3_part_size < S3_MIN_PART_SIZE || cfg->s3_part_size > S3_MAX_PART_SIZE ||
-		    cfg->s3_part_size % 4096)
-			FAIL(
-			    "option 's3_part_size': invalid value '%s': must be between 5M and 5G, "
-			    "a multiple of 4K",
-			    raw.s3_part_size);
-	}
-	if (raw.s3_buffers) {
-		if (parse_size_opt("s3_buffers", raw.s3_buffers, &cfg->s3_buffers, err, errlen))
-			goto fail;
-		if (cfg->s3_buffers < cfg->s3_part_size || cfg->s3_buffers > (64ULL << 30))
-			FAIL(
-			    "option 's3_buffers': invalid value '%s': must be between s3_part_size "
-			    "and 64G",
-			    raw.s3_buffers);
-	}
-	if (raw.s3_credentials) {
-		struct s3_creds cr;
-		char why[512];
-		if (raw.s3_credentials[0] != '/')
-			FAIL(
-			    "option 's3_credentials': invalid value '%s': must be an absolute path",
-			    raw.s3_credentials);
-		if (s3_credentials_load(raw.s3_credentials, &cr, why, sizeof(why)) < 0)
-			FAIL("option 's3_credentials': '%s': %s", raw.s3_credentials, why);
-		s3_credentials_free(&cr);
-		cfg->s3_credentials = strdup(raw.s3_credentials);
-	}
-	if (raw.s3_ca_file) {
-		if (access(raw.s3_ca_file, R_OK) < 0)
-			FAIL("option 's3_ca_file': '%s': %s", raw.s3_ca_file, strerror(errno));
-		cfg->s3_ca_file = strdup(raw.s3_ca_file);
-	}
-	if (raw.metrics) {
-		char *slash = strrchr(raw.metrics, '/');
-		struct stat mst;
-		if (raw.metrics[0] != '/' || !slash || !slash[1])
-			FAIL("option 'metrics': invalid value '%s': expected an absolute file path",
-			     raw.metrics);
-		*slash = '\0';
-		r = stat(slash == raw.metrics ? "/" : raw.metrics, &mst);
-		*slash = '/';
-		if (r < 0 || !S_ISDIR(mst.st_mode))
-			FAIL("option 'metrics': invalid value '%s': its directory does not exist",
-			     raw.metrics);
-		cfg->metrics = strdup(raw.metrics);
-	}
-	if (raw.metrics_interval &&
-	    (duration_parse_ms(raw.metrics_interval, &cfg->metrics_interval_ms) < 0 ||
-	     cfg->metrics_interval_ms < 100 || cfg->metrics_interval_ms > 3600000))
-		FAIL(
-		    "option 'metrics_interval': invalid value '%s': expected a duration from 100ms "
-		    "to 1h",
-		    raw.metrics_interval);
-	if (!cfg->s3 && (raw.s3_endpoint || raw.s3_region || raw.s3_part_size || raw.s3_buffers ||
-			 raw.s3_credentials || raw.s3_ca_file))
-		FAIL("option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
-	if (raw.journal_sync_ms) {
-		char *end;
-		unsigned long v = strtoul(raw.journal_sync_ms, &end, 10);
-		if (raw.journal_sync_ms[0] < '0' || raw.journal_sync_ms[0] > '9' || *end ||
-		    v > 60000)
-			FAIL("option 'journal_sync_ms': invalid value '%s': expected an integer "
-			     "0..60000",
-			     raw.journal_sync_ms);
-		cfg->journal_sync_ms = v;
-	}
-	if (raw.checkpoint_size) {
-		if (parse_size_opt("checkpoint_size", raw.checkpoint_size, &cfg->checkpoint_size,
-				   err, errlen))
-			goto fail;
-		if (cfg->checkpoint_size < (64ULL << 10) || cfg->checkpoint_size > (4ULL << 30))
-			FAIL("option 'checkpoint_size': invalid value '%s': expected a size from "
-			     "64K to 4G",
-			     raw.checkpoint_size);
-	}
-	if (raw.io_engine) {
-		if (!strcmp(raw.io_engine, "psync"))
-			cfg->io_psync = 1;
-		else if (strcmp(raw.io_engine, "uring"))
-			FAIL("option 'io_engine': invalid value '%s': expected uring or psync",
-			     raw.io_engine);
-	}
-	cfg->takeover = raw.takeover;
-	if (raw.takeover && !cfg->s3)
-		FAIL("option 'takeover' needs 's3=s3://BUCKET/PREFIX'");
-	/* state_dir: absolute, or none; default in the first nvme directory */
-	if (raw.state_dir && !strcmp(raw.state_dir, "none")) {
-		cfg->state_dir = NULL;
-	} else if (raw.state_dir) {
-		if (raw.state_dir[0] != '/')
-			FAIL("option 'state_dir': invalid value '%s': must be an absolute path or "
-			     "none",
-			     raw.state_dir);
-		if (!strncmp(raw.state_dir, cfg->hot_dir, strlen(cfg->hot_dir)) &&
-		    (raw.state_dir[strlen(cfg->hot_dir)] == '/' ||
-		     !raw.state_dir[strlen(cfg->hot_dir)]))
-			FAIL("option 'state_dir': invalid value '%s': must not be inside hot_dir "
-			     "(RAM does not survive a reboot)",
-			     raw.state_dir);
-		if (!strncmp(raw.state_dir, cfg->mountpoint, strlen(cfg->mountpoint)) &&
-		    (raw.state_dir[strlen(cfg->mountpoint)] == '/' ||
-		     !raw.state_dir[strlen(cfg->mountpoint)]))
-			FAIL("option 'state_dir': invalid value '%s': must not be inside the "
-			     "mountpoint",
-			     raw.state_dir);
-		cfg->state_dir = strdup(raw.state_dir);
-	} else if (cfg->nvme) {
-		size_t n = strcspn(cfg->nvme, ":");
-		if (asprintf(&cfg->state_dir, "%.*s/.spillway", (int)n, cfg->nvme) < 0)
-			cfg->state_dir = NULL;
-	} else if (cfg->s3) {
-		FAIL("option 's3' alone needs 'state_dir=DIR' on a local disk for the journal "
-		     "(or state_dir=none: nothing survives an unmount)");
-	}
+	if (check_mountpoint(&c, mountpoint) < 0)
+		goto out;
+	for (i = 0; i < opt_count; i++)
+		if (c.given[i] && parse_value(&c, &opt_table[i], c.raw[i]) < 0)
+			goto out;
+	for (i = 0; i < opt_count; i++)
+		if (opt_table[i].check && opt_table[i].check(&c, c.raw[i]) < 0)
+			goto out;
+	if (computed_defaults(&c) < 0 || opt_cross(&c) < 0)
+		goto out;
 	ret = 0;
-fail:
+out:
 	if (ret < 0) { /* leave nothing behind */
 		one_line(err);
-		if (created)
-			rmdir(created);
+		if (c.created)
+			rmdir(c.created);
 		opt_free(cfg);
 		memset(cfg, 0, sizeof(*cfg));
 	}
-	free(created);
-	free(raw.hot_dir);
-	free(raw.hot_size);
-	free(raw.chunk_size);
-	free(raw.log_level);
-	free(raw.nvme);
-	free(raw.spill_threshold);
-	free(raw.low_watermark);
-	free(raw.hard_watermark);
-	free(raw.min_spill_size);
-	free(raw.io_workers);
-	free(raw.restore);
-	free(raw.write_wait);
-	free(raw.gc_threshold);
-	free(raw.s3);
-	free(raw.s3_endpoint);
-	free(raw.s3_region);
-	free(raw.s3_part_size);
-	free(raw.s3_buffers);
-	free(raw.s3_credentials);
-	free(raw.s3_ca_file);
-	free(raw.s3_path_style);
-	free(raw.nvme_threshold);
-	free(raw.metrics);
-	free(raw.metrics_interval);
-	free(raw.state_dir);
-	free(raw.journal_sync_ms);
-	free(raw.checkpoint_size);
-	free(raw.io_engine);
-	free(raw.hot_min);
-	free(raw.mem_reserve);
-	free(raw.mem_pressure);
-	free(raw.bad);
+	free(c.created);
+	for (i = 0; i < opt_count; i++)
+		free(c.raw[i]);
+	free(c.bad);
 	return ret;
 }
 
 void opt_free(struct spw_config *cfg)
 {
 	free(cfg->mountpoint);
-	free(cfg->hot_dir);
-	free(cfg->nvme);
-	free(cfg->s3);
-	free(cfg->s3_endpoint);
-	free(cfg->s3_region);
-	free(cfg->s3_credentials);
-	free(cfg->s3_ca_file);
-	free(cfg->metrics);
-	free(cfg->state_dir);
+	for (size_t i = 0; i < opt_count; i++)
+		if (opt_table[i].kind == OPT_PATH || opt_table[i].kind == OPT_STRING)
+			free(*(char **)((char *)cfg + opt_table[i].off));
+}
+
+/* ---- the option list as documentation ---- */
+
+static const char *shown_default(const struct opt_spec *s)
+{
+	return s->def_doc ? s->def_doc : s->def;
+}
+
+/* text, escaped for troff (\e, \-) or markdown (\<, \>, \|, \*) */
+static void put_escaped(FILE *out, const char *text, enum opt_doc_format fmt)
+{
+	for (const char *p = text; *p; p++) {
+		if (fmt == OPT_DOC_MAN && *p == '\\')
+			fputs("\\e", out);
+		else if (fmt == OPT_DOC_MAN && *p == '-')
+			fputs("\\-", out);
+		else if (fmt == OPT_DOC_README && strchr("<>|*", *p))
+			fprintf(out, "\\%c", *p);
+		else
+			fputc(*p, out);
+	}
+}
+
+/* text wrapped to 79 columns, each line indented by indent spaces */
+static void put_wrapped(FILE *out, const char *text, int indent)
+{
+	const char *p = text;
+	while (*p) {
+		int room = 79 - indent, n = (int)strlen(p);
+		if (n > room) {
+			n = room;
+			while (n > 0 && p[n] != ' ')
+				n--;
+			if (n == 0)
+				n = (int)strcspn(p, " ");
+		}
+		fprintf(out, "%*s%.*s\n", indent, "", n, p);
+		p += n;
+		while (*p == ' ')
+			p++;
+	}
+}
+
+static void doc_row(FILE *out, const struct opt_spec *s, enum opt_doc_format fmt)
+{
+	const char *def = shown_default(s);
+
+	switch (fmt) {
+	case OPT_DOC_HELP:
+		fprintf(out, "    %s%s%s", s->name, s->meta && s->meta[0] != '[' ? "=" : "",
+			s->meta ? s->meta : "");
+		if (def)
+			fprintf(out, " (default %s)", def);
+		fputc('\n', out);
+		put_wrapped(out, s->help, 8);
+		break;
+	case OPT_DOC_MAN:
+		if (s->section)
+			fprintf(out, ".SS %s\n", s->section);
+		fputs(".TP\n", out);
+		fprintf(out, s->man_tag, s->name);
+		fprintf(out, "\n%s", s->man);
+		if (def) {
+			fputs("Default: ", out);
+			put_escaped(out, def, fmt);
+			fputs(".\n", out);
+		}
+		break;
+	case OPT_DOC_README:
+		fprintf(out, "| %s | ", s->name);
+		put_escaped(out, def ? def : "—", fmt);
+		fputs(" | ", out);
+		put_escaped(out, s->help, fmt);
+		fputs(" |\n", out);
+		break;
+	}
+}
+
+void opt_doc(FILE *out, enum opt_doc_format fmt)
+{
+	if (fmt == OPT_DOC_HELP)
+		fputs("spillway options (-o name=value,...):\n", out);
+	else if (fmt == OPT_DOC_README)
+		fputs("| option | default | meaning |\n|---|---|---|\n", out);
+	for (size_t i = 0; i < opt_count; i++)
+		if (!(opt_table[i].flags & OPT_HIDDEN))
+			doc_row(out, &opt_table[i], fmt);
+	if (fmt == OPT_DOC_HELP)
+		fputs("Sizes take K/M/G/T suffixes (powers of 1024); durations ms/s/m/h.\n"
+		      "allow_other requires default_permissions.\n",
+		      out);
+}
+
+void opt_help(void)
+{
+	opt_doc(stdout, OPT_DOC_HELP);
 }

@@ -3,7 +3,8 @@
  * is the argument of -o, after "hot_dir=<scratch>/hot," (inputs holding a
  * '/' are skipped: no absolute path is ever created; opt_parse only looks
  * at relative ones, and refuses a relative hot_dir).
- * Invariants: an accepted configuration satisfies every documented range;
+ * Invariants: an accepted configuration satisfies every documented range
+ * (and each row of opt_table its bounds);
  * a rejected one gives a one-line reason and removes the hot_dir it made.
  */
 #include "fuzz.h"
@@ -53,6 +54,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			   cfg.io_workers);
 		FUZZ_CHECK(cfg.min_spill_size >= c && cfg.min_spill_size <= (16ull << 30),
 			   "min_spill_size");
+		/* and every row of the options table holds its own bounds */
+		for (size_t i = 0; i < opt_count; i++) {
+			const struct opt_spec *s = &opt_table[i];
+			const char *p = (const char *)&cfg + s->off;
+			uint64_t v;
+			unsigned u;
+			double d;
+			if (s->kind == OPT_FRACTION) {
+				memcpy(&d, p, sizeof(d));
+				FUZZ_CHECK(d > 0 && d <= 1, "%s %g", s->name, d);
+			}
+			if (s->kind != OPT_SIZE && s->kind != OPT_DURATION && s->kind != OPT_COUNT)
+				continue;
+			if (s->width == sizeof(v)) {
+				memcpy(&v, p, sizeof(v));
+			} else {
+				memcpy(&u, p, sizeof(u));
+				v = u;
+			}
+			FUZZ_CHECK((v >= s->min && v <= s->max) ||
+					   (v == 0 && (s->flags & OPT_OFF_IS_ZERO)),
+				   "%s %llu outside %llu..%llu", s->name, (unsigned long long)v,
+				   (unsigned long long)s->min, (unsigned long long)s->max);
+		}
 		FUZZ_CHECK(cfg.mountpoint && cfg.mountpoint[0] == '/' && cfg.hot_dir &&
 				   cfg.hot_dir[0] == '/',
 			   "paths");

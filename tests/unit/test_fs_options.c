@@ -667,6 +667,209 @@ static void test_main_pipeline_debug_flag(void **state)
 	assert_int_equal(r, 0);
 }
 
+/* ---- the options table: every row's default, bounds and documentation ---- */
+
+/* What every table test adds, so that the s3 rows are accepted. */
+#define S3_COMPANIONS "s3=s3://bucket/prefix,state_dir=none"
+
+static int is_s3_row(const struct opt_spec *s)
+{
+	return !strncmp(s->name, "s3", 2) || !strcmp(s->name, "takeover");
+}
+
+/* Writing an option's default gives the same field as not writing it. */
+static void test_table_defaults_parse(void **state)
+{
+	struct fx *f = *state;
+	struct spw_config base;
+	size_t n = 0;
+
+	assert_int_equal(parse_o(f, "hot_dir=%s," S3_COMPANIONS, f->hot), 0);
+	base = f->cfg;
+	f->parsed = 0; /* base keeps the strings until the end */
+	for (size_t i = 0; i < opt_count; i++) {
+		const struct opt_spec *s = &opt_table[i];
+		if (!s->def)
+			continue;
+		n++;
+		if (parse_o(f, "hot_dir=%s," S3_COMPANIONS ",%s=%s", f->hot, s->name, s->def) != 0)
+			fail_msg("%s=%s (its default) is refused: %s", s->name, s->def, f->err);
+		if (memcmp((char *)&f->cfg + s->off, (char *)&base + s->off, s->width))
+			fail_msg("%s=%s differs from leaving %s out", s->name, s->def, s->name);
+	}
+	assert_true(n >= 15);
+	opt_free(&base);
+}
+
+/* A value one past each bound of a row: refused with one line naming the option
+ * and the value; the bound itself is accepted. */
+static void expect_bound(struct fx *f, const struct opt_spec *s, const char *value, int ok)
+{
+	int r = parse_o(f, "hot_dir=%s,%s%s=%s", f->hot, is_s3_row(s) ? S3_COMPANIONS "," : "",
+			s->name, value);
+	if (ok && r != 0)
+		fail_msg("%s=%s (a bound) is refused: %s", s->name, value, f->err);
+	if (!ok) {
+		if (r != -1)
+			fail_msg("%s=%s (past a bound) is accepted", s->name, value);
+		err_mentions(f, s->name, value);
+		if (!strstr(f->err, "option '"))
+			fail_msg("%s=%s: \"%s\" does not name the option", s->name, value, f->err);
+	}
+}
+
+static void test_table_bounds(void **state)
+{
+	struct fx *f = *state;
+	char v[64];
+	int n = 0;
+
+	for (size_t i = 0; i < opt_count; i++) {
+		const struct opt_spec *s = &opt_table[i];
+		const char *unit = s->kind == OPT_DURATION ? "ms" : "";
+		if (s->kind != OPT_SIZE && s->kind != OPT_DURATION && s->kind != OPT_COUNT)
+			continue;
+		if (s->min > 0) {
+			snprintf(v, sizeof(v), "%llu%s", (unsigned long long)s->min - 1, unit);
+			expect_bound(f, s, v, 0);
+			snprintf(v, sizeof(v), "%llu%s", (unsigned long long)s->min, unit);
+			expect_bound(f, s, v, 1);
+			n++;
+		}
+		if (s->max < UINT64_MAX) {
+			snprintf(v, sizeof(v), "%llu%s", (unsigned long long)s->max + 1, unit);
+			expect_bound(f, s, v, 0);
+			snprintf(v, sizeof(v), "%llu%s", (unsigned long long)s->max, unit);
+			expect_bound(f, s, v, 1);
+			n++;
+		}
+	}
+	assert_true(n >= 10);
+	for (size_t i = 0; i < opt_count; i++) {
+		const struct opt_spec *s = &opt_table[i];
+		if (s->kind == OPT_FRACTION) {
+			expect_bound(f, s, "0", 0);
+			expect_bound(f, s, "1.001", 0);
+		} else if (s->kind == OPT_ENUM) {
+			expect_bound(f, s, "no-such-word", 0);
+			for (const struct opt_word *w = s->words; w->word; w++)
+				if (!w->hidden)
+					err_mentions(f, w->word, NULL); /* offered */
+			for (const struct opt_word *w = s->words; w->word; w++)
+				expect_bound(f, s, w->word, 1);
+		}
+	}
+}
+
+static char *doc_text(enum opt_doc_format fmt)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&buf, &len);
+
+	assert_non_null(out);
+	opt_doc(out, fmt);
+	assert_int_equal(fclose(out), 0);
+	return buf;
+}
+
+static void test_help_lists_every_option(void **state)
+{
+	char *help = doc_text(OPT_DOC_HELP), *man = doc_text(OPT_DOC_MAN),
+	     *readme = doc_text(OPT_DOC_README), key[96];
+
+	for (size_t i = 0; i < opt_count; i++) {
+		const struct opt_spec *s = &opt_table[i];
+		const char *def = s->def_doc ? s->def_doc : s->def;
+		int hidden = !!(s->flags & OPT_HIDDEN);
+
+		snprintf(key, sizeof(key), "\n    %s", s->name);
+		if ((strstr(help, key) == NULL) != hidden)
+			fail_msg("--help %s %s", hidden ? "lists" : "lacks", s->name);
+		snprintf(key, sizeof(key), "\n| %s | ", s->name);
+		if ((strstr(readme, key) == NULL) != hidden)
+			fail_msg("the README table %s %s", hidden ? "lists" : "lacks", s->name);
+		if (hidden)
+			continue;
+		assert_non_null(s->help);
+		assert_non_null(s->man);
+		assert_non_null(s->man_tag);
+		if (def) {
+			snprintf(key, sizeof(key), "    %s%s%s (default %s)\n", s->name,
+				 s->meta && s->meta[0] != '[' ? "=" : "", s->meta ? s->meta : "", def);
+			if (!strstr(help, key))
+				fail_msg("--help does not show %s's default: no \"%s\"", s->name, key);
+		}
+		snprintf(key, sizeof(key), ".TP\n");
+		snprintf(key + 4, sizeof(key) - 4, s->man_tag, s->name);
+		if (!strstr(man, key))
+			fail_msg("the man list lacks the entry \"%s\"", key);
+	}
+	free(help);
+	free(man);
+	free(readme);
+}
+
+/*
+ * man/spillway.8 and README.md hold the option list rendered from the table,
+ * between their "options: begin" and "options: end" lines. With
+ * SPW_REGEN_DOCS=1 in the environment the test rewrites them instead.
+ */
+#define SRC_ROOT SPW_TEST_FIXTURES "/../../.."
+#define REGEN "SPW_REGEN_DOCS=1 build-dev/tests/test_fs_options"
+
+static char *slurp(const char *path)
+{
+	FILE *in = fopen(path, "r");
+	char *buf;
+	long n;
+
+	if (!in)
+		fail_msg("%s: %s", path, strerror(errno));
+	fseek(in, 0, SEEK_END);
+	n = ftell(in);
+	rewind(in);
+	buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, in), (size_t)n);
+	buf[n] = '\0';
+	fclose(in);
+	return buf;
+}
+
+static void check_doc(const char *rel, const char *begin, const char *end,
+		      enum opt_doc_format fmt)
+{
+	char path[PATH_MAX], *text = NULL, *want = doc_text(fmt), *b, *e = NULL;
+
+	snprintf(path, sizeof(path), "%s/%s", SRC_ROOT, rel);
+	text = slurp(path);
+	b = strstr(text, begin);
+	if (!b || !(b = strchr(b, '\n')) || !(e = strstr(++b, end)))
+		fail_msg("%s: no \"%s\" ... \"%s\" lines around the option list", rel, begin, end);
+	if ((size_t)(e - b) != strlen(want) || memcmp(b, want, strlen(want))) {
+		const char *regen = getenv("SPW_REGEN_DOCS");
+		FILE *out;
+		if (!regen || strcmp(regen, "1"))
+			fail_msg("%s: the option list differs from fs/options.c's table; "
+				 "regenerate it: " REGEN,
+				 rel);
+		out = fopen(path, "w");
+		assert_non_null(out);
+		fprintf(out, "%.*s%s%s", (int)(b - text), text, want, e);
+		assert_int_equal(fclose(out), 0);
+		print_message("rewrote the option list of %s\n", path);
+	}
+	free(text);
+	free(want);
+}
+
+static void test_docs_match_table(void **state)
+{
+	check_doc("man/spillway.8", ".\\\" options: begin", ".\\\" options: end", OPT_DOC_MAN);
+	check_doc("README.md", "<!-- options: begin", "<!-- options: end", OPT_DOC_README);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -693,6 +896,10 @@ int main(void)
 	    T(test_fstab_words),
 	    T(test_main_pipeline_foreground),
 	    T(test_main_pipeline_debug_flag),
+	    T(test_table_defaults_parse),
+	    T(test_table_bounds),
+	    T(test_help_lists_every_option),
+	    T(test_docs_match_table),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
