@@ -11,6 +11,7 @@
  * - Lock order: index lock, inode lock, tier lock.
  */
 #include "tier/tier_i.h"
+#include "tier/metrics.h"
 
 #include "index/journal.h"
 #include "common/uring.h"

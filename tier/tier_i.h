@@ -5,7 +5,7 @@
 #include "common/config.h"
 #include "index/index.h"
 #include "tier/hot.h"
-#include "tier/metrics.h"
+#include "common/hist.h"
 #include "tier/tier.h"
 
 #include <pthread.h>
