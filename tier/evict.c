@@ -25,7 +25,7 @@
  * - GC: a segment whose live bytes reach 0 is deleted; one below
  *   gc_threshold live is compacted (live chunks copied into a new segment,
  *   relocated if unchanged meanwhile), then deleted.
- * - Lock order: index lock, inode lock, seg_lock, tier lock.
+ * - Lock order: index lock, inode lock, segtab.lock, tier lock.
  */
 #include "tier/tier_i.h"
 #include "index/journal.h"
@@ -58,102 +58,6 @@ struct cand_set {
 	size_t nrefs, refcap;
 	int oom;
 };
-
-/* ---- segment table ---- */
-
-uint64_t seg_alloc_id(struct tier *t)
-{
-	uint64_t id;
-	pthread_mutex_lock(&t->seg_lock);
-	id = t->next_seg++;
-	pthread_mutex_unlock(&t->seg_lock);
-	return id;
-}
-
-struct seg_info *seg_slot_locked(struct tier *t, uint64_t id)
-{
-	if (id >= t->nsegs_cap) {
-		uint64_t ncap = t->nsegs_cap ? t->nsegs_cap : 1024;
-		struct seg_info *ns;
-		while (ncap <= id)
-			ncap *= 2;
-		ns = realloc(t->segs, ncap * sizeof(*ns));
-		if (!ns)
-			abort(); /* cannot track a durable segment: nothing sane to do */
-		memset(ns + t->nsegs_cap, 0, (ncap - t->nsegs_cap) * sizeof(*ns));
-		t->segs = ns;
-		t->nsegs_cap = ncap;
-	}
-	if (id >= t->next_seg)
-		t->next_seg = id + 1;
-	return &t->segs[id];
-}
-
-int seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload)
-{
-	int ret;
-	pthread_mutex_lock(&t->seg_lock);
-	*seg_slot_locked(t, id) = (struct seg_info){
-	    .len = len, .live = payload, .payload = payload, .dev = dev, .atime = idx_tick(t->idx)};
-	t->seg_count++;
-	t->seg_bytes += len;
-	t->seg_live += payload;
-	pthread_mutex_unlock(&t->seg_lock);
-	/* recorded before any chunk points at it; if it cannot be, forget it */
-	if ((ret = recover_log_seg(t, id, 0)) < 0) {
-		pthread_mutex_lock(&t->seg_lock);
-		t->seg_count--;
-		t->seg_bytes -= len;
-		t->seg_live -= payload;
-		memset(&t->segs[id], 0, sizeof(t->segs[id]));
-		pthread_mutex_unlock(&t->seg_lock);
-	}
-	return ret;
-}
-
-int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev)
-{
-	int ret = -ENOENT;
-	pthread_mutex_lock(&t->seg_lock);
-	if (id < t->nsegs_cap && t->segs[id].len) {
-		*st = t->segs[id].store ? t->s3 : t->store;
-		*dev = t->segs[id].dev;
-		t->segs[id].atime = idx_tick(t->idx);
-		ret = 0;
-	}
-	pthread_mutex_unlock(&t->seg_lock);
-	return ret;
-}
-
-void seg_tier_bytes(struct tier *t, uint64_t out[2])
-{
-	out[0] = out[1] = 0;
-	pthread_mutex_lock(&t->seg_lock);
-	for (uint64_t id = 1; id < t->nsegs_cap; id++)
-		if (t->segs[id].len)
-			out[t->segs[id].store] += t->segs[id].len;
-	pthread_mutex_unlock(&t->seg_lock);
-}
-
-void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes)
-{
-	pthread_mutex_lock(&t->seg_lock);
-	if (id < t->nsegs_cap && t->segs[id].len) {
-		if (t->segs[id].live < bytes)
-			abort(); /* live-bytes underflow: accounting bug */
-		t->segs[id].live -= bytes;
-		t->seg_live -= bytes;
-	}
-	pthread_mutex_unlock(&t->seg_lock);
-}
-
-void tier_chunk_release_cold(struct tier *t, struct inode *in, struct chunk *c)
-{
-	if (c->seg_id)
-		seg_release_bytes(t, c->seg_id, c->seg_len);
-	c->seg_id = 0;
-	c->seg_len = 0;
-}
 
 /* ---- candidates ---- */
 
@@ -370,7 +274,7 @@ static void *spill_segment(void *arg)
 	struct tier *t = job->t;
 	struct seg_writer *w = NULL;
 	struct spilled *done = calloc(job->n ? job->n : 1, sizeof(*done));
-	uint64_t id = seg_alloc_id(t), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
+	uint64_t id = segtab_alloc_id(t), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
 		 payload = 0, t0 = clock_now_ns();
 	size_t nd = 0;
 	uint32_t dev = 0;
@@ -446,7 +350,7 @@ static void *spill_segment(void *arg)
 	w = NULL;
 	if (ret < 0)
 		goto out;
-	if ((ret = seg_register(t, id, dev, seg_len, payload)) < 0)
+	if ((ret = segtab_register(t, id, dev, seg_len, payload)) < 0)
 		goto out; /* an orphan segment now: removed at the next mount */
 	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
@@ -472,12 +376,12 @@ static void *spill_segment(void *arg)
 			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
 				/* not recorded: the RAM copy stays the only one */
 				ch->state = CHUNK_HOT_DIRTY;
-				tier_chunk_release_cold(t, in, ch);
+				segtab_release_chunk(t, ch);
 			} else if (job->drop && !in->pinned) {
 				n = drop_chunk_locked(t, in, done[i].c);
 			}
 		} else {
-			seg_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
+			segtab_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
 		}
 		idx_inode_wake(in); /* fsync waits for spills */
 		idx_inode_unlock(in);
@@ -746,29 +650,29 @@ static void seg_delete(struct tier *t, uint64_t id)
 	struct store *st;
 	uint32_t dev;
 	int ret;
-	pthread_mutex_lock(&t->seg_lock);
-	dev = t->segs[id].dev;
-	st = t->segs[id].store ? t->s3 : t->store;
-	pthread_mutex_unlock(&t->seg_lock);
+	pthread_mutex_lock(&t->segtab.lock);
+	dev = t->segtab.v[id].dev;
+	st = t->segtab.v[id].store ? t->s3 : t->store;
+	pthread_mutex_unlock(&t->segtab.lock);
 	/* the records moving its chunks away must be durable before it goes */
-	if ((ret = recover_log_seg(t, id, 1)) == 0 && t->jrnl)
+	if ((ret = segtab_log(t, id, 1)) == 0 && t->jrnl)
 		ret = jrnl_sync(t->jrnl);
 
 	if (ret == 0)
 		ret = store_remove(st, id, dev);
-	pthread_mutex_lock(&t->seg_lock);
+	pthread_mutex_lock(&t->segtab.lock);
 	if (ret == 0 || ret == -ENOENT) {
-		t->seg_count--;
-		t->seg_bytes -= t->segs[id].len;
-		t->seg_live -= t->segs[id].live;
-		memset(&t->segs[id], 0, sizeof(t->segs[id]));
+		t->segtab.count--;
+		t->segtab.bytes -= t->segtab.v[id].len;
+		t->segtab.live -= t->segtab.v[id].live;
+		memset(&t->segtab.v[id], 0, sizeof(t->segtab.v[id]));
 		__atomic_add_fetch(&t->st.segments_deleted, 1, __ATOMIC_RELAXED);
 	} else {
-		t->segs[id].gc_busy = 0;
+		t->segtab.v[id].gc_busy = 0;
 		log_warn("gc: cannot delete segment %llu: %s", (unsigned long long)id,
 			 strerror(-ret));
 	}
-	pthread_mutex_unlock(&t->seg_lock);
+	pthread_mutex_unlock(&t->segtab.lock);
 }
 
 /* Is entry e of segment id still what its chunk points at? */
@@ -833,11 +737,11 @@ static int seg_compact(struct tier *t, uint64_t id)
 	int ret;
 
 	struct store *old;
-	pthread_mutex_lock(&t->seg_lock);
-	dev = t->segs[id].dev;
-	len = t->segs[id].len;
-	old = t->segs[id].store ? t->s3 : t->store;
-	pthread_mutex_unlock(&t->seg_lock);
+	pthread_mutex_lock(&t->segtab.lock);
+	dev = t->segtab.v[id].dev;
+	len = t->segtab.v[id].len;
+	old = t->segtab.v[id].store ? t->s3 : t->store;
+	pthread_mutex_unlock(&t->segtab.lock);
 	ret = seg_read_manifest(old, id, dev, len, NULL, NULL, &ents, &n);
 	if (ret < 0)
 		goto out;
@@ -850,7 +754,7 @@ static int seg_compact(struct tier *t, uint64_t id)
 		ret = -ENOMEM;
 		goto out;
 	}
-	newid = seg_alloc_id(t);
+	newid = segtab_alloc_id(t);
 	if ((ret = seg_writer_new(t->store, t->uuid, newid, 0, &w)) < 0)
 		goto out;
 	for (uint32_t i = 0; i < n; i++) {
@@ -883,7 +787,7 @@ static int seg_compact(struct tier *t, uint64_t id)
 		w = NULL;
 		if (ret < 0)
 			goto out;
-		if ((ret = seg_register(t, newid, newdev, newlen, payload)) < 0)
+		if ((ret = segtab_register(t, newid, newdev, newlen, payload)) < 0)
 			goto out;
 		__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	}
@@ -904,12 +808,12 @@ static int seg_compact(struct tier *t, uint64_t id)
 			ch->seg_dev = (uint16_t)newdev;
 			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
 				*ch = old; /* not recorded: it stays in the old segment */
-				seg_release_bytes(t, newid, moved[i].e.len);
+				segtab_release_bytes(t, newid, moved[i].e.len);
 			} else {
-				seg_release_bytes(t, id, old.seg_len);
+				segtab_release_bytes(t, id, old.seg_len);
 			}
 		} else {
-			seg_release_bytes(t, newid, moved[i].e.len);
+			segtab_release_bytes(t, newid, moved[i].e.len);
 		}
 		idx_inode_unlock(in);
 	}
@@ -933,9 +837,9 @@ static void gc_round(struct tier *t)
 	uint64_t compact = 0, *dead = NULL;
 	size_t ndead = 0, cap = 0;
 
-	pthread_mutex_lock(&t->seg_lock);
-	for (uint64_t id = 1; id < t->next_seg && id < t->nsegs_cap; id++) {
-		struct seg_info *s = &t->segs[id];
+	pthread_mutex_lock(&t->segtab.lock);
+	for (uint64_t id = 1; id < t->segtab.next && id < t->segtab.cap; id++) {
+		struct seg_info *s = &t->segtab.v[id];
 		if (!s->len || s->gc_busy)
 			continue;
 		if (s->live == 0) {
@@ -955,15 +859,15 @@ static void gc_round(struct tier *t)
 			compact = id;
 		}
 	}
-	pthread_mutex_unlock(&t->seg_lock);
+	pthread_mutex_unlock(&t->segtab.lock);
 	/* s3 alone: the bucket's copy of the state must stop referencing them
 	 * too (a replacement node recovers from it): one push for the batch */
 	if (ndead && t->state_s3 &&
 	    ((t->jrnl && jrnl_sync(t->jrnl) < 0) || recover_s3_push(t) < 0)) {
-		pthread_mutex_lock(&t->seg_lock);
+		pthread_mutex_lock(&t->segtab.lock);
 		for (size_t i = 0; i < ndead; i++)
-			t->segs[dead[i]].gc_busy = 0;
-		pthread_mutex_unlock(&t->seg_lock);
+			t->segtab.v[dead[i]].gc_busy = 0;
+		pthread_mutex_unlock(&t->segtab.lock);
 		ndead = 0; /* kept; tried again next round */
 	}
 	for (size_t i = 0; i < ndead; i++)
@@ -971,12 +875,12 @@ static void gc_round(struct tier *t)
 	free(dead);
 	if (compact) {
 		int no_gain = seg_compact(t, compact) == 1;
-		pthread_mutex_lock(&t->seg_lock);
+		pthread_mutex_lock(&t->segtab.lock);
 		/* not tried again until more of it dies */
 		if (no_gain)
-			t->segs[compact].gc_no_gain = t->segs[compact].live;
-		t->segs[compact].gc_busy = 0;
-		pthread_mutex_unlock(&t->seg_lock);
+			t->segtab.v[compact].gc_no_gain = t->segtab.v[compact].live;
+		t->segtab.v[compact].gc_busy = 0;
+		pthread_mutex_unlock(&t->segtab.lock);
 		/* its live bytes are now 0 if everything moved: next round deletes it */
 	}
 }
@@ -1008,10 +912,10 @@ static int seg_demote(struct tier *t, uint64_t id)
 
 	if (!buf)
 		return -ENOMEM;
-	pthread_mutex_lock(&t->seg_lock);
-	len = t->segs[id].len;
-	dev = t->segs[id].dev;
-	pthread_mutex_unlock(&t->seg_lock);
+	pthread_mutex_lock(&t->segtab.lock);
+	len = t->segtab.v[id].len;
+	dev = t->segtab.v[id].dev;
+	pthread_mutex_unlock(&t->segtab.lock);
 	if ((ret = store_put_begin(t->s3, id, len, &put)) < 0)
 		goto out;
 	for (off = 0; off < len; off += SEG_STAGE_SIZE) {
@@ -1025,12 +929,12 @@ static int seg_demote(struct tier *t, uint64_t id)
 	ret = store_put_finish(put, &newdev);
 	if (ret < 0)
 		goto out;
-	pthread_mutex_lock(&t->seg_lock);
-	t->segs[id].store = 1;
-	t->segs[id].dev = newdev;
-	pthread_mutex_unlock(&t->seg_lock);
+	pthread_mutex_lock(&t->segtab.lock);
+	t->segtab.v[id].store = 1;
+	t->segtab.v[id].dev = newdev;
+	pthread_mutex_unlock(&t->segtab.lock);
 	/* the new home must be durable in the journal before the old copy goes */
-	if ((ret = recover_log_seg(t, id, 0)) < 0 || (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0))
+	if ((ret = segtab_log(t, id, 0)) < 0 || (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0))
 		goto out;
 	/* a restore that looked it up a moment ago retries on ENOENT */
 	store_remove(t->store, id, dev);
@@ -1048,23 +952,23 @@ static void demote_round(struct tier *t)
 		return;
 	for (int guard = 0; guard < 1024 && nvme_fill(t) > t->cfg->nvme_threshold - 0.05; guard++) {
 		uint64_t pick = 0, best = UINT64_MAX;
-		pthread_mutex_lock(&t->seg_lock);
-		for (uint64_t id = 1; id < t->next_seg && id < t->nsegs_cap; id++) {
-			struct seg_info *si = &t->segs[id];
+		pthread_mutex_lock(&t->segtab.lock);
+		for (uint64_t id = 1; id < t->segtab.next && id < t->segtab.cap; id++) {
+			struct seg_info *si = &t->segtab.v[id];
 			if (si->len && !si->store && !si->gc_busy && si->atime < best) {
 				best = si->atime;
 				pick = id;
 			}
 		}
 		if (pick)
-			t->segs[pick].gc_busy = 1;
-		pthread_mutex_unlock(&t->seg_lock);
+			t->segtab.v[pick].gc_busy = 1;
+		pthread_mutex_unlock(&t->segtab.lock);
 		if (!pick)
 			return;
 		int ret = seg_demote(t, pick);
-		pthread_mutex_lock(&t->seg_lock);
-		t->segs[pick].gc_busy = 0;
-		pthread_mutex_unlock(&t->seg_lock);
+		pthread_mutex_lock(&t->segtab.lock);
+		t->segtab.v[pick].gc_busy = 0;
+		pthread_mutex_unlock(&t->segtab.lock);
 		if (ret < 0)
 			return;
 	}

@@ -61,7 +61,7 @@ void metrics_write(struct tier *t, FILE *f)
 	uint64_t segs, seg_bytes, seg_live;
 
 	uint64_t tier_bytes[2];
-	seg_tier_bytes(t, tier_bytes);
+	segtab_tier_bytes(t, tier_bytes);
 	fprintf(f, "# HELP spillway_tier_used_bytes Bytes spillway holds in each tier.\n"
 		   "# TYPE spillway_tier_used_bytes gauge\n");
 	fprintf(f, "spillway_tier_used_bytes{tier=\"hot\"} %llu\n",
@@ -129,11 +129,7 @@ void metrics_write(struct tier *t, FILE *f)
 		}
 	}
 
-	pthread_mutex_lock(&t->seg_lock);
-	segs = t->seg_count;
-	seg_bytes = t->seg_bytes;
-	seg_live = t->seg_live;
-	pthread_mutex_unlock(&t->seg_lock);
+	segtab_totals(t, &segs, &seg_bytes, &seg_live);
 	fprintf(f,
 		"# HELP spillway_segments Segments stored in the cold tiers.\n"
 		"# TYPE spillway_segments gauge\nspillway_segments %llu\n",

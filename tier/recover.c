@@ -19,7 +19,7 @@
  *     - journaling starts (a checkpoint first when the state was fresh or
  *       messy), and state_dir/tiers says where the segments are (for fsck).
  * Threading: single-threaded, before the filesystem is served; afterwards
- * only recover_log_seg runs (any thread).
+ * nothing here runs (segment records are journaled by segtab_log).
  */
 #include "tier/tier_i.h"
 
@@ -48,52 +48,15 @@ static int s3_adopt(struct tier *t, char *err, size_t errlen);
 static int s3_lease(struct tier *t, char *err, size_t errlen);
 static void s3_on_checkpoint(void *arg, uint64_t gen);
 
-int recover_log_seg(struct tier *t, uint64_t id, int del)
-{
-	struct jrec r = {.type = del ? JR_SEG_DEL : JR_SEG_ADD};
-	if (!t->jrnl)
-		return 0;
-	r.seg.id = id;
-	if (!del) {
-		pthread_mutex_lock(&t->seg_lock);
-		r.seg.len = t->segs[id].len;
-		r.seg.payload = t->segs[id].payload;
-		r.seg.dev = t->segs[id].dev;
-		r.seg.store = t->segs[id].store;
-		pthread_mutex_unlock(&t->seg_lock);
-	}
-	return jrnl_append(t->jrnl, &r);
-}
-
 /* jrnl_recover callback: index records to the index, segments to the table. */
 static int apply(void *arg, const struct jrec *r)
 {
 	struct tier *t = arg;
-	struct seg_info *s;
 	int ret = idx_replay(t->idx, r);
 
 	if (ret <= 0)
 		return ret;
-	pthread_mutex_lock(&t->seg_lock);
-	switch (r->type) {
-	case JR_META:
-		if (r->next_seg > t->next_seg)
-			t->next_seg = r->next_seg;
-		break;
-	case JR_SEG_ADD:
-		s = seg_slot_locked(t, r->seg.id);
-		s->len = r->seg.len ? r->seg.len : 1;
-		s->payload = r->seg.payload;
-		s->dev = r->seg.dev;
-		s->store = r->seg.store;
-		s->live = 0; /* recounted from the chunk maps */
-		break;
-	case JR_SEG_DEL:
-		if (r->seg.id < t->nsegs_cap)
-			memset(&t->segs[r->seg.id], 0, sizeof(t->segs[r->seg.id]));
-		break;
-	}
-	pthread_mutex_unlock(&t->seg_lock);
+	segtab_replay(t, r);
 	return 0;
 }
 
@@ -187,9 +150,9 @@ static void reconcile_file(struct tier *t, struct inode *in)
 		if (ch->state != CHUNK_COLD)
 			continue;
 		cold = 1;
-		pthread_mutex_lock(&t->seg_lock);
-		if (ch->seg_id < t->nsegs_cap && t->segs[ch->seg_id].len) {
-			t->segs[ch->seg_id].live += ch->seg_len;
+		pthread_mutex_lock(&t->segtab.lock);
+		if (ch->seg_id < t->segtab.cap && t->segtab.v[ch->seg_id].len) {
+			t->segtab.v[ch->seg_id].live += ch->seg_len;
 		} else {
 			t->rec.damaged_chunks++;
 			log_err("recovery: inode %llu chunk %llu: segment %llu is not in the index "
@@ -197,7 +160,7 @@ static void reconcile_file(struct tier *t, struct inode *in)
 				(unsigned long long)in->ino, (unsigned long long)c,
 				(unsigned long long)ch->seg_id);
 		}
-		pthread_mutex_unlock(&t->seg_lock);
+		pthread_mutex_unlock(&t->segtab.lock);
 	}
 	if (in->mark == 1 && !cold) {
 		/* intact and RAM only: count it, no need to open it (1M files) */
@@ -252,13 +215,13 @@ static int store_seen(void *arg, uint64_t id, uint32_t dev, uint64_t size)
 	struct seen_ctx *c = arg;
 	struct tier *t = c->t;
 	int known;
-	pthread_mutex_lock(&t->seg_lock);
-	known = id < t->nsegs_cap && t->segs[id].len && t->segs[id].store == c->store_no;
-	if (known && t->segs[id].dev != dev) {
+	pthread_mutex_lock(&t->segtab.lock);
+	known = id < t->segtab.cap && t->segtab.v[id].len && t->segtab.v[id].store == c->store_no;
+	if (known && t->segtab.v[id].dev != dev) {
 		/* the nvme directories were listed in another order: follow it */
-		t->segs[id].dev = dev;
+		t->segtab.v[id].dev = dev;
 	}
-	pthread_mutex_unlock(&t->seg_lock);
+	pthread_mutex_unlock(&t->segtab.lock);
 	if (known) {
 		if (id < c->nseen)
 			c->seen[id] = 1;
@@ -329,24 +292,8 @@ static int write_tiers_file(struct tier *t)
 static int snapshot(void *arg, struct jrnl_emitter *e)
 {
 	struct tier *t = arg;
-	struct jrec m = {.type = JR_META, .next_ino = idx_next_ino(t->idx)};
-	int ret;
+	int ret = segtab_emit(t, e, idx_next_ino(t->idx));
 
-	pthread_mutex_lock(&t->seg_lock);
-	m.next_seg = t->next_seg;
-	ret = jrnl_emit(e, &m);
-	for (uint64_t id = 1; id < t->nsegs_cap && !ret; id++) {
-		struct seg_info *s = &t->segs[id];
-		struct jrec r = {.type = JR_SEG_ADD,
-				 .seg = {.id = id,
-					 .len = s->len,
-					 .payload = s->payload,
-					 .dev = s->dev,
-					 .store = s->store}};
-		if (s->len)
-			ret = jrnl_emit(e, &r);
-	}
-	pthread_mutex_unlock(&t->seg_lock);
 	return ret ? ret : idx_snapshot(t->idx, e);
 }
 
@@ -372,17 +319,7 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 	for (size_t i = 0; i < l.n; i++)
 		reconcile_file(t, l.v[i]);
 	/* segment totals, and segments nobody references */
-	pthread_mutex_lock(&t->seg_lock);
-	t->seg_count = t->seg_bytes = t->seg_live = 0;
-	for (uint64_t id = 1; id < t->nsegs_cap; id++)
-		if (t->segs[id].len) {
-			t->seg_count++;
-			t->seg_bytes += t->segs[id].len;
-			t->seg_live += t->segs[id].live;
-			t->segs[id].atime = idx_tick(t->idx);
-		}
-	nseen = t->nsegs_cap;
-	pthread_mutex_unlock(&t->seg_lock);
+	nseen = segtab_recount(t);
 	ret = 0;
 	{
 		struct seen_ctx sc = {.t = t, .seen = calloc(nseen ? nseen : 1, 1), .nseen = nseen};
@@ -401,13 +338,13 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 			free(sc.seen);
 			goto out;
 		}
-		pthread_mutex_lock(&t->seg_lock);
+		pthread_mutex_lock(&t->segtab.lock);
 		for (uint64_t id = 1; sc.seen && id < nseen; id++)
-			if (t->segs[id].len && !sc.seen[id] && t->segs[id].live)
+			if (t->segtab.v[id].len && !sc.seen[id] && t->segtab.v[id].live)
 				log_err("recovery: segment %llu (%s) is missing from the cold tier; "
 					"files with chunks in it fail with EIO (see spillway-fsck)",
-					(unsigned long long)id, t->segs[id].store ? "s3" : "first tier");
-		pthread_mutex_unlock(&t->seg_lock);
+					(unsigned long long)id, t->segtab.v[id].store ? "s3" : "first tier");
+		pthread_mutex_unlock(&t->segtab.lock);
 		free(sc.seen);
 	}
 	/* from here on, changes are journaled: the lost files' names go */

@@ -40,7 +40,7 @@ static void drop_inode(void *arg, struct inode *in)
 	struct tier *t = arg;
 	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++)
-		tier_chunk_release_cold(t, in, &in->chunks[c]);
+		segtab_release_chunk(t, &in->chunks[c]);
 	idx_inode_unlock(in);
 	hot_drop(t->hot, in);
 	pthread_mutex_lock(&t->lock);
@@ -178,20 +178,19 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_cond_init(&t->room, NULL);
 	pthread_cond_init(&t->wake, NULL);
-	pthread_mutex_init(&t->seg_lock, NULL);
+	segtab_init(&t->segtab);
 	pthread_mutex_init(&t->rlock, NULL);
 	pthread_mutex_init(&t->plock, NULL);
 	pthread_cond_init(&t->rcond, NULL);
 	pthread_mutex_init(&t->ilock, NULL);
 	pthread_cond_init(&t->icond, NULL);
-	t->next_seg = 1;
 	if (cfg->io_psync)
 		uring_disable();
 	if (getrandom(t->uuid, sizeof(t->uuid), 0) != sizeof(t->uuid))
 		memset(t->uuid, 0x5a, sizeof(t->uuid));
 	/* the state first: it has the filesystem's uuid the stores are named by */
 	if ((ret = recover_open(t, err, errlen)) < 0) {
-		free(t->segs);
+		segtab_destroy(&t->segtab);
 		free(t);
 		return ret;
 	}
@@ -223,7 +222,7 @@ fail:
 		close(t->nvme_locks[i]);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
-	free(t->segs);
+	segtab_destroy(&t->segtab);
 	free(t);
 	return ret;
 }
@@ -457,9 +456,9 @@ void tier_free(struct tier *t)
 	if (!t)
 		return;
 	/* Without a journal the segments cannot be found again: remove them. */
-	for (uint64_t id = 1; !t->keep && id < t->nsegs_cap; id++)
-		if (t->segs[id].len)
-			store_remove(t->segs[id].store ? t->s3 : t->store, id, t->segs[id].dev);
+	for (uint64_t id = 1; !t->keep && id < t->segtab.cap; id++)
+		if (t->segtab.v[id].len)
+			store_remove(t->segtab.v[id].store ? t->s3 : t->store, id, t->segtab.v[id].dev);
 	if (t->store && !t->keep)
 		store_list(t->store, remove_seg, t);
 	if (t->store)
@@ -468,14 +467,13 @@ void tier_free(struct tier *t)
 		store_close(t->s3);
 	for (int i = 0; i < t->nvme_nlocks; i++)
 		close(t->nvme_locks[i]); /* the lock file stays: unlinking it would race */
-	free(t->segs);
+	segtab_destroy(&t->segtab);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
 	pthread_cond_destroy(&t->room);
 	pthread_cond_destroy(&t->wake);
 	pthread_cond_destroy(&t->rcond);
 	pthread_mutex_destroy(&t->lock);
-	pthread_mutex_destroy(&t->seg_lock);
 	pthread_mutex_destroy(&t->rlock);
 	pthread_mutex_destroy(&t->plock);
 	free(t);
@@ -722,7 +720,7 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 		if (!was_dirty)
 			idx_journal_chunk_locked(t->idx, in, c, 0);
 		/* the old cold copy is stale now (a spill in flight sees the new gen) */
-		tier_chunk_release_cold(t, in, ch);
+		segtab_release_chunk(t, ch);
 	}
 }
 
@@ -793,7 +791,7 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 		struct chunk *ch = &in->chunks[c];
 		if (ch->state == CHUNK_ABSENT)
 			continue;
-		tier_chunk_release_cold(t, in, ch);
+		segtab_release_chunk(t, ch);
 		ch->state = CHUNK_ABSENT;
 		ch->gen++;
 	}
@@ -917,7 +915,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 			ch->state = CHUNK_ABSENT;
 			ch->gen++;
 			idx_journal_chunk_locked(t->idx, in, c, 1);
-			tier_chunk_release_cold(t, in, ch);
+			segtab_release_chunk(t, ch);
 		} else if (replaces || ch->state == CHUNK_COLD) {
 			mark_dirty_locked(t, in, c, c);
 		} else if (ch->state == CHUNK_ABSENT &&
@@ -1134,18 +1132,14 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	int ndev = 0, cold_full, pos;
 
 	idx_counts(t->idx, &inodes, &files);
-	pthread_mutex_lock(&t->seg_lock);
-	segs = t->seg_count;
-	seg_bytes = t->seg_bytes;
-	seg_live = t->seg_live;
-	pthread_mutex_unlock(&t->seg_lock);
+	segtab_totals(t, &segs, &seg_bytes, &seg_live);
 	pthread_mutex_lock(&t->lock);
 	waiting = t->writers_waiting;
 	cold_full = t->cold_full;
 	const char *slow_op = t->st.slow_op ? t->st.slow_op : "";
 	pthread_mutex_unlock(&t->lock);
 	uint64_t tier_bytes[2];
-	seg_tier_bytes(t, tier_bytes);
+	segtab_tier_bytes(t, tier_bytes);
 	if (t->store) {
 		ndev = store_stat(t->store, devs, 16);
 		if (ndev > 16)

@@ -5,6 +5,7 @@
 #include "common/config.h"
 #include "index/index.h"
 #include "tier/hot.h"
+#include "tier/segtab.h"
 #include "common/hist.h"
 #include "tier/tier.h"
 
@@ -17,18 +18,6 @@ struct rst_part;
 struct inval_job;
 
 #define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
-
-/* One sealed segment. Protected by tier->seg_lock. */
-struct seg_info {
-	uint64_t len;	  /* 0 = slot unused (deleted or never sealed) */
-	uint64_t live;	  /* payload bytes still referenced by chunks */
-	uint64_t payload; /* payload bytes when sealed */
-	uint64_t atime;	  /* last restore from it (demotion picks the oldest) */
-	uint32_t dev;
-	uint8_t store;	 /* 0: t->store, 1: t->s3 (demoted) */
-	uint8_t gc_busy; /* being compacted, demoted or deleted */
-	uint64_t gc_no_gain; /* live bytes when compacting it would not have shrunk it */
-};
 
 struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
@@ -91,11 +80,7 @@ struct tier {
 	uint64_t s3_journal_off;      /* journal bytes uploaded (s3state_lock) */
 	struct tier_recovery rec; /* what the last mount's recovery found */
 
-	/* segment table, indexed by segment id */
-	pthread_mutex_t seg_lock;
-	struct seg_info *segs;			 /* protected by seg_lock */
-	uint64_t nsegs_cap, next_seg;		 /* protected by seg_lock */
-	uint64_t seg_count, seg_bytes, seg_live; /* protected by seg_lock */
+	struct segtab segtab; /* the segment table, its own lock (segtab.h) */
 
 	/* evictor thread */
 	pthread_t evict_th;
@@ -150,17 +135,6 @@ int evict_flush_all(struct tier *t);
  * these bytes (clean, so dropped first) rather than wait for room that
  * cannot come. Returns the bytes reserved (for hot_unreserve); never fails. */
 int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len);
-uint64_t seg_alloc_id(struct tier *t);
-/* Table entry for id, growing the table (seg_lock held). */
-struct seg_info *seg_slot_locked(struct tier *t, uint64_t id);
-/* Enter a durable segment in the table and the journal. 0, or -EIO (not
- * journaled: not entered). */
-int seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
-void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes);
-/* Segment bytes held by t->store (out[0]) and t->s3 (out[1]). */
-void seg_tier_bytes(struct tier *t, uint64_t out[2]);
-/* Where segment id lives now (it may move from nvme to s3). 0 or -ENOENT. */
-int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev);
 
 /* tier.c: open the S3 store at <s3>/<uuid> (with_uuid) or at <s3> itself. */
 int tier_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen);
@@ -172,8 +146,6 @@ int recover_open(struct tier *t, char *err, size_t errlen);
 /* With the stores and hot tier open: reconcile hot files, segments and the
  * index, then start journaling. 0 or -errno with err set. */
 int recover_finish(struct tier *t, char *err, size_t errlen);
-/* Journal a segment's table entry (SEG_ADD) or its removal (SEG_DEL). */
-int recover_log_seg(struct tier *t, uint64_t id, int del);
 /* s3 alone: copy the current checkpoint and journal to the bucket (after a
  * journal sync, for fsync). 0 or -errno. */
 int recover_s3_push(struct tier *t);
@@ -228,8 +200,6 @@ static inline void tier_chunk_range(const struct tier *t, uint64_t off, uint64_t
 	*last = len ? (off + len - 1) / t->chunk_size : *first;
 }
 
-/* Forget a chunk's cold copy (segment live bytes drop). Caller holds in->lock. */
-void tier_chunk_release_cold(struct tier *t, struct inode *in, struct chunk *c);
 /* Make chunks [first,last] RAM-resident, waiting for restores, and pin each
  * (when `pin`) as soon as it is hot. in->lock held; may drop and retake it.
  * Returns 0 or -errno (with nothing left pinned). */
