@@ -136,6 +136,13 @@ int evict_flush_all(struct tier *t);
  * cannot come. Returns the bytes reserved (for hot_unreserve); never fails. */
 int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len);
 
+/* gc.c: delete dead segments, compact one sparse one (evictor thread). */
+void gc_round(struct tier *t);
+
+/* demote.c: nvme fuller than nvme_threshold: move the least recently read
+ * segments to s3 (evictor thread). */
+void demote_round(struct tier *t);
+
 /* tier.c: open the S3 store at <s3>/<uuid> (with_uuid) or at <s3> itself. */
 int tier_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen);
 
