@@ -197,6 +197,35 @@ static void room_freed(struct tier *t)
 	pthread_mutex_unlock(&t->lock);
 }
 
+/* The writer half of the handshake: room_freed() above is the evictor's. */
+int64_t evict_wait_room(struct tier *t, int fd, uint64_t off, uint64_t len)
+{
+	int64_t r = hot_try_reserve(t->hot, fd, off, len);
+	struct timespec deadline;
+
+	if (r >= 0 || !t->store)
+		goto out;
+	deadline = clock_deadline_ms(t->cfg->write_wait_ms);
+	__atomic_add_fetch(&t->st.write_waits, 1, __ATOMIC_RELAXED);
+	uint64_t w0 = clock_now_ns();
+	pthread_mutex_lock(&t->lock);
+	t->writers_waiting++;
+	while ((r = hot_try_reserve(t->hot, fd, off, len)) < 0 && !t->stopping) {
+		pthread_cond_broadcast(&t->wake);
+		if (pthread_cond_timedwait(&t->room, &t->lock, &deadline) == ETIMEDOUT) {
+			r = hot_try_reserve(t->hot, fd, off, len);
+			break;
+		}
+	}
+	t->writers_waiting--;
+	pthread_mutex_unlock(&t->lock);
+	hist_observe(&t->st.h_wait, clock_now_ns() - w0);
+out:
+	if (r < 0)
+		__atomic_add_fetch(&t->st.enospc, 1, __ATOMIC_RELAXED);
+	return r;
+}
+
 int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len)
 {
 	int64_t r = hot_try_reserve(t->hot, fd, off, len);
@@ -247,7 +276,7 @@ static void drop_and_inval(struct tier *t, struct inode *in, uint64_t c)
 	idx_inode_unlock(in);
 	/* outside the lock: the kernel may call back into us to write pages */
 	if (n)
-		tier_inval_async(t, in->ino, c * t->chunk_size, n);
+		inval_async(t, in->ino, c * t->chunk_size, n);
 }
 
 /* ---- spilling ---- */
@@ -385,7 +414,7 @@ static void *spill_segment(void *arg)
 		idx_inode_wake(in); /* fsync waits for spills */
 		idx_inode_unlock(in);
 		if (n)
-			tier_inval_async(t, in->ino, done[i].c * t->chunk_size, n);
+			inval_async(t, in->ino, done[i].c * t->chunk_size, n);
 	}
 	room_freed(t);
 	nd = 0;

@@ -553,7 +553,7 @@ static int s3_adopt(struct tier *t, char *err, size_t errlen)
 	memset(&a, 0, sizeof(a));
 	if (!local_state_empty(t->cfg->state_dir))
 		return 0;
-	if ((ret = tier_open_s3(t, 0, &base, err, errlen)) < 0)
+	if ((ret = stores_open_s3(t, 0, &base, err, errlen)) < 0)
 		return ret;
 	if ((ret = store_s3_list_objects(base, "", adopt_seen, &a)) < 0) {
 		snprintf(err, errlen, "option 's3': '%s': cannot list: %s", t->cfg->s3,

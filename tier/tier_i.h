@@ -1,4 +1,9 @@
-/* tier_i.h — private to tier/: the tier context shared by hot, evict, restore. */
+/*
+ * tier_i.h — private to tier/: the tier context (struct tier) shared by its
+ * rooms, and their internal calls, grouped by the file that defines them.
+ * It includes only lower layers (common, index, hot, segtab), so including
+ * it makes no file depend on the rooms above.
+ */
 #ifndef SPW_TIER_I_H
 #define SPW_TIER_I_H
 
@@ -7,7 +12,6 @@
 #include "tier/hot.h"
 #include "tier/segtab.h"
 #include "common/hist.h"
-#include "tier/tier.h"
 
 #include <pthread.h>
 
@@ -55,7 +59,8 @@ struct tier {
 	int nvme_locks[64];  /* flock'ed .spillway.lock in each cold directory */
 	int nvme_nlocks;
 	uint64_t chunk_size;
-	tier_inval_fn inval;
+	/* tier_inval_fn (tier.h), spelled out: this header needs no module's API */
+	void (*inval)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
 	void *inval_arg;
 	struct tier_stats st;
 
@@ -128,6 +133,9 @@ int evict_file(struct tier *t, struct inode *in, int drop);
  * drop every clean hot copy. t->flush_total gets the dirty bytes first (for
  * progress). 0, or the first -errno: what failed stays dirty, in RAM. */
 int evict_flush_all(struct tier *t);
+/* Room for a write of [off, off+len) of fd: waits (at most write_wait)
+ * for the evictor when a cold tier exists. Reserved bytes or -ENOSPC. */
+int64_t evict_wait_room(struct tier *t, int fd, uint64_t off, uint64_t len);
 /* Longest a restore waits for hot room (ms), also capped by write_wait. */
 #define RESTORE_ROOM_WAIT_MS 1000
 /* Room for restoring [off, off+len) of fd: waits only while the evictor
@@ -143,8 +151,22 @@ void gc_round(struct tier *t);
  * segments to s3 (evictor thread). */
 void demote_round(struct tier *t);
 
-/* tier.c: open the S3 store at <s3>/<uuid> (with_uuid) or at <s3> itself. */
-int tier_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen);
+/* inval.c */
+/* Queue a page-cache invalidation of [off, off+len) of ino (never blocks). */
+void inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len);
+/* The sending thread (needs t->inval set to send anything). 0 or -errno. */
+int inval_start(struct tier *t);
+void inval_stop(struct tier *t);
+
+/* stores.c */
+/* Open the NVMe store of cfg->nvme into t->store, locking each directory;
+ * without a journal, segments of an earlier mount are removed. 0 or
+ * -errno with err naming the option. */
+int stores_open_nvme(struct tier *t, char *err, size_t errlen);
+/* Open the S3 store at <s3>/<uuid> (with_uuid) or at <s3> itself. */
+int stores_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen);
+/* Remove every segment t->store lists. */
+void stores_remove_all(struct tier *t);
 
 /* recover.c */
 /* Open state_dir, replay it into the index and the segment table (before
@@ -187,9 +209,6 @@ int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c);
 void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t last);
 
 /* tier.c */
-/* Queue a page-cache invalidation of [off, off+len) of ino (never blocks). */
-void tier_inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len);
-int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len);
 /* Length of chunk c of a file of `size` bytes. */
 static inline uint32_t tier_chunk_len(const struct tier *t, uint64_t size, uint64_t c)
 {
@@ -210,6 +229,6 @@ static inline void tier_chunk_range(const struct tier *t, uint64_t off, uint64_t
 /* Make chunks [first,last] RAM-resident, waiting for restores, and pin each
  * (when `pin`) as soon as it is hot. in->lock held; may drop and retake it.
  * Returns 0 or -errno (with nothing left pinned). */
-int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last, int pin);
+int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last, int pin);
 
 #endif
