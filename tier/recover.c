@@ -23,6 +23,7 @@
  */
 #include "tier/tier_i.h"
 
+#include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "index/journal.h"
@@ -427,19 +428,9 @@ static int read_whole(const char *dir, const char *name, void **buf, size_t *len
 
 static int write_whole(const char *dir, const char *name, const void *buf, size_t len)
 {
-	char path[4200], tmp[4300];
-	FILE *f;
+	char path[4200];
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name);
-	if (!(f = fopen(tmp, "we")))
-		return -errno;
-	if ((len && fwrite(buf, 1, len, f) != len) || fflush(f) != 0 || fsync(fileno(f)) < 0) {
-		fclose(f);
-		unlink(tmp);
-		return -EIO;
-	}
-	fclose(f);
-	return rename(tmp, path) < 0 ? -errno : 0;
+	return atomic_file_write(path, buf, len);
 }
 
 /* This state_dir's identity (created once): who holds a lease. */

@@ -24,9 +24,9 @@ static void test_hist_buckets(void **state)
 {
 	struct hist h;
 	memset(&h, 0, sizeof(h));
-	hist_observe(&h, 500000);	   /* 0.5 ms: le=0.001 */
-	hist_observe(&h, 1000000);	   /* exactly 1 ms: still le=0.001 */
-	hist_observe(&h, 3000000);	   /* 3 ms: le=0.005 */
+	hist_observe(&h, 500000);	  /* 0.5 ms: le=0.001 */
+	hist_observe(&h, 1000000);	  /* exactly 1 ms: still le=0.001 */
+	hist_observe(&h, 3000000);	  /* 3 ms: le=0.005 */
 	hist_observe(&h, 60000000000ull); /* 60 s: +Inf only */
 	assert_int_equal(h.count, 4);
 	assert_int_equal(h.bucket[0], 2);
@@ -63,8 +63,8 @@ static void test_lhist_quantile(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_hist_buckets),
-		cmocka_unit_test(test_lhist_quantile),
+	    cmocka_unit_test(test_hist_buckets),
+	    cmocka_unit_test(test_lhist_quantile),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
