@@ -252,7 +252,7 @@ void gc_round(struct tier *t)
 	/* s3 alone: the bucket's copy of the state must stop referencing them
 	 * too (a replacement node recovers from it): one push for the batch */
 	if (ndead && t->state_s3 &&
-	    ((t->jrnl && jrnl_sync(t->jrnl) < 0) || recover_s3_push(t) < 0)) {
+	    ((t->jrnl && jrnl_sync(t->jrnl) < 0) || state_s3_push(t) < 0)) {
 		pthread_mutex_lock(&t->segtab.lock);
 		for (size_t i = 0; i < ndead; i++)
 			t->segtab.v[dead[i]].gc_busy = 0;

@@ -240,7 +240,7 @@ void tier_detach(struct tier *t)
 	/* a last checkpoint: the next mount starts from it, no replay */
 	jrnl_close(t->jrnl, 1);
 	t->jrnl = NULL;
-	recover_s3_release(t);
+	state_s3_release(t);
 	idx_set_journal(t->idx, NULL);
 	/* the remaining hot files and the segments belong to the state now:
 	 * the index must not drop them while it is freed */
@@ -836,13 +836,13 @@ int tier_fsync(struct tier *t, struct inode *in)
 	idx_inode_unlock(in);
 	if (ret == 0)
 		ret = jrnl_sync(t->jrnl);
-	return ret < 0 ? ret : recover_s3_push(t);
+	return ret < 0 ? ret : state_s3_push(t);
 }
 
 int tier_sync(struct tier *t)
 {
 	int ret = t->jrnl ? jrnl_sync(t->jrnl) : 0;
-	return ret < 0 ? ret : (t->jrnl ? recover_s3_push(t) : 0);
+	return ret < 0 ? ret : (t->jrnl ? state_s3_push(t) : 0);
 }
 
 int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)

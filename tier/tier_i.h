@@ -175,11 +175,21 @@ int recover_open(struct tier *t, char *err, size_t errlen);
 /* With the stores and hot tier open: reconcile hot files, segments and the
  * index, then start journaling. 0 or -errno with err set. */
 int recover_finish(struct tier *t, char *err, size_t errlen);
-/* s3 alone: copy the current checkpoint and journal to the bucket (after a
- * journal sync, for fsync). 0 or -errno. */
-int recover_s3_push(struct tier *t);
-/* Clean unmount: release the bucket prefix's lease. */
-void recover_s3_release(struct tier *t);
+
+/* state_s3.c: s3 alone, the bucket's copy of the state */
+/* recover_open: an empty state_dir adopts the filesystem the bucket prefix
+ * holds (refused while another node's lease exists, unless takeover). 0 or
+ * -errno with err set. */
+int state_s3_adopt(struct tier *t, char *err, size_t errlen);
+/* recover_finish: take the prefix's lease. 0 or -errno with err set. */
+int state_s3_lease(struct tier *t, char *err, size_t errlen);
+/* Copy the current checkpoint and journal to the bucket (after a journal
+ * sync, for fsync). 0 or -errno. */
+int state_s3_push(struct tier *t);
+/* jrnl_set_on_checkpoint callback (arg: the tier): state_s3_push. */
+void state_s3_on_checkpoint(void *arg, uint64_t gen);
+/* Clean unmount: push, then release the bucket prefix's lease. */
+void state_s3_release(struct tier *t);
 
 /* restore.c */
 int restore_start(struct tier *t);
