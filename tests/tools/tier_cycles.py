@@ -3,8 +3,9 @@
 
 Usage: tier_cycles.py [SRCDIR]   (SRCDIR: the repository root, default: ../..)
 Prints each module's dependencies when -v is given, then every cycle found
-(one line per strongly connected component of more than one module); exit 1
-if there is any, 0 if none.
+(each strongly connected component of more than one module, with its edges
+and, for each, the include or name that makes it); exit 1 if there is any,
+0 if none.
 
 What counts as a dependency (the definition this tool checks):
 - A module is a file stem directly under tier/ (tier/evict.c + tier/evict.h
@@ -12,10 +13,10 @@ What counts as a dependency (the definition this tool checks):
   room built as its own library, and cycles inside it are not looked for.
 - A depends on B when A's .c or .h
     * includes B's own header (B.h), or
-    * (A's .c only; a header's declarations are not calls) calls a
-      function, or names a global, that B's .c defines with
-      external linkage (a definition is a non-static name at column 0
-      followed by "(" ... "{", or a non-static global at column 0).
+    * (A's .c only; a header's declarations are not calls) names -
+      calls, or takes the address of - a function or a global that B's .c
+      defines with external linkage (a definition is a non-static name at
+      column 0 followed by "(" ... "{", or a non-static global at column 0).
 - Headers without a .c of their own that only carry shared private types
   (tier_i.h, store_s3_i.h) are not modules: what they include counts for
   every file that includes them; the functions they declare count for the
