@@ -482,7 +482,8 @@ int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
 	return ret;
 }
 
-int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last, int pin)
+int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
+			    int pin)
 {
 	/* Restoring chunk c drops in->lock, so chunks made hot earlier in this
 	 * call are pinned at once or the evictor could take them again. */

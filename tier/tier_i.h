@@ -217,8 +217,13 @@ int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c);
 /* Queue chunks [first, last] of `in` that are COLD for restore ahead of a
  * sequential reader, before any prefetch, at normal I/O priority. */
 void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t last);
+/* Make chunks [first,last] RAM-resident, waiting for restores, and pin each
+ * (when `pin`) as soon as it is hot. in->lock held; may drop and retake it.
+ * Returns 0 or -errno (with nothing left pinned). */
+int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
+			    int pin);
 
-/* tier.c */
+/* inline helpers (no module) */
 /* Length of chunk c of a file of `size` bytes. */
 static inline uint32_t tier_chunk_len(const struct tier *t, uint64_t size, uint64_t c)
 {
@@ -235,10 +240,5 @@ static inline void tier_chunk_range(const struct tier *t, uint64_t off, uint64_t
 	*first = off / t->chunk_size;
 	*last = len ? (off + len - 1) / t->chunk_size : *first;
 }
-
-/* Make chunks [first,last] RAM-resident, waiting for restores, and pin each
- * (when `pin`) as soon as it is hot. in->lock held; may drop and retake it.
- * Returns 0 or -errno (with nothing left pinned). */
-int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last, int pin);
 
 #endif
