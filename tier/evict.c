@@ -1,5 +1,7 @@
 /*
- * evict — the evictor thread, segment spilling, the segment table and GC.
+ * evict — the evictor thread: dropping clean chunks, spilling dirty ones
+ * into segments, and the writer/evictor room handshake. Each round is
+ * followed by a GC round (gc.c) and a demotion round (demote.c).
  *
  * DESIGN
  * - One thread wakes when hot usage (allocated + reserved) crosses
@@ -22,10 +24,7 @@
  *   to HOT_DIRTY: a hot copy is never dropped before its segment is durable.
  * - Pinned files, RESTORING chunks and chunks pinned by requests are never
  *   candidates.
- * - GC: a segment whose live bytes reach 0 is deleted; one below
- *   gc_threshold live is compacted (live chunks copied into a new segment,
- *   relocated if unchanged meanwhile), then deleted.
- * - Lock order: index lock, inode lock, seg_lock, tier lock.
+ * - Lock order: index lock, inode lock, segtab.lock, tier lock.
  */
 #include "tier/tier_i.h"
 #include "index/journal.h"
@@ -58,102 +57,6 @@ struct cand_set {
 	size_t nrefs, refcap;
 	int oom;
 };
-
-/* ---- segment table ---- */
-
-uint64_t seg_alloc_id(struct tier *t)
-{
-	uint64_t id;
-	pthread_mutex_lock(&t->seg_lock);
-	id = t->next_seg++;
-	pthread_mutex_unlock(&t->seg_lock);
-	return id;
-}
-
-struct seg_info *seg_slot_locked(struct tier *t, uint64_t id)
-{
-	if (id >= t->nsegs_cap) {
-		uint64_t ncap = t->nsegs_cap ? t->nsegs_cap : 1024;
-		struct seg_info *ns;
-		while (ncap <= id)
-			ncap *= 2;
-		ns = realloc(t->segs, ncap * sizeof(*ns));
-		if (!ns)
-			abort(); /* cannot track a durable segment: nothing sane to do */
-		memset(ns + t->nsegs_cap, 0, (ncap - t->nsegs_cap) * sizeof(*ns));
-		t->segs = ns;
-		t->nsegs_cap = ncap;
-	}
-	if (id >= t->next_seg)
-		t->next_seg = id + 1;
-	return &t->segs[id];
-}
-
-int seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload)
-{
-	int ret;
-	pthread_mutex_lock(&t->seg_lock);
-	*seg_slot_locked(t, id) = (struct seg_info){
-	    .len = len, .live = payload, .payload = payload, .dev = dev, .atime = idx_tick(t->idx)};
-	t->seg_count++;
-	t->seg_bytes += len;
-	t->seg_live += payload;
-	pthread_mutex_unlock(&t->seg_lock);
-	/* recorded before any chunk points at it; if it cannot be, forget it */
-	if ((ret = recover_log_seg(t, id, 0)) < 0) {
-		pthread_mutex_lock(&t->seg_lock);
-		t->seg_count--;
-		t->seg_bytes -= len;
-		t->seg_live -= payload;
-		memset(&t->segs[id], 0, sizeof(t->segs[id]));
-		pthread_mutex_unlock(&t->seg_lock);
-	}
-	return ret;
-}
-
-int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev)
-{
-	int ret = -ENOENT;
-	pthread_mutex_lock(&t->seg_lock);
-	if (id < t->nsegs_cap && t->segs[id].len) {
-		*st = t->segs[id].store ? t->s3 : t->store;
-		*dev = t->segs[id].dev;
-		t->segs[id].atime = idx_tick(t->idx);
-		ret = 0;
-	}
-	pthread_mutex_unlock(&t->seg_lock);
-	return ret;
-}
-
-void seg_tier_bytes(struct tier *t, uint64_t out[2])
-{
-	out[0] = out[1] = 0;
-	pthread_mutex_lock(&t->seg_lock);
-	for (uint64_t id = 1; id < t->nsegs_cap; id++)
-		if (t->segs[id].len)
-			out[t->segs[id].store] += t->segs[id].len;
-	pthread_mutex_unlock(&t->seg_lock);
-}
-
-void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes)
-{
-	pthread_mutex_lock(&t->seg_lock);
-	if (id < t->nsegs_cap && t->segs[id].len) {
-		if (t->segs[id].live < bytes)
-			abort(); /* live-bytes underflow: accounting bug */
-		t->segs[id].live -= bytes;
-		t->seg_live -= bytes;
-	}
-	pthread_mutex_unlock(&t->seg_lock);
-}
-
-void tier_chunk_release_cold(struct tier *t, struct inode *in, struct chunk *c)
-{
-	if (c->seg_id)
-		seg_release_bytes(t, c->seg_id, c->seg_len);
-	c->seg_id = 0;
-	c->seg_len = 0;
-}
 
 /* ---- candidates ---- */
 
@@ -294,6 +197,35 @@ static void room_freed(struct tier *t)
 	pthread_mutex_unlock(&t->lock);
 }
 
+/* The writer half of the handshake: room_freed() above is the evictor's. */
+int64_t evict_wait_room(struct tier *t, int fd, uint64_t off, uint64_t len)
+{
+	int64_t r = hot_try_reserve(t->hot, fd, off, len);
+	struct timespec deadline;
+
+	if (r >= 0 || !t->store)
+		goto out;
+	deadline = clock_deadline_ms(t->cfg->write_wait_ms);
+	__atomic_add_fetch(&t->st.write_waits, 1, __ATOMIC_RELAXED);
+	uint64_t w0 = clock_now_ns();
+	pthread_mutex_lock(&t->lock);
+	t->writers_waiting++;
+	while ((r = hot_try_reserve(t->hot, fd, off, len)) < 0 && !t->stopping) {
+		pthread_cond_broadcast(&t->wake);
+		if (pthread_cond_timedwait(&t->room, &t->lock, &deadline) == ETIMEDOUT) {
+			r = hot_try_reserve(t->hot, fd, off, len);
+			break;
+		}
+	}
+	t->writers_waiting--;
+	pthread_mutex_unlock(&t->lock);
+	hist_observe(&t->st.h_wait, clock_now_ns() - w0);
+out:
+	if (r < 0)
+		__atomic_add_fetch(&t->st.enospc, 1, __ATOMIC_RELAXED);
+	return r;
+}
+
 int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len)
 {
 	int64_t r = hot_try_reserve(t->hot, fd, off, len);
@@ -344,7 +276,7 @@ static void drop_and_inval(struct tier *t, struct inode *in, uint64_t c)
 	idx_inode_unlock(in);
 	/* outside the lock: the kernel may call back into us to write pages */
 	if (n)
-		tier_inval_async(t, in->ino, c * t->chunk_size, n);
+		inval_async(t, in->ino, c * t->chunk_size, n);
 }
 
 /* ---- spilling ---- */
@@ -370,7 +302,7 @@ static void *spill_segment(void *arg)
 	struct tier *t = job->t;
 	struct seg_writer *w = NULL;
 	struct spilled *done = calloc(job->n ? job->n : 1, sizeof(*done));
-	uint64_t id = seg_alloc_id(t), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
+	uint64_t id = segtab_alloc_id(t), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
 		 payload = 0, t0 = clock_now_ns();
 	size_t nd = 0;
 	uint32_t dev = 0;
@@ -446,7 +378,7 @@ static void *spill_segment(void *arg)
 	w = NULL;
 	if (ret < 0)
 		goto out;
-	if ((ret = seg_register(t, id, dev, seg_len, payload)) < 0)
+	if ((ret = segtab_register(t, id, dev, seg_len, payload)) < 0)
 		goto out; /* an orphan segment now: removed at the next mount */
 	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
@@ -472,17 +404,17 @@ static void *spill_segment(void *arg)
 			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
 				/* not recorded: the RAM copy stays the only one */
 				ch->state = CHUNK_HOT_DIRTY;
-				tier_chunk_release_cold(t, in, ch);
+				segtab_release_chunk(t, ch);
 			} else if (job->drop && !in->pinned) {
 				n = drop_chunk_locked(t, in, done[i].c);
 			}
 		} else {
-			seg_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
+			segtab_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
 		}
 		idx_inode_wake(in); /* fsync waits for spills */
 		idx_inode_unlock(in);
 		if (n)
-			tier_inval_async(t, in->ino, done[i].c * t->chunk_size, n);
+			inval_async(t, in->ino, done[i].c * t->chunk_size, n);
 	}
 	room_freed(t);
 	nd = 0;
@@ -737,337 +669,6 @@ int evict_flush_all(struct tier *t)
 out:
 	cand_free(t, &cs);
 	return ret;
-}
-
-/* ---- garbage collection ---- */
-
-static void seg_delete(struct tier *t, uint64_t id)
-{
-	struct store *st;
-	uint32_t dev;
-	int ret;
-	pthread_mutex_lock(&t->seg_lock);
-	dev = t->segs[id].dev;
-	st = t->segs[id].store ? t->s3 : t->store;
-	pthread_mutex_unlock(&t->seg_lock);
-	/* the records moving its chunks away must be durable before it goes */
-	if ((ret = recover_log_seg(t, id, 1)) == 0 && t->jrnl)
-		ret = jrnl_sync(t->jrnl);
-
-	if (ret == 0)
-		ret = store_remove(st, id, dev);
-	pthread_mutex_lock(&t->seg_lock);
-	if (ret == 0 || ret == -ENOENT) {
-		t->seg_count--;
-		t->seg_bytes -= t->segs[id].len;
-		t->seg_live -= t->segs[id].live;
-		memset(&t->segs[id], 0, sizeof(t->segs[id]));
-		__atomic_add_fetch(&t->st.segments_deleted, 1, __ATOMIC_RELAXED);
-	} else {
-		t->segs[id].gc_busy = 0;
-		log_warn("gc: cannot delete segment %llu: %s", (unsigned long long)id,
-			 strerror(-ret));
-	}
-	pthread_mutex_unlock(&t->seg_lock);
-}
-
-/* Is entry e of segment id still what its chunk points at? */
-static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, struct inode **out)
-{
-	struct inode *in = idx_get(t->idx, e->ino);
-	int live;
-
-	*out = in;
-	if (!in)
-		return 0;
-	idx_inode_lock(in);
-	live = e->chunk < in->nchunks && in->chunks[e->chunk].seg_id == id &&
-	       in->chunks[e->chunk].seg_off == e->off;
-	idx_inode_unlock(in);
-	return live;
-}
-
-/* Record bytes of e once rewritten in format v2: a v1 payload longer than a
- * block gains a map (its block crcs); anything else keeps its length. */
-static uint32_t v2_rec_len(const struct seg_entry *e)
-{
-	if ((e->flags & SEG_F_MAP) || e->len <= SEG_BLOCK)
-		return e->len;
-	return e->len + 8 + (e->len + SEG_BLOCK - 1) / SEG_BLOCK * 4 + SEG_MAP_TAIL;
-}
-
-/*
- * GC never rewrites a segment it cannot shrink: 1 when the live entries of
- * ents, rewritten, would not make a shorter segment than len bytes.
- */
-static int compact_no_gain(struct tier *t, uint64_t id, uint64_t len,
-			   const struct seg_entry *ents, uint32_t n)
-{
-	uint32_t *lens = malloc((n ? n : 1) * sizeof(*lens)), k = 0;
-	int ret;
-
-	if (!lens)
-		return 0; /* cannot tell: the rewrite itself fails on memory */
-	for (uint32_t i = 0; i < n; i++) {
-		struct inode *in;
-		if (entry_live(t, id, &ents[i], &in))
-			lens[k++] = v2_rec_len(&ents[i]);
-		if (in)
-			idx_put(t->idx, in);
-	}
-	ret = k && seg_v2_len(lens, k) >= len;
-	free(lens);
-	return ret;
-}
-
-/* Copy segment id's live chunks (their data extents, holes stay holes) into
- * a new segment, then relocate them. 1 when that would not shrink it. */
-static int seg_compact(struct tier *t, uint64_t id)
-{
-	struct seg_entry *ents = NULL;
-	struct spilled *moved = NULL;
-	struct seg_writer *w = NULL;
-	uint32_t n = 0, dev, newdev = 0;
-	uint64_t len, newid = 0, newlen = 0, payload = 0;
-	size_t nm = 0;
-	int ret;
-
-	struct store *old;
-	pthread_mutex_lock(&t->seg_lock);
-	dev = t->segs[id].dev;
-	len = t->segs[id].len;
-	old = t->segs[id].store ? t->s3 : t->store;
-	pthread_mutex_unlock(&t->seg_lock);
-	ret = seg_read_manifest(old, id, dev, len, NULL, NULL, &ents, &n);
-	if (ret < 0)
-		goto out;
-	if (compact_no_gain(t, id, len, ents, n)) {
-		ret = 1;
-		goto out;
-	}
-	moved = calloc(n ? n : 1, sizeof(*moved));
-	if (!moved) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	newid = seg_alloc_id(t);
-	if ((ret = seg_writer_new(t->store, t->uuid, newid, 0, &w)) < 0)
-		goto out;
-	for (uint32_t i = 0; i < n; i++) {
-		struct seg_chunk sc;
-		struct inode *in;
-		if (!entry_live(t, id, &ents[i], &in)) {
-			if (in)
-				idx_put(t->idx, in);
-			continue;
-		}
-		if ((ret = seg_read_chunk(old, id, dev, &ents[i], &sc)) == 0) {
-			ret = seg_writer_add_extents(w, ents[i].ino, ents[i].chunk, ents[i].gen,
-						     ents[i].chunk_len, sc.ext, sc.next, sc.data,
-						     &moved[nm].e);
-			seg_chunk_free(&sc);
-		}
-		if (ret < 0) {
-			idx_put(t->idx, in);
-			goto out;
-		}
-		moved[nm].in = in; /* keeps the ref until relocated */
-		moved[nm].c = ents[i].chunk;
-		payload += moved[nm].e.len;
-		nm++;
-	}
-	if (nm) {
-		if (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0)
-			goto out;
-		ret = seg_writer_finish(w, &newdev, &newlen);
-		w = NULL;
-		if (ret < 0)
-			goto out;
-		if ((ret = seg_register(t, newid, newdev, newlen, payload)) < 0)
-			goto out;
-		__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
-	}
-	for (size_t i = 0; i < nm; i++) {
-		struct inode *in = moved[i].in;
-		struct chunk *ch;
-		idx_inode_lock(in);
-		ch = &in->chunks[moved[i].c];
-		/* a RESTORING chunk is being read from the old segment right now:
-		 * it stays there (the old segment stays live) */
-		if (ch->seg_id == id && (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN)) {
-			struct chunk old = *ch;
-			ch->seg_id = newid;
-			ch->seg_off = moved[i].e.off;
-			ch->seg_len = moved[i].e.len; /* a v1 payload gained a map */
-			ch->seg_crc = moved[i].e.crc;
-			ch->seg_flags = (uint16_t)(moved[i].e.flags & SEG_F_MAP);
-			ch->seg_dev = (uint16_t)newdev;
-			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
-				*ch = old; /* not recorded: it stays in the old segment */
-				seg_release_bytes(t, newid, moved[i].e.len);
-			} else {
-				seg_release_bytes(t, id, old.seg_len);
-			}
-		} else {
-			seg_release_bytes(t, newid, moved[i].e.len);
-		}
-		idx_inode_unlock(in);
-	}
-	__atomic_add_fetch(&t->st.segments_compacted, 1, __ATOMIC_RELAXED);
-	ret = 0;
-out:
-	for (size_t i = 0; i < nm; i++)
-		idx_put(t->idx, moved[i].in);
-	if (w)
-		seg_writer_abort(w);
-	free(moved);
-	free(ents);
-	if (ret < 0)
-		log_warn("gc: cannot compact segment %llu: %s", (unsigned long long)id,
-			 strerror(-ret));
-	return ret;
-}
-
-static void gc_round(struct tier *t)
-{
-	uint64_t compact = 0, *dead = NULL;
-	size_t ndead = 0, cap = 0;
-
-	pthread_mutex_lock(&t->seg_lock);
-	for (uint64_t id = 1; id < t->next_seg && id < t->nsegs_cap; id++) {
-		struct seg_info *s = &t->segs[id];
-		if (!s->len || s->gc_busy)
-			continue;
-		if (s->live == 0) {
-			if (ndead == cap) {
-				size_t ncap = cap ? cap * 2 : 64;
-				uint64_t *nd = realloc(dead, ncap * sizeof(*nd));
-				if (!nd)
-					break;
-				dead = nd;
-				cap = ncap;
-			}
-			s->gc_busy = 1;
-			dead[ndead++] = id;
-		} else if (!compact && s->live != s->gc_no_gain &&
-			   (double)s->live < t->cfg->gc_threshold * (double)s->payload) {
-			s->gc_busy = 1;
-			compact = id;
-		}
-	}
-	pthread_mutex_unlock(&t->seg_lock);
-	/* s3 alone: the bucket's copy of the state must stop referencing them
-	 * too (a replacement node recovers from it): one push for the batch */
-	if (ndead && t->state_s3 &&
-	    ((t->jrnl && jrnl_sync(t->jrnl) < 0) || recover_s3_push(t) < 0)) {
-		pthread_mutex_lock(&t->seg_lock);
-		for (size_t i = 0; i < ndead; i++)
-			t->segs[dead[i]].gc_busy = 0;
-		pthread_mutex_unlock(&t->seg_lock);
-		ndead = 0; /* kept; tried again next round */
-	}
-	for (size_t i = 0; i < ndead; i++)
-		seg_delete(t, dead[i]);
-	free(dead);
-	if (compact) {
-		int no_gain = seg_compact(t, compact) == 1;
-		pthread_mutex_lock(&t->seg_lock);
-		/* not tried again until more of it dies */
-		if (no_gain)
-			t->segs[compact].gc_no_gain = t->segs[compact].live;
-		t->segs[compact].gc_busy = 0;
-		pthread_mutex_unlock(&t->seg_lock);
-		/* its live bytes are now 0 if everything moved: next round deletes it */
-	}
-}
-
-/* ---- demotion: nvme -> s3 ---- */
-
-/* Fill fraction of the nvme tier (0..1). */
-static double nvme_fill(struct tier *t)
-{
-	struct store_dev_stat devs[16];
-	uint64_t total = 0, avail = 0;
-	int n = store_stat(t->store, devs, 16);
-	for (int i = 0; i < n && i < 16; i++) {
-		total += devs[i].total;
-		avail += devs[i].avail;
-	}
-	return total ? 1.0 - (double)avail / (double)total : 0.0;
-}
-
-/* Copy segment id to S3 (segments are immutable: a plain copy), switch the
- * table entry, then delete the local copy. */
-static int seg_demote(struct tier *t, uint64_t id)
-{
-	struct store_put *put = NULL;
-	uint64_t len, off;
-	uint32_t dev, newdev = 0;
-	void *buf = seg_buf_alloc(SEG_STAGE_SIZE);
-	int ret;
-
-	if (!buf)
-		return -ENOMEM;
-	pthread_mutex_lock(&t->seg_lock);
-	len = t->segs[id].len;
-	dev = t->segs[id].dev;
-	pthread_mutex_unlock(&t->seg_lock);
-	if ((ret = store_put_begin(t->s3, id, len, &put)) < 0)
-		goto out;
-	for (off = 0; off < len; off += SEG_STAGE_SIZE) {
-		size_t n = len - off < SEG_STAGE_SIZE ? len - off : SEG_STAGE_SIZE;
-		if ((ret = store_read(t->store, id, dev, off, buf, n)) < 0 ||
-		    (ret = store_put_append(put, buf, n)) < 0) {
-			store_put_abort(put);
-			goto out;
-		}
-	}
-	ret = store_put_finish(put, &newdev);
-	if (ret < 0)
-		goto out;
-	pthread_mutex_lock(&t->seg_lock);
-	t->segs[id].store = 1;
-	t->segs[id].dev = newdev;
-	pthread_mutex_unlock(&t->seg_lock);
-	/* the new home must be durable in the journal before the old copy goes */
-	if ((ret = recover_log_seg(t, id, 0)) < 0 || (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0))
-		goto out;
-	/* a restore that looked it up a moment ago retries on ENOENT */
-	store_remove(t->store, id, dev);
-	__atomic_add_fetch(&t->st.segments_demoted, 1, __ATOMIC_RELAXED);
-out:
-	seg_buf_free(buf);
-	if (ret < 0)
-		log_warn("demote: segment %llu to s3: %s", (unsigned long long)id, strerror(-ret));
-	return ret;
-}
-
-static void demote_round(struct tier *t)
-{
-	if (!t->s3 || nvme_fill(t) <= t->cfg->nvme_threshold)
-		return;
-	for (int guard = 0; guard < 1024 && nvme_fill(t) > t->cfg->nvme_threshold - 0.05; guard++) {
-		uint64_t pick = 0, best = UINT64_MAX;
-		pthread_mutex_lock(&t->seg_lock);
-		for (uint64_t id = 1; id < t->next_seg && id < t->nsegs_cap; id++) {
-			struct seg_info *si = &t->segs[id];
-			if (si->len && !si->store && !si->gc_busy && si->atime < best) {
-				best = si->atime;
-				pick = id;
-			}
-		}
-		if (pick)
-			t->segs[pick].gc_busy = 1;
-		pthread_mutex_unlock(&t->seg_lock);
-		if (!pick)
-			return;
-		int ret = seg_demote(t, pick);
-		pthread_mutex_lock(&t->seg_lock);
-		t->segs[pick].gc_busy = 0;
-		pthread_mutex_unlock(&t->seg_lock);
-		if (ret < 0)
-			return;
-	}
 }
 
 static void *evictor(void *arg)

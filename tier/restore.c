@@ -182,7 +182,7 @@ static int chunk_read(struct tier *t, uint64_t seg, const struct seg_entry *e, u
 
 	for (int tries = 0; tries < 2; tries++) {
 		/* the segment may have moved to s3 since: look it up each time */
-		ret = seg_locate(t, seg, &st, &dev);
+		ret = segtab_locate(t, seg, &st, &dev);
 		if (ret == 0)
 			ret = whole ? seg_read_chunk(st, seg, dev, e, sc)
 				    : seg_read_part(st, seg, dev, e, off, len, sc);
@@ -379,7 +379,7 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 		if (*tier < 0) {
 			struct store *st;
 			uint32_t dev;
-			*tier = seg_locate(t, ch->seg_id, &st, &dev) == 0 ? tier_of(st) : 0;
+			*tier = segtab_locate(t, ch->seg_id, &st, &dev) == 0 ? tier_of(st) : 0;
 		}
 		if (ch->state == CHUNK_RESTORING) {
 			p = part_find(t, in->ino, c);
@@ -482,7 +482,8 @@ int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
 	return ret;
 }
 
-int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last, int pin)
+int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
+			    int pin)
 {
 	/* Restoring chunk c drops in->lock, so chunks made hot earlier in this
 	 * call are pinned at once or the evictor could take them again. */

@@ -11,6 +11,8 @@
  * - Lock order: index lock, inode lock, tier lock.
  */
 #include "tier/tier_i.h"
+#include "tier/metrics.h"
+#include "tier/tier.h"
 
 #include "index/journal.h"
 #include "common/uring.h"
@@ -19,16 +21,13 @@
 #include "common/log.h"
 #include "tier/store/store.h"
 #include "tier/pressure.h"
-#include "tier/store/store_s3.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -39,25 +38,12 @@ static void drop_inode(void *arg, struct inode *in)
 	struct tier *t = arg;
 	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++)
-		tier_chunk_release_cold(t, in, &in->chunks[c]);
+		segtab_release_chunk(t, &in->chunks[c]);
 	idx_inode_unlock(in);
 	hot_drop(t->hot, in);
 	pthread_mutex_lock(&t->lock);
 	pthread_cond_broadcast(&t->room);
 	pthread_mutex_unlock(&t->lock);
-}
-
-static int remove_seg(void *arg, uint64_t id, uint32_t dev, uint64_t size)
-{
-	struct tier *t = arg;
-	store_remove(t->store, id, dev);
-	return 0;
-}
-
-static int count_seg(void *arg, uint64_t id, uint32_t dev, uint64_t size)
-{
-	(*(uint64_t *)arg)++;
-	return 0;
 }
 
 /* The budget moved (pressure thread): the evictor spills down to it, and
@@ -69,97 +55,6 @@ static void budget_changed(void *arg, uint64_t old_budget, uint64_t new_budget)
 	pthread_cond_broadcast(&t->wake);
 	pthread_cond_broadcast(&t->room);
 	pthread_mutex_unlock(&t->lock);
-}
-
-/* Open the NVMe store. Without a journal, segments left by an earlier mount
- * have no index to belong to: they are removed (with one, recovery keeps
- * what the index references and removes the rest). */
-static int open_nvme(struct tier *t, char *err, size_t errlen)
-{
-	char *copy = strdup(t->cfg->nvme), *save = NULL, *d;
-	const char *dirs[64];
-	int n = 0, ret;
-	uint64_t stale = 0;
-
-	if (!copy)
-		return -ENOMEM;
-	for (d = strtok_r(copy, ":", &save); d && n < 64; d = strtok_r(NULL, ":", &save))
-		dirs[n++] = d;
-	/* One mount per cold directory: the earlier-mount clean-up below would
-	 * otherwise delete a live neighbour's segments. */
-	for (int i = 0; i < n; i++) {
-		char lock[4200];
-		snprintf(lock, sizeof(lock), "%s/.spillway.lock", dirs[i]);
-		t->nvme_locks[i] = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-		if (t->nvme_locks[i] < 0 || flock(t->nvme_locks[i], LOCK_EX | LOCK_NB) < 0) {
-			ret = t->nvme_locks[i] < 0 ? -errno : -EBUSY;
-			snprintf(err, errlen, "option 'nvme': '%s': %s", dirs[i],
-				 ret == -EBUSY ? "in use by another spillway mount"
-					       : strerror(-ret));
-			goto out;
-		}
-		t->nvme_nlocks = i + 1;
-	}
-	/* partial segments of a put a crash interrupted: never listed, never
-	 * referenced; the directory lock makes them ours to remove */
-	for (int i = 0; i < n; i++) {
-		DIR *dd = opendir(dirs[i]);
-		struct dirent *de;
-		while (dd && (de = readdir(dd)))
-			if (!strncmp(de->d_name, ".tmp-", 5)) {
-				char p[4400];
-				snprintf(p, sizeof(p), "%s/%s", dirs[i], de->d_name);
-				unlink(p);
-			}
-		if (dd)
-			closedir(dd);
-	}
-	ret = store_nvme_open(dirs, n, &t->store);
-	if (ret < 0) {
-		snprintf(err, errlen, "option 'nvme': invalid value '%s': %s", t->cfg->nvme,
-			 strerror(-ret));
-		goto out;
-	}
-	if (!t->jrnl)
-		store_list(t->store, count_seg, &stale);
-	if (stale) {
-		log_warn("nvme: removing %llu segments left by an earlier mount",
-			 (unsigned long long)stale);
-		store_list(t->store, remove_seg, t);
-	}
-out:
-	free(copy);
-	return ret;
-}
-
-/* Open the S3 store. Objects go under <prefix>/<filesystem uuid>/ so two
- * mounts sharing a bucket prefix never touch each other's segments. */
-int tier_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen)
-{
-	char url[2048], why[512];
-	const char *base = t->cfg->s3;
-	size_t bl = strlen(base);
-	struct s3_config sc = {
-	    .endpoint = t->cfg->s3_endpoint,
-	    .region = t->cfg->s3_region,
-	    .path_style = t->cfg->s3_path_style,
-	    .part_size = t->cfg->s3_part_size,
-	    .buffer_budget = t->cfg->s3_buffers,
-	    .io_workers = t->cfg->io_workers,
-	    .credentials_file = t->cfg->s3_credentials,
-	    .ca_file = t->cfg->s3_ca_file,
-	};
-	int ret;
-
-	snprintf(url, sizeof(url), "%.*s%s", (int)(base[bl - 1] == '/' ? bl - 1 : bl), base,
-		 with_uuid ? "/" : "");
-	for (int i = 0; with_uuid && i < 16; i++)
-		snprintf(url + strlen(url), sizeof(url) - strlen(url), "%02x", t->uuid[i]);
-	sc.url = url;
-	ret = store_s3_open(&sc, out, why, sizeof(why));
-	if (ret < 0)
-		snprintf(err, errlen, "option 's3': '%s': %s", base, why);
-	return ret;
 }
 
 int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out, char *err,
@@ -177,20 +72,19 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_cond_init(&t->room, NULL);
 	pthread_cond_init(&t->wake, NULL);
-	pthread_mutex_init(&t->seg_lock, NULL);
+	segtab_init(&t->segtab);
 	pthread_mutex_init(&t->rlock, NULL);
 	pthread_mutex_init(&t->plock, NULL);
 	pthread_cond_init(&t->rcond, NULL);
 	pthread_mutex_init(&t->ilock, NULL);
 	pthread_cond_init(&t->icond, NULL);
-	t->next_seg = 1;
 	if (cfg->io_psync)
 		uring_disable();
 	if (getrandom(t->uuid, sizeof(t->uuid), 0) != sizeof(t->uuid))
 		memset(t->uuid, 0x5a, sizeof(t->uuid));
 	/* the state first: it has the filesystem's uuid the stores are named by */
 	if ((ret = recover_open(t, err, errlen)) < 0) {
-		free(t->segs);
+		segtab_destroy(&t->segtab);
 		free(t);
 		return ret;
 	}
@@ -204,8 +98,8 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	if ((cfg->nvme && (ret = open_nvme(t, err, errlen)) < 0) ||
-	    (cfg->s3 && (ret = tier_open_s3(t, 1, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) ||
+	if ((cfg->nvme && (ret = stores_open_nvme(t, err, errlen)) < 0) ||
+	    (cfg->s3 && (ret = stores_open_s3(t, 1, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) ||
 	    (ret = recover_finish(t, err, errlen)) < 0)
 		goto fail;
 	idx_set_release_hook(idx, drop_inode, t);
@@ -222,7 +116,7 @@ fail:
 		close(t->nvme_locks[i]);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
-	free(t->segs);
+	segtab_destroy(&t->segtab);
 	free(t);
 	return ret;
 }
@@ -346,7 +240,7 @@ void tier_detach(struct tier *t)
 	/* a last checkpoint: the next mount starts from it, no replay */
 	jrnl_close(t->jrnl, 1);
 	t->jrnl = NULL;
-	recover_s3_release(t);
+	state_s3_release(t);
 	idx_set_journal(t->idx, NULL);
 	/* the remaining hot files and the segments belong to the state now:
 	 * the index must not drop them while it is freed */
@@ -372,47 +266,6 @@ void tier_detach(struct tier *t)
 	}
 }
 
-struct inval_job {
-	struct inval_job *next;
-	uint64_t ino, off, len;
-};
-
-void tier_inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len)
-{
-	struct inval_job *j;
-	if (!t->inval || !(j = malloc(sizeof(*j))))
-		return; /* only page cache left behind: correct, just not freed */
-	j->ino = ino;
-	j->off = off;
-	j->len = len;
-	pthread_mutex_lock(&t->ilock);
-	j->next = t->iq;
-	t->iq = j;
-	pthread_cond_signal(&t->icond);
-	pthread_mutex_unlock(&t->ilock);
-}
-
-static void *inval_worker(void *arg)
-{
-	struct tier *t = arg;
-	pthread_mutex_lock(&t->ilock);
-	for (;;) {
-		struct inval_job *j;
-		while (!t->iq && !t->istop)
-			pthread_cond_wait(&t->icond, &t->ilock);
-		if (!t->iq)
-			break;
-		j = t->iq;
-		t->iq = j->next;
-		pthread_mutex_unlock(&t->ilock);
-		t->inval(t->inval_arg, j->ino, j->off, j->len);
-		free(j);
-		pthread_mutex_lock(&t->ilock);
-	}
-	pthread_mutex_unlock(&t->ilock);
-	return NULL;
-}
-
 int tier_start(struct tier *t)
 {
 	int ret;
@@ -425,9 +278,8 @@ int tier_start(struct tier *t)
 		return ret;
 	if (!t->store)
 		return 0;
-	if ((ret = pthread_create(&t->inval_th, NULL, inval_worker, t)) != 0)
-		return -ret;
-	t->inval_started = 1;
+	if ((ret = inval_start(t)) < 0)
+		return ret;
 	if ((ret = restore_start(t)) < 0)
 		return ret;
 	return evict_start(t);
@@ -441,14 +293,7 @@ void tier_stop(struct tier *t)
 		return;
 	evict_stop(t);
 	restore_stop(t);
-	if (t->inval_started) {
-		pthread_mutex_lock(&t->ilock);
-		t->istop = 1;
-		pthread_cond_signal(&t->icond);
-		pthread_mutex_unlock(&t->ilock);
-		pthread_join(t->inval_th, NULL);
-		t->inval_started = 0;
-	}
+	inval_stop(t);
 }
 
 void tier_free(struct tier *t)
@@ -456,25 +301,24 @@ void tier_free(struct tier *t)
 	if (!t)
 		return;
 	/* Without a journal the segments cannot be found again: remove them. */
-	for (uint64_t id = 1; !t->keep && id < t->nsegs_cap; id++)
-		if (t->segs[id].len)
-			store_remove(t->segs[id].store ? t->s3 : t->store, id, t->segs[id].dev);
+	for (uint64_t id = 1; !t->keep && id < t->segtab.cap; id++)
+		if (t->segtab.v[id].len)
+			store_remove(t->segtab.v[id].store ? t->s3 : t->store, id, t->segtab.v[id].dev);
 	if (t->store && !t->keep)
-		store_list(t->store, remove_seg, t);
+		stores_remove_all(t);
 	if (t->store)
 		store_close(t->store);
 	if (t->s3)
 		store_close(t->s3);
 	for (int i = 0; i < t->nvme_nlocks; i++)
 		close(t->nvme_locks[i]); /* the lock file stays: unlinking it would race */
-	free(t->segs);
+	segtab_destroy(&t->segtab);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
 	pthread_cond_destroy(&t->room);
 	pthread_cond_destroy(&t->wake);
 	pthread_cond_destroy(&t->rcond);
 	pthread_mutex_destroy(&t->lock);
-	pthread_mutex_destroy(&t->seg_lock);
 	pthread_mutex_destroy(&t->rlock);
 	pthread_mutex_destroy(&t->plock);
 	free(t);
@@ -612,35 +456,6 @@ void tier_read_ahead(struct tier *t, struct inode *in, uint64_t off, uint64_t *n
 	*next_chunk = last + 1;
 }
 
-/* Wait for hot room. Returns reserved bytes or -ENOSPC. */
-int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len)
-{
-	int64_t r = hot_try_reserve(t->hot, fd, off, len);
-	struct timespec deadline;
-
-	if (r >= 0 || !t->store)
-		goto out;
-	deadline = clock_deadline_ms(t->cfg->write_wait_ms);
-	__atomic_add_fetch(&t->st.write_waits, 1, __ATOMIC_RELAXED);
-	uint64_t w0 = clock_now_ns();
-	pthread_mutex_lock(&t->lock);
-	t->writers_waiting++;
-	while ((r = hot_try_reserve(t->hot, fd, off, len)) < 0 && !t->stopping) {
-		pthread_cond_broadcast(&t->wake);
-		if (pthread_cond_timedwait(&t->room, &t->lock, &deadline) == ETIMEDOUT) {
-			r = hot_try_reserve(t->hot, fd, off, len);
-			break;
-		}
-	}
-	t->writers_waiting--;
-	pthread_mutex_unlock(&t->lock);
-	hist_observe(&t->st.h_wait, clock_now_ns() - w0);
-out:
-	if (r < 0)
-		__atomic_add_fetch(&t->st.enospc, 1, __ATOMIC_RELAXED);
-	return r;
-}
-
 /* Chunks claimed by a write that did not complete go back to COLD. */
 static void unclaim_locked(struct inode *in, struct tier_io *io)
 {
@@ -677,7 +492,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 			in->chunks[c].state = CHUNK_RESTORING;
 			io->claimed |= 1ULL << (c - io->first);
 			in->chunks[c].pins++;
-		} else if ((ret = tier_make_hot_locked(t, in, c, c, 1)) < 0) {
+		} else if ((ret = restore_make_hot_locked(t, in, c, c, 1)) < 0) {
 			/* unpin what this loop pinned so far */
 			if (c > io->first)
 				pin(in, io->first, c - 1, -1);
@@ -690,7 +505,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		ret = -EBADF;
 		goto out_unpin;
 	}
-	r = tier_reserve_room(t, io->fd, off, len);
+	r = evict_wait_room(t, io->fd, off, len);
 	if (r < 0) {
 		ret = (int)r;
 		goto out_unpin;
@@ -721,7 +536,7 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 		if (!was_dirty)
 			idx_journal_chunk_locked(t->idx, in, c, 0);
 		/* the old cold copy is stale now (a spill in flight sees the new gen) */
-		tier_chunk_release_cold(t, in, ch);
+		segtab_release_chunk(t, ch);
 	}
 }
 
@@ -792,7 +607,7 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 		struct chunk *ch = &in->chunks[c];
 		if (ch->state == CHUNK_ABSENT)
 			continue;
-		tier_chunk_release_cold(t, in, ch);
+		segtab_release_chunk(t, ch);
 		ch->state = CHUNK_ABSENT;
 		ch->gen++;
 	}
@@ -815,7 +630,7 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 	if (size < in->size && size % t->chunk_size) {
 		/* the boundary chunk keeps its head: it must be hot to cut it */
 		uint64_t c = size / t->chunk_size;
-		if (c < in->nchunks && (ret = tier_make_hot_locked(t, in, c, c, 0)) < 0)
+		if (c < in->nchunks && (ret = restore_make_hot_locked(t, in, c, c, 0)) < 0)
 			goto out_put;
 		if (c < in->nchunks && in->chunks[c].state != CHUNK_ABSENT)
 			mark_dirty_locked(t, in, c, c);
@@ -880,7 +695,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		int full = covers_chunk(t, in, c, off, len);
 		if (replaces && full) {
 			in->chunks[c].pins++;
-		} else if ((ret = tier_make_hot_locked(t, in, c, c, 1)) < 0) {
+		} else if ((ret = restore_make_hot_locked(t, in, c, c, 1)) < 0) {
 			if (c > first)
 				pin(in, first, c - 1, -1);
 			goto out_put;
@@ -888,7 +703,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 	}
 	if (!(mode & FALLOC_FL_PUNCH_HOLE)) {
 		idx_inode_unlock(in);
-		r = tier_reserve_room(t, fd, off, len); /* may wait for the evictor */
+		r = evict_wait_room(t, fd, off, len); /* may wait for the evictor */
 		idx_inode_lock(in);
 		if (r < 0) {
 			ret = -ENOSPC;
@@ -916,7 +731,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 			ch->state = CHUNK_ABSENT;
 			ch->gen++;
 			idx_journal_chunk_locked(t->idx, in, c, 1);
-			tier_chunk_release_cold(t, in, ch);
+			segtab_release_chunk(t, ch);
 		} else if (replaces || ch->state == CHUNK_COLD) {
 			mark_dirty_locked(t, in, c, c);
 		} else if (ch->state == CHUNK_ABSENT &&
@@ -1021,13 +836,13 @@ int tier_fsync(struct tier *t, struct inode *in)
 	idx_inode_unlock(in);
 	if (ret == 0)
 		ret = jrnl_sync(t->jrnl);
-	return ret < 0 ? ret : recover_s3_push(t);
+	return ret < 0 ? ret : state_s3_push(t);
 }
 
 int tier_sync(struct tier *t)
 {
 	int ret = t->jrnl ? jrnl_sync(t->jrnl) : 0;
-	return ret < 0 ? ret : (t->jrnl ? recover_s3_push(t) : 0);
+	return ret < 0 ? ret : (t->jrnl ? state_s3_push(t) : 0);
 }
 
 int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
@@ -1106,7 +921,7 @@ int tier_warm_file(struct tier *t, struct inode *in)
 	 * and waits for the rest */
 	restore_file_async(t, in);
 	idx_inode_lock(in);
-	ret = in->nchunks ? tier_make_hot_locked(t, in, 0, in->nchunks - 1, 0) : 0;
+	ret = in->nchunks ? restore_make_hot_locked(t, in, 0, in->nchunks - 1, 0) : 0;
 	idx_inode_unlock(in);
 	return ret;
 }
@@ -1133,18 +948,14 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	int ndev = 0, cold_full, pos;
 
 	idx_counts(t->idx, &inodes, &files);
-	pthread_mutex_lock(&t->seg_lock);
-	segs = t->seg_count;
-	seg_bytes = t->seg_bytes;
-	seg_live = t->seg_live;
-	pthread_mutex_unlock(&t->seg_lock);
+	segtab_totals(t, &segs, &seg_bytes, &seg_live);
 	pthread_mutex_lock(&t->lock);
 	waiting = t->writers_waiting;
 	cold_full = t->cold_full;
 	const char *slow_op = t->st.slow_op ? t->st.slow_op : "";
 	pthread_mutex_unlock(&t->lock);
 	uint64_t tier_bytes[2];
-	seg_tier_bytes(t, tier_bytes);
+	segtab_tier_bytes(t, tier_bytes);
 	if (t->store) {
 		ndev = store_stat(t->store, devs, 16);
 		if (ndev > 16)

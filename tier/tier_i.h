@@ -1,12 +1,17 @@
-/* tier_i.h — private to tier/: the tier context shared by hot, evict, restore. */
+/*
+ * tier_i.h — private to tier/: the tier context (struct tier) shared by its
+ * rooms, and their internal calls, grouped by the file that defines them.
+ * It includes only lower layers (common, index, hot, segtab), so including
+ * it makes no file depend on the rooms above.
+ */
 #ifndef SPW_TIER_I_H
 #define SPW_TIER_I_H
 
 #include "common/config.h"
 #include "index/index.h"
 #include "tier/hot.h"
-#include "tier/metrics.h"
-#include "tier/tier.h"
+#include "tier/segtab.h"
+#include "common/hist.h"
 
 #include <pthread.h>
 
@@ -17,18 +22,6 @@ struct rst_part;
 struct inval_job;
 
 #define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
-
-/* One sealed segment. Protected by tier->seg_lock. */
-struct seg_info {
-	uint64_t len;	  /* 0 = slot unused (deleted or never sealed) */
-	uint64_t live;	  /* payload bytes still referenced by chunks */
-	uint64_t payload; /* payload bytes when sealed */
-	uint64_t atime;	  /* last restore from it (demotion picks the oldest) */
-	uint32_t dev;
-	uint8_t store;	 /* 0: t->store, 1: t->s3 (demoted) */
-	uint8_t gc_busy; /* being compacted, demoted or deleted */
-	uint64_t gc_no_gain; /* live bytes when compacting it would not have shrunk it */
-};
 
 struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
@@ -66,7 +59,8 @@ struct tier {
 	int nvme_locks[64];  /* flock'ed .spillway.lock in each cold directory */
 	int nvme_nlocks;
 	uint64_t chunk_size;
-	tier_inval_fn inval;
+	/* tier_inval_fn (tier.h), spelled out: this header needs no module's API */
+	void (*inval)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
 	void *inval_arg;
 	struct tier_stats st;
 
@@ -91,11 +85,7 @@ struct tier {
 	uint64_t s3_journal_off;      /* journal bytes uploaded (s3state_lock) */
 	struct tier_recovery rec; /* what the last mount's recovery found */
 
-	/* segment table, indexed by segment id */
-	pthread_mutex_t seg_lock;
-	struct seg_info *segs;			 /* protected by seg_lock */
-	uint64_t nsegs_cap, next_seg;		 /* protected by seg_lock */
-	uint64_t seg_count, seg_bytes, seg_live; /* protected by seg_lock */
+	struct segtab segtab; /* the segment table, its own lock (segtab.h) */
 
 	/* evictor thread */
 	pthread_t evict_th;
@@ -143,6 +133,9 @@ int evict_file(struct tier *t, struct inode *in, int drop);
  * drop every clean hot copy. t->flush_total gets the dirty bytes first (for
  * progress). 0, or the first -errno: what failed stays dirty, in RAM. */
 int evict_flush_all(struct tier *t);
+/* Room for a write of [off, off+len) of fd: waits (at most write_wait)
+ * for the evictor when a cold tier exists. Reserved bytes or -ENOSPC. */
+int64_t evict_wait_room(struct tier *t, int fd, uint64_t off, uint64_t len);
 /* Longest a restore waits for hot room (ms), also capped by write_wait. */
 #define RESTORE_ROOM_WAIT_MS 1000
 /* Room for restoring [off, off+len) of fd: waits only while the evictor
@@ -150,20 +143,30 @@ int evict_flush_all(struct tier *t);
  * these bytes (clean, so dropped first) rather than wait for room that
  * cannot come. Returns the bytes reserved (for hot_unreserve); never fails. */
 int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len);
-uint64_t seg_alloc_id(struct tier *t);
-/* Table entry for id, growing the table (seg_lock held). */
-struct seg_info *seg_slot_locked(struct tier *t, uint64_t id);
-/* Enter a durable segment in the table and the journal. 0, or -EIO (not
- * journaled: not entered). */
-int seg_register(struct tier *t, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
-void seg_release_bytes(struct tier *t, uint64_t id, uint64_t bytes);
-/* Segment bytes held by t->store (out[0]) and t->s3 (out[1]). */
-void seg_tier_bytes(struct tier *t, uint64_t out[2]);
-/* Where segment id lives now (it may move from nvme to s3). 0 or -ENOENT. */
-int seg_locate(struct tier *t, uint64_t id, struct store **st, uint32_t *dev);
 
-/* tier.c: open the S3 store at <s3>/<uuid> (with_uuid) or at <s3> itself. */
-int tier_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen);
+/* gc.c: delete dead segments, compact one sparse one (evictor thread). */
+void gc_round(struct tier *t);
+
+/* demote.c: nvme fuller than nvme_threshold: move the least recently read
+ * segments to s3 (evictor thread). */
+void demote_round(struct tier *t);
+
+/* inval.c */
+/* Queue a page-cache invalidation of [off, off+len) of ino (never blocks). */
+void inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len);
+/* The sending thread (needs t->inval set to send anything). 0 or -errno. */
+int inval_start(struct tier *t);
+void inval_stop(struct tier *t);
+
+/* stores.c */
+/* Open the NVMe store of cfg->nvme into t->store, locking each directory;
+ * without a journal, segments of an earlier mount are removed. 0 or
+ * -errno with err naming the option. */
+int stores_open_nvme(struct tier *t, char *err, size_t errlen);
+/* Open the S3 store at <s3>/<uuid> (with_uuid) or at <s3> itself. */
+int stores_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen);
+/* Remove every segment t->store lists. */
+void stores_remove_all(struct tier *t);
 
 /* recover.c */
 /* Open state_dir, replay it into the index and the segment table (before
@@ -172,13 +175,21 @@ int recover_open(struct tier *t, char *err, size_t errlen);
 /* With the stores and hot tier open: reconcile hot files, segments and the
  * index, then start journaling. 0 or -errno with err set. */
 int recover_finish(struct tier *t, char *err, size_t errlen);
-/* Journal a segment's table entry (SEG_ADD) or its removal (SEG_DEL). */
-int recover_log_seg(struct tier *t, uint64_t id, int del);
-/* s3 alone: copy the current checkpoint and journal to the bucket (after a
- * journal sync, for fsync). 0 or -errno. */
-int recover_s3_push(struct tier *t);
-/* Clean unmount: release the bucket prefix's lease. */
-void recover_s3_release(struct tier *t);
+
+/* state_s3.c: s3 alone, the bucket's copy of the state */
+/* recover_open: an empty state_dir adopts the filesystem the bucket prefix
+ * holds (refused while another node's lease exists, unless takeover). 0 or
+ * -errno with err set. */
+int state_s3_adopt(struct tier *t, char *err, size_t errlen);
+/* recover_finish: take the prefix's lease. 0 or -errno with err set. */
+int state_s3_lease(struct tier *t, char *err, size_t errlen);
+/* Copy the current checkpoint and journal to the bucket (after a journal
+ * sync, for fsync). 0 or -errno. */
+int state_s3_push(struct tier *t);
+/* jrnl_set_on_checkpoint callback (arg: the tier): state_s3_push. */
+void state_s3_on_checkpoint(void *arg, uint64_t gen);
+/* Clean unmount: push, then release the bucket prefix's lease. */
+void state_s3_release(struct tier *t);
 
 /* restore.c */
 int restore_start(struct tier *t);
@@ -206,11 +217,13 @@ int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c);
 /* Queue chunks [first, last] of `in` that are COLD for restore ahead of a
  * sequential reader, before any prefetch, at normal I/O priority. */
 void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t last);
+/* Make chunks [first,last] RAM-resident, waiting for restores, and pin each
+ * (when `pin`) as soon as it is hot. in->lock held; may drop and retake it.
+ * Returns 0 or -errno (with nothing left pinned). */
+int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
+			    int pin);
 
-/* tier.c */
-/* Queue a page-cache invalidation of [off, off+len) of ino (never blocks). */
-void tier_inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len);
-int64_t tier_reserve_room(struct tier *t, int fd, uint64_t off, uint64_t len);
+/* inline helpers (no module) */
 /* Length of chunk c of a file of `size` bytes. */
 static inline uint32_t tier_chunk_len(const struct tier *t, uint64_t size, uint64_t c)
 {
@@ -227,12 +240,5 @@ static inline void tier_chunk_range(const struct tier *t, uint64_t off, uint64_t
 	*first = off / t->chunk_size;
 	*last = len ? (off + len - 1) / t->chunk_size : *first;
 }
-
-/* Forget a chunk's cold copy (segment live bytes drop). Caller holds in->lock. */
-void tier_chunk_release_cold(struct tier *t, struct inode *in, struct chunk *c);
-/* Make chunks [first,last] RAM-resident, waiting for restores, and pin each
- * (when `pin`) as soon as it is hot. in->lock held; may drop and retake it.
- * Returns 0 or -errno (with nothing left pinned). */
-int tier_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last, int pin);
 
 #endif

@@ -4,6 +4,8 @@
  */
 #include "tier/tiers_file.h"
 
+#include "common/atomic_file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,13 +14,13 @@
 
 int tiers_file_write(const char *state_dir, const struct tiers_file *tf)
 {
-	char path[4200], tmp[4300];
+	char path[4200], *buf = NULL;
+	size_t len = 0;
 	FILE *f;
 	int ret = 0;
 
 	snprintf(path, sizeof(path), "%s/tiers", state_dir);
-	snprintf(tmp, sizeof(tmp), "%s/tiers.tmp", state_dir);
-	if (!(f = fopen(tmp, "we")))
+	if (!(f = open_memstream(&buf, &len)))
 		return -errno;
 	fprintf(f, "# written by spillway at mount: where this filesystem's segments are\n");
 	if (tf->have_uuid) {
@@ -44,14 +46,11 @@ int tiers_file_write(const char *state_dir, const struct tiers_file *tf)
 		if (tf->s3_part_size)
 			fprintf(f, "s3_part_size=%llu\n", (unsigned long long)tf->s3_part_size);
 	}
-	if (fflush(f) != 0 || fsync(fileno(f)) < 0)
+	if (fclose(f) != 0)
 		ret = -errno;
-	if (fclose(f) != 0 && ret == 0)
-		ret = -errno;
-	if (ret == 0 && rename(tmp, path) < 0)
-		ret = -errno;
-	if (ret < 0)
-		unlink(tmp);
+	if (ret == 0)
+		ret = atomic_file_write(path, buf, len);
+	free(buf);
 	return ret;
 }
 

@@ -1,0 +1,275 @@
+/*
+ * gc — segment garbage collection, one round at a time on the evictor's
+ * thread (gc_round).
+ *
+ * DESIGN
+ * - A segment whose live bytes reach 0 is deleted: its SEG_DEL record and
+ *   the records that moved its chunks away are durable before the store
+ *   copy goes (s3 alone: the bucket's copy of the state is pushed first,
+ *   one push per batch).
+ * - One segment per round whose live bytes fall below gc_threshold x its
+ *   payload is compacted: its live chunks (those still pointing at it) are
+ *   copied into a new segment, which is registered, then each chunk is
+ *   relocated if unchanged meanwhile (a RESTORING chunk stays behind). Its
+ *   live bytes then reach 0 and the next round deletes it.
+ * - A segment that a rewrite would not shrink is marked (gc_no_gain) and
+ *   not tried again until more of it dies.
+ * - Lock order: index lock, inode lock, segtab.lock.
+ */
+#include "tier/tier_i.h"
+
+#include "common/log.h"
+#include "index/journal.h"
+#include "tier/segment.h"
+#include "tier/store/store.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A live chunk copied into the new segment, waiting to be relocated. */
+struct gc_moved {
+	struct seg_entry e;
+	struct inode *in; /* holds a ref until relocated */
+	uint64_t c;
+};
+
+static void seg_delete(struct tier *t, uint64_t id)
+{
+	struct store *st;
+	uint32_t dev;
+	int ret;
+	pthread_mutex_lock(&t->segtab.lock);
+	dev = t->segtab.v[id].dev;
+	st = t->segtab.v[id].store ? t->s3 : t->store;
+	pthread_mutex_unlock(&t->segtab.lock);
+	/* the records moving its chunks away must be durable before it goes */
+	if ((ret = segtab_log(t, id, 1)) == 0 && t->jrnl)
+		ret = jrnl_sync(t->jrnl);
+
+	if (ret == 0)
+		ret = store_remove(st, id, dev);
+	pthread_mutex_lock(&t->segtab.lock);
+	if (ret == 0 || ret == -ENOENT) {
+		t->segtab.count--;
+		t->segtab.bytes -= t->segtab.v[id].len;
+		t->segtab.live -= t->segtab.v[id].live;
+		memset(&t->segtab.v[id], 0, sizeof(t->segtab.v[id]));
+		__atomic_add_fetch(&t->st.segments_deleted, 1, __ATOMIC_RELAXED);
+	} else {
+		t->segtab.v[id].gc_busy = 0;
+		log_warn("gc: cannot delete segment %llu: %s", (unsigned long long)id,
+			 strerror(-ret));
+	}
+	pthread_mutex_unlock(&t->segtab.lock);
+}
+
+/* Is entry e of segment id still what its chunk points at? */
+static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, struct inode **out)
+{
+	struct inode *in = idx_get(t->idx, e->ino);
+	int live;
+
+	*out = in;
+	if (!in)
+		return 0;
+	idx_inode_lock(in);
+	live = e->chunk < in->nchunks && in->chunks[e->chunk].seg_id == id &&
+	       in->chunks[e->chunk].seg_off == e->off;
+	idx_inode_unlock(in);
+	return live;
+}
+
+/* Record bytes of e once rewritten in format v2: a v1 payload longer than a
+ * block gains a map (its block crcs); anything else keeps its length. */
+static uint32_t v2_rec_len(const struct seg_entry *e)
+{
+	if ((e->flags & SEG_F_MAP) || e->len <= SEG_BLOCK)
+		return e->len;
+	return e->len + 8 + (e->len + SEG_BLOCK - 1) / SEG_BLOCK * 4 + SEG_MAP_TAIL;
+}
+
+/*
+ * GC never rewrites a segment it cannot shrink: 1 when the live entries of
+ * ents, rewritten, would not make a shorter segment than len bytes.
+ */
+static int compact_no_gain(struct tier *t, uint64_t id, uint64_t len, const struct seg_entry *ents,
+			   uint32_t n)
+{
+	uint32_t *lens = malloc((n ? n : 1) * sizeof(*lens)), k = 0;
+	int ret;
+
+	if (!lens)
+		return 0; /* cannot tell: the rewrite itself fails on memory */
+	for (uint32_t i = 0; i < n; i++) {
+		struct inode *in;
+		if (entry_live(t, id, &ents[i], &in))
+			lens[k++] = v2_rec_len(&ents[i]);
+		if (in)
+			idx_put(t->idx, in);
+	}
+	ret = k && seg_v2_len(lens, k) >= len;
+	free(lens);
+	return ret;
+}
+
+/* Copy segment id's live chunks (their data extents, holes stay holes) into
+ * a new segment, then relocate them. 1 when that would not shrink it. */
+static int seg_compact(struct tier *t, uint64_t id)
+{
+	struct seg_entry *ents = NULL;
+	struct gc_moved *moved = NULL;
+	struct seg_writer *w = NULL;
+	uint32_t n = 0, dev, newdev = 0;
+	uint64_t len, newid = 0, newlen = 0, payload = 0;
+	size_t nm = 0;
+	int ret;
+
+	struct store *old;
+	pthread_mutex_lock(&t->segtab.lock);
+	dev = t->segtab.v[id].dev;
+	len = t->segtab.v[id].len;
+	old = t->segtab.v[id].store ? t->s3 : t->store;
+	pthread_mutex_unlock(&t->segtab.lock);
+	ret = seg_read_manifest(old, id, dev, len, NULL, NULL, &ents, &n);
+	if (ret < 0)
+		goto out;
+	if (compact_no_gain(t, id, len, ents, n)) {
+		ret = 1;
+		goto out;
+	}
+	moved = calloc(n ? n : 1, sizeof(*moved));
+	if (!moved) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	newid = segtab_alloc_id(t);
+	if ((ret = seg_writer_new(t->store, t->uuid, newid, 0, &w)) < 0)
+		goto out;
+	for (uint32_t i = 0; i < n; i++) {
+		struct seg_chunk sc;
+		struct inode *in;
+		if (!entry_live(t, id, &ents[i], &in)) {
+			if (in)
+				idx_put(t->idx, in);
+			continue;
+		}
+		if ((ret = seg_read_chunk(old, id, dev, &ents[i], &sc)) == 0) {
+			ret = seg_writer_add_extents(w, ents[i].ino, ents[i].chunk, ents[i].gen,
+						     ents[i].chunk_len, sc.ext, sc.next, sc.data,
+						     &moved[nm].e);
+			seg_chunk_free(&sc);
+		}
+		if (ret < 0) {
+			idx_put(t->idx, in);
+			goto out;
+		}
+		moved[nm].in = in; /* keeps the ref until relocated */
+		moved[nm].c = ents[i].chunk;
+		payload += moved[nm].e.len;
+		nm++;
+	}
+	if (nm) {
+		if (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0)
+			goto out;
+		ret = seg_writer_finish(w, &newdev, &newlen);
+		w = NULL;
+		if (ret < 0)
+			goto out;
+		if ((ret = segtab_register(t, newid, newdev, newlen, payload)) < 0)
+			goto out;
+		__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
+	}
+	for (size_t i = 0; i < nm; i++) {
+		struct inode *in = moved[i].in;
+		struct chunk *ch;
+		idx_inode_lock(in);
+		ch = &in->chunks[moved[i].c];
+		/* a RESTORING chunk is being read from the old segment right now:
+		 * it stays there (the old segment stays live) */
+		if (ch->seg_id == id && (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN)) {
+			struct chunk old = *ch;
+			ch->seg_id = newid;
+			ch->seg_off = moved[i].e.off;
+			ch->seg_len = moved[i].e.len; /* a v1 payload gained a map */
+			ch->seg_crc = moved[i].e.crc;
+			ch->seg_flags = (uint16_t)(moved[i].e.flags & SEG_F_MAP);
+			ch->seg_dev = (uint16_t)newdev;
+			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
+				*ch = old; /* not recorded: it stays in the old segment */
+				segtab_release_bytes(t, newid, moved[i].e.len);
+			} else {
+				segtab_release_bytes(t, id, old.seg_len);
+			}
+		} else {
+			segtab_release_bytes(t, newid, moved[i].e.len);
+		}
+		idx_inode_unlock(in);
+	}
+	__atomic_add_fetch(&t->st.segments_compacted, 1, __ATOMIC_RELAXED);
+	ret = 0;
+out:
+	for (size_t i = 0; i < nm; i++)
+		idx_put(t->idx, moved[i].in);
+	if (w)
+		seg_writer_abort(w);
+	free(moved);
+	free(ents);
+	if (ret < 0)
+		log_warn("gc: cannot compact segment %llu: %s", (unsigned long long)id,
+			 strerror(-ret));
+	return ret;
+}
+
+void gc_round(struct tier *t)
+{
+	uint64_t compact = 0, *dead = NULL;
+	size_t ndead = 0, cap = 0;
+
+	pthread_mutex_lock(&t->segtab.lock);
+	for (uint64_t id = 1; id < t->segtab.next && id < t->segtab.cap; id++) {
+		struct seg_info *s = &t->segtab.v[id];
+		if (!s->len || s->gc_busy)
+			continue;
+		if (s->live == 0) {
+			if (ndead == cap) {
+				size_t ncap = cap ? cap * 2 : 64;
+				uint64_t *nd = realloc(dead, ncap * sizeof(*nd));
+				if (!nd)
+					break;
+				dead = nd;
+				cap = ncap;
+			}
+			s->gc_busy = 1;
+			dead[ndead++] = id;
+		} else if (!compact && s->live != s->gc_no_gain &&
+			   (double)s->live < t->cfg->gc_threshold * (double)s->payload) {
+			s->gc_busy = 1;
+			compact = id;
+		}
+	}
+	pthread_mutex_unlock(&t->segtab.lock);
+	/* s3 alone: the bucket's copy of the state must stop referencing them
+	 * too (a replacement node recovers from it): one push for the batch */
+	if (ndead && t->state_s3 &&
+	    ((t->jrnl && jrnl_sync(t->jrnl) < 0) || state_s3_push(t) < 0)) {
+		pthread_mutex_lock(&t->segtab.lock);
+		for (size_t i = 0; i < ndead; i++)
+			t->segtab.v[dead[i]].gc_busy = 0;
+		pthread_mutex_unlock(&t->segtab.lock);
+		ndead = 0; /* kept; tried again next round */
+	}
+	for (size_t i = 0; i < ndead; i++)
+		seg_delete(t, dead[i]);
+	free(dead);
+	if (compact) {
+		int no_gain = seg_compact(t, compact) == 1;
+		pthread_mutex_lock(&t->segtab.lock);
+		/* not tried again until more of it dies */
+		if (no_gain)
+			t->segtab.v[compact].gc_no_gain = t->segtab.v[compact].live;
+		t->segtab.v[compact].gc_busy = 0;
+		pthread_mutex_unlock(&t->segtab.lock);
+		/* its live bytes are now 0 if everything moved: next round deletes it */
+	}
+}

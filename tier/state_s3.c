@@ -1,0 +1,372 @@
+/*
+ * state_s3 — with s3 alone, the bucket keeps a copy of the state too.
+ *
+ * DESIGN
+ * - Keys under <prefix>/<uuid>/: state/checkpoint.<gen>, state/journal.<gen>
+ *   (the newest checkpoint and every journal after it), state/lease (the node
+ *   holding the prefix: its state_dir's node id, host, pid; removed at a clean
+ *   unmount). A node with an empty state_dir adopts the filesystem under the
+ *   prefix from these (refused while a lease of another node exists, unless
+ *   -o takeover).
+ * - One upload at a time (t->s3state_lock); pushes follow a journal sync
+ *   (fsync, GC deletes, each checkpoint) and the clean unmount.
+ */
+#include "tier/tier_i.h"
+
+#include "common/atomic_file.h"
+#include "common/log.h"
+#include "index/journal.h"
+#include "tier/store/store.h"
+#include "tier/store/store_s3.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+
+#define STATE_KEY "state/"
+
+static int read_whole(const char *dir, const char *name, void **buf, size_t *len)
+{
+	char path[4200];
+	struct stat st;
+	int fd, ret = 0;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || !(*buf = malloc(st.st_size ? (size_t)st.st_size : 1))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	*len = 0;
+	while (*len < (size_t)st.st_size) {
+		ssize_t n = pread(fd, (char *)*buf + *len, (size_t)st.st_size - *len, (off_t)*len);
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			free(*buf);
+			*buf = NULL;
+			break;
+		}
+		*len += (size_t)n;
+	}
+	close(fd);
+	return ret;
+}
+
+static int write_whole(const char *dir, const char *name, const void *buf, size_t len)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return atomic_file_write(path, buf, len);
+}
+
+/* This state_dir's identity (created once): who holds a lease. */
+static void node_id(struct tier *t, char id[33])
+{
+	void *buf = NULL;
+	size_t len = 0;
+	if (read_whole(t->cfg->state_dir, "node_id", &buf, &len) == 0 && len >= 32) {
+		memcpy(id, buf, 32);
+	} else {
+		uint8_t r[16];
+		if (getrandom(r, sizeof(r), 0) != sizeof(r))
+			memset(r, 0x33, sizeof(r));
+		for (int i = 0; i < 16; i++)
+			snprintf(id + 2 * i, 3, "%02x", r[i]);
+		write_whole(t->cfg->state_dir, "node_id", id, 32);
+	}
+	id[32] = '\0';
+	free(buf);
+}
+
+/* Is name "<what>.<16 hex>"? Its generation in *gen. */
+/* Is name a state file of this kind (journal.h spells the names)? */
+static int gen_of(const char *name, int kind, uint64_t *gen)
+{
+	int k;
+	return jrnl_parse_name(name, &k, gen) && k == kind;
+}
+
+struct adopt_scan {
+	char uuid[33];
+	int fs_count, lease;
+	uint64_t ck_gen;
+	int have_ck;
+};
+
+static int adopt_seen(void *arg, const char *name, uint64_t size)
+{
+	struct adopt_scan *a = arg;
+	const char *slash = strchr(name, '/');
+	uint64_t g;
+	if (!slash || slash - name != 32 || strncmp(slash + 1, STATE_KEY, strlen(STATE_KEY)))
+		return 0;
+	if (strncmp(a->uuid, name, 32)) {
+		if (a->uuid[0])
+			a->fs_count++;
+		else
+			a->fs_count = 1;
+		memcpy(a->uuid, name, 32);
+		a->uuid[32] = '\0';
+	}
+	name = slash + 1 + strlen(STATE_KEY);
+	if (!strcmp(name, "lease"))
+		a->lease = 1;
+	else if (gen_of(name, JRNL_KIND_CHECKPOINT, &g) && (!a->have_ck || g > a->ck_gen)) {
+		a->ck_gen = g;
+		a->have_ck = 1;
+	}
+	return 0;
+}
+
+static int local_state_empty(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	uint64_t gen;
+	int empty = 1, kind;
+	if (!d)
+		return 1;
+	while ((de = readdir(d)))
+		if (jrnl_parse_name(de->d_name, &kind, &gen))
+			empty = 0;
+	closedir(d);
+	return empty;
+}
+
+struct fetch_ctx {
+	struct store *st;
+	const char *uuid, *dir;
+	uint64_t from;
+	int err;
+};
+
+static int fetch_journal(void *arg, const char *name, uint64_t size)
+{
+	struct fetch_ctx *f = arg;
+	const char *base = strrchr(name, '/');
+	uint64_t g;
+	void *buf = NULL;
+	size_t len = 0;
+	int ret;
+	base = base ? base + 1 : name;
+	if (!gen_of(base, JRNL_KIND_JOURNAL, &g) || g < f->from)
+		return 0;
+	if ((ret = store_s3_get_object(f->st, name, &buf, &len)) < 0 ||
+	    (ret = write_whole(f->dir, base, buf, len)) < 0)
+		f->err = ret;
+	free(buf);
+	return 0;
+}
+
+int state_s3_adopt(struct tier *t, char *err, size_t errlen)
+{
+	struct adopt_scan a;
+	struct store *base = NULL;
+	char key[256], name[64];
+	void *buf = NULL;
+	size_t len = 0;
+	int ret;
+
+	memset(&a, 0, sizeof(a));
+	if (!local_state_empty(t->cfg->state_dir))
+		return 0;
+	if ((ret = stores_open_s3(t, 0, &base, err, errlen)) < 0)
+		return ret;
+	if ((ret = store_s3_list_objects(base, "", adopt_seen, &a)) < 0) {
+		snprintf(err, errlen, "option 's3': '%s': cannot list: %s", t->cfg->s3,
+			 strerror(-ret));
+		goto out;
+	}
+	if (!a.have_ck) {
+		ret = 0; /* nothing to adopt: a new filesystem */
+		goto out;
+	}
+	if (a.fs_count > 1) {
+		snprintf(err, errlen,
+			 "option 's3': '%s' holds the state of several filesystems; give each "
+			 "its own prefix",
+			 t->cfg->s3);
+		ret = -EEXIST;
+		goto out;
+	}
+	if (a.lease && !t->cfg->takeover) {
+		snprintf(key, sizeof(key), "%s/%slease", a.uuid, STATE_KEY);
+		store_s3_get_object(base, key, &buf, &len);
+		snprintf(err, errlen,
+			 "option 's3': '%s' is in use by another node (%.*s); add -o takeover "
+			 "if that node is gone",
+			 t->cfg->s3, buf ? (int)strcspn(buf, "\n") : 7, buf ? (char *)buf : "unknown");
+		ret = -EBUSY;
+		goto out;
+	}
+	jrnl_file_name(name, sizeof(name), JRNL_KIND_CHECKPOINT, a.ck_gen);
+	snprintf(key, sizeof(key), "%s/%s%s", a.uuid, STATE_KEY, name);
+	if ((ret = store_s3_get_object(base, key, &buf, &len)) < 0 ||
+	    (ret = write_whole(t->cfg->state_dir, name, buf, len)) < 0) {
+		snprintf(err, errlen, "option 's3': '%s': cannot fetch %s: %s", t->cfg->s3, key,
+			 strerror(-ret));
+		goto out;
+	}
+	{
+		struct fetch_ctx f = {.st = base, .uuid = a.uuid, .dir = t->cfg->state_dir,
+				      .from = a.ck_gen};
+		snprintf(key, sizeof(key), "%s/%s", a.uuid, STATE_KEY);
+		ret = store_s3_list_objects(base, key, fetch_journal, &f);
+		if (ret == 0)
+			ret = f.err;
+		if (ret < 0) {
+			snprintf(err, errlen, "option 's3': '%s': cannot fetch the journal: %s",
+				 t->cfg->s3, strerror(-ret));
+			goto out;
+		}
+	}
+	log_info("adopting filesystem %s from %s (checkpoint %llu)", a.uuid, t->cfg->s3,
+		 (unsigned long long)a.ck_gen);
+	ret = 0;
+out:
+	free(buf);
+	store_close(base);
+	return ret;
+}
+
+int state_s3_lease(struct tier *t, char *err, size_t errlen)
+{
+	char id[33], lease[512], host[256] = "unknown";
+	void *buf = NULL;
+	size_t len = 0;
+	int ret;
+
+	node_id(t, id);
+	ret = store_s3_get_object(t->store, STATE_KEY "lease", &buf, &len);
+	if (ret == 0 && (len < 5 + 32 || strncmp(buf, "node=", 5) || memcmp((char *)buf + 5, id, 32)) &&
+	    !t->cfg->takeover) {
+		snprintf(err, errlen,
+			 "option 's3': '%s' is in use by another node (%.*s); add -o takeover if "
+			 "that node is gone",
+			 t->cfg->s3, (int)strcspn(buf, "\n"), (char *)buf);
+		free(buf);
+		return -EBUSY;
+	}
+	free(buf);
+	if (ret < 0 && ret != -ENOENT) {
+		snprintf(err, errlen, "option 's3': '%s': cannot read the lease: %s", t->cfg->s3,
+			 strerror(-ret));
+		return ret;
+	}
+	gethostname(host, sizeof(host) - 1);
+	snprintf(lease, sizeof(lease), "node=%s host=%s pid=%d state_dir=%s since=%lld\n", id, host,
+		 (int)getpid(), t->cfg->state_dir, (long long)time(NULL));
+	if ((ret = store_s3_put_object(t->store, STATE_KEY "lease", lease, strlen(lease))) < 0)
+		snprintf(err, errlen, "option 's3': '%s': cannot write the lease: %s", t->cfg->s3,
+			 strerror(-ret));
+	return ret;
+}
+
+struct local_gens {
+	uint64_t ck, j[64];
+	int have_ck, nj;
+};
+
+static void scan_local(const char *dir, struct local_gens *g)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	uint64_t v;
+	memset(g, 0, sizeof(*g));
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (gen_of(de->d_name, JRNL_KIND_CHECKPOINT, &v) && (!g->have_ck || v > g->ck)) {
+			g->ck = v;
+			g->have_ck = 1;
+		} else if (gen_of(de->d_name, JRNL_KIND_JOURNAL, &v) && g->nj < 64) {
+			g->j[g->nj++] = v;
+		}
+	}
+	closedir(d);
+}
+
+struct prune_ctx {
+	struct store *st;
+	uint64_t keep;
+};
+
+static int prune_remote(void *arg, const char *name, uint64_t size)
+{
+	struct prune_ctx *p = arg;
+	const char *base = name + strlen(STATE_KEY);
+	uint64_t g;
+	if ((gen_of(base, JRNL_KIND_CHECKPOINT, &g) || gen_of(base, JRNL_KIND_JOURNAL, &g)) &&
+	    g < p->keep)
+		store_s3_delete_object(p->st, name);
+	return 0;
+}
+
+static int put_file(struct tier *t, const char *name)
+{
+	char key[128];
+	void *buf = NULL;
+	size_t len = 0;
+	int ret = read_whole(t->cfg->state_dir, name, &buf, &len);
+	snprintf(key, sizeof(key), STATE_KEY "%s", name);
+	if (ret == 0)
+		ret = store_s3_put_object(t->store, key, buf, len);
+	free(buf);
+	return ret;
+}
+
+int state_s3_push(struct tier *t)
+{
+	struct local_gens g;
+	char name[64];
+	int ret = 0;
+
+	if (!t->state_s3 || !t->store)
+		return 0;
+	pthread_mutex_lock(&t->s3state_lock);
+	scan_local(t->cfg->state_dir, &g);
+	if (g.have_ck && (g.ck != t->s3_ck_gen)) {
+		jrnl_file_name(name, sizeof(name), JRNL_KIND_CHECKPOINT, g.ck);
+		if ((ret = put_file(t, name)) < 0)
+			goto out;
+		t->s3_ck_gen = g.ck;
+	}
+	/* every journal from that checkpoint on (two during a rotation) */
+	for (int i = 0; i < g.nj; i++) {
+		if (g.j[i] < g.ck)
+			continue;
+		jrnl_file_name(name, sizeof(name), JRNL_KIND_JOURNAL, g.j[i]);
+		if ((ret = put_file(t, name)) < 0)
+			goto out;
+	}
+	{
+		struct prune_ctx p = {.st = t->store, .keep = g.ck};
+		store_s3_list_objects(t->store, STATE_KEY, prune_remote, &p);
+	}
+out:
+	pthread_mutex_unlock(&t->s3state_lock);
+	if (ret < 0)
+		log_err("s3: cannot store the journal in the bucket: %s", strerror(-ret));
+	return ret;
+}
+
+void state_s3_on_checkpoint(void *arg, uint64_t gen)
+{
+	state_s3_push(arg);
+}
+
+void state_s3_release(struct tier *t)
+{
+	if (!t->state_s3 || !t->store)
+		return;
+	if (state_s3_push(t) == 0)
+		store_s3_delete_object(t->store, STATE_KEY "lease");
+}
