@@ -20,6 +20,7 @@
 #include "index/journal.h"
 
 #include "common/crc32c.h"
+#include "common/le.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -41,17 +42,16 @@
 
 #define FRAME 9u /* u32 len, u32 crc, u8 type */
 
+/* Cursor forms of le.h's: write at *p and step past. */
 static void put32(uint8_t **p, uint32_t v)
 {
-	for (int i = 0; i < 4; i++)
-		(*p)[i] = (uint8_t)(v >> (8 * i));
+	le_put32(*p, v);
 	*p += 4;
 }
 
 static void put64(uint8_t **p, uint64_t v)
 {
-	for (int i = 0; i < 8; i++)
-		(*p)[i] = (uint8_t)(v >> (8 * i));
+	le_put64(*p, v);
 	*p += 8;
 }
 
@@ -60,16 +60,6 @@ static void putb(uint8_t **p, const void *b, size_t n)
 	if (n)
 		memcpy(*p, b, n);
 	*p += n;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
 /* Payload size of r (without framing). */
@@ -203,58 +193,58 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 	case JR_HEADER:
 		if (n != fixed)
 			return -EBADMSG;
-		r->hdr.version = get32(p);
-		r->hdr.kind = get32(p + 4);
-		r->hdr.gen = get64(p + 8);
-		r->hdr.chunk_size = get64(p + 16);
+		r->hdr.version = le_get32(p);
+		r->hdr.kind = le_get32(p + 4);
+		r->hdr.gen = le_get64(p + 8);
+		r->hdr.chunk_size = le_get64(p + 16);
 		memcpy(r->hdr.uuid, p + 24, 16);
 		break;
 	case JR_END:
 		if (n != fixed)
 			return -EBADMSG;
-		r->count = get64(p);
+		r->count = le_get64(p);
 		break;
 	case JR_META:
 		if (n != fixed)
 			return -EBADMSG;
-		r->next_ino = get64(p);
-		r->next_seg = get64(p + 8);
+		r->next_ino = le_get64(p);
+		r->next_seg = le_get64(p + 8);
 		if (r->next_seg > JRNL_MAX_SEG_ID + 1)
 			return -EBADMSG;
 		break;
 	case JR_INODE:
-		r->ino = get64(p);
-		r->attr.mode = get32(p + 8);
-		r->attr.uid = get32(p + 12);
-		r->attr.gid = get32(p + 16);
-		r->attr.rdev = get64(p + 20);
-		r->attr.size = get64(p + 28);
-		r->attr.atime_ns = (int64_t)get64(p + 36);
-		r->attr.mtime_ns = (int64_t)get64(p + 44);
-		r->attr.ctime_ns = (int64_t)get64(p + 52);
+		r->ino = le_get64(p);
+		r->attr.mode = le_get32(p + 8);
+		r->attr.uid = le_get32(p + 12);
+		r->attr.gid = le_get32(p + 16);
+		r->attr.rdev = le_get64(p + 20);
+		r->attr.size = le_get64(p + 28);
+		r->attr.atime_ns = (int64_t)le_get64(p + 36);
+		r->attr.mtime_ns = (int64_t)le_get64(p + 44);
+		r->attr.ctime_ns = (int64_t)le_get64(p + 52);
 		r->name = (const char *)p + fixed;
 		r->name_len = (uint32_t)(n - fixed);
 		if (r->name_len > 4096 || r->ino == 0 || r->attr.size > JRNL_MAX_FILE_SIZE)
 			return -EBADMSG;
 		break;
 	case JR_LINK:
-		r->parent = get64(p);
-		r->ino = get64(p + 8);
+		r->parent = le_get64(p);
+		r->ino = le_get64(p + 8);
 		r->name = (const char *)p + fixed;
 		r->name_len = (uint32_t)(n - fixed);
 		if (r->name_len == 0 || r->name_len > 255 || r->ino == 0 || r->parent == 0)
 			return -EBADMSG;
 		break;
 	case JR_UNLINK:
-		r->parent = get64(p);
+		r->parent = le_get64(p);
 		r->name = (const char *)p + fixed;
 		r->name_len = (uint32_t)(n - fixed);
 		if (r->name_len == 0 || r->name_len > 255)
 			return -EBADMSG;
 		break;
 	case JR_XATTR_SET:
-		r->ino = get64(p);
-		r->name_len = get32(p + 8);
+		r->ino = le_get64(p);
+		r->name_len = le_get32(p + 8);
 		if (r->name_len == 0 || r->name_len > 255 || r->name_len > n - fixed)
 			return -EBADMSG;
 		r->name = (const char *)p + fixed;
@@ -262,7 +252,7 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 		r->value_len = (uint32_t)(n - fixed - r->name_len);
 		break;
 	case JR_XATTR_DEL:
-		r->ino = get64(p);
+		r->ino = le_get64(p);
 		r->name = (const char *)p + fixed;
 		r->name_len = (uint32_t)(n - fixed);
 		if (r->name_len == 0 || r->name_len > 255)
@@ -271,15 +261,15 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 	case JR_CHUNK_LOC:
 		if (n != fixed)
 			return -EBADMSG;
-		r->ino = get64(p);
-		r->chunk = get64(p + 8);
-		r->loc.seg_id = get64(p + 16);
-		r->loc.off = get64(p + 24);
-		r->loc.len = get32(p + 32);
-		r->loc.crc = get32(p + 36);
-		r->loc.dev = get32(p + 40) & 0xffff;
-		r->loc.flags = get32(p + 40) >> 16;
-		r->loc.gen = get32(p + 44);
+		r->ino = le_get64(p);
+		r->chunk = le_get64(p + 8);
+		r->loc.seg_id = le_get64(p + 16);
+		r->loc.off = le_get64(p + 24);
+		r->loc.len = le_get32(p + 32);
+		r->loc.crc = le_get32(p + 36);
+		r->loc.dev = le_get32(p + 40) & 0xffff;
+		r->loc.flags = le_get32(p + 40) >> 16;
+		r->loc.gen = le_get32(p + 44);
 		if (r->loc.seg_id == 0 || (r->loc.flags & ~JRNL_LOC_FLAGS) ||
 		    r->loc.seg_id > JRNL_MAX_SEG_ID || r->chunk >= JRNL_MAX_CHUNKS ||
 		    r->loc.len > JRNL_MAX_LOC_LEN || r->loc.off > UINT64_MAX - r->loc.len)
@@ -288,27 +278,27 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 	case JR_CHUNK_DIRTY:
 		if (n != fixed)
 			return -EBADMSG;
-		r->ino = get64(p);
-		r->chunk = get64(p + 8);
+		r->ino = le_get64(p);
+		r->chunk = le_get64(p + 8);
 		if (r->chunk >= JRNL_MAX_CHUNKS)
 			return -EBADMSG;
 		break;
 	case JR_CHUNK_ABSENT:
 		if (n != fixed)
 			return -EBADMSG;
-		r->ino = get64(p);
-		r->chunk = get64(p + 8);
-		r->count = get64(p + 16);
+		r->ino = le_get64(p);
+		r->chunk = le_get64(p + 8);
+		r->count = le_get64(p + 16);
 		if (r->chunk >= JRNL_MAX_CHUNKS || r->count > JRNL_MAX_CHUNKS - r->chunk)
 			return -EBADMSG;
 		break;
 	case JR_SEG_ADD:
 		if (n != fixed)
 			return -EBADMSG;
-		r->seg.id = get64(p);
-		r->seg.len = get64(p + 8);
-		r->seg.payload = get64(p + 16);
-		r->seg.dev = get32(p + 24);
+		r->seg.id = le_get64(p);
+		r->seg.len = le_get64(p + 8);
+		r->seg.payload = le_get64(p + 16);
+		r->seg.dev = le_get32(p + 24);
 		r->seg.store = p[28];
 		if (r->seg.id == 0 || r->seg.id > JRNL_MAX_SEG_ID || r->seg.store > 1)
 			return -EBADMSG;
@@ -316,7 +306,7 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 	case JR_SEG_DEL:
 		if (n != fixed)
 			return -EBADMSG;
-		r->seg.id = get64(p);
+		r->seg.id = le_get64(p);
 		if (r->seg.id == 0 || r->seg.id > JRNL_MAX_SEG_ID)
 			return -EBADMSG;
 		break;
@@ -404,7 +394,7 @@ static int next_inner(const uint8_t **p, const uint8_t *end, struct jrec *r)
 
 	if (end - *p < 5)
 		return -EBADMSG;
-	il = get32(*p);
+	il = le_get32(*p);
 	type = (*p)[4];
 	if (il < 1 || il > (size_t)(end - *p - 4) || type == JR_TX || type == JR_HEADER ||
 	    type == JR_END || decode_payload(type, *p + 5, il - 1, r) < 0)
@@ -419,14 +409,14 @@ ssize_t jrnl_decode(const uint8_t *buf, size_t avail, struct jrec *r)
 
 	if (avail < 8)
 		return 0;
-	len = get32(buf);
+	len = le_get32(buf);
 	if (len < 1 || len > JRNL_MAX_RECORD)
 		return -EBADMSG;
 	if (avail < 8 + (size_t)len)
 		return 0;
 	crc = crc32c(0, buf, 4);
 	crc = crc32c(crc, buf + 8, len);
-	if (crc != get32(buf + 4))
+	if (crc != le_get32(buf + 4))
 		return -EBADMSG;
 	if (buf[8] == JR_TX) {
 		/* validate the inner records now, so a TX applies wholly or not at all */
