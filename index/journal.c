@@ -825,102 +825,129 @@ static int journals_empty(struct journal *j, const uint64_t *jns, size_t njns, u
 	return 1;
 }
 
-int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recovery *info,
-		 char *err, size_t errlen)
+/* A state dir with nothing to replay: j->uuid is the new state's, generation
+ * 0, a first checkpoint due. */
+static void start_fresh(struct journal *j, struct jrnl_recovery *info)
 {
-	uint64_t *cks = NULL, *jns = NULL, ckgen = 0, last;
-	size_t ncks = 0, njns = 0;
-	struct apply_ctx a = {.fn = fn, .arg = arg};
-	struct mapped m = {0};
-	char name[64];
-	int ret, found = -1, stop = 0;
-	uint64_t valid_end = 0;
+	info->fresh = 1;
+	memcpy(info->uuid, j->uuid, 16);
+	j->gen = 0;
+	j->need_checkpoint = 1;
+}
 
-	memset(info, 0, sizeof(*info));
-	remove_tmp(j);
-	if ((ret = list_gens(j, "checkpoint", &cks, &ncks)) < 0 ||
-	    (ret = list_gens(j, "journal", &jns, &njns)) < 0) {
-		snprintf(err, errlen, "state_dir '%s': cannot list: %s", j->dir, strerror(-ret));
-		goto out;
-	}
-	if (ncks == 0 && njns == 0) {
-		info->fresh = 1;
-		if (getrandom(j->uuid, sizeof(j->uuid), 0) != sizeof(j->uuid)) {
-			ret = -errno;
-			snprintf(err, errlen, "getrandom: %s", strerror(-ret));
-			goto out;
-		}
-		memcpy(info->uuid, j->uuid, 16);
-		j->gen = 0;
-		j->need_checkpoint = 1;
-		ret = 0;
-		goto out;
-	}
-	/* the newest whole checkpoint */
+/* Map the newest whole checkpoint of cks (ascending) into m and take its
+ * uuid into j->uuid; its index in cks, or -1 when none is whole. */
+static int find_checkpoint(struct journal *j, const uint64_t *cks, size_t ncks, struct mapped *m)
+{
+	char name[64];
+
 	for (size_t i = ncks; i-- > 0;) {
 		name_of(name, sizeof(name), "checkpoint", cks[i], "");
-		if (map_file(j, name, &m) < 0)
+		if (map_file(j, name, m) < 0)
 			continue;
-		if (checkpoint_valid(j, &m, cks[i], j->uuid)) {
-			found = (int)i;
+		if (checkpoint_valid(j, m, cks[i], j->uuid))
+			return (int)i;
+		log_warn("journal: %s/%s is damaged; trying an older checkpoint", j->dir, name);
+		unmap_file(m);
+	}
+	return -1;
+}
+
+/* Hand every record of checkpoint m (checkpoint_valid said it is whole) to
+ * a. 0, -EINVAL for a chunk size other than the mount's, or what a->fn
+ * returned (err filled). */
+static int replay_checkpoint(struct journal *j, const struct mapped *m, struct apply_ctx *a,
+			     char *err, size_t errlen)
+{
+	size_t pos = 0;
+	int ret;
+
+	while (pos < m->len) {
+		struct jrec r;
+		ssize_t n = jrnl_decode(m->map + pos, m->len - pos, &r);
+		if (r.type == JR_HEADER) {
+			if (r.hdr.chunk_size != j->chunk_size) {
+				snprintf(err, errlen,
+					 "option 'chunk_size': %" PRIu64
+					 " does not match state_dir '%s', made with "
+					 "chunk_size=%" PRIu64,
+					 j->chunk_size, j->dir, r.hdr.chunk_size);
+				return -EINVAL;
+			}
+		} else if (r.type != JR_END && (ret = apply_one(a, &r)) != 0) {
+			snprintf(err, errlen, "state_dir '%s': checkpoint: %s", j->dir,
+				 strerror(ret < 0 ? -ret : EINVAL));
+			return ret;
+		}
+		pos += (size_t)n;
+	}
+	return 0;
+}
+
+/* Hand the records of journal `name` (generation g, mapped in m) to a, up to
+ * its first torn or bad record or a header not of this state; then *stop is
+ * set and what follows is counted as truncated. *end: where the replayed part
+ * ends. 0, or what a->fn returned (err filled). */
+static int replay_journal(struct journal *j, uint64_t g, const char *name, const struct mapped *m,
+			  struct apply_ctx *a, struct jrnl_recovery *info, uint64_t *end,
+			  int *stop, char *err, size_t errlen)
+{
+	size_t pos = 0;
+	int ret;
+
+	while (pos < m->len) {
+		struct jrec r;
+		ssize_t n = jrnl_decode(m->map + pos, m->len - pos, &r);
+		if (n > 0 &&
+		    jrnl_for_each_in(m->map + pos, (size_t)n, &r, check_fits, &j->chunk_size) != 0)
+			n = -EBADMSG; /* out of range: as bad as a bad crc */
+		if (n > 0 && pos > 0 && (r.type == JR_HEADER || r.type == JR_END))
+			n = -EBADMSG; /* a header or end mark only opens/closes a file */
+		if (n <= 0) {
+			log_warn("journal: %s/%s: %s at byte %zu; replay stops there (%zu "
+				 "bytes dropped)",
+				 j->dir, name, n == 0 ? "torn record" : "bad record", pos,
+				 m->len - pos);
+			info->truncated += m->len - pos;
+			*stop = 1;
 			break;
 		}
-		log_warn("journal: %s/%s is damaged; trying an older checkpoint", j->dir, name);
-		unmap_file(&m);
-	}
-	if (found < 0 && journals_empty(j, jns, njns, j->uuid)) {
-		/* the first checkpoint never made it: nothing was ever appended */
-		for (size_t i = 0; i < njns; i++) {
-			name_of(name, sizeof(name), "journal", jns[i], "");
-			unlinkat(j->dirfd, name, 0);
-		}
-		info->fresh = 1;
-		memcpy(info->uuid, j->uuid, 16);
-		j->gen = 0;
-		j->need_checkpoint = 1;
-		ret = 0;
-		goto out;
-	}
-	if (found < 0) {
-		snprintf(err, errlen,
-			 "state_dir '%s': no valid checkpoint (spillway-fsck --rebuild can "
-			 "rebuild the index from the cold tier)",
-			 j->dir);
-		ret = -EBADMSG;
-		goto out;
-	}
-	ckgen = cks[found];
-	memcpy(info->uuid, j->uuid, 16);
-	info->checkpoint_gen = ckgen;
-	{
-		size_t pos = 0;
-		while (pos < m.len) {
-			struct jrec r;
-			ssize_t n = jrnl_decode(m.map + pos, m.len - pos, &r);
-			if (r.type == JR_HEADER) {
-				if (r.hdr.chunk_size != j->chunk_size) {
-					snprintf(err, errlen,
-						 "option 'chunk_size': %" PRIu64
-						 " does not match state_dir '%s', made with "
-						 "chunk_size=%" PRIu64,
-						 j->chunk_size, j->dir, r.hdr.chunk_size);
-					ret = -EINVAL;
-					goto out;
-				}
-			} else if (r.type != JR_END && (ret = apply_one(&a, &r)) != 0) {
-				snprintf(err, errlen, "state_dir '%s': checkpoint: %s", j->dir,
-					 strerror(ret < 0 ? -ret : EINVAL));
-				goto out;
+		if (pos == 0) {
+			if (r.type != JR_HEADER || r.hdr.kind != JRNL_KIND_JOURNAL ||
+			    r.hdr.gen != g || memcmp(r.hdr.uuid, j->uuid, 16) != 0) {
+				log_warn("journal: %s/%s: bad header; ignored", j->dir, name);
+				info->truncated += m->len;
+				*stop = 1;
+				break;
 			}
-			pos += (size_t)n;
+		} else if ((ret = jrnl_for_each_in(m->map + pos, (size_t)n, &r, apply_one, a)) != 0) {
+			snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,
+				 strerror(ret < 0 ? -ret : EINVAL));
+			return ret;
 		}
+		pos += (size_t)n;
 	}
-	unmap_file(&m);
-	/* journals from the checkpoint's generation on, in order, no gaps */
-	last = ckgen;
-	for (uint64_t g = ckgen;; g++) {
-		size_t pos = 0;
+	*end = pos;
+	return 0;
+}
+
+/* Replay the journals from the checkpoint's generation ckgen on, in order,
+ * up to the first gap or the first file replay stops in (*stop set). *last:
+ * the last generation replayed (ckgen when none); *end: where its valid part
+ * ends (0 when there was none). 0, or -errno / what a->fn returned (err
+ * filled). */
+static int replay_journals(struct journal *j, const uint64_t *jns, size_t njns, uint64_t ckgen,
+			   struct apply_ctx *a, struct jrnl_recovery *info, uint64_t *last,
+			   uint64_t *end, int *stop, char *err, size_t errlen)
+{
+	char name[64];
+	int ret;
+
+	*last = ckgen;
+	for (uint64_t g = ckgen; !*stop; g++) {
+		struct mapped m;
 		int have = 0;
+
 		for (size_t i = 0; i < njns; i++)
 			have |= jns[i] == g;
 		if (!have)
@@ -929,69 +956,51 @@ int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recov
 		if ((ret = map_file(j, name, &m)) < 0) {
 			snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,
 				 strerror(-ret));
-			goto out;
+			return ret;
 		}
 		info->journals++;
-		last = g;
-		while (pos < m.len) {
-			struct jrec r;
-			ssize_t n = jrnl_decode(m.map + pos, m.len - pos, &r);
-			if (n > 0 && jrnl_for_each_in(m.map + pos, (size_t)n, &r, check_fits,
-						      &j->chunk_size) != 0)
-				n = -EBADMSG; /* out of range: as bad as a bad crc */
-			if (n > 0 && pos > 0 && (r.type == JR_HEADER || r.type == JR_END))
-				n = -EBADMSG; /* a header or end mark only opens/closes a file */
-			if (n <= 0) {
-				log_warn("journal: %s/%s: %s at byte %zu; replay stops there (%zu "
-					 "bytes dropped)",
-					 j->dir, name, n == 0 ? "torn record" : "bad record", pos,
-					 m.len - pos);
-				info->truncated += m.len - pos;
-				stop = 1;
-				break;
-			}
-			if (pos == 0) {
-				if (r.type != JR_HEADER || r.hdr.kind != JRNL_KIND_JOURNAL ||
-				    r.hdr.gen != g || memcmp(r.hdr.uuid, j->uuid, 16) != 0) {
-					log_warn("journal: %s/%s: bad header; ignored", j->dir,
-						 name);
-					info->truncated += m.len;
-					stop = 1;
-					break;
-				}
-			} else if ((ret = jrnl_for_each_in(m.map + pos, (size_t)n, &r, apply_one,
-							   &a)) != 0) {
-				snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,
-					 strerror(ret < 0 ? -ret : EINVAL));
-				goto out;
-			}
-			pos += (size_t)n;
-		}
-		valid_end = pos;
+		*last = g;
+		ret = replay_journal(j, g, name, &m, a, info, end, stop, err, errlen);
 		unmap_file(&m);
-		if (stop)
-			break;
+		if (ret != 0)
+			return ret;
 	}
-	/* later journals after a bad record are unusable */
+	return 0;
+}
+
+/* Remove the journals after generation last: after a bad record they would
+ * be replayed on top of newer state. Counts them as truncated; 1 if any. */
+static int drop_later_journals(struct journal *j, const uint64_t *jns, size_t njns,
+			       uint64_t last, struct jrnl_recovery *info)
+{
+	char name[64];
+	int dropped = 0;
+
 	for (size_t i = 0; i < njns; i++)
 		if (jns[i] > last) {
 			struct stat st;
 			name_of(name, sizeof(name), "journal", jns[i], "");
 			if (fstatat(j->dirfd, name, &st, 0) == 0)
 				info->truncated += (uint64_t)st.st_size;
-			/* never replayed again on top of newer state */
 			unlinkat(j->dirfd, name, 0);
-			stop = 1;
+			dropped = 1;
 		}
-	if (stop)
-		fsync(j->dirfd);
-	info->records = a.records;
-	/* reopen the last journal for appends, cut at its valid end */
+	return dropped;
+}
+
+/* Reopen journal.<last> for appends, cut at its valid end `end`; when it is
+ * missing or headerless (end 0), write it anew with a header. 0 or -errno
+ * (err filled). */
+static int reopen_for_append(struct journal *j, uint64_t last, uint64_t end, char *err,
+			     size_t errlen)
+{
+	char name[64];
+	int ret;
+
 	j->gen = last;
 	name_of(name, sizeof(name), "journal", last, "");
 	j->fd = openat(j->dirfd, name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (j->fd >= 0 && valid_end == 0) {
-		/* journal.<ckgen> missing or headerless: start it again */
+	if (j->fd >= 0 && end == 0) {
 		close(j->fd);
 		j->fd = -1;
 	}
@@ -1011,19 +1020,82 @@ int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recov
 			ret = j->fd < 0 ? -errno : ret;
 			snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,
 				 strerror(-ret));
-			goto out;
+			return ret;
 		}
-		valid_end = hl;
+		end = hl;
 	}
-	if (ftruncate(j->fd, (off_t)valid_end) < 0) {
+	if (ftruncate(j->fd, (off_t)end) < 0) {
 		ret = -errno;
 		snprintf(err, errlen, "state_dir '%s': %s: cannot cut the torn tail: %s", j->dir,
 			 name, strerror(-ret));
+		return ret;
+	}
+	j->off = end;
+	return 0;
+}
+
+int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recovery *info,
+		 char *err, size_t errlen)
+{
+	uint64_t *cks = NULL, *jns = NULL, last, valid_end = 0;
+	size_t ncks = 0, njns = 0;
+	struct apply_ctx a = {.fn = fn, .arg = arg};
+	struct mapped m = {0};
+	char name[64];
+	int ret, found, stop = 0;
+
+	memset(info, 0, sizeof(*info));
+	remove_tmp(j);
+	if ((ret = list_gens(j, "checkpoint", &cks, &ncks)) < 0 ||
+	    (ret = list_gens(j, "journal", &jns, &njns)) < 0) {
+		snprintf(err, errlen, "state_dir '%s': cannot list: %s", j->dir, strerror(-ret));
 		goto out;
 	}
-	j->off = valid_end;
+	if (ncks == 0 && njns == 0) {
+		if (getrandom(j->uuid, sizeof(j->uuid), 0) != sizeof(j->uuid)) {
+			ret = -errno;
+			snprintf(err, errlen, "getrandom: %s", strerror(-ret));
+			info->fresh = 1;
+			goto out;
+		}
+		start_fresh(j, info);
+		ret = 0;
+		goto out;
+	}
+	found = find_checkpoint(j, cks, ncks, &m);
+	if (found < 0 && journals_empty(j, jns, njns, j->uuid)) {
+		/* the first checkpoint never made it: nothing was ever appended */
+		for (size_t i = 0; i < njns; i++) {
+			name_of(name, sizeof(name), "journal", jns[i], "");
+			unlinkat(j->dirfd, name, 0);
+		}
+		start_fresh(j, info);
+		ret = 0;
+		goto out;
+	}
+	if (found < 0) {
+		snprintf(err, errlen,
+			 "state_dir '%s': no valid checkpoint (spillway-fsck --rebuild can "
+			 "rebuild the index from the cold tier)",
+			 j->dir);
+		ret = -EBADMSG;
+		goto out;
+	}
+	memcpy(info->uuid, j->uuid, 16);
+	info->checkpoint_gen = cks[found];
+	if ((ret = replay_checkpoint(j, &m, &a, err, errlen)) != 0)
+		goto out;
+	unmap_file(&m);
+	if ((ret = replay_journals(j, jns, njns, cks[found], &a, info, &last, &valid_end, &stop,
+				   err, errlen)) != 0)
+		goto out;
+	stop |= drop_later_journals(j, jns, njns, last, info);
+	if (stop)
+		fsync(j->dirfd);
+	info->records = a.records;
+	if ((ret = reopen_for_append(j, last, valid_end, err, errlen)) < 0)
+		goto out;
 	j->need_checkpoint = stop || info->journals > 1;
-	ret = 0;
 out:
 	unmap_file(&m);
 	free(cks);
