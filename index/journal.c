@@ -889,8 +889,8 @@ static int replay_checkpoint(struct journal *j, const struct mapped *m, struct a
  * set and what follows is counted as truncated. *end: where the replayed part
  * ends. 0, or what a->fn returned (err filled). */
 static int replay_journal(struct journal *j, uint64_t g, const char *name, const struct mapped *m,
-			  struct apply_ctx *a, struct jrnl_recovery *info, uint64_t *end,
-			  int *stop, char *err, size_t errlen)
+			  struct apply_ctx *a, struct jrnl_recovery *info, uint64_t *end, int *stop,
+			  char *err, size_t errlen)
 {
 	size_t pos = 0;
 	int ret;
@@ -920,7 +920,7 @@ static int replay_journal(struct journal *j, uint64_t g, const char *name, const
 				*stop = 1;
 				break;
 			}
-		} else if ((ret = jrnl_for_each_in(m->map + pos, (size_t)n, &r, apply_one, a)) != 0) {
+		} else if ((ret = jrnl_for_each_in(m->map + pos, (size_t)n, &r, apply_one, a))) {
 			snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,
 				 strerror(ret < 0 ? -ret : EINVAL));
 			return ret;
@@ -970,8 +970,8 @@ static int replay_journals(struct journal *j, const uint64_t *jns, size_t njns, 
 
 /* Remove the journals after generation last: after a bad record they would
  * be replayed on top of newer state. Counts them as truncated; 1 if any. */
-static int drop_later_journals(struct journal *j, const uint64_t *jns, size_t njns,
-			       uint64_t last, struct jrnl_recovery *info)
+static int drop_later_journals(struct journal *j, const uint64_t *jns, size_t njns, uint64_t last,
+			       struct jrnl_recovery *info)
 {
 	char name[64];
 	int dropped = 0;
@@ -1014,8 +1014,8 @@ static int reopen_for_append(struct journal *j, uint64_t last, uint64_t end, cha
 		size_t hl;
 		memcpy(h.hdr.uuid, j->uuid, 16);
 		hl = jrnl_encode(&h, hb);
-		j->fd = openat(j->dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-			       0600);
+		j->fd = openat(j->dirfd, name,
+			       O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (j->fd < 0 || (ret = write_at(j->fd, hb, hl, 0)) < 0) {
 			ret = j->fd < 0 ? -errno : ret;
 			snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,

@@ -217,8 +217,8 @@ static int rebuild_file(struct fsck *f, struct best **bs, size_t n, struct rebui
 		if (ch && ch->gen > e->gen) {
 			char path[PATH_MAX_OUT];
 			fsck_note(f,
-				  "chunk %" PRIu64
-				  " of %s: only an older copy found (gen %" PRIu64 " < %u)",
+				  "chunk %" PRIu64 " of %s: only an older copy found (gen %" PRIu64
+				  " < %u)",
 				  bs[c]->chunk, fsck_path_of(f, ino, path, sizeof(path)), e->gen,
 				  ch->gen);
 		}
@@ -233,7 +233,8 @@ static int rebuild_file(struct fsck *f, struct best **bs, size_t n, struct rebui
 	if (ret == 0 && (changed || orphan)) {
 		char path[PATH_MAX_OUT], hs[32];
 		fsck_note(f, "%s %s (%s, %" PRIu64 " chunk location%s set)",
-			  orphan ? "recovered" : "restored", fsck_path_of(f, ino, path, sizeof(path)),
+			  orphan ? "recovered" : "restored",
+			  fsck_path_of(f, ino, path, sizeof(path)),
 			  fsck_human(fsck_attr(in).size, hs, sizeof(hs)), changed, S(changed));
 		st->files++;
 		st->chunks += changed;

@@ -1153,7 +1153,8 @@ static int parse_args(struct fsck *f, int argc, char **argv)
  * error reported. */
 static int open_state(struct fsck *f, int *any, uint64_t *max_gen)
 {
-	struct jrnl_config cfg = {.dir = f->dir, .sync_ms = 1000, .checkpoint_bytes = UINT64_MAX / 2};
+	struct jrnl_config cfg = {
+	    .dir = f->dir, .sync_ms = 1000, .checkpoint_bytes = UINT64_MAX / 2};
 	struct stat sb;
 	char err[512];
 	uint64_t ck_chunk;
@@ -1307,10 +1308,10 @@ static int finish(struct fsck *f, int ret, uint64_t max_gen)
 		close(f->lockfds[i]);
 	fsck_index_close(f);
 	tiers_file_free(&f->tiers);
-	return f->oper			 ? EX_OPER
-	       : f->problems > f->fixed	 ? EX_LEFT
+	return f->oper			   ? EX_OPER
+	       : f->problems > f->fixed	   ? EX_LEFT
 	       : f->problems || f->changed ? EX_FIXED
-					 : EX_CLEAN;
+					   : EX_CLEAN;
 }
 
 /* The one-line summary. */
@@ -1325,8 +1326,8 @@ static void print_summary(struct fsck *f, int code)
 				segbytes += ((struct found *)e)->size;
 				nsegs++;
 			}
-	printf("%s: %" PRIu64 " file%s, %" PRIu64 " director%s, %" PRIu64
-	       " chunk%s in %" PRIu64 " segment%s (%s)",
+	printf("%s: %" PRIu64 " file%s, %" PRIu64 " director%s, %" PRIu64 " chunk%s in %" PRIu64
+	       " segment%s (%s)",
 	       f->dir, f->files, S(f->files), f->dirs, f->dirs == 1 ? "y" : "ies",
 	       f->chunks_checked, S(f->chunks_checked), nsegs, S(nsegs),
 	       fsck_human(segbytes, hs, sizeof(hs)));

@@ -27,15 +27,16 @@ static void test_deadline_ms(void **state)
 	clock_gettime(CLOCK_REALTIME, &now);
 	dl = clock_deadline_ms(1999);
 	assert_true(dl.tv_nsec >= 0 && dl.tv_nsec < 1000000000L);
-	int64_t ahead = ((int64_t)dl.tv_sec - now.tv_sec) * 1000 + (dl.tv_nsec - now.tv_nsec) / 1000000;
+	int64_t ahead =
+	    ((int64_t)dl.tv_sec - now.tv_sec) * 1000 + (dl.tv_nsec - now.tv_nsec) / 1000000;
 	assert_true(ahead >= 1999 && ahead < 1999 + 1000);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_now_ms),
-		cmocka_unit_test(test_deadline_ms),
+	    cmocka_unit_test(test_now_ms),
+	    cmocka_unit_test(test_deadline_ms),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,8 +43,8 @@ static void test_le64(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_le32),
-		cmocka_unit_test(test_le64),
+	    cmocka_unit_test(test_le32),
+	    cmocka_unit_test(test_le64),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,11 +22,11 @@ static void trim_span(const char *in, size_t len, const char *set, const char *w
 static void test_span_trim(void **state)
 {
 	trim_span(" \tabc \r\n", 8, " \t\r\n", "abc");
-	trim_span("a b", 3, " ", "a b");     /* inner blanks stay */
-	trim_span("   ", 3, " ", "");        /* all blank: empty, b == e */
+	trim_span("a b", 3, " ", "a b"); /* inner blanks stay */
+	trim_span("   ", 3, " ", "");	 /* all blank: empty, b == e */
 	trim_span("", 0, " ", "");
 	trim_span("\fx\v", 3, " \t", "\fx\v"); /* only the set's bytes go */
-	trim_span(" ab  cd", 4, " ", "ab");  /* stops at the span's end */
+	trim_span(" ab  cd", 4, " ", "ab");    /* stops at the span's end */
 }
 
 /* A NUL is never in the set, though strchr(set, 0) finds the set's end. */
@@ -53,9 +53,9 @@ static void test_str_trim(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_span_trim),
-		cmocka_unit_test(test_span_trim_nul),
-		cmocka_unit_test(test_str_trim),
+	    cmocka_unit_test(test_span_trim),
+	    cmocka_unit_test(test_span_trim_nul),
+	    cmocka_unit_test(test_str_trim),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
