@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """benchlib - what the spillway benches share (imported, never run).
 
 The mount table (/proc/self/mountinfo), one Cleanup that owns every daemon,
