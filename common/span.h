@@ -11,13 +11,25 @@
 /* All C-locale whitespace: what isspace() accepts ("\f" and "\v" too). */
 #define SPAN_SPACE " \t\n\v\f\r"
 
+/* Move *b past every leading byte of [*b, e) found in set (never a NUL). */
+static inline void span_ltrim(const char **b, const char *e, const char *set)
+{
+	while (*b < e && **b && strchr(set, **b))
+		(*b)++;
+}
+
+/* Move *e back past every trailing byte of [b, *e) found in set (never a NUL). */
+static inline void span_rtrim(const char *b, const char **e, const char *set)
+{
+	while (*e > b && (*e)[-1] && strchr(set, (*e)[-1]))
+		(*e)--;
+}
+
 /* Narrow [*b, *e) past every leading and trailing byte found in set. */
 static inline void span_trim(const char **b, const char **e, const char *set)
 {
-	while (*b < *e && **b && strchr(set, **b))
-		(*b)++;
-	while (*e > *b && (*e)[-1] && strchr(set, (*e)[-1]))
-		(*e)--;
+	span_ltrim(b, *e, set);
+	span_rtrim(*b, e, set);
 }
 
 /* s without its leading and trailing SPAN_SPACE; the tail is cut in place. */

@@ -29,6 +29,19 @@ static void test_span_trim(void **state)
 	trim_span(" ab  cd", 4, " ", "ab");    /* stops at the span's end */
 }
 
+/* Each end by its own set, as s3_header_parse trims a header value. */
+static void test_span_ends_apart(void **state)
+{
+	const char in[] = ": \r\nx \r\n";
+	const char *b = in + 1, *e = in + sizeof(in) - 1;
+
+	span_ltrim(&b, e, " \t");
+	assert_ptr_equal(b, in + 2); /* stops at the CR: not in the leading set */
+	span_rtrim(b, &e, " \t\r\n");
+	assert_int_equal(e - b, 3);
+	assert_memory_equal(b, "\r\nx", 3);
+}
+
 /* A NUL is never in the set, though strchr(set, 0) finds the set's end. */
 static void test_span_trim_nul(void **state)
 {
@@ -54,6 +67,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_span_trim),
+	    cmocka_unit_test(test_span_ends_apart),
 	    cmocka_unit_test(test_span_trim_nul),
 	    cmocka_unit_test(test_str_trim),
 	};

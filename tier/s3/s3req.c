@@ -87,7 +87,8 @@ enum s3_hdr s3_header_parse(const char *line, size_t len, struct s3_hdr_val *v)
 		return h;
 	s = colon + 1;
 	e = end;
-	span_trim(&s, &e, " \t\r\n");
+	span_ltrim(&s, e, " \t");
+	span_rtrim(s, &e, " \t\r\n");
 	n = (size_t)(e - s) < sizeof(v->text) - 1 ? (size_t)(e - s) : sizeof(v->text) - 1;
 	memcpy(v->text, s, n);
 	v->text[n] = 0;
