@@ -22,23 +22,36 @@ Python 3 standard library only.
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-MiB = 1 << 20
-GiB = 1 << 30
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from benchlib import (  # noqa: E402
+    CLEANUP,
+    GiB,
+    HERE,
+    REPO,
+    MiB,
+    BenchError,
+    drop_caches,
+    environment,
+    fmt_ratio,
+    fmt_size,
+    fmt_val,
+    fio_mibs,
+    loadavg,
+    log,
+    parse_size,
+    raise_nofile,
+    run_guarded,
+    run_tool,
+    start_daemon,
+)
 
 TARGETS = ("tmpfs", "passthrough", "spillway")
 TARGET_TITLES = {"tmpfs": "tmpfs", "passthrough": "passthrough_ll", "spillway": "spillway"}
@@ -54,170 +67,9 @@ METRICS = [
     ("unlink", "unlink", "ops/s", ("passthrough", 0.8)),
 ]
 
-MOUNT_TIMEOUT = 15.0  # seconds for a daemon to show up in mountinfo
-STOP_TIMEOUT = 10.0  # seconds for a daemon to exit after unmount
-
-
-class BenchError(Exception):
-    pass
-
-
-def log(msg):
-    print("bench: " + msg, file=sys.stderr, flush=True)
-
-
-def parse_size(text):
-    """'1G' -> 1073741824 (K/M/G/T suffixes, powers of 1024, as spillway's options)."""
-    t = text.strip().upper()
-    if t.endswith("IB"):
-        t = t[:-2]
-    elif t.endswith("B"):
-        t = t[:-1]
-    mult = 1
-    for i, suf in enumerate("KMGT", start=1):
-        if t.endswith(suf):
-            mult = 1024**i
-            t = t[:-1]
-            break
-    try:
-        val = int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError("bad size: %r" % text)
-    if val <= 0:
-        raise argparse.ArgumentTypeError("size must be positive: %r" % text)
-    return val * mult
-
-
-def fmt_size(n):
-    for suf, mult in (("G", GiB), ("M", MiB), ("K", 1024)):
-        if n % mult == 0:
-            return "%d%s" % (n // mult, suf)
-    return str(n)
-
-
-def mountpoints():
-    """Set of mount points from /proc/self/mountinfo (octal escapes decoded)."""
-    out = set()
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) > 4:
-                out.add(fields[4].encode().decode("unicode_escape"))
-    return out
-
-
-def is_mounted(path):
-    return os.path.realpath(path) in mountpoints()
-
-
-# --------------------------------------------------------------------------
-# Resource tracking and cleanup: every daemon, mount and temp dir the bench
-# creates is registered here first and released in reverse order.
-
-
-class Cleanup:
-    def __init__(self):
-        self.daemons = []  # (name, Popen, mountpoint, log path)
-        self.dirs = []  # temp dirs, removed last, only when nothing is mounted in them
-
-    def add_dir(self, path):
-        self.dirs.append(path)
-        return path
-
-    def kill_daemons(self):
-        """SIGKILL every daemon: aborts its FUSE connection, unblocking stuck clients."""
-        for _, proc, _, _ in self.daemons:
-            if proc.poll() is None:
-                proc.kill()
-
-    def stop_daemon(self, name, proc, mnt):
-        if is_mounted(mnt):
-            r = subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True, text=True)
-            if r.returncode != 0 and is_mounted(mnt):
-                log("%s: fusermount3 -u failed: %s" % (name, r.stderr.strip()))
-        try:
-            proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            log("%s: pid %d still running after unmount, SIGTERM" % (name, proc.pid))
-            proc.terminate()
-            try:
-                proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                log("%s: pid %d ignored SIGTERM, SIGKILL" % (name, proc.pid))
-                proc.kill()
-                proc.wait()
-        if is_mounted(mnt):
-            subprocess.run(["umount", "-l", mnt], capture_output=True)
-        if is_mounted(mnt):
-            log("%s: %s is still mounted" % (name, mnt))
-            return False
-        return True
-
-    def run(self):
-        ok = True
-        for name, proc, mnt, _ in reversed(self.daemons):
-            ok = self.stop_daemon(name, proc, mnt) and ok
-        self.daemons = []
-        mounted = mountpoints()
-        for d in reversed(self.dirs):
-            real = os.path.realpath(d)
-            if any(m == real or m.startswith(real + "/") for m in mounted):
-                log("leaving %s: something is still mounted inside it" % d)
-                ok = False
-                continue
-            shutil.rmtree(d, ignore_errors=True)
-        self.dirs = []
-        return ok
-
-
-CLEANUP = Cleanup()
-
-
-def on_signal(signum, frame):
-    raise BenchError("interrupted by signal %d" % signum)
-
 
 # --------------------------------------------------------------------------
 # Running tools
-
-
-def run_tool(args, timeout, what):
-    """Run a client command; on timeout kill it and every daemon (a FUSE hang
-    can only be broken by aborting the connection). Returns stdout."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        reap(proc)
-        raise BenchError("%s: timed out after %ds" % (what, timeout))
-    except BaseException:  # a signal: the client must be gone before cleanup
-        reap(proc)
-        raise
-    if proc.returncode != 0:
-        raise BenchError(
-            "%s: exit %d: %s" % (what, proc.returncode, (err or out).strip()[-2000:])
-        )
-    return out
-
-
-def reap(proc):
-    """Kill a client and wait for it. A client stuck in a FUSE request cannot
-    die until its connection goes away, so after a grace period every daemon
-    is SIGKILLed (which aborts the connection)."""
-    proc.kill()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        log("pid %d stuck (in a FUSE request?): killing the daemons" % proc.pid)
-        CLEANUP.kill_daemons()
-        proc.wait()
-    proc.communicate()
-
-
-def drop_caches(level=3):
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("%d\n" % level)
 
 
 def fio_job(path, rw, size, timeout, invalidate=1):
@@ -231,27 +83,8 @@ def fio_job(path, rw, size, timeout, invalidate=1):
         "--ioengine=psync",
         "--fallocate=none",
         "--invalidate=%d" % invalidate,
-        "--output-format=json",
     ]
-    if rw == "write":
-        args.append("--end_fsync=1")
-    out = run_tool(args, timeout, "fio %s on %s" % (rw, path))
-    try:
-        job = json.loads(out[out.index("{") :])["jobs"][0]
-    except (ValueError, KeyError, IndexError) as e:
-        raise BenchError("fio %s: cannot parse output (%s): %s" % (rw, e, out[:500]))
-    if job.get("error"):
-        raise BenchError("fio %s on %s: error %s" % (rw, path, job["error"]))
-    ddir = "write" if rw == "write" else "read"
-    st = job[ddir]
-    if st["io_bytes"] != size:
-        raise BenchError(
-            "fio %s on %s: moved %d bytes, expected %d" % (rw, path, st["io_bytes"], size)
-        )
-    runtime_ms = st.get("runtime") or job.get("job_runtime")
-    if not runtime_ms:  # too fast for fio's ms clock: report from bytes/ms floor
-        runtime_ms = 1
-    return size / MiB / (runtime_ms / 1000.0)
+    return fio_mibs(args, path, "write" if rw == "write" else "read", size, timeout)
 
 
 def metaops(tool, phase, d, n, timeout):
@@ -264,64 +97,6 @@ def metaops(tool, phase, d, n, timeout):
 
 # --------------------------------------------------------------------------
 # Targets
-
-
-def raise_nofile():
-    """Lift our RLIMIT_NOFILE (inherited by both FUSE daemons) as far as allowed:
-    to fs.nr_open with CAP_SYS_RESOURCE, else soft = hard. Returns the soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        with open("/proc/sys/fs/nr_open") as f:
-            n = int(f.read())
-        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
-    except (OSError, ValueError):
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (OSError, ValueError):
-            pass
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def start_daemon(name, args, mnt, logpath, env=None):
-    logf = open(logpath, "w")
-    proc = subprocess.Popen(
-        args,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=logf,
-        stderr=subprocess.STDOUT,
-    )
-    logf.close()
-    CLEANUP.daemons.append((name, proc, mnt, logpath))
-    deadline = time.monotonic() + MOUNT_TIMEOUT
-    while not is_mounted(mnt):
-        if proc.poll() is not None:
-            raise BenchError(
-                "%s exited with %d before mounting:\n%s" % (name, proc.returncode, tail(logpath))
-            )
-        if time.monotonic() > deadline:
-            raise BenchError(
-                "%s did not mount %s within %ds:\n%s" % (name, mnt, MOUNT_TIMEOUT, tail(logpath))
-            )
-        time.sleep(0.05)
-    # The mount exists once the kernel accepted it; make sure the daemon answers
-    # (in a child, so a daemon that never replies costs a timeout, not a hang).
-    run_tool(["stat", "-c", "%i", mnt], MOUNT_TIMEOUT, "stat of %s's root" % name)
-    return proc
-
-
-def tail(path, lines=20):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def print_daemon_logs():
-    for name, proc, _, logpath in CLEANUP.daemons:
-        state = "running" if proc.poll() is None else "exited %d" % proc.returncode
-        log("%s (pid %d, %s) log tail:\n%s" % (name, proc.pid, state, tail(logpath)))
 
 
 def build_tools(tooldir, want_passthrough):
@@ -413,77 +188,6 @@ def one_round(opts, tools, dirs, results):
 
 # --------------------------------------------------------------------------
 # Report
-
-
-def cmd_first_line(args):
-    try:
-        r = subprocess.run(args, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
-    text = (r.stdout or r.stderr).strip()
-    return text.splitlines()[0] if text else "?"
-
-
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
-
-
-def cpu_model():
-    """The CPU's model name from /proc/cpuinfo, or "?"."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
-
-
-def environment(opts):
-    cpu = cpu_model()
-    env = {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "kernel": platform.release(),
-        "cpu": "%s, %d cpus" % (cpu, os.cpu_count() or 0),
-        "memory": "%d MiB" % (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // MiB),
-        "fio": cmd_first_line(["fio", "--version"]),
-        "libfuse": cmd_first_line(["pkg-config", "--modversion", "fuse3"]),
-        "tmpfs": opts.tmpfs_root,
-        "load": loadavg(),
-        "nice": os.nice(0),
-    }
-    if "spillway" in opts.targets:
-        rev = cmd_first_line(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
-        dirty = subprocess.run(
-            ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        env["spillway"] = "%s (git %s%s)" % (opts.spillway_bin, rev, "+dirty" if dirty else "")
-        if opts.spillway_opts or opts.spillway_env:
-            env["spillway"] += " with " + " ".join(
-                opts.spillway_env + (["-o " + opts.spillway_opts] if opts.spillway_opts else [])
-            )
-    return env
-
-
-def fmt_val(v, unit):
-    if v is None:
-        return "-"
-    if unit == "MiB/s":
-        return "%.0f" % v if v >= 100 else "%.1f" % v
-    return "{:,.0f}".format(v)
-
-
-def fmt_ratio(a, b):
-    if a is None or b is None or b == 0:
-        return "-"
-    return "%.2fx" % (a / b)
 
 
 def report(opts, env, results, rounds):
@@ -674,11 +378,9 @@ def preflight(opts):
 
 def main(argv):
     opts = parse_args(argv)
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, on_signal)
     results = {t: {m: [] for m, *_ in METRICS} for t in opts.targets}
-    ok = False
-    try:
+
+    def body():
         preflight(opts)
         if opts.nice:
             os.nice(opts.nice)  # inherited by the daemons, fio and metaops
@@ -703,21 +405,8 @@ def main(argv):
                 doc = {"env": env, "size": opts.size, "files": opts.files}
                 doc.update(samples=results, median=med)
                 json.dump(doc, f, indent=1)
-        ok = True
-    except BenchError as e:
-        log("FAILED: %s" % e)
-        print_daemon_logs()
-    except OSError as e:
-        log("FAILED: %s" % e)
-        print_daemon_logs()
-    finally:
-        # Further signals must not interrupt the cleanup itself.
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(s, signal.SIG_IGN)
-        if not CLEANUP.run():
-            log("FAILED: cleanup left something behind")
-            ok = False
-    return 0 if ok else 1
+
+    return run_guarded(body)
 
 
 if __name__ == "__main__":

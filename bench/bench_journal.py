@@ -24,8 +24,8 @@ A warm-up round runs first and is discarded; medians of the measured rounds
 are printed with the ratios and targets. Misses are informational: the exit
 status is non-zero only when the harness fails (a mount, a tool, a file that
 did not come back, a journal that is not on when it should be...).
-Reuses bench_fs.py's cleanup, daemon and tool helpers and bench_tier.py's
-watchdog (same directory). Every mount, daemon (killed by pid) and temp dir is
+Uses benchlib.py's cleanup, daemon, tool and watchdog helpers (same
+directory). Every mount, daemon (killed by pid) and temp dir is
 removed on every exit path. Run as root; bench_journal.sh installs and builds
 what is missing.
 """
@@ -35,7 +35,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,9 +43,16 @@ import time
 import traceback
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-import bench_fs  # noqa: E402  (the foundation bench: cleanup, daemons, tools)
-from bench_fs import (  # noqa: E402
+import benchlib  # noqa: E402  (shared: cleanup, daemons, tools)
+from benchlib import (  # noqa: E402
     CLEANUP,
+    HERE,
+    REPO,
+    Watchdog,
+    cold_fs,
+    med,
+    print_table,
+    proc_status,
     GiB,
     MiB,
     BenchError,
@@ -57,10 +63,7 @@ from bench_fs import (  # noqa: E402
     run_tool,
     tail,
 )
-from bench_tier import Watchdog, cold_fs, print_table  # noqa: E402  (the tiering bench)
 
-HERE = bench_fs.HERE
-REPO = bench_fs.REPO
 KiB = 1024
 ITEMS = ("meta", "remount", "fsync")
 
@@ -85,20 +88,6 @@ MOUNT_TIMEOUT = 300.0
 
 # --------------------------------------------------------------------------
 # One spillway daemon, started and stopped with timing
-
-
-def proc_status(pid):
-    """VmRSS and VmHWM of pid in bytes (0 when unknown)."""
-    out = {"VmRSS": 0, "VmHWM": 0}
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                if k in out:
-                    out[k] = int(v.split()[0]) * KiB
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
 
 
 def stats(mnt):
@@ -372,16 +361,6 @@ def run_meta(opts, roots, tool, results, extra):
 # Item 2: 1M files, remount after a clean unmount and after kill -9
 
 
-def meminfo(key):
-    """A /proc/meminfo value in bytes."""
-    with open("/proc/meminfo") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k == key:
-                return int(v.split()[0]) * KiB
-    return 0
-
-
 def wipe(d):
     """Delete everything inside d (a hot_dir: what a reboot does to tmpfs).
     The daemon removes a hot_dir it leaves empty at unmount: then no-op."""
@@ -430,7 +409,7 @@ def run_remount(opts, roots, tool, r, extra):
     log("remount: %s" % d.o)
     try:
         d.start()
-        slab0 = meminfo("Slab")
+        slab0 = benchlib.meminfo(("Slab",))["Slab"]
         log("remount: creating %d files in %d directories (%d creator process%s)"
             % (nfiles, opts.tree_dirs, opts.jobs, "es" if opts.jobs > 1 else ""))
         out = run_tool([tool, "tree", os.path.join(mnt, "tree"), str(opts.tree_dirs), str(per),
@@ -446,7 +425,7 @@ def run_remount(opts, roots, tool, r, extra):
         st = check_files(d, nfiles, "after creating the tree")
         extra["rss_created"] = proc_status(d.proc.pid)
         extra["stats_created"] = st
-        extra["slab_growth"] = meminfo("Slab") - slab0
+        extra["slab_growth"] = benchlib.meminfo(("Slab",))["Slab"] - slab0
         extra["hot_files"] = len(os.listdir(hot))
         collect_warnings(d, extra)
         r["umount_s"].append(d.stop())
@@ -675,10 +654,6 @@ def run_fsync(opts, roots, r, extra):
 # Report
 
 
-def med(xs):
-    return statistics.median(xs) if xs else None
-
-
 def fmt_bytes(n):
     for suf, mult in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if n >= mult:
@@ -704,7 +679,7 @@ def report(opts, env, meta, rem, fs, extra):
     verdicts = []  # (title, value text, target text, verdict)
     print()
     print("spillway journal benchmark (durability)")
-    env["load"] = "%s at start, %s at end (1/5/15 min)" % (env["load"], bench_fs.loadavg())
+    env["load"] = "%s at start, %s at end (1/5/15 min)" % (env["load"], benchlib.loadavg())
     for k in ("date", "kernel", "cpu", "memory", "load", "nice", "fio", "libfuse", "spillway",
               "hot", "cold"):
         if k in env:
@@ -902,7 +877,7 @@ def parse_args(argv):
         if x not in ITEMS:
             p.error("unknown item %r (%s)" % (x, ", ".join(ITEMS)))
     o.spillway_bin = os.path.join(os.path.abspath(o.build), "spillway")
-    o.targets = ["spillway"]  # for bench_fs.environment()
+    o.targets = ["spillway"]  # for benchlib.environment()
     return o
 
 
@@ -915,7 +890,7 @@ def preflight(opts):
     if not os.access(opts.spillway_bin, os.X_OK):
         raise BenchError("%s not found; build it or pass --build BUILD (bench_journal.sh builds"
                          " it when no --build is given)" % opts.spillway_bin)
-    bench_fs.raise_nofile()
+    benchlib.raise_nofile()
     need = 512 * MiB
     if "remount" in opts.only:
         need += opts.tree_files * 400  # checkpoints + journals: ~100 B a file, several copies
@@ -943,33 +918,34 @@ def build_metaops(tooldir):
     return mo
 
 
+def failure_text(e):
+    """e, and for anything but a BenchError which call failed (an fd op names no file)."""
+    if isinstance(e, BenchError):
+        return str(e)
+    fr = traceback.extract_tb(e.__traceback__)[-1]
+    return "%s (in %s, line %d: %s)" % (e, fr.name, fr.lineno, fr.line)
+
+
 def main(argv):
     opts = parse_args(argv)
     if not os.path.exists("/dev/fuse"):
         log("SKIP: /dev/fuse is missing")
         return 77
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, bench_fs.on_signal)
     meta = {t: {p: [] for p, _ in META_OPS} for t in META_TARGETS}
     rem = {k: [] for k in ("clean_s", "kill_s", "reboot_s", "umount_s", "clean_recovery_ms",
                            "kill_recovery_ms", "reboot_recovery_ms", "kill_journal_bytes",
                            "kill_records")}
     fs = {k: [] for k in ("spw_fsync", "spw_total", "plain_fsync", "plain_total", "fio", "dd")}
     extra = {}
-    ok = False
     t_start = time.monotonic()
-    try:
+
+    def body():
         preflight(opts)
         if opts.nice:
             os.nice(opts.nice)
-        roots = {
-            "mnt": CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-jrnl-mnt-")),
-            "logs": CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-jrnl-logs-")),
-            "cold": CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-jrnl-", dir=opts.cold_root)),
-            "shm": CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-jrnl-", dir=opts.tmpfs_root)),
-        }
+        roots = benchlib.work_roots("jrnl", opts)
         tool = build_metaops(roots["logs"])
-        env = bench_fs.environment(opts)
+        env = benchlib.environment(opts)
         env["hot"] = "%s (%s)" % (opts.tmpfs_root, cold_fs(opts.tmpfs_root))
         env["cold"] = "%s: %s" % (opts.cold_root, cold_fs(roots["cold"]))
         if "meta" in opts.only:
@@ -986,21 +962,8 @@ def main(argv):
                                                if isinstance(v, (int, float, str, list))}}
                 doc.update(meta=meta, remount=rem, fsync=fs, extra=extra)
                 json.dump(doc, f, indent=1)
-        ok = True
-    except (BenchError, OSError, subprocess.SubprocessError) as e:
-        where = ""
-        if not isinstance(e, BenchError):  # which call failed (an fd op names no file)
-            fr = traceback.extract_tb(e.__traceback__)[-1]
-            where = " (in %s, line %d: %s)" % (fr.name, fr.lineno, fr.line)
-        log("FAILED: %s%s" % (e, where))
-        bench_fs.print_daemon_logs()
-    finally:
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(s, signal.SIG_IGN)
-        if not CLEANUP.run():
-            log("FAILED: cleanup left something behind")
-            ok = False
-    return 0 if ok else 1
+
+    return benchlib.run_guarded(body, catch=(subprocess.SubprocessError,), describe=failure_text)
 
 
 if __name__ == "__main__":

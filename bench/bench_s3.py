@@ -41,7 +41,6 @@ import platform
 import re
 import select
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,13 +48,11 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
-import bench_fs  # noqa: E402
-from bench_fs import (  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import (  # noqa: E402
     CLEANUP,
+    REPO,
     BenchError,
     cmd_first_line,
     fmt_ratio,
@@ -63,9 +60,7 @@ from bench_fs import (  # noqa: E402
     fmt_val,
     loadavg,
     log,
-    on_signal,
     parse_size,
-    print_daemon_logs,
     start_daemon,
 )
 
@@ -425,13 +420,7 @@ def one_round(opts, ctx, rnd, res):
 
 
 def environment(opts):
-    cpu = bench_fs.cpu_model()
-    rev = cmd_first_line(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
-    dirty = subprocess.run(
-        ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    cpu = benchlib.cpu_model()
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "kernel": platform.release(),
@@ -440,7 +429,7 @@ def environment(opts):
         "aws": cmd_first_line([opts.aws, "--version"]) + " (" + opts.aws + ")",
         "node": cmd_first_line(["node", "--version"]),
         "server": "s3rver (tests/s3), objects under " + opts.server_root,
-        "spillway": "%s (git %s%s)" % (opts.spillway_bin, rev, "+dirty" if dirty else ""),
+        "spillway": "%s (git %s)" % (opts.spillway_bin, benchlib.git_rev()),
     }
 
 
@@ -574,13 +563,12 @@ def preflight(opts):
 
 def main(argv):
     opts = parse_args(argv)
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, on_signal)
     names = ("spill", "up", "up_xfer", "restore", "down", "down_xfer", "stream", "startup")
     res = {k: [] for k in names}
-    ok = False
     server = None
-    try:
+
+    def body():
+        nonlocal server
         preflight(opts)
         work = CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-bench-s3-work-"))
         mntroot = CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-bench-s3-mnt-"))
@@ -620,23 +608,19 @@ def main(argv):
                 json.dump({"env": env, "size": opts.size, "part_size": opts.part_size,
                            "io_workers": opts.io_workers, "samples": res, "median": med},
                           f, indent=1)
-        ok = True
-    except (BenchError, OSError, subprocess.TimeoutExpired) as e:
-        log("FAILED: %s" % e)
-        print_daemon_logs()
+
+    def server_log():
         if server is not None:
             log("s3rver log tail:\n%s" % server.tail())
-    finally:
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(s, signal.SIG_IGN)
-        # the daemons talk to the server while unmounting: unmount first
-        if not CLEANUP.run():
-            log("FAILED: cleanup left something behind")
-            ok = False
+
+    def server_stop():
+        # the daemons talk to the server while unmounting: CLEANUP has run first
         if server is not None:
             server.stop()
             shutil.rmtree(server.dir, ignore_errors=True)
-    return 0 if ok else 1
+
+    return benchlib.run_guarded(body, catch=(subprocess.TimeoutExpired,),
+                                on_failure=server_log, after_cleanup=server_stop)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
 import bench_s3  # noqa: E402
-from bench_fs import CLEANUP, BenchError, log, on_signal, parse_size, start_daemon  # noqa: E402
+from benchlib import CLEANUP, BenchError, log, on_signal, parse_size, start_daemon  # noqa: E402
 
 MiB = 1 << 20
 

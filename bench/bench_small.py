@@ -37,16 +37,15 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import bench_fs  # noqa: E402
-from mem_per_file import meminfo, proc_status  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import meminfo, proc_status  # noqa: E402
 
 MiB = 1 << 20
 PER_DIR = 1000
 
 
 def parse_size(v):
-    return bench_fs.parse_size(v)
+    return benchlib.parse_size(v)
 
 
 def objects(n, seed=42):
@@ -107,13 +106,13 @@ class Target:
         return "1G"
 
     def start(self):
-        self.proc = bench_fs.start_daemon(self.name, self.argv(), self.mnt, self.log)
+        self.proc = benchlib.start_daemon(self.name, self.argv(), self.mnt, self.log)
 
     def stop(self):
-        entry = next(e for e in bench_fs.CLEANUP.daemons if e[1] is self.proc)
-        bench_fs.CLEANUP.daemons.remove(entry)
-        if not bench_fs.CLEANUP.stop_daemon(self.name, self.proc, self.mnt):
-            raise bench_fs.BenchError("%s: could not unmount" % self.name)
+        entry = next(e for e in benchlib.CLEANUP.daemons if e[1] is self.proc)
+        benchlib.CLEANUP.daemons.remove(entry)
+        if not benchlib.CLEANUP.stop_daemon(self.name, self.proc, self.mnt):
+            raise benchlib.BenchError("%s: could not unmount" % self.name)
 
     def settle(self, n):
         pass
@@ -156,7 +155,7 @@ class Rclone(Target):
         deadline = time.monotonic() + timeout
         while sum(len(f) for _, _, f in os.walk(self.disk)) < n:
             if time.monotonic() > deadline:
-                raise bench_fs.BenchError("rclone: uploads not done after %ds" % timeout)
+                raise benchlib.BenchError("rclone: uploads not done after %ds" % timeout)
             time.sleep(0.2)
 
     def argv(self):
@@ -214,13 +213,13 @@ def run_target(t, objs, slab0):
     t1 = time.monotonic()
     t.start()
     r["remount_s"] = time.monotonic() - t1
-    bench_fs.drop_caches(3)
+    benchlib.drop_caches(3)
     t0 = time.monotonic()
     for path, size, tag in objs:
         with open(os.path.join(t.mnt, path), "rb", buffering=0) as f:
             data = f.read(4096)
         if data != body(size, tag):
-            raise bench_fs.BenchError("%s: %s reads back wrong (%d bytes, want %d)"
+            raise benchlib.BenchError("%s: %s reads back wrong (%d bytes, want %d)"
                                       % (t.name, path, len(data), size))
     r["read_s"] = time.monotonic() - t0
     live = sum(s for _, s, _ in objs)
@@ -277,7 +276,7 @@ def main(argv):
     o = ap.parse_args(argv)
     if o.quick:
         o.objects = 4000
-    bench_fs.raise_nofile()
+    benchlib.raise_nofile()
     objs = objects(o.objects)
     res, rc, live = {}, 0, []
     try:
@@ -286,9 +285,9 @@ def main(argv):
                                                capture_output=True).returncode:
                 print("%s: not installed, skipped" % name, file=sys.stderr)
                 continue
-            work = bench_fs.CLEANUP.add_dir(tempfile.mkdtemp(prefix="small-%s-" % name,
+            work = benchlib.CLEANUP.add_dir(tempfile.mkdtemp(prefix="small-%s-" % name,
                                                              dir=o.workdir))
-            bench_fs.drop_caches(3)
+            benchlib.drop_caches(3)
             slab0 = meminfo()["Slab"]
             t = TARGETS[name](name, o, work)
             live.append(t)
@@ -302,7 +301,7 @@ def main(argv):
             with open(o.json, "w") as f:
                 json.dump({"objects": o.objects, "hot_size": o.hot_size, "results": res}, f,
                           indent=1)
-    except (bench_fs.BenchError, OSError, subprocess.CalledProcessError) as e:
+    except (benchlib.BenchError, OSError, subprocess.CalledProcessError) as e:
         print("bench_small: %s" % e, file=sys.stderr)
         rc = 1
     finally:
@@ -312,7 +311,7 @@ def main(argv):
             except Exception as e:  # noqa: BLE001 - cleanup goes on
                 print("bench_small: cleanup of %s: %s" % (t.name, e), file=sys.stderr)
                 rc = 1
-        if not bench_fs.CLEANUP.run():
+        if not benchlib.CLEANUP.run():
             rc = 1
     return rc
 

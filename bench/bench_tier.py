@@ -20,7 +20,7 @@ directory, on a real disk (default /var/tmp):
 A warm-up round runs first and is discarded; medians of the measured rounds
 are printed with the ratios and the issue's targets. Misses are
 informational: the exit status is non-zero only when the harness fails.
-Reuses bench_fs.py's cleanup, daemon and tool helpers (same directory).
+Uses benchlib.py's cleanup, daemon and tool helpers (same directory).
 Every mount, daemon and temp dir is removed on every exit path. Run as root.
 """
 
@@ -29,19 +29,21 @@ import json
 import math
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zlib
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
-import bench_fs  # noqa: E402  (the foundation bench: cleanup, daemons, tools)
-from bench_fs import (  # noqa: E402
+import benchlib  # noqa: E402  (shared: cleanup, daemons, tools)
+from benchlib import (  # noqa: E402
     CLEANUP,
+    REPO,
+    Watchdog,
+    cold_fs,
+    med,
+    print_table,
     GiB,
     MiB,
     BenchError,
@@ -54,8 +56,6 @@ from bench_fs import (  # noqa: E402
     tail,
 )
 
-HERE = bench_fs.HERE
-REPO = bench_fs.REPO
 KiB = 1024
 ITEMS = ("spill", "restore", "ttfb", "segments", "pipeline")
 RESTORE_WAIT = 120.0  # seconds for a background restore / the evictor to settle
@@ -63,32 +63,6 @@ RESTORE_WAIT = 120.0  # seconds for a background restore / the evictor to settle
 
 # --------------------------------------------------------------------------
 # Small helpers
-
-
-class Watchdog:
-    """Bound an in-process call that goes through a FUSE mount: when it
-    overruns, every daemon is SIGKILLed (aborting its connection, so the
-    blocked syscall returns ENOTCONN) and BenchError is raised."""
-
-    def __init__(self, seconds, what):
-        self.seconds, self.what, self.fired = seconds, what, False
-
-    def _fire(self):
-        self.fired = True
-        log("%s: no answer after %ds, killing the daemons" % (self.what, self.seconds))
-        CLEANUP.kill_daemons()
-
-    def __enter__(self):
-        self.timer = threading.Timer(self.seconds, self._fire)
-        self.timer.daemon = True
-        self.timer.start()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.timer.cancel()
-        if self.fired:
-            raise BenchError("%s: timed out after %ds" % (self.what, self.seconds))
-        return False
 
 
 def io_timeout(nbytes):
@@ -154,22 +128,8 @@ def fio_direct(path, rw, size, timeout):
         "--direct=1",
         "--iodepth=8",
         "--fallocate=none",
-        "--output-format=json",
     ]
-    if rw == "write":
-        args.append("--end_fsync=1")
-    out = run_tool(args, timeout, "fio %s on %s" % (rw, path))
-    try:
-        job = json.loads(out[out.index("{") :])["jobs"][0]
-    except (ValueError, KeyError, IndexError) as e:
-        raise BenchError("fio %s: cannot parse output (%s): %s" % (rw, e, out[:500]))
-    if job.get("error"):
-        raise BenchError("fio %s on %s: error %s" % (rw, path, job["error"]))
-    st = job[rw]
-    if st["io_bytes"] != size:
-        raise BenchError("fio %s: moved %d bytes, expected %d" % (rw, st["io_bytes"], size))
-    runtime_ms = st.get("runtime") or job.get("job_runtime") or 1
-    return size / MiB / (runtime_ms / 1000.0)
+    return benchlib.fio_mibs(args, path, rw, size, timeout)
 
 
 # --------------------------------------------------------------------------
@@ -597,35 +557,6 @@ def run_pipeline(opts, roots, results, extra):
 # Report
 
 
-def cold_fs(path):
-    """'ext4 on /dev/vda (rotational=1, scheduler [mq-deadline] ...)'."""
-    r = subprocess.run(
-        ["findmnt", "-n", "-o", "SOURCE,FSTYPE,TARGET", "-T", path], capture_output=True, text=True
-    )
-    f = r.stdout.split()
-    if len(f) < 3:
-        return "?"
-    src, fstype, target = f[0], f[1], f[2]
-    desc = "%s on %s (mounted at %s" % (fstype, src, target)
-    dev = os.path.basename(os.path.realpath(src))
-    q = "/sys/class/block/%s/queue" % dev
-    if not os.path.isdir(q) and os.path.isdir("/sys/class/block/%s/.." % dev):
-        q = os.path.realpath("/sys/class/block/%s/../queue" % dev)  # a partition
-    try:
-        with open(q + "/rotational") as fr:
-            desc += ", rotational=%s" % fr.read().strip()
-        with open(q + "/scheduler") as fs:
-            desc += ", scheduler %s" % fs.read().strip()
-    except OSError:
-        pass
-    st = os.statvfs(path)
-    return desc + ", %d GiB free)" % (st.f_bavail * st.f_frsize // GiB)
-
-
-def med(xs):
-    return statistics.median(xs) if xs else None
-
-
 def fmt(v, unit):
     if v is None:
         return "-"
@@ -696,24 +627,10 @@ def build_rows(opts, r, extra):
     return rows, verdicts
 
 
-def print_table(head, rows, left):
-    widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
-
-    def line(x):
-        return "  ".join(
-            (c.ljust(widths[i]) if i in left else c.rjust(widths[i])) for i, c in enumerate(x)
-        ).rstrip()
-
-    print(line(head))
-    print(line(["-" * w for w in widths]))
-    for x in rows:
-        print(line(x))
-
-
 def report(opts, env, r, extra):
     print()
     print("spillway tiering benchmark (issue 3)")
-    env["load"] = "%s at start, %s at end (1/5/15 min)" % (env["load"], bench_fs.loadavg())
+    env["load"] = "%s at start, %s at end (1/5/15 min)" % (env["load"], benchlib.loadavg())
     for k in ("date", "kernel", "cpu", "memory", "load", "nice", "fio", "libfuse", "spillway",
               "hot", "cold"):
         if k in env:
@@ -873,7 +790,7 @@ def parse_args(argv):
     build = os.path.abspath(o.build)
     o.spillway_bin = os.path.join(build, "spillway")
     o.pipeline_bin = os.path.join(build, "examples", "longdoc_pipeline")
-    # for bench_fs.environment()
+    # for benchlib.environment()
     o.targets, o.tmpfs_root = ["spillway"], o.tmpfs_root
     return o
 
@@ -888,7 +805,7 @@ def preflight(opts):
         raise BenchError("%s not found; build it or pass --build BUILD" % opts.spillway_bin)
     if "pipeline" in opts.only and not os.access(opts.pipeline_bin, os.X_OK):
         raise BenchError("%s not found (cmake --build BUILD builds it)" % opts.pipeline_bin)
-    bench_fs.raise_nofile()
+    benchlib.raise_nofile()
     st = os.statvfs(opts.cold_root)
     free = st.f_bavail * st.f_frsize
     need = 512 * MiB
@@ -912,8 +829,6 @@ def main(argv):
     if not os.path.exists("/dev/fuse"):
         log("SKIP: /dev/fuse is missing")
         return 77
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, bench_fs.on_signal)
     keys = ("spill", "fio_write", "restore_read", "hot_read", "restore_warm", "fio_read", "ttfb",
             "ttfb_lazy",
             "pipe_spw",
@@ -921,19 +836,14 @@ def main(argv):
             "pipe_plain_aggregate", "pipe_plain_sync")
     results = {k: [] for k in keys}
     extra = {}
-    ok = False
     t_start = time.monotonic()
-    try:
+
+    def body():
         preflight(opts)
         if opts.nice:
             os.nice(opts.nice)
-        roots = {
-            "mnt": CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-tier-mnt-")),
-            "logs": CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-tier-logs-")),
-            "cold": CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-tier-", dir=opts.cold_root)),
-            "shm": CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-tier-", dir=opts.tmpfs_root)),
-        }
-        env = bench_fs.environment(opts)
+        roots = benchlib.work_roots("tier", opts)
+        env = benchlib.environment(opts)
         env["hot"] = "%s (%s)" % (opts.tmpfs_root, cold_fs(opts.tmpfs_root))
         env["cold"] = "%s: %s" % (opts.cold_root, cold_fs(roots["cold"]))
         if any(x in opts.only for x in ("spill", "restore", "ttfb")):
@@ -952,17 +862,8 @@ def main(argv):
                                                if isinstance(v, (int, float, str, list))}}
                 doc.update(samples=results, extra=extra)
                 json.dump(doc, f, indent=1)
-        ok = True
-    except (BenchError, OSError) as e:
-        log("FAILED: %s" % e)
-        bench_fs.print_daemon_logs()
-    finally:
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(s, signal.SIG_IGN)
-        if not CLEANUP.run():
-            log("FAILED: cleanup left something behind")
-            ok = False
-    return 0 if ok else 1
+
+    return benchlib.run_guarded(body)
 
 
 if __name__ == "__main__":

@@ -29,31 +29,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import bench_fs  # noqa: E402  (cleanup, daemons, drop_caches)
+import benchlib  # noqa: E402  (cleanup, daemons, drop_caches)
+from benchlib import meminfo, proc_status  # noqa: E402
 
 MiB = 1 << 20
-
-
-def proc_status(pid):
-    """VmRSS and VmHWM of pid, in bytes."""
-    out = {}
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM"):
-                out[k] = int(v.split()[0]) * 1024
-    return out
-
-
-def meminfo():
-    out = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("Slab", "SReclaimable", "SUnreclaim", "Shmem"):
-                out[k] = int(v.split()[0]) * 1024
-    return out
 
 
 def slabinfo(names=("fuse_inode", "dentry", "shmem_inode_cache", "kmalloc-64")):
@@ -97,22 +76,22 @@ def count_hot(hot_dir):
 
 def measure_spillway(opts, build, n, size, ndirs, hot_size, workdir):
     mnt = os.path.join(workdir, "mnt")
-    hot = os.path.join(bench_fs.CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-mem-hot-",
+    hot = os.path.join(benchlib.CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-mem-hot-",
                                                                   dir="/dev/shm")), "hot")
     cold = os.path.join(workdir, "cold")
     os.makedirs(mnt)
     os.makedirs(cold)
-    bench_fs.drop_caches(2)
+    benchlib.drop_caches(2)
     slab0, slabs0 = meminfo(), slabinfo()
     args = [os.path.join(build, "spillway"), "-f", "-o",
             "hot_dir=%s,hot_size=%s,nvme=%s" % (hot, hot_size, cold), mnt]
-    proc = bench_fs.start_daemon("spillway", args, mnt, os.path.join(workdir, "spillway.log"))
+    proc = benchlib.start_daemon("spillway", args, mnt, os.path.join(workdir, "spillway.log"))
     base = settle(proc.pid)
     secs = create_files(mnt, n, size, ndirs)
     after = settle(proc.pid, 3.0)
     slab1, slabs1 = meminfo(), slabinfo()
     hot_files = count_hot(hot)
-    bench_fs.drop_caches(2)
+    benchlib.drop_caches(2)
     time.sleep(0.5)
     slab2, slabs2 = meminfo(), slabinfo()
     after2 = proc_status(proc.pid)
@@ -158,8 +137,8 @@ def main(argv):
     ap.add_argument("--workdir", default="/var/tmp", help="parent of mount and cold dir")
     ap.add_argument("--json")
     o = ap.parse_args(argv)
-    bench_fs.raise_nofile()
-    work = bench_fs.CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-mem-", dir=o.workdir))
+    benchlib.raise_nofile()
+    work = benchlib.CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-mem-", dir=o.workdir))
     rc = 0
     try:
         r = measure_spillway(o, o.build, o.files, o.size, o.dirs, o.hot_size, work)
@@ -167,11 +146,11 @@ def main(argv):
         if o.json:
             with open(o.json, "w") as f:
                 json.dump(r, f, indent=1)
-    except (bench_fs.BenchError, OSError) as e:
+    except (benchlib.BenchError, OSError) as e:
         print("mem_per_file: %s" % e, file=sys.stderr)
         rc = 1
     finally:
-        if not bench_fs.CLEANUP.run():
+        if not benchlib.CLEANUP.run():
             rc = 1
     return rc
 

@@ -20,8 +20,6 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#define SPW_VERSION "0.1.0"
-
 static void inval_cb(void *arg, uint64_t ino, uint64_t off, uint64_t len)
 {
 	struct spw *s = arg;

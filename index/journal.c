@@ -20,6 +20,7 @@
 #include "index/journal.h"
 
 #include "common/crc32c.h"
+#include "common/le.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -41,17 +42,16 @@
 
 #define FRAME 9u /* u32 len, u32 crc, u8 type */
 
+/* Cursor forms of le.h's: write at *p and step past. */
 static void put32(uint8_t **p, uint32_t v)
 {
-	for (int i = 0; i < 4; i++)
-		(*p)[i] = (uint8_t)(v >> (8 * i));
+	le_put32(*p, v);
 	*p += 4;
 }
 
 static void put64(uint8_t **p, uint64_t v)
 {
-	for (int i = 0; i < 8; i++)
-		(*p)[i] = (uint8_t)(v >> (8 * i));
+	le_put64(*p, v);
 	*p += 8;
 }
 
@@ -60,16 +60,6 @@ static void putb(uint8_t **p, const void *b, size_t n)
 	if (n)
 		memcpy(*p, b, n);
 	*p += n;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
 /* Payload size of r (without framing). */
@@ -203,58 +193,58 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 	case JR_HEADER:
 		if (n != fixed)
 			return -EBADMSG;
-		r->hdr.version = get32(p);
-		r->hdr.kind = get32(p + 4);
-		r->hdr.gen = get64(p + 8);
-		r->hdr.chunk_size = get64(p + 16);
+		r->hdr.version = le_get32(p);
+		r->hdr.kind = le_get32(p + 4);
+		r->hdr.gen = le_get64(p + 8);
+		r->hdr.chunk_size = le_get64(p + 16);
 		memcpy(r->hdr.uuid, p + 24, 16);
 		break;
 	case JR_END:
 		if (n != fixed)
 			return -EBADMSG;
-		r->count = get64(p);
+		r->count = le_get64(p);
 		break;
 	case JR_META:
 		if (n != fixed)
 			return -EBADMSG;
-		r->next_ino = get64(p);
-		r->next_seg = get64(p + 8);
+		r->next_ino = le_get64(p);
+		r->next_seg = le_get64(p + 8);
 		if (r->next_seg > JRNL_MAX_SEG_ID + 1)
 			return -EBADMSG;
 		break;
 	case JR_INODE:
-		r->ino = get64(p);
-		r->attr.mode = get32(p + 8);
-		r->attr.uid = get32(p + 12);
-		r->attr.gid = get32(p + 16);
-		r->attr.rdev = get64(p + 20);
-		r->attr.size = get64(p + 28);
-		r->attr.atime_ns = (int64_t)get64(p + 36);
-		r->attr.mtime_ns = (int64_t)get64(p + 44);
-		r->attr.ctime_ns = (int64_t)get64(p + 52);
+		r->ino = le_get64(p);
+		r->attr.mode = le_get32(p + 8);
+		r->attr.uid = le_get32(p + 12);
+		r->attr.gid = le_get32(p + 16);
+		r->attr.rdev = le_get64(p + 20);
+		r->attr.size = le_get64(p + 28);
+		r->attr.atime_ns = (int64_t)le_get64(p + 36);
+		r->attr.mtime_ns = (int64_t)le_get64(p + 44);
+		r->attr.ctime_ns = (int64_t)le_get64(p + 52);
 		r->name = (const char *)p + fixed;
 		r->name_len = (uint32_t)(n - fixed);
 		if (r->name_len > 4096 || r->ino == 0 || r->attr.size > JRNL_MAX_FILE_SIZE)
 			return -EBADMSG;
 		break;
 	case JR_LINK:
-		r->parent = get64(p);
-		r->ino = get64(p + 8);
+		r->parent = le_get64(p);
+		r->ino = le_get64(p + 8);
 		r->name = (const char *)p + fixed;
 		r->name_len = (uint32_t)(n - fixed);
 		if (r->name_len == 0 || r->name_len > 255 || r->ino == 0 || r->parent == 0)
 			return -EBADMSG;
 		break;
 	case JR_UNLINK:
-		r->parent = get64(p);
+		r->parent = le_get64(p);
 		r->name = (const char *)p + fixed;
 		r->name_len = (uint32_t)(n - fixed);
 		if (r->name_len == 0 || r->name_len > 255)
 			return -EBADMSG;
 		break;
 	case JR_XATTR_SET:
-		r->ino = get64(p);
-		r->name_len = get32(p + 8);
+		r->ino = le_get64(p);
+		r->name_len = le_get32(p + 8);
 		if (r->name_len == 0 || r->name_len > 255 || r->name_len > n - fixed)
 			return -EBADMSG;
 		r->name = (const char *)p + fixed;
@@ -262,7 +252,7 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 		r->value_len = (uint32_t)(n - fixed - r->name_len);
 		break;
 	case JR_XATTR_DEL:
-		r->ino = get64(p);
+		r->ino = le_get64(p);
 		r->name = (const char *)p + fixed;
 		r->name_len = (uint32_t)(n - fixed);
 		if (r->name_len == 0 || r->name_len > 255)
@@ -271,15 +261,15 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 	case JR_CHUNK_LOC:
 		if (n != fixed)
 			return -EBADMSG;
-		r->ino = get64(p);
-		r->chunk = get64(p + 8);
-		r->loc.seg_id = get64(p + 16);
-		r->loc.off = get64(p + 24);
-		r->loc.len = get32(p + 32);
-		r->loc.crc = get32(p + 36);
-		r->loc.dev = get32(p + 40) & 0xffff;
-		r->loc.flags = get32(p + 40) >> 16;
-		r->loc.gen = get32(p + 44);
+		r->ino = le_get64(p);
+		r->chunk = le_get64(p + 8);
+		r->loc.seg_id = le_get64(p + 16);
+		r->loc.off = le_get64(p + 24);
+		r->loc.len = le_get32(p + 32);
+		r->loc.crc = le_get32(p + 36);
+		r->loc.dev = le_get32(p + 40) & 0xffff;
+		r->loc.flags = le_get32(p + 40) >> 16;
+		r->loc.gen = le_get32(p + 44);
 		if (r->loc.seg_id == 0 || (r->loc.flags & ~JRNL_LOC_FLAGS) ||
 		    r->loc.seg_id > JRNL_MAX_SEG_ID || r->chunk >= JRNL_MAX_CHUNKS ||
 		    r->loc.len > JRNL_MAX_LOC_LEN || r->loc.off > UINT64_MAX - r->loc.len)
@@ -288,27 +278,27 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 	case JR_CHUNK_DIRTY:
 		if (n != fixed)
 			return -EBADMSG;
-		r->ino = get64(p);
-		r->chunk = get64(p + 8);
+		r->ino = le_get64(p);
+		r->chunk = le_get64(p + 8);
 		if (r->chunk >= JRNL_MAX_CHUNKS)
 			return -EBADMSG;
 		break;
 	case JR_CHUNK_ABSENT:
 		if (n != fixed)
 			return -EBADMSG;
-		r->ino = get64(p);
-		r->chunk = get64(p + 8);
-		r->count = get64(p + 16);
+		r->ino = le_get64(p);
+		r->chunk = le_get64(p + 8);
+		r->count = le_get64(p + 16);
 		if (r->chunk >= JRNL_MAX_CHUNKS || r->count > JRNL_MAX_CHUNKS - r->chunk)
 			return -EBADMSG;
 		break;
 	case JR_SEG_ADD:
 		if (n != fixed)
 			return -EBADMSG;
-		r->seg.id = get64(p);
-		r->seg.len = get64(p + 8);
-		r->seg.payload = get64(p + 16);
-		r->seg.dev = get32(p + 24);
+		r->seg.id = le_get64(p);
+		r->seg.len = le_get64(p + 8);
+		r->seg.payload = le_get64(p + 16);
+		r->seg.dev = le_get32(p + 24);
 		r->seg.store = p[28];
 		if (r->seg.id == 0 || r->seg.id > JRNL_MAX_SEG_ID || r->seg.store > 1)
 			return -EBADMSG;
@@ -316,7 +306,7 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 	case JR_SEG_DEL:
 		if (n != fixed)
 			return -EBADMSG;
-		r->seg.id = get64(p);
+		r->seg.id = le_get64(p);
 		if (r->seg.id == 0 || r->seg.id > JRNL_MAX_SEG_ID)
 			return -EBADMSG;
 		break;
@@ -404,7 +394,7 @@ static int next_inner(const uint8_t **p, const uint8_t *end, struct jrec *r)
 
 	if (end - *p < 5)
 		return -EBADMSG;
-	il = get32(*p);
+	il = le_get32(*p);
 	type = (*p)[4];
 	if (il < 1 || il > (size_t)(end - *p - 4) || type == JR_TX || type == JR_HEADER ||
 	    type == JR_END || decode_payload(type, *p + 5, il - 1, r) < 0)
@@ -419,14 +409,14 @@ ssize_t jrnl_decode(const uint8_t *buf, size_t avail, struct jrec *r)
 
 	if (avail < 8)
 		return 0;
-	len = get32(buf);
+	len = le_get32(buf);
 	if (len < 1 || len > JRNL_MAX_RECORD)
 		return -EBADMSG;
 	if (avail < 8 + (size_t)len)
 		return 0;
 	crc = crc32c(0, buf, 4);
 	crc = crc32c(crc, buf + 8, len);
-	if (crc != get32(buf + 4))
+	if (crc != le_get32(buf + 4))
 		return -EBADMSG;
 	if (buf[8] == JR_TX) {
 		/* validate the inner records now, so a TX applies wholly or not at all */
@@ -835,102 +825,129 @@ static int journals_empty(struct journal *j, const uint64_t *jns, size_t njns, u
 	return 1;
 }
 
-int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recovery *info,
-		 char *err, size_t errlen)
+/* A state dir with nothing to replay: j->uuid is the new state's, generation
+ * 0, a first checkpoint due. */
+static void start_fresh(struct journal *j, struct jrnl_recovery *info)
 {
-	uint64_t *cks = NULL, *jns = NULL, ckgen = 0, last;
-	size_t ncks = 0, njns = 0;
-	struct apply_ctx a = {.fn = fn, .arg = arg};
-	struct mapped m = {0};
-	char name[64];
-	int ret, found = -1, stop = 0;
-	uint64_t valid_end = 0;
+	info->fresh = 1;
+	memcpy(info->uuid, j->uuid, 16);
+	j->gen = 0;
+	j->need_checkpoint = 1;
+}
 
-	memset(info, 0, sizeof(*info));
-	remove_tmp(j);
-	if ((ret = list_gens(j, "checkpoint", &cks, &ncks)) < 0 ||
-	    (ret = list_gens(j, "journal", &jns, &njns)) < 0) {
-		snprintf(err, errlen, "state_dir '%s': cannot list: %s", j->dir, strerror(-ret));
-		goto out;
-	}
-	if (ncks == 0 && njns == 0) {
-		info->fresh = 1;
-		if (getrandom(j->uuid, sizeof(j->uuid), 0) != sizeof(j->uuid)) {
-			ret = -errno;
-			snprintf(err, errlen, "getrandom: %s", strerror(-ret));
-			goto out;
-		}
-		memcpy(info->uuid, j->uuid, 16);
-		j->gen = 0;
-		j->need_checkpoint = 1;
-		ret = 0;
-		goto out;
-	}
-	/* the newest whole checkpoint */
+/* Map the newest whole checkpoint of cks (ascending) into m and take its
+ * uuid into j->uuid; its index in cks, or -1 when none is whole. */
+static int find_checkpoint(struct journal *j, const uint64_t *cks, size_t ncks, struct mapped *m)
+{
+	char name[64];
+
 	for (size_t i = ncks; i-- > 0;) {
 		name_of(name, sizeof(name), "checkpoint", cks[i], "");
-		if (map_file(j, name, &m) < 0)
+		if (map_file(j, name, m) < 0)
 			continue;
-		if (checkpoint_valid(j, &m, cks[i], j->uuid)) {
-			found = (int)i;
+		if (checkpoint_valid(j, m, cks[i], j->uuid))
+			return (int)i;
+		log_warn("journal: %s/%s is damaged; trying an older checkpoint", j->dir, name);
+		unmap_file(m);
+	}
+	return -1;
+}
+
+/* Hand every record of checkpoint m (checkpoint_valid said it is whole) to
+ * a. 0, -EINVAL for a chunk size other than the mount's, or what a->fn
+ * returned (err filled). */
+static int replay_checkpoint(struct journal *j, const struct mapped *m, struct apply_ctx *a,
+			     char *err, size_t errlen)
+{
+	size_t pos = 0;
+	int ret;
+
+	while (pos < m->len) {
+		struct jrec r;
+		ssize_t n = jrnl_decode(m->map + pos, m->len - pos, &r);
+		if (r.type == JR_HEADER) {
+			if (r.hdr.chunk_size != j->chunk_size) {
+				snprintf(err, errlen,
+					 "option 'chunk_size': %" PRIu64
+					 " does not match state_dir '%s', made with "
+					 "chunk_size=%" PRIu64,
+					 j->chunk_size, j->dir, r.hdr.chunk_size);
+				return -EINVAL;
+			}
+		} else if (r.type != JR_END && (ret = apply_one(a, &r)) != 0) {
+			snprintf(err, errlen, "state_dir '%s': checkpoint: %s", j->dir,
+				 strerror(ret < 0 ? -ret : EINVAL));
+			return ret;
+		}
+		pos += (size_t)n;
+	}
+	return 0;
+}
+
+/* Hand the records of journal `name` (generation g, mapped in m) to a, up to
+ * its first torn or bad record or a header not of this state; then *stop is
+ * set and what follows is counted as truncated. *end: where the replayed part
+ * ends. 0, or what a->fn returned (err filled). */
+static int replay_journal(struct journal *j, uint64_t g, const char *name, const struct mapped *m,
+			  struct apply_ctx *a, struct jrnl_recovery *info, uint64_t *end, int *stop,
+			  char *err, size_t errlen)
+{
+	size_t pos = 0;
+	int ret;
+
+	while (pos < m->len) {
+		struct jrec r;
+		ssize_t n = jrnl_decode(m->map + pos, m->len - pos, &r);
+		if (n > 0 &&
+		    jrnl_for_each_in(m->map + pos, (size_t)n, &r, check_fits, &j->chunk_size) != 0)
+			n = -EBADMSG; /* out of range: as bad as a bad crc */
+		if (n > 0 && pos > 0 && (r.type == JR_HEADER || r.type == JR_END))
+			n = -EBADMSG; /* a header or end mark only opens/closes a file */
+		if (n <= 0) {
+			log_warn("journal: %s/%s: %s at byte %zu; replay stops there (%zu "
+				 "bytes dropped)",
+				 j->dir, name, n == 0 ? "torn record" : "bad record", pos,
+				 m->len - pos);
+			info->truncated += m->len - pos;
+			*stop = 1;
 			break;
 		}
-		log_warn("journal: %s/%s is damaged; trying an older checkpoint", j->dir, name);
-		unmap_file(&m);
-	}
-	if (found < 0 && journals_empty(j, jns, njns, j->uuid)) {
-		/* the first checkpoint never made it: nothing was ever appended */
-		for (size_t i = 0; i < njns; i++) {
-			name_of(name, sizeof(name), "journal", jns[i], "");
-			unlinkat(j->dirfd, name, 0);
-		}
-		info->fresh = 1;
-		memcpy(info->uuid, j->uuid, 16);
-		j->gen = 0;
-		j->need_checkpoint = 1;
-		ret = 0;
-		goto out;
-	}
-	if (found < 0) {
-		snprintf(err, errlen,
-			 "state_dir '%s': no valid checkpoint (spillway-fsck --rebuild can "
-			 "rebuild the index from the cold tier)",
-			 j->dir);
-		ret = -EBADMSG;
-		goto out;
-	}
-	ckgen = cks[found];
-	memcpy(info->uuid, j->uuid, 16);
-	info->checkpoint_gen = ckgen;
-	{
-		size_t pos = 0;
-		while (pos < m.len) {
-			struct jrec r;
-			ssize_t n = jrnl_decode(m.map + pos, m.len - pos, &r);
-			if (r.type == JR_HEADER) {
-				if (r.hdr.chunk_size != j->chunk_size) {
-					snprintf(err, errlen,
-						 "option 'chunk_size': %" PRIu64
-						 " does not match state_dir '%s', made with "
-						 "chunk_size=%" PRIu64,
-						 j->chunk_size, j->dir, r.hdr.chunk_size);
-					ret = -EINVAL;
-					goto out;
-				}
-			} else if (r.type != JR_END && (ret = apply_one(&a, &r)) != 0) {
-				snprintf(err, errlen, "state_dir '%s': checkpoint: %s", j->dir,
-					 strerror(ret < 0 ? -ret : EINVAL));
-				goto out;
+		if (pos == 0) {
+			if (r.type != JR_HEADER || r.hdr.kind != JRNL_KIND_JOURNAL ||
+			    r.hdr.gen != g || memcmp(r.hdr.uuid, j->uuid, 16) != 0) {
+				log_warn("journal: %s/%s: bad header; ignored", j->dir, name);
+				info->truncated += m->len;
+				*stop = 1;
+				break;
 			}
-			pos += (size_t)n;
+		} else if ((ret = jrnl_for_each_in(m->map + pos, (size_t)n, &r, apply_one, a))) {
+			snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,
+				 strerror(ret < 0 ? -ret : EINVAL));
+			return ret;
 		}
+		pos += (size_t)n;
 	}
-	unmap_file(&m);
-	/* journals from the checkpoint's generation on, in order, no gaps */
-	last = ckgen;
-	for (uint64_t g = ckgen;; g++) {
-		size_t pos = 0;
+	*end = pos;
+	return 0;
+}
+
+/* Replay the journals from the checkpoint's generation ckgen on, in order,
+ * up to the first gap or the first file replay stops in (*stop set). *last:
+ * the last generation replayed (ckgen when none); *end: where its valid part
+ * ends (0 when there was none). 0, or -errno / what a->fn returned (err
+ * filled). */
+static int replay_journals(struct journal *j, const uint64_t *jns, size_t njns, uint64_t ckgen,
+			   struct apply_ctx *a, struct jrnl_recovery *info, uint64_t *last,
+			   uint64_t *end, int *stop, char *err, size_t errlen)
+{
+	char name[64];
+	int ret;
+
+	*last = ckgen;
+	for (uint64_t g = ckgen; !*stop; g++) {
+		struct mapped m;
 		int have = 0;
+
 		for (size_t i = 0; i < njns; i++)
 			have |= jns[i] == g;
 		if (!have)
@@ -939,69 +956,51 @@ int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recov
 		if ((ret = map_file(j, name, &m)) < 0) {
 			snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,
 				 strerror(-ret));
-			goto out;
+			return ret;
 		}
 		info->journals++;
-		last = g;
-		while (pos < m.len) {
-			struct jrec r;
-			ssize_t n = jrnl_decode(m.map + pos, m.len - pos, &r);
-			if (n > 0 && jrnl_for_each_in(m.map + pos, (size_t)n, &r, check_fits,
-						      &j->chunk_size) != 0)
-				n = -EBADMSG; /* out of range: as bad as a bad crc */
-			if (n > 0 && pos > 0 && (r.type == JR_HEADER || r.type == JR_END))
-				n = -EBADMSG; /* a header or end mark only opens/closes a file */
-			if (n <= 0) {
-				log_warn("journal: %s/%s: %s at byte %zu; replay stops there (%zu "
-					 "bytes dropped)",
-					 j->dir, name, n == 0 ? "torn record" : "bad record", pos,
-					 m.len - pos);
-				info->truncated += m.len - pos;
-				stop = 1;
-				break;
-			}
-			if (pos == 0) {
-				if (r.type != JR_HEADER || r.hdr.kind != JRNL_KIND_JOURNAL ||
-				    r.hdr.gen != g || memcmp(r.hdr.uuid, j->uuid, 16) != 0) {
-					log_warn("journal: %s/%s: bad header; ignored", j->dir,
-						 name);
-					info->truncated += m.len;
-					stop = 1;
-					break;
-				}
-			} else if ((ret = jrnl_for_each_in(m.map + pos, (size_t)n, &r, apply_one,
-							   &a)) != 0) {
-				snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,
-					 strerror(ret < 0 ? -ret : EINVAL));
-				goto out;
-			}
-			pos += (size_t)n;
-		}
-		valid_end = pos;
+		*last = g;
+		ret = replay_journal(j, g, name, &m, a, info, end, stop, err, errlen);
 		unmap_file(&m);
-		if (stop)
-			break;
+		if (ret != 0)
+			return ret;
 	}
-	/* later journals after a bad record are unusable */
+	return 0;
+}
+
+/* Remove the journals after generation last: after a bad record they would
+ * be replayed on top of newer state. Counts them as truncated; 1 if any. */
+static int drop_later_journals(struct journal *j, const uint64_t *jns, size_t njns, uint64_t last,
+			       struct jrnl_recovery *info)
+{
+	char name[64];
+	int dropped = 0;
+
 	for (size_t i = 0; i < njns; i++)
 		if (jns[i] > last) {
 			struct stat st;
 			name_of(name, sizeof(name), "journal", jns[i], "");
 			if (fstatat(j->dirfd, name, &st, 0) == 0)
 				info->truncated += (uint64_t)st.st_size;
-			/* never replayed again on top of newer state */
 			unlinkat(j->dirfd, name, 0);
-			stop = 1;
+			dropped = 1;
 		}
-	if (stop)
-		fsync(j->dirfd);
-	info->records = a.records;
-	/* reopen the last journal for appends, cut at its valid end */
+	return dropped;
+}
+
+/* Reopen journal.<last> for appends, cut at its valid end `end`; when it is
+ * missing or headerless (end 0), write it anew with a header. 0 or -errno
+ * (err filled). */
+static int reopen_for_append(struct journal *j, uint64_t last, uint64_t end, char *err,
+			     size_t errlen)
+{
+	char name[64];
+	int ret;
+
 	j->gen = last;
 	name_of(name, sizeof(name), "journal", last, "");
 	j->fd = openat(j->dirfd, name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (j->fd >= 0 && valid_end == 0) {
-		/* journal.<ckgen> missing or headerless: start it again */
+	if (j->fd >= 0 && end == 0) {
 		close(j->fd);
 		j->fd = -1;
 	}
@@ -1015,25 +1014,88 @@ int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recov
 		size_t hl;
 		memcpy(h.hdr.uuid, j->uuid, 16);
 		hl = jrnl_encode(&h, hb);
-		j->fd = openat(j->dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-			       0600);
+		j->fd = openat(j->dirfd, name,
+			       O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (j->fd < 0 || (ret = write_at(j->fd, hb, hl, 0)) < 0) {
 			ret = j->fd < 0 ? -errno : ret;
 			snprintf(err, errlen, "state_dir '%s': %s: %s", j->dir, name,
 				 strerror(-ret));
-			goto out;
+			return ret;
 		}
-		valid_end = hl;
+		end = hl;
 	}
-	if (ftruncate(j->fd, (off_t)valid_end) < 0) {
+	if (ftruncate(j->fd, (off_t)end) < 0) {
 		ret = -errno;
 		snprintf(err, errlen, "state_dir '%s': %s: cannot cut the torn tail: %s", j->dir,
 			 name, strerror(-ret));
+		return ret;
+	}
+	j->off = end;
+	return 0;
+}
+
+int jrnl_recover(struct journal *j, jrnl_rec_fn fn, void *arg, struct jrnl_recovery *info,
+		 char *err, size_t errlen)
+{
+	uint64_t *cks = NULL, *jns = NULL, last, valid_end = 0;
+	size_t ncks = 0, njns = 0;
+	struct apply_ctx a = {.fn = fn, .arg = arg};
+	struct mapped m = {0};
+	char name[64];
+	int ret, found, stop = 0;
+
+	memset(info, 0, sizeof(*info));
+	remove_tmp(j);
+	if ((ret = list_gens(j, "checkpoint", &cks, &ncks)) < 0 ||
+	    (ret = list_gens(j, "journal", &jns, &njns)) < 0) {
+		snprintf(err, errlen, "state_dir '%s': cannot list: %s", j->dir, strerror(-ret));
 		goto out;
 	}
-	j->off = valid_end;
+	if (ncks == 0 && njns == 0) {
+		if (getrandom(j->uuid, sizeof(j->uuid), 0) != sizeof(j->uuid)) {
+			ret = -errno;
+			snprintf(err, errlen, "getrandom: %s", strerror(-ret));
+			info->fresh = 1;
+			goto out;
+		}
+		start_fresh(j, info);
+		ret = 0;
+		goto out;
+	}
+	found = find_checkpoint(j, cks, ncks, &m);
+	if (found < 0 && journals_empty(j, jns, njns, j->uuid)) {
+		/* the first checkpoint never made it: nothing was ever appended */
+		for (size_t i = 0; i < njns; i++) {
+			name_of(name, sizeof(name), "journal", jns[i], "");
+			unlinkat(j->dirfd, name, 0);
+		}
+		start_fresh(j, info);
+		ret = 0;
+		goto out;
+	}
+	if (found < 0) {
+		snprintf(err, errlen,
+			 "state_dir '%s': no valid checkpoint (spillway-fsck --rebuild can "
+			 "rebuild the index from the cold tier)",
+			 j->dir);
+		ret = -EBADMSG;
+		goto out;
+	}
+	memcpy(info->uuid, j->uuid, 16);
+	info->checkpoint_gen = cks[found];
+	if ((ret = replay_checkpoint(j, &m, &a, err, errlen)) != 0)
+		goto out;
+	unmap_file(&m);
+	if ((ret = replay_journals(j, jns, njns, cks[found], &a, info, &last, &valid_end, &stop,
+				   err, errlen)) != 0)
+		goto out;
+	stop |= drop_later_journals(j, jns, njns, last, info);
+	if (stop)
+		fsync(j->dirfd);
+	info->records = a.records;
+	if ((ret = reopen_for_append(j, last, valid_end, err, errlen)) < 0)
+		goto out;
 	j->need_checkpoint = stop || info->journals > 1;
-	ret = 0;
 out:
 	unmap_file(&m);
 	free(cks);

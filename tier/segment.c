@@ -24,6 +24,7 @@
 #include "tier/segment.h"
 
 #include "common/crc32c.h"
+#include "common/le.h"
 #include "common/log.h"
 #include "common/uring.h"
 
@@ -42,38 +43,6 @@ static const char foot_magic[8] = {'S', 'P', 'W', 'F', 'O', 'O', 'T', '2'};
 
 #define HDR_CRC_OFF (SEG_HDR_SIZE - 4)
 
-/* ---- little-endian helpers ---- */
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 static uint64_t align_up(uint64_t v)
 {
 	return (v + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN;
@@ -90,11 +59,11 @@ void seg_header_encode(uint8_t buf[SEG_HDR_SIZE], const uint8_t uuid[16], uint64
 {
 	memset(buf, 0, SEG_HDR_SIZE);
 	memcpy(buf, hdr_magic, 8);
-	put_le32(buf + 8, SEG_VERSION);
-	put_le32(buf + 12, 0);
+	le_put32(buf + 8, SEG_VERSION);
+	le_put32(buf + 12, 0);
 	memcpy(buf + 16, uuid, 16);
-	put_le64(buf + 32, seg_id);
-	put_le32(buf + HDR_CRC_OFF, crc32c(0, buf, HDR_CRC_OFF));
+	le_put64(buf + 32, seg_id);
+	le_put32(buf + HDR_CRC_OFF, crc32c(0, buf, HDR_CRC_OFF));
 }
 
 int seg_header_decode(const uint8_t buf[SEG_HDR_SIZE], uint8_t uuid[16], uint64_t *seg_id,
@@ -104,14 +73,14 @@ int seg_header_decode(const uint8_t buf[SEG_HDR_SIZE], uint8_t uuid[16], uint64_
 
 	if (memcmp(buf, hdr_magic, 8) != 0)
 		return -EIO;
-	if (get_le32(buf + HDR_CRC_OFF) != crc32c(0, buf, HDR_CRC_OFF))
+	if (le_get32(buf + HDR_CRC_OFF) != crc32c(0, buf, HDR_CRC_OFF))
 		return -EIO;
-	v = get_le32(buf + 8);
+	v = le_get32(buf + 8);
 	if (v != 1 && v != SEG_VERSION)
 		return -ENOTSUP;
 	if (uuid)
 		memcpy(uuid, buf + 16, 16);
-	*seg_id = get_le64(buf + 32);
+	*seg_id = le_get64(buf + 32);
 	if (version)
 		*version = v;
 	return 0;
@@ -138,25 +107,25 @@ void seg_footer_encode(uint8_t *buf, uint32_t footer_len, const struct seg_entry
 
 	memset(buf, 0, pad);
 	for (uint32_t i = 0; i < n; i++, p += SEG_ENTRY_SIZE) {
-		put_le64(p, e[i].ino);
-		put_le64(p + 8, e[i].chunk);
-		put_le32(p + 16, (uint32_t)e[i].gen);
-		put_le32(p + 20, e[i].flags);
-		put_le64(p + 24, e[i].off);
-		put_le32(p + 32, e[i].len);
-		put_le32(p + 36, e[i].crc);
-		put_le32(p + 40, e[i].chunk_len);
+		le_put64(p, e[i].ino);
+		le_put64(p + 8, e[i].chunk);
+		le_put32(p + 16, (uint32_t)e[i].gen);
+		le_put32(p + 20, e[i].flags);
+		le_put64(p + 24, e[i].off);
+		le_put32(p + 32, e[i].len);
+		le_put32(p + 36, e[i].crc);
+		le_put32(p + 40, e[i].chunk_len);
 	}
-	put_le32(p, n);
-	put_le32(p + 4, crc32c(0, buf, (size_t)(p + 4 - buf)));
-	put_le32(p + 8, footer_len);
+	le_put32(p, n);
+	le_put32(p + 4, crc32c(0, buf, (size_t)(p + 4 - buf)));
+	le_put32(p + 8, footer_len);
 	memcpy(p + 12, foot_magic, 8);
 }
 
 int seg_trailer_decode(const uint8_t tail[SEG_TRAILER_SIZE], uint64_t seg_len, uint32_t *footer_len,
 		       uint32_t *version)
 {
-	uint32_t flen = get_le32(tail + 8), v;
+	uint32_t flen = le_get32(tail + 8), v;
 
 	if (memcmp(tail + 12, foot_magic, 8) == 0)
 		v = SEG_VERSION;
@@ -177,24 +146,24 @@ int seg_trailer_decode(const uint8_t tail[SEG_TRAILER_SIZE], uint64_t seg_len, u
 static int entry_decode(const uint8_t *p, uint32_t version, uint64_t data_end, struct seg_entry *e)
 {
 	if (version == 1) {
-		*e = (struct seg_entry){.ino = get_le64(p),
-					.chunk = get_le64(p + 8),
-					.gen = get_le64(p + 16),
-					.len = get_le32(p + 24),
-					.off = get_le64(p + 28),
-					.crc = get_le32(p + 36)};
+		*e = (struct seg_entry){.ino = le_get64(p),
+					.chunk = le_get64(p + 8),
+					.gen = le_get64(p + 16),
+					.len = le_get32(p + 24),
+					.off = le_get64(p + 28),
+					.crc = le_get32(p + 36)};
 		e->chunk_len = e->len;
 		if (e->off % SEG_ALIGN)
 			return -EIO;
 	} else {
-		*e = (struct seg_entry){.ino = get_le64(p),
-					.chunk = get_le64(p + 8),
-					.gen = get_le32(p + 16),
-					.flags = get_le32(p + 20),
-					.off = get_le64(p + 24),
-					.len = get_le32(p + 32),
-					.crc = get_le32(p + 36),
-					.chunk_len = get_le32(p + 40)};
+		*e = (struct seg_entry){.ino = le_get64(p),
+					.chunk = le_get64(p + 8),
+					.gen = le_get32(p + 16),
+					.flags = le_get32(p + 20),
+					.off = le_get64(p + 24),
+					.len = le_get32(p + 32),
+					.crc = le_get32(p + 36),
+					.chunk_len = le_get32(p + 40)};
 		if (e->off % SEG_REC_ALIGN || (e->flags & ~SEG_F_MAP) ||
 		    e->chunk_len > SEG_MAX_CHUNK_LEN)
 			return -EIO;
@@ -223,9 +192,9 @@ int seg_footer_decode(const uint8_t *footer, uint32_t footer_len, uint64_t seg_l
 	if (footer_len < SEG_TRAILER_SIZE || seg_trailer_decode(tail, seg_len, &flen, &tv) < 0 ||
 	    flen != footer_len || tv != version)
 		return -EIO;
-	if (get_le32(tail + 4) != crc32c(0, footer, footer_len - 16))
+	if (le_get32(tail + 4) != crc32c(0, footer, footer_len - 16))
 		return -EIO;
-	count = get_le32(tail);
+	count = le_get32(tail);
 	raw = (uint64_t)count * esize + SEG_TRAILER_SIZE;
 	if (raw > footer_len || footer_len - raw >= SEG_ALIGN)
 		return -EIO;
@@ -556,16 +525,16 @@ static int w_record(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t
 	if (flags) {
 		p = map;
 		for (uint32_t i = 0; i < next; i++, p += 8) {
-			put_le32(p, ext[i].off);
-			put_le32(p + 4, ext[i].len);
+			le_put32(p, ext[i].off);
+			le_put32(p + 4, ext[i].len);
 		}
 		for (uint32_t i = 0; i < nblocks; i++, p += 4)
-			put_le32(p, b.v[i]);
-		put_le32(p, next);
-		put_le32(p + 4, (uint32_t)data_len);
-		put_le32(p + 8, SEG_BLOCK);
+			le_put32(p, b.v[i]);
+		le_put32(p, next);
+		le_put32(p + 4, (uint32_t)data_len);
+		le_put32(p + 8, SEG_BLOCK);
 		crc = crc32c(0, map, map_len - 4);
-		put_le32(p + 12, crc);
+		le_put32(p + 12, crc);
 		ret = w_emit(w, map, map_len);
 		if (ret < 0)
 			goto out;
@@ -882,9 +851,9 @@ static int map_tail(const uint8_t *tail, uint32_t rec_len, struct rmap *m)
 {
 	uint64_t nblocks, map_len;
 
-	m->next = get_le32(tail);
-	m->data_len = get_le32(tail + 4);
-	m->bsize = get_le32(tail + 8);
+	m->next = le_get32(tail);
+	m->data_len = le_get32(tail + 4);
+	m->bsize = le_get32(tail + 8);
 	if (m->next > SEG_MAX_EXTENTS || m->bsize < SEG_ALIGN || m->bsize > (16u << 20) ||
 	    (m->bsize & (m->bsize - 1)))
 		return -EBADMSG;
@@ -905,7 +874,7 @@ static int map_decode(const uint8_t *map, uint32_t want_crc, struct rmap *m)
 	uint64_t end = 0, sum = 0;
 
 	m->ext = NULL;
-	if (crc != get_le32(map + m->map_len - 4) || crc != want_crc)
+	if (crc != le_get32(map + m->map_len - 4) || crc != want_crc)
 		return -EBADMSG;
 	m->ext = m->next <= SEG_CHUNK_INLINE ? m->in_ : malloc(m->next * sizeof(*m->ext));
 	if (!m->ext)
@@ -913,8 +882,8 @@ static int map_decode(const uint8_t *map, uint32_t want_crc, struct rmap *m)
 	for (uint32_t i = 0; i < m->next; i++) {
 		struct seg_extent *x = &m->ext[i];
 
-		x->off = get_le32(map + 8 * i);
-		x->len = get_le32(map + 8 * i + 4);
+		x->off = le_get32(map + 8 * i);
+		x->len = le_get32(map + 8 * i + 4);
 		if (x->len == 0 || x->off < end || (uint64_t)x->off + x->len > SEG_MAX_CHUNK_LEN)
 			goto bad;
 		end = (uint64_t)x->off + x->len;
@@ -937,7 +906,7 @@ static int blocks_verify(const uint8_t *data, const struct rmap *m, uint32_t b0,
 		uint64_t n = m->data_len - start < m->bsize ? m->data_len - start : m->bsize;
 
 		if (crc32c(0, data + (start - (uint64_t)b0 * m->bsize), n) !=
-		    get_le32(m->crcs + 4 * b))
+		    le_get32(m->crcs + 4 * b))
 			return -EBADMSG;
 	}
 	return 0;

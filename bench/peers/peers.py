@@ -27,7 +27,7 @@ torn down right after it; everything is also torn down on every exit path
 (signals included): FUSE daemons by pid + fusermount3 -u, s3rver/proxy by
 pid, tmpfs mounts by umount. A peer failing a workload is a result (printed
 in the table), never a harness failure. Run as root. Python 3 stdlib only;
-reuses bench/bench_fs.py's helpers.
+uses bench/benchlib.py's helpers.
 """
 
 import argparse
@@ -50,8 +50,8 @@ BENCH = os.path.dirname(HERE)
 REPO = os.path.dirname(BENCH)
 sys.dont_write_bytecode = True
 sys.path.insert(0, BENCH)
-import bench_fs  # noqa: E402
-from bench_fs import (  # noqa: E402
+import benchlib  # noqa: E402
+from benchlib import (  # noqa: E402
     CLEANUP,
     GiB,
     MiB,
@@ -79,7 +79,7 @@ S3PROXY = os.path.join(REPO, "tests", "integration", "s3proxy.py")
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "S3RVER"}
 
 # --------------------------------------------------------------------------
-# Resources beyond bench_fs.CLEANUP's daemons and dirs: tmpfs mounts, helper
+# Resources beyond benchlib.CLEANUP's daemons and dirs: tmpfs mounts, helper
 # processes (s3rver, the counting proxy) and mover threads.
 
 TMPFS = []  # mount points
@@ -468,7 +468,7 @@ class Instance:
             except Exception as e:  # keep tearing down
                 log("%s teardown: %s" % (self.peer, e))
         for d in (self.base_shm, self.base_cold, self.mnt):
-            if not any(m == d or m.startswith(d + "/") for m in bench_fs.mountpoints()):
+            if not any(m == d or m.startswith(d + "/") for m in benchlib.mountpoints()):
                 shutil.rmtree(d, ignore_errors=True)
 
 
@@ -484,10 +484,10 @@ def run_client(args, timeout):
         out, err = p.communicate(timeout=timeout)
         return p.returncode, out, err, time.monotonic() - t0
     except subprocess.TimeoutExpired:
-        bench_fs.reap(p)
+        benchlib.reap(p)
         return None, "", "timed out after %ds" % timeout, time.monotonic() - t0
     except BaseException:
-        bench_fs.reap(p)
+        benchlib.reap(p)
         raise
 
 
@@ -791,7 +791,7 @@ def ratio_base(peer):
 
 
 def environment(ctx):
-    cpu = bench_fs.cpu_model()
+    cpu = benchlib.cpu_model()
     rev = cmd_first_line(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -959,7 +959,7 @@ def preflight(ctx):
     if any(p in S3_PEERS for p in ctx.peers) and not os.path.isdir(
             os.path.join(REPO, "tests/s3/node_modules/@20minutes/s3rver")):
         raise BenchError("run npm ci in tests/s3 (the local s3rver)")
-    bench_fs.raise_nofile()
+    benchlib.raise_nofile()
     with open("/proc/meminfo") as f:
         avail = next(int(ln.split()[1]) * KiB for ln in f if ln.startswith("MemAvailable"))
     ctx.big_tmpfs = max(6 * ctx.budget, avail // 2)
@@ -1035,7 +1035,7 @@ def main(argv):
     ctx = parse_args(argv)
     ctx.instances = []
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, bench_fs.on_signal)
+        signal.signal(s, benchlib.on_signal)
     ok = False
     t_start = time.monotonic()
     try:
@@ -1061,7 +1061,7 @@ def main(argv):
         ok = True
     except (BenchError, OSError, subprocess.CalledProcessError) as e:
         log("FAILED: %s" % e)
-        bench_fs.print_daemon_logs()
+        benchlib.print_daemon_logs()
     finally:
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_IGN)

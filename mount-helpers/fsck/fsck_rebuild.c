@@ -76,81 +76,80 @@ static int best_cmp(const void *a, const void *b)
 	return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
 }
 
-int fsck_rebuild(struct fsck *f)
+/* What --rebuild did, for its closing note. */
+struct rebuild_stats {
+	uint64_t top_seg; /* above every segment id of ours found */
+	uint64_t added, dropped;
+	uint64_t files, chunks, recovered;
+};
+
+/* Step 1: drop the table's entries whose segment was not found, add (or
+ * update) every readable segment of ours in fds (sorted), but for a second
+ * copy of a segment the table already has. 0 or -errno. */
+static int rebuild_segtab(struct fsck *f, struct found **fds, size_t n, struct rebuild_stats *st)
 {
-	struct htab keys = {0};
-	struct best **bs = NULL;
-	size_t n, nb = 0;
-	struct found **fds = NULL;
-	struct fseg **segs;
-	uint64_t top_seg = 0, updated_files = 0, updated_chunks = 0, recovered = 0, dropped = 0,
-		 added = 0;
+	size_t ns;
+	struct fseg **segs = (struct fseg **)fsck_ht_array(&f->segs, &ns);
 	int ret = 0;
 
-	if ((ret = fsck_check_root(f)) < 0) /* a new namespace: / first */
-		return ret;
-	/* 1. the segment table: exactly the readable segments of ours */
-	segs = (struct fseg **)fsck_ht_array(&f->segs, &n);
-	for (size_t i = 0; i < n && ret == 0; i++)
+	for (size_t i = 0; i < ns && ret == 0; i++)
 		if (!segs[i]->copy) {
 			struct jrec r = {.type = JR_SEG_DEL, .seg = {.id = segs[i]->seg.id}};
 			ret = fsck_change(f, &r);
-			dropped++;
+			st->dropped++;
 		}
 	free(segs);
-	fds = (struct found **)fsck_ht_array(&f->found, &n);
-	if (fds)
-		qsort(fds, n, sizeof(*fds), fsck_found_cmp);
 	for (size_t i = 0; i < n && ret == 0; i++) {
 		struct found *fd = fds[i];
 		struct fseg *s = fsck_seg_get(f, fd->id);
 		if (fd->mret < 0 || !fd->ours)
 			continue;
-		if (fd->id >= top_seg)
-			top_seg = fd->id + 1;
+		if (fd->id >= st->top_seg)
+			st->top_seg = fd->id + 1;
 		if (s && s->copy && s->copy != fd)
 			continue; /* a second copy of a segment the table has */
 		if (s && s->copy == fd && s->seg.len == fd->size && s->seg.dev == fd->dev &&
 		    s->seg.store == fd->store)
 			continue;
 		ret = fsck_change_seg_add(f, fd);
-		added++;
+		st->added++;
 	}
-	if (ret < 0)
-		goto out;
+	return ret;
+}
 
-	/* 2. the best copy of every (ino, chunk) any footer has */
-	for (size_t i = 0; i < n && ret == 0; i++) {
+/* Step 2, first half: one struct best in keys for every (ino, chunk) a
+ * footer of the segment table's segments names. 0 or -ENOMEM. */
+static int collect_chunks(struct fsck *f, struct found **fds, size_t n, struct htab *keys)
+{
+	for (size_t i = 0; i < n; i++) {
 		struct found *fd = fds[i];
 		if (!fsck_in_table(f, fd))
 			continue;
-		for (uint32_t e = 0; e < fd->n && ret == 0; e++) {
+		for (uint32_t e = 0; e < fd->n; e++) {
 			const struct seg_entry *se = &fd->ents[e];
 			uint64_t k = key2(se->ino, se->chunk);
 			struct best *b = NULL;
-			for (struct hent *h = ht_bucket(&keys, k); h && !b; h = h->next)
+			for (struct hent *h = ht_bucket(keys, k); h && !b; h = h->next)
 				if (h->key == k && ((struct best *)h)->ino == se->ino &&
 				    ((struct best *)h)->chunk == se->chunk)
 					b = (struct best *)h;
 			if (b)
 				continue;
-			if (!(b = calloc(1, sizeof(*b))) ||
-			    (ret = fsck_ht_add(&keys, &b->h, k)) < 0) {
+			if (!(b = calloc(1, sizeof(*b))) || fsck_ht_add(keys, &b->h, k) < 0) {
 				free(b);
-				ret = -ENOMEM;
-				break;
+				return -ENOMEM;
 			}
 			b->ino = se->ino;
 			b->chunk = se->chunk;
 		}
 	}
-	if (ret < 0)
-		goto out;
-	bs = (struct best **)fsck_ht_array(&keys, &nb);
-	if (keys.n && !bs) {
-		ret = -ENOMEM;
-		goto out;
-	}
+	return 0;
+}
+
+/* Step 2, second half: the best usable copy of each of bs[nb], then bs
+ * sorted by (ino, chunk). */
+static void choose_copies(struct fsck *f, struct best **bs, size_t nb)
+{
 	for (size_t i = 0; i < nb; i++) {
 		fsck_progress(
 		    f, f->verify ? "rebuild: verifying chunks" : "rebuild: choosing chunks", i, nb);
@@ -159,97 +158,148 @@ int fsck_rebuild(struct fsck *f)
 	fsck_progress(f, "rebuild", nb, nb);
 	if (bs)
 		qsort(bs, nb, sizeof(*bs), best_cmp);
+}
 
-	/* 3. chunk locations of the files the namespace has; the others go to
-	 * /lost+found when they are newer than the namespace */
+/* Link inode ino, which the namespace lacks, into /lost+found as #<ino>: a
+ * regular file owned as the root is. 0 or -errno. */
+static int link_orphan(struct fsck *f, uint64_t ino)
+{
+	struct jrec_attr a = {.mode = S_IFREG | 0600}, ra = fsck_attr(idx_find(f->idx, ROOT_INO));
+	char name[32];
+	uint64_t lf;
+	int ret;
+
+	a.uid = ra.uid;
+	a.gid = ra.gid;
+	a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
+	if ((ret = fsck_lost_found(f, &lf)) < 0 || (ret = fsck_change_inode(f, ino, &a, "", 0)) < 0)
+		return ret;
+	snprintf(name, sizeof(name), "#%" PRIu64, ino);
+	if ((ret = fsck_change_link(f, lf, name, ino)) < 0)
+		return ret;
+	return fsck_scan(f);
+}
+
+/* Step 3 for one file: bs[0..n) are its chunks (one ino). A file the
+ * namespace has gets their locations and a size that covers them; one newer
+ * than the namespace goes to /lost+found first; an older one the namespace
+ * lacks was deleted and is left out. 0 or -errno. */
+static int rebuild_file(struct fsck *f, struct best **bs, size_t n, struct rebuild_stats *st)
+{
+	uint64_t ino = bs[0]->ino, end = 0, changed = 0;
+	struct inode *in = idx_find(f->idx, ino);
+	struct jrec ir;
+	int orphan = !in && ino >= f->orig_next_ino, ret = 0;
+
+	if (!orphan && !(in && fsck_reachable(f, ino) && S_ISREG(fsck_attr(in).mode)))
+		return 0; /* a file deleted before the namespace was saved */
+	if (orphan) {
+		if ((ret = link_orphan(f, ino)) < 0)
+			return ret;
+		in = idx_find(f->idx, ino);
+	}
+	for (size_t c = 0; c < n && ret == 0; c++) {
+		struct copy *cp = bs[c]->c;
+		const struct seg_entry *e;
+		struct jrec_loc l;
+		const struct jrec_loc *ch;
+		if (!cp)
+			continue;
+		e = &cp->f->ents[cp->ei];
+		ch = fsck_chunk_loc(in, bs[c]->chunk, &l) ? &l : NULL;
+		/* the chunk's length in its file (holes included), not its record's */
+		if (bs[c]->chunk * f->chunk_size + e->chunk_len > end)
+			end = bs[c]->chunk * f->chunk_size + e->chunk_len;
+		if (ch && ch->seg_id == cp->f->id && ch->off == e->off && ch->dev == cp->f->dev &&
+		    ch->gen == e->gen && ch->len == e->len && ch->crc == e->crc &&
+		    ch->flags == e->flags)
+			continue;
+		if (ch && ch->gen > e->gen) {
+			char path[PATH_MAX_OUT];
+			fsck_note(f,
+				  "chunk %" PRIu64 " of %s: only an older copy found (gen %" PRIu64
+				  " < %u)",
+				  bs[c]->chunk, fsck_path_of(f, ino, path, sizeof(path)), e->gen,
+				  ch->gen);
+		}
+		ret = fsck_change_loc(f, ino, bs[c]->chunk, cp->f, e);
+		changed++;
+	}
+	idx_inode_rec(in, &ir);
+	if (ret == 0 && end > ir.attr.size) {
+		ir.attr.size = end;
+		ret = fsck_change_inode(f, ino, &ir.attr, ir.name, ir.name_len);
+	}
+	if (ret == 0 && (changed || orphan)) {
+		char path[PATH_MAX_OUT], hs[32];
+		fsck_note(f, "%s %s (%s, %" PRIu64 " chunk location%s set)",
+			  orphan ? "recovered" : "restored",
+			  fsck_path_of(f, ino, path, sizeof(path)),
+			  fsck_human(fsck_attr(in).size, hs, sizeof(hs)), changed, S(changed));
+		st->files++;
+		st->chunks += changed;
+		st->recovered += orphan;
+	}
+	return ret;
+}
+
+/* Step 3: rebuild_file for each file in bs (sorted by ino). 0 or -errno. */
+static int rebuild_files(struct fsck *f, struct best **bs, size_t nb, struct rebuild_stats *st)
+{
+	int ret = 0;
+
 	for (size_t i = 0; i < nb && ret == 0;) {
-		uint64_t ino = bs[i]->ino, end = 0, changed = 0;
-		struct inode *in = idx_find(f->idx, ino);
-		struct jrec ir;
 		size_t k = i;
-		int orphan = !in && ino >= f->orig_next_ino;
-		while (k < nb && bs[k]->ino == ino)
+		while (k < nb && bs[k]->ino == bs[i]->ino)
 			k++;
-		if (!orphan &&
-		    !(in && fsck_reachable(f, ino) && S_ISREG(fsck_attr(in).mode))) {
-			i = k;
-			continue; /* a file deleted before the namespace was saved */
-		}
-		if (orphan) {
-			struct jrec_attr a = {.mode = S_IFREG | 0600},
-					 ra = fsck_attr(idx_find(f->idx, ROOT_INO));
-			char name[32];
-			uint64_t lf;
-			a.uid = ra.uid;
-			a.gid = ra.gid;
-			a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
-			if ((ret = fsck_lost_found(f, &lf)) < 0 ||
-			    (ret = fsck_change_inode(f, ino, &a, "", 0)) < 0)
-				break;
-			snprintf(name, sizeof(name), "#%" PRIu64, ino);
-			if ((ret = fsck_change_link(f, lf, name, ino)) < 0 ||
-			    (ret = fsck_scan(f)) < 0)
-				break;
-			in = idx_find(f->idx, ino);
-		}
-		for (size_t c = i; c < k && ret == 0; c++) {
-			struct copy *cp = bs[c]->c;
-			const struct seg_entry *e;
-			struct jrec_loc l;
-			const struct jrec_loc *ch;
-			if (!cp)
-				continue;
-			e = &cp->f->ents[cp->ei];
-			ch = fsck_chunk_loc(in, bs[c]->chunk, &l) ? &l : NULL;
-			/* the chunk's length in its file (holes included), not its record's */
-			if (bs[c]->chunk * f->chunk_size + e->chunk_len > end)
-				end = bs[c]->chunk * f->chunk_size + e->chunk_len;
-			if (ch && ch->seg_id == cp->f->id && ch->off == e->off &&
-			    ch->dev == cp->f->dev && ch->gen == e->gen && ch->len == e->len &&
-			    ch->crc == e->crc && ch->flags == e->flags)
-				continue;
-			if (ch && ch->gen > e->gen) {
-				char path[PATH_MAX_OUT];
-				fsck_note(f,
-					  "chunk %" PRIu64
-					  " of %s: only an older copy found (gen %" PRIu64 " < %u)",
-					  bs[c]->chunk, fsck_path_of(f, ino, path, sizeof(path)),
-					  e->gen, ch->gen);
-			}
-			ret = fsck_change_loc(f, ino, bs[c]->chunk, cp->f, e);
-			changed++;
-		}
-		idx_inode_rec(in, &ir);
-		if (ret == 0 && end > ir.attr.size) {
-			ir.attr.size = end;
-			ret = fsck_change_inode(f, ino, &ir.attr, ir.name, ir.name_len);
-		}
-		if (ret == 0 && (changed || orphan)) {
-			char path[PATH_MAX_OUT], hs[32];
-			fsck_note(f, "%s %s (%s, %" PRIu64 " chunk location%s set)",
-				  orphan ? "recovered" : "restored",
-				  fsck_path_of(f, ino, path, sizeof(path)),
-				  fsck_human(fsck_attr(in).size, hs, sizeof(hs)), changed, S(changed));
-			updated_files++;
-			updated_chunks += changed;
-			recovered += orphan;
-		}
+		ret = rebuild_file(f, bs + i, k - i, st);
 		i = k;
 	}
-	if (ret < 0)
+	return ret;
+}
+
+/* Step 4: next_seg and next_ino above everything found. 0 or -errno. */
+static int raise_counters(struct fsck *f, uint64_t top_seg)
+{
+	if (top_seg <= f->next_seg && fsck_ino_ceiling(f) <= idx_next_ino(f->idx))
+		return 0;
+	if (top_seg > f->next_seg)
+		f->next_seg = top_seg;
+	return fsck_change_meta(f, fsck_ino_ceiling(f));
+}
+
+int fsck_rebuild(struct fsck *f)
+{
+	struct htab keys = {0};
+	struct best **bs = NULL;
+	struct found **fds;
+	struct rebuild_stats st = {0};
+	size_t n, nb = 0;
+	int ret;
+
+	if ((ret = fsck_check_root(f)) < 0) /* a new namespace: / first */
+		return ret;
+	fds = (struct found **)fsck_ht_array(&f->found, &n);
+	if (fds)
+		qsort(fds, n, sizeof(*fds), fsck_found_cmp);
+	if ((ret = rebuild_segtab(f, fds, n, &st)) < 0 ||
+	    (ret = collect_chunks(f, fds, n, &keys)) < 0)
 		goto out;
-	/* 4. counters */
-	if (top_seg > f->next_seg || fsck_ino_ceiling(f) > idx_next_ino(f->idx)) {
-		if (top_seg > f->next_seg)
-			f->next_seg = top_seg;
-		ret = fsck_change_meta(f, fsck_ino_ceiling(f));
+	bs = (struct best **)fsck_ht_array(&keys, &nb);
+	if (keys.n && !bs) {
+		ret = -ENOMEM;
+		goto out;
 	}
+	choose_copies(f, bs, nb);
+	if ((ret = rebuild_files(f, bs, nb, &st)) < 0)
+		goto out;
+	ret = raise_counters(f, st.top_seg);
 	fsck_note(f,
 		  "rebuild: %" PRIu64 " segment%s added to the segment table, %" PRIu64
 		  " dropped; %" PRIu64 " file%s restored (%" PRIu64 " chunk location%s), %" PRIu64
 		  " in /lost+found",
-		  added, S(added), dropped, updated_files - recovered, S(updated_files - recovered),
-		  updated_chunks, S(updated_chunks), recovered);
+		  st.added, S(st.added), st.dropped, st.files - st.recovered,
+		  S(st.files - st.recovered), st.chunks, S(st.chunks), st.recovered);
 	if (ret == 0)
 		ret = fsck_scan(f);
 out:

@@ -1098,7 +1098,8 @@ static int majority_uuid(struct fsck *f, uint8_t out[16])
 	return best ? 0 : -ENOENT;
 }
 
-int main(int argc, char **argv)
+/* The command line into f. -1 to go on, else the exit code. */
+static int parse_args(struct fsck *f, int argc, char **argv)
 {
 	static const struct option opts[] = {{"verify-data", no_argument, NULL, 'V'},
 					     {"repair", no_argument, NULL, 'r'},
@@ -1107,12 +1108,7 @@ int main(int argc, char **argv)
 					     {"verbose", no_argument, NULL, 'v'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
-	struct fsck fs = {0}, *f = &fs;
-	struct jrnl_recovery info;
-	struct stat sb;
-	char err[512], us[33], hs[32];
-	uint64_t max_gen, ck_chunk;
-	int any, c, verbose = 0, ret, code;
+	int c, verbose = 0;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -1149,46 +1145,66 @@ int main(int argc, char **argv)
 	spw_log_level = verbose ? LOG_DEBUG : LOG_CRIT; /* failures are reported here */
 	if (f->rebuild)
 		f->repair = 1; /* what the rebuilt index still lacks is repaired */
+	return -1;
+}
+
+/* The state dir looked over (tiers, what state files it has, the chunk
+ * size) and its journal opened, which locks out a daemon. 0, or -1 with the
+ * error reported. */
+static int open_state(struct fsck *f, int *any, uint64_t *max_gen)
+{
+	struct jrnl_config cfg = {
+	    .dir = f->dir, .sync_ms = 1000, .checkpoint_bytes = UINT64_MAX / 2};
+	struct stat sb;
+	char err[512];
+	uint64_t ck_chunk;
+	int ret;
+
 	if (stat(f->dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
 		fsck_oper_err(f, "%s: %s", f->dir, errno ? strerror(errno) : "not a directory");
-		return EX_OPER;
+		return -1;
 	}
 	if (read_tiers(f) < 0)
-		return EX_OPER;
-	if (scan_state(f, &any, &max_gen, &ck_chunk) < 0) {
+		return -1;
+	if (scan_state(f, any, max_gen, &ck_chunk) < 0) {
 		fsck_oper_err(f, "%s: %s", f->dir, strerror(errno));
-		return EX_OPER;
+		return -1;
 	}
 	f->chunk_size = f->tiers.chunk_size ? f->tiers.chunk_size : ck_chunk;
 	if (!f->chunk_size) {
 		fsck_oper_err(f, "%s: chunk_size is neither in tiers nor in a checkpoint", f->dir);
-		return EX_OPER;
+		return -1;
 	}
-	if (!any && !f->rebuild) {
+	if (!*any && !f->rebuild) {
 		fsck_oper_err(f,
 			      "%s: no checkpoint or journal (nothing to check; --rebuild makes one "
 			      "from the cold tier)",
 			      f->dir);
-		return EX_OPER;
+		return -1;
 	}
-	{
-		struct jrnl_config cfg = {.dir = f->dir,
-					  .sync_ms = 1000,
-					  .checkpoint_bytes = UINT64_MAX / 2,
-					  .chunk_size = f->chunk_size};
-		ret = jrnl_open(&cfg, &f->j, err, sizeof(err));
-	}
-	if (ret < 0) {
+	cfg.chunk_size = f->chunk_size;
+	if ((ret = jrnl_open(&cfg, &f->j, err, sizeof(err))) < 0) {
 		if (ret == -EBUSY)
 			fsck_oper_err(f,
 				      "%s: in use by a running spillway daemon (unmount it first)",
 				      f->dir);
 		else
 			fsck_oper_err(f, "%s", err);
-		return EX_OPER;
+		return -1;
 	}
+	return 0;
+}
+
+/* The index replayed from the checkpoint and journals (when `any`; else it
+ * starts empty, to be rebuilt), and the uuid it belongs to. 0 or -errno. */
+static int replay_state(struct fsck *f, int any)
+{
+	struct jrnl_recovery info;
+	char err[512], us[33];
+	int ret;
+
 	if ((ret = fsck_index_open(f)) < 0)
-		goto out;
+		return ret;
 	if (any) {
 		ret = jrnl_recover(f->j, fsck_apply, f, &info, err, sizeof(err));
 		if (ret == -EBADMSG && f->rebuild) {
@@ -1196,7 +1212,7 @@ int main(int argc, char **argv)
 			f->manual = 1;
 		} else if (ret < 0) {
 			fsck_oper_err(f, "%s", err);
-			goto out;
+			return ret;
 		} else {
 			memcpy(f->uuid, info.uuid, 16);
 			f->have_uuid = 1;
@@ -1221,39 +1237,65 @@ int main(int argc, char **argv)
 	if (f->unknown_recs)
 		fsck_note(f, "journal: %" PRIu64 " records name inodes that do not exist (ignored)",
 			  f->unknown_recs);
-	if ((ret = open_stores(f)) < 0 || (ret = read_manifests(f)) < 0)
-		goto out;
-	if (!f->have_uuid) {
-		if (majority_uuid(f, f->uuid) < 0) {
-			fsck_oper_err(
-			    f, "%s: no uuid in tiers and no readable segment: nothing to rebuild",
-			    f->dir);
-			goto out;
-		}
-		f->have_uuid = 1;
-		for (size_t i = 0; i < f->found.nb; i++)
-			for (struct hent *e = f->found.b[i]; e; e = e->next) {
-				struct found *fd = (struct found *)e;
-				fd->ours = fd->mret == 0 && !memcmp(fd->uuid, f->uuid, 16);
-			}
+	return 0;
+}
+
+/* Without a uuid from the journal or tiers, the filesystem's is the one most
+ * readable segments carry; those segments are ours. 0, or -ENOENT when no
+ * segment is readable (reported). */
+static int adopt_majority_uuid(struct fsck *f)
+{
+	if (f->have_uuid)
+		return 0;
+	if (majority_uuid(f, f->uuid) < 0) {
+		fsck_oper_err(f, "%s: no uuid in tiers and no readable segment: nothing to rebuild",
+			      f->dir);
+		return -ENOENT;
 	}
+	f->have_uuid = 1;
+	for (size_t i = 0; i < f->found.nb; i++)
+		for (struct hent *e = f->found.b[i]; e; e = e->next) {
+			struct found *fd = (struct found *)e;
+			fd->ours = fd->mret == 0 && !memcmp(fd->uuid, f->uuid, 16);
+		}
+	return 0;
+}
+
+/* --rebuild, which needs every configured cold tier. 0 or -errno. */
+static int rebuild(struct fsck *f)
+{
+	if (!f->rebuild)
+		return 0;
+	for (int s = 0; s < 2; s++)
+		if (f->configured[s] && !f->usable[s]) {
+			fsck_oper_err(f, "cannot rebuild without every cold tier");
+			return -EIO;
+		}
+	return fsck_rebuild(f);
+}
+
+/* Replay, read the cold tier, rebuild if asked, then every check in order.
+ * 0 or -errno (the first step that failed). */
+static int check(struct fsck *f, int any)
+{
+	int ret;
+
+	if ((ret = replay_state(f, any)) < 0 || (ret = open_stores(f)) < 0 ||
+	    (ret = read_manifests(f)) < 0 || (ret = adopt_majority_uuid(f)) < 0)
+		return ret;
 	bind_segments(f);
 	f->collect = 1; /* the names the first scan drops are problems */
-	if ((ret = fsck_scan(f)) < 0)
-		goto out;
-	if (f->rebuild) {
-		for (int s = 0; s < 2; s++)
-			if (f->configured[s] && !f->usable[s]) {
-				fsck_oper_err(f, "cannot rebuild without every cold tier");
-				goto out;
-			}
-		if ((ret = fsck_rebuild(f)) < 0)
-			goto out;
-	}
+	if ((ret = fsck_scan(f)) < 0 || (ret = rebuild(f)) < 0)
+		return ret;
 	if ((ret = check_namespace(f)) < 0 || (ret = fsck_scan(f)) < 0 ||
 	    (ret = check_files(f)) < 0 || (ret = check_segments(f)) < 0)
-		goto out;
-out:
+		return ret;
+	return 0;
+}
+
+/* Save what a manual replay changed, close everything; the exit code. */
+static int finish(struct fsck *f, int ret, uint64_t max_gen)
+{
 	if (ret == -ENOMEM)
 		fsck_oper_err(f, "out of memory");
 	if (f->manual && f->changed && !f->oper)
@@ -1266,35 +1308,55 @@ out:
 		close(f->lockfds[i]);
 	fsck_index_close(f);
 	tiers_file_free(&f->tiers);
-	code = f->oper			   ? EX_OPER
+	return f->oper			   ? EX_OPER
 	       : f->problems > f->fixed	   ? EX_LEFT
 	       : f->problems || f->changed ? EX_FIXED
 					   : EX_CLEAN;
-	if (!f->quiet) {
-		uint64_t segbytes = 0, nsegs = 0;
-		for (size_t i = 0; i < f->found.nb; i++)
-			for (struct hent *e = f->found.b[i]; e; e = e->next)
-				if (!((struct found *)e)->removed) {
-					segbytes += ((struct found *)e)->size;
-					nsegs++;
-				}
-		printf("%s: %" PRIu64 " file%s, %" PRIu64 " director%s, %" PRIu64
-		       " chunk%s in %" PRIu64 " segment%s (%s)",
-		       f->dir, f->files, S(f->files), f->dirs, f->dirs == 1 ? "y" : "ies",
-		       f->chunks_checked, S(f->chunks_checked), nsegs, S(nsegs),
-		       fsck_human(segbytes, hs, sizeof(hs)));
-		if (f->verify)
-			printf(", %s verified", fsck_human(f->bytes_verified, hs, sizeof(hs)));
-		if (code == EX_OPER)
-			printf(": check incomplete (operational error)");
-		else if (!f->problems)
-			printf(": %s", f->changed ? "rebuilt" : "clean");
-		else
-			printf(": %" PRIu64 " problem%s, %" PRIu64 " repaired, %" PRIu64 " left",
-			       f->problems, S(f->problems), f->fixed, f->problems - f->fixed);
-		if (f->lost)
-			printf("; %" PRIu64 " file%s lost", f->lost, S(f->lost));
-		printf("\n");
-	}
+}
+
+/* The one-line summary. */
+static void print_summary(struct fsck *f, int code)
+{
+	uint64_t segbytes = 0, nsegs = 0;
+	char hs[32];
+
+	for (size_t i = 0; i < f->found.nb; i++)
+		for (struct hent *e = f->found.b[i]; e; e = e->next)
+			if (!((struct found *)e)->removed) {
+				segbytes += ((struct found *)e)->size;
+				nsegs++;
+			}
+	printf("%s: %" PRIu64 " file%s, %" PRIu64 " director%s, %" PRIu64 " chunk%s in %" PRIu64
+	       " segment%s (%s)",
+	       f->dir, f->files, S(f->files), f->dirs, f->dirs == 1 ? "y" : "ies",
+	       f->chunks_checked, S(f->chunks_checked), nsegs, S(nsegs),
+	       fsck_human(segbytes, hs, sizeof(hs)));
+	if (f->verify)
+		printf(", %s verified", fsck_human(f->bytes_verified, hs, sizeof(hs)));
+	if (code == EX_OPER)
+		printf(": check incomplete (operational error)");
+	else if (!f->problems)
+		printf(": %s", f->changed ? "rebuilt" : "clean");
+	else
+		printf(": %" PRIu64 " problem%s, %" PRIu64 " repaired, %" PRIu64 " left",
+		       f->problems, S(f->problems), f->fixed, f->problems - f->fixed);
+	if (f->lost)
+		printf("; %" PRIu64 " file%s lost", f->lost, S(f->lost));
+	printf("\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct fsck fs = {0}, *f = &fs;
+	uint64_t max_gen;
+	int any, code;
+
+	if ((code = parse_args(f, argc, argv)) >= 0)
+		return code;
+	if (open_state(f, &any, &max_gen) < 0)
+		return EX_OPER;
+	code = finish(f, check(f, any), max_gen);
+	if (!f->quiet)
+		print_summary(f, code);
 	return code;
 }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "common/crc32c.h"
+#include "common/le.h"
 #include "common/log.h"
 #include "index/index.h"
 #include "index/journal.h"
@@ -177,19 +178,6 @@ static uint64_t rnd(uint64_t *s)
 static uint64_t rndn(uint64_t *s, uint64_t n)
 {
 	return rnd(s) % n;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = v;
-	p[1] = v >> 8;
-	p[2] = v >> 16;
-	p[3] = v >> 24;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static double now_s(void)
@@ -1220,14 +1208,14 @@ static uint8_t *encode(const struct jrec *r, size_t *len)
  * len = 1 + payload, crc over len, type and payload. */
 static void assert_framing(const uint8_t *buf, size_t len, uint8_t type)
 {
-	uint32_t l = get32(buf), crc;
+	uint32_t l = le_get32(buf), crc;
 
 	assert_int_equal((size_t)l + 8, len);
 	assert_int_equal(buf[8], type);
 	crc = crc32c(crc32c(0, buf, 4), buf + 8, l);
-	if (crc != get32(buf + 4))
+	if (crc != le_get32(buf + 4))
 		fail_msg("crc field %08x is not crc32c(len || type || payload) = %08x",
-			 get32(buf + 4), crc);
+			 le_get32(buf + 4), crc);
 }
 
 /* Every proper prefix is torn (0); every single-byte flip is refused. */
@@ -1269,10 +1257,10 @@ static void assert_detects_damage(const uint8_t *rec, size_t len, size_t step)
 			rc = jrnl_decode(buf, len + pad, &d);
 			if (rc == -EBADMSG)
 				continue;
-			if (rc == 0 && (uint64_t)get32(buf) + 8 > len + pad)
+			if (rc == 0 && (uint64_t)le_get32(buf) + 8 > len + pad)
 				continue;
 			fail_msg("length byte %zu ^ %02x (len %u): jrnl_decode = %zd", i, masks[k],
-				 get32(buf), rc);
+				 le_get32(buf), rc);
 		}
 	}
 	free(buf);
@@ -1339,21 +1327,21 @@ static void test_codec_bad_frames(void **state)
 		uint8_t type = t == 0 ? 0 : t == 1 ? JR_TYPE_MAX + 1 : 0xff;
 
 		memset(buf, 0, 64);
-		put32(buf, 1 + 16);
+		le_put32(buf, 1 + 16);
 		buf[8] = type;
-		put32(buf + 4, crc32c(crc32c(0, buf, 4), buf + 8, 17));
+		le_put32(buf + 4, crc32c(crc32c(0, buf, 4), buf + 8, 17));
 		assert_int_equal(jrnl_decode(buf, 8 + 17, &d), -EBADMSG);
 	}
-	put32(buf, 0);
-	put32(buf + 4, crc32c(0, buf, 4));
+	le_put32(buf, 0);
+	le_put32(buf + 4, crc32c(0, buf, 4));
 	assert_int_equal(jrnl_decode(buf, 8 + 16, &d), -EBADMSG);
 	/* a length above JRNL_MAX_RECORD with everything present and a valid crc */
 	sample_records(rs);
 	enc = encode(&rs[6], &len); /* the 64K xattr */
 	memcpy(buf, enc, len);
 	l = JRNL_MAX_RECORD + 1;
-	put32(buf, l);
-	put32(buf + 4, crc32c(crc32c(0, buf, 4), buf + 8, l));
+	le_put32(buf, l);
+	le_put32(buf + 4, crc32c(crc32c(0, buf, 4), buf + 8, l));
 	assert_int_equal(jrnl_decode(buf, 8 + (size_t)l, &d), -EBADMSG);
 	free(enc);
 	/* a record's payload with the length of another type's: a LINK payload
@@ -1361,13 +1349,13 @@ static void test_codec_bad_frames(void **state)
 	enc = encode(&rs[4], &len);
 	memcpy(buf, enc, len);
 	buf[8] = JR_SEG_DEL;
-	put32(buf + 4, crc32c(crc32c(0, buf, 4), buf + 8, len - 8));
+	le_put32(buf + 4, crc32c(crc32c(0, buf, 4), buf + 8, len - 8));
 	assert_int_equal(jrnl_decode(buf, len, &d), -EBADMSG);
 	free(enc);
 	enc = encode(&rs[2], &len);
 	memcpy(buf, enc, len);
 	buf[8] = JR_INODE;
-	put32(buf + 4, crc32c(crc32c(0, buf, 4), buf + 8, len - 8));
+	le_put32(buf + 4, crc32c(crc32c(0, buf, 4), buf + 8, len - 8));
 	assert_int_equal(jrnl_decode(buf, len, &d), -EBADMSG);
 	free(enc);
 	free(buf);
@@ -1459,23 +1447,23 @@ static void test_codec_tx(void **state)
 			bad[9] = 1;
 		} else if (t == 1) { /* inner length past the end */
 			pl = 10;
-			put32(bad + 9, 100);
+			le_put32(bad + 9, 100);
 			bad[13] = JR_LINK;
 		} else if (t == 2) { /* inner record of an unknown type */
 			pl = 5 + 16;
-			put32(bad + 9, 17);
+			le_put32(bad + 9, 17);
 			bad[13] = 0xee;
 		} else { /* END, HEADER or a nested TX (holding an END) */
 			pl = 5 + ctl[t - 3].payload;
-			put32(bad + 9, 1 + ctl[t - 3].payload);
+			le_put32(bad + 9, 1 + ctl[t - 3].payload);
 			bad[13] = ctl[t - 3].type;
 			if (ctl[t - 3].type == JR_TX) {
-				put32(bad + 14, 1 + 8);
+				le_put32(bad + 14, 1 + 8);
 				bad[18] = JR_END;
 			}
 		}
-		put32(bad, 1 + pl);
-		put32(bad + 4, crc32c(crc32c(0, bad, 4), bad + 8, 1 + pl));
+		le_put32(bad, 1 + pl);
+		le_put32(bad + 4, crc32c(crc32c(0, bad, 4), bad + 8, 1 + pl));
 		ssize_t rc = jrnl_decode(bad, 9 + pl, &outer);
 		if (rc == -EBADMSG)
 			continue;

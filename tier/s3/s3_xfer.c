@@ -6,6 +6,7 @@
  */
 #include "tier/s3/s3_xfer.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "tier/s3/s3xml.h"
 
@@ -25,14 +26,6 @@
 #define LOW_SPEED_TIME 30L /* seconds below 1 KiB/s: the attempt timed out */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static uint64_t xorshift(uint64_t *s)
 {
@@ -425,7 +418,7 @@ static void xfer_done(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x,
 		 x->attempt + 1, x->max_attempts - 1, delay);
 	xfer_release(c, x);
 	x->attempt++;
-	x->due = now_ms() + delay;
+	x->due = clock_now_ms() + delay;
 	x->state = XS_WAITING;
 }
 
@@ -449,7 +442,7 @@ static int conn_reap(struct s3_client *s, struct s3_conn *c)
 /* Start due retries, move data; with wait, block (<= 1 s) until something completes. */
 void s3_conn_step(struct s3_client *s, struct s3_conn *c, int wait)
 {
-	uint64_t now = now_ms(), next_due = UINT64_MAX;
+	uint64_t now = clock_now_ms(), next_due = UINT64_MAX;
 	struct s3_xfer *x, *nx;
 	int running, timeout = 1000;
 

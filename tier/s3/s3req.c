@@ -10,6 +10,7 @@
 #include "common/segname.h"
 
 #include "common/log.h"
+#include "common/span.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -84,10 +85,10 @@ enum s3_hdr s3_header_parse(const char *line, size_t len, struct s3_hdr_val *v)
 			h = names[i].h;
 	if (h == S3_HDR_OTHER)
 		return h;
-	for (s = colon + 1; s < end && (*s == ' ' || *s == '\t'); s++)
-		;
-	for (e = end; e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n'); e--)
-		;
+	s = colon + 1;
+	e = end;
+	span_ltrim(&s, e, " \t");
+	span_rtrim(s, &e, " \t\r\n");
 	n = (size_t)(e - s) < sizeof(v->text) - 1 ? (size_t)(e - s) : sizeof(v->text) - 1;
 	memcpy(v->text, s, n);
 	v->text[n] = 0;
@@ -228,19 +229,6 @@ void s3_credentials_free(struct s3_creds *c)
 	memset(c, 0, sizeof(*c));
 }
 
-static char *trim(char *s)
-{
-	char *e;
-
-	/* all C whitespace (\f and \v too): a key never holds any */
-	while (isspace((unsigned char)*s))
-		s++;
-	e = s + strlen(s);
-	while (e > s && isspace((unsigned char)e[-1]))
-		*--e = 0;
-	return s;
-}
-
 /* Parse an AWS shared-credentials document (modified in place) for profile. */
 static int creds_parse(char *text, const char *profile, const char *file, struct s3_creds *out,
 		       char *err, size_t errlen)
@@ -249,7 +237,7 @@ static int creds_parse(char *text, const char *profile, const char *file, struct
 	char *save = NULL;
 
 	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		char *l = trim(line), *eq, *k, *v, **dst = NULL;
+		char *l = str_trim(line), *eq, *k, *v, **dst = NULL;
 
 		if (!*l || *l == '#' || *l == ';')
 			continue;
@@ -259,15 +247,15 @@ static int creds_parse(char *text, const char *profile, const char *file, struct
 			if (!end)
 				continue;
 			*end = 0;
-			in = !strcmp(trim(l + 1), profile);
+			in = !strcmp(str_trim(l + 1), profile);
 			found |= in;
 			continue;
 		}
 		if (!in || !(eq = strchr(l, '=')))
 			continue;
 		*eq = 0;
-		k = trim(l);
-		v = trim(eq + 1);
+		k = str_trim(l);
+		v = str_trim(eq + 1);
 		if (!strcasecmp(k, "aws_access_key_id"))
 			dst = &out->access_key;
 		else if (!strcasecmp(k, "aws_secret_access_key"))

@@ -24,6 +24,7 @@
 #include "tier/store/store.h"
 
 #include "common/segname.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/uring.h"
 
@@ -92,14 +93,6 @@ static struct nvme_store *to_ns(struct store *st)
 	return (struct nvme_store *)st;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void seg_name(char *buf, uint64_t seg_id)
 {
 	segname_format(buf, seg_id); /* buf holds NAME_LEN > SEGNAME_LEN bytes */
@@ -145,7 +138,7 @@ static uint64_t dev_avail(const struct nvme_dev *d, uint64_t *total, uint64_t *u
 static void dev_note_error(struct nvme_store *ns, uint32_t i, int err, uint64_t need)
 {
 	struct nvme_dev *d = &ns->dev[i];
-	uint64_t until = now_ms() + NVME_FAIL_BACKOFF_S * 1000ull;
+	uint64_t until = clock_now_ms() + NVME_FAIL_BACKOFF_S * 1000ull;
 
 	pthread_mutex_lock(&ns->lock);
 	if (err == -ENOSPC || err == -EDQUOT) {
@@ -182,7 +175,7 @@ static int dev_pick(struct nvme_store *ns, uint64_t need, int size_known)
 {
 	uint64_t avail[ns->ndev];
 	int ok[ns->ndev];
-	uint64_t now = now_ms(), sum = 0, r;
+	uint64_t now = clock_now_ms(), sum = 0, r;
 	int usable = 0, pick = -1;
 
 	for (int i = 0; i < ns->ndev; i++)
@@ -548,7 +541,7 @@ static int nvme_remove(struct store *st, uint64_t seg_id, uint32_t dev)
 static int nvme_stat(struct store *st, struct store_dev_stat *out, int max)
 {
 	struct nvme_store *ns = to_ns(st);
-	uint64_t now = now_ms();
+	uint64_t now = clock_now_ms();
 
 	for (int i = 0; i < ns->ndev && i < max; i++) {
 		struct nvme_dev *d = &ns->dev[i];
