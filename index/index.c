@@ -369,9 +369,11 @@ int idx_journal_attr(struct index *idx, struct inode *in)
 	return ret;
 }
 
-/* Per-file memory: a chunk stays 48 bytes (format v2's flags took spare
- * bits of the device field). Its flags are the journal's, bit for bit. */
-_Static_assert(sizeof(struct chunk) == 48, "struct chunk grew");
+/* Per-file memory: a chunk is 40 bytes (a 32-bit LRU tick and segment id;
+ * format v2's flags took spare bits of the device field). Its flags are the
+ * journal's, bit for bit; its segment id holds any the journal accepts. */
+_Static_assert(sizeof(struct chunk) == 40, "struct chunk grew");
+_Static_assert(JRNL_MAX_SEG_ID <= UINT32_MAX, "segment ids do not fit struct chunk");
 _Static_assert(CHUNK_LOC_MAP == JRNL_LOC_MAP, "chunk and journal location flags differ");
 
 /* The residency record of chunk c (caller holds in->lock): its cold
@@ -568,6 +570,16 @@ uint64_t idx_chunk_size(const struct index *idx)
 uint64_t idx_tick(struct index *idx)
 {
 	return __atomic_add_fetch(&idx->tick, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t idx_tick_now(struct index *idx)
+{
+	return __atomic_load_n(&idx->tick, __ATOMIC_RELAXED);
+}
+
+void idx_tick_seed(struct index *idx, uint64_t tick)
+{
+	__atomic_store_n(&idx->tick, tick, __ATOMIC_RELAXED);
 }
 
 struct inode *idx_get(struct index *idx, uint64_t ino)

@@ -37,9 +37,11 @@ struct chunk {
 	uint8_t queued; /* restore queued/in flight */
 	uint16_t pins;	/* reads/writes in flight on this chunk: not evictable */
 	uint32_t gen;	/* bumped by every write/punch of the chunk */
-	uint64_t atime; /* index tick of the last access (LRU) */
+	/* index tick of the last access (LRU), its low 32 bits: compare ages
+	 * (idx_tick_now() - atime, in 32 bits), never the values, which wrap */
+	uint32_t atime;
 	/* cold location, valid in HOT_CLEAN, COLD, RESTORING (and SPILLING's old copy) */
-	uint64_t seg_id; /* 0 = none */
+	uint32_t seg_id; /* 0 = none; ids are 1..JRNL_MAX_SEG_ID (2^32 - 1) */
 	uint64_t seg_off;
 	uint32_t seg_len;
 	uint32_t seg_crc;
@@ -144,6 +146,9 @@ void idx_free(struct index *idx);
 void idx_set_release_hook(struct index *idx, idx_release_fn fn, void *arg);
 uint64_t idx_chunk_size(const struct index *idx);
 uint64_t idx_tick(struct index *idx); /* monotonic access clock for LRU */
+uint64_t idx_tick_now(struct index *idx); /* its current value, not advanced */
+/* Tests: start the clock at tick (e.g. just below a 32-bit wrap). */
+void idx_tick_seed(struct index *idx, uint64_t tick);
 
 /* Take/drop an internal reference on inode `ino`; NULL if it does not exist. */
 struct inode *idx_get(struct index *idx, uint64_t ino);

@@ -45,7 +45,7 @@
 struct cand {
 	struct inode *in;
 	uint64_t c;
-	uint64_t atime;
+	uint32_t age; /* index ticks since the chunk's last access (mod 2^32) */
 	uint32_t len;
 	uint8_t state;
 };
@@ -56,6 +56,7 @@ struct cand_set {
 	struct inode **refs; /* one internal ref per inode in v */
 	size_t nrefs, refcap;
 	int oom;
+	uint32_t now; /* the index tick when collecting began (low 32 bits) */
 };
 
 /* ---- candidates ---- */
@@ -72,6 +73,15 @@ static int cand_push(struct cand_set *cs, const struct cand *c)
 	}
 	cs->v[cs->n++] = *c;
 	return 0;
+}
+
+/* Ticks since atime at now, both the low 32 bits of the index tick. An
+ * access after now (a reader racing the collection) counts as age 0, not as
+ * 2^32 - 1: the wrap-around age of a tick from the future. */
+static uint32_t chunk_age(uint32_t now, uint32_t atime)
+{
+	uint32_t age = now - atime;
+	return age > UINT32_MAX / 2 ? 0 : age;
 }
 
 /* Candidates of one file: its hot chunks. For a whole-tier round (only ==
@@ -91,7 +101,7 @@ static long collect_chunks(struct tier *t, struct cand_set *cs, struct inode *in
 			    (ch->state != CHUNK_HOT_CLEAN && ch->state != CHUNK_HOT_DIRTY))
 				continue;
 			struct cand cd = {
-			    .in = in, .c = c, .atime = ch->atime, .len = len, .state = ch->state};
+			    .in = in, .c = c, .age = chunk_age(cs->now, ch->atime), .len = len, .state = ch->state};
 			if (cand_push(cs, &cd) < 0) {
 				cs->oom = 1;
 				break;
@@ -146,10 +156,12 @@ static void cand_free(struct tier *t, struct cand_set *cs)
 	memset(cs, 0, sizeof(*cs));
 }
 
-static int by_atime(const void *a, const void *b)
+/* Least recently used first: the oldest age first. Ages, not tick values,
+ * so the order holds across the 32-bit tick's wrap. */
+static int by_age(const void *a, const void *b)
 {
 	const struct cand *x = a, *y = b;
-	return x->atime < y->atime ? -1 : x->atime > y->atime;
+	return x->age > y->age ? -1 : x->age < y->age;
 }
 
 static int by_location(const void *a, const void *b)
@@ -514,7 +526,7 @@ static int evict_round(struct tier *t)
 	uint64_t limit = hot_limit(t->hot);
 	uint64_t low = (uint64_t)(t->cfg->low_watermark * limit);
 	uint64_t used = usage(t), need, got = 0, dirty = 0;
-	struct cand_set cs = {0};
+	struct cand_set cs = {.now = (uint32_t)idx_tick_now(t->idx)};
 	size_t nd = 0;
 	int pressure = under_pressure(t), progress = 0, ret;
 
@@ -523,7 +535,7 @@ static int evict_round(struct tier *t)
 	need = used > low ? used - low : t->chunk_size;
 	collect_hot(t, &cs);
 	if (cs.n) /* cs.v is NULL when nothing was collected: qsort's is nonnull */
-		qsort(cs.v, cs.n, sizeof(*cs.v), by_atime);
+		qsort(cs.v, cs.n, sizeof(*cs.v), by_age);
 
 	/* 1. clean chunks, LRU first: no I/O */
 	for (size_t i = 0; i < cs.n && got < need; i++) {
@@ -584,7 +596,7 @@ static int evict_round(struct tier *t)
 
 int evict_file(struct tier *t, struct inode *in, int drop)
 {
-	struct cand_set cs = {0};
+	struct cand_set cs = {.now = (uint32_t)idx_tick_now(t->idx)};
 	size_t nd = 0;
 	int ret = 0;
 
@@ -623,7 +635,7 @@ out:
 
 int evict_flush_all(struct tier *t)
 {
-	struct cand_set cs = {0};
+	struct cand_set cs = {.now = (uint32_t)idx_tick_now(t->idx)};
 	uint64_t *inos, dirty = 0;
 	size_t n, nd = 0;
 	int ret = 0;

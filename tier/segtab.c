@@ -31,6 +31,9 @@ void segtab_destroy(struct segtab *s)
 	pthread_mutex_destroy(&s->lock);
 }
 
+/* Ids index the table (segtab_slot_locked), so they stay far below
+ * JRNL_MAX_SEG_ID (2^32 - 1, what a journal record and struct chunk hold):
+ * the table of 2^32 entries it would take cannot be allocated. */
 uint64_t segtab_alloc_id(struct tier *t)
 {
 	uint64_t id;

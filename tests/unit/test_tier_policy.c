@@ -233,6 +233,49 @@ static void test_lru_files_spilled_first_in_batches(void **state)
 		idx_put(f->idx, in[i]);
 }
 
+/* The same LRU order when the index tick passes 2^32 while the files are
+ * written: a chunk keeps the tick's low 32 bits, and the evictor compares
+ * ages, so the files written after the wrap (small values) are the newest,
+ * not the oldest. */
+static int any_cold(struct fx *f)
+{
+	return f->t->st.chunks_spilled > 0;
+}
+
+static void test_lru_across_tick_wrap(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in[14];
+	char name[16];
+
+	/* 11 files fit under the threshold (12 MiB of 16): no spill yet */
+	cfg_defaults(f, 16 * MiB);
+	start(f);
+	/* a write takes one tick: f0..f4 get the last five before the wrap */
+	idx_tick_seed(f->idx, (1ull << 32) - 6);
+	for (int i = 0; i < 11; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		in[i] = mk(f, name, MiB, i);
+	}
+	assert_true(in[0]->chunks[0].atime > in[10]->chunks[0].atime); /* it did wrap */
+	assert_int_equal(f->t->st.chunks_spilled, 0);
+	/* three more pass it: one round picks the oldest by age */
+	for (int i = 11; i < 14; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		in[i] = mk(f, name, MiB, i);
+	}
+	assert_true(wait_for(any_cold, f, 10000));
+	assert_true(wait_for(below_threshold, f, 10000));
+	assert_int_equal(chunk_state(in[0], 0), CHUNK_COLD);
+	assert_int_equal(chunk_state(in[1], 0), CHUNK_COLD);
+	for (int i = 8; i < 14; i++) /* written after the wrap, and last */
+		assert_int_not_equal(chunk_state(in[i], 0), CHUNK_COLD);
+	for (int i = 0; i < 14; i++)
+		check_all(f, in[i], i, MiB);
+	for (int i = 0; i < 14; i++)
+		idx_put(f->idx, in[i]);
+}
+
 /* A segment the store fails to make durable drops no RAM copy: the chunks
  * stay dirty and readable; the next attempt spills them. */
 static void test_failed_spill_keeps_ram_copy(void **state)
@@ -440,6 +483,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_lru_files_spilled_first_in_batches, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_lru_across_tick_wrap, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failed_spill_keeps_ram_copy, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_crc_failure_is_eio_for_that_chunk_only, setup,
 					    teardown),
