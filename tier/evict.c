@@ -147,6 +147,41 @@ static void collect_hot(struct tier *t, struct cand_set *cs)
 	free(inos);
 }
 
+/* A chunk keeps the low 32 bits of the index tick, so an age is only
+ * unambiguous below 2^31. Every AGE_PASS ticks the evictor moves every hot
+ * chunk older than AGE_MAX up to AGE_MAX: ages then stay under
+ * AGE_MAX + AGE_PASS < 2^31, the oldest chunks still sort first (tied among
+ * themselves), and a chunk idle for hours on a busy node is not mistaken
+ * for a new one. Chunks with no hot copy need no age. */
+#define AGE_MAX (1u << 30)
+#define AGE_PASS (1ull << 29)
+
+static void age_clamp(struct tier *t)
+{
+	uint64_t now = idx_tick_now(t->idx), *inos;
+	size_t n;
+
+	if (now - __atomic_load_n(&t->aged_at, __ATOMIC_RELAXED) < AGE_PASS ||
+	    hot_list_inos(t->hot, &inos, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct inode *in = idx_get(t->idx, inos[i]);
+		if (!in)
+			continue;
+		idx_inode_lock(in);
+		for (uint64_t c = 0; c < in->nchunks; c++) {
+			struct chunk *ch = &in->chunks[c];
+			uint32_t age = (uint32_t)now - ch->atime;
+			if (age > AGE_MAX && age <= UINT32_MAX / 2) /* above: from the future */
+				ch->atime = (uint32_t)now - AGE_MAX;
+		}
+		idx_inode_unlock(in);
+		idx_put(t->idx, in);
+	}
+	free(inos);
+	__atomic_store_n(&t->aged_at, now, __ATOMIC_RELAXED);
+}
+
 static void cand_free(struct tier *t, struct cand_set *cs)
 {
 	for (size_t i = 0; i < cs->nrefs; i++)
@@ -712,6 +747,7 @@ static void *evictor(void *arg)
 				busy = 0;
 		}
 		pthread_mutex_unlock(&t->lock);
+		age_clamp(t);
 		int r = busy ? evict_round(t) : -1, progress = r != 0;
 		if (busy) {
 			/* restores waiting for room learn whether this round could

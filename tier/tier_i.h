@@ -75,6 +75,7 @@ struct tier {
 	int cold_full; /* last spill failed for lack of cold room */
 	int cold_failing;	/* last spill failed with an I/O error */
 	uint64_t backoff_until; /* no spill before (clock_now_ns) */
+	uint64_t aged_at;	/* index tick of the last age_clamp pass (atomic) */
 	uint64_t flush_total;	/* unmount: dirty bytes to spill (atomic) */
 	uint8_t uuid[16];
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */

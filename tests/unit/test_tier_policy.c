@@ -276,6 +276,51 @@ static void test_lru_across_tick_wrap(void **state)
 		idx_put(f->idx, in[i]);
 }
 
+static uint64_t g_aged_want;
+
+static int aged(struct fx *f)
+{
+	return __atomic_load_n(&f->t->aged_at, __ATOMIC_RELAXED) >= g_aged_want;
+}
+
+/* Files left hot and idle while the tick moves on by more than 2^31 (hours
+ * of a busy node): their 32-bit ages would alias to "new"; the evictor's
+ * periodic pass keeps them the oldest, so they still spill first. */
+static void test_lru_after_long_idle(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in[14];
+	char name[16];
+
+	cfg_defaults(f, 16 * MiB);
+	start(f);
+	for (int i = 0; i < 11; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		in[i] = mk(f, name, MiB, i);
+	}
+	/* 2^31 + 1,000 ticks later, in steps the evictor's pass keeps up with */
+	uint64_t now = idx_tick_now(f->idx);
+	for (int step = 1; step <= 4; step++) {
+		now += (1ull << 29) + 250;
+		idx_tick_seed(f->idx, now);
+		g_aged_want = now;
+		assert_true(wait_for(aged, f, 10000));
+	}
+	assert_int_equal(f->t->st.chunks_spilled, 0);
+	for (int i = 11; i < 14; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		in[i] = mk(f, name, MiB, i);
+	}
+	assert_true(wait_for(any_cold, f, 10000));
+	assert_true(wait_for(below_threshold, f, 10000));
+	for (int i = 11; i < 14; i++) /* the new ones stay */
+		assert_int_not_equal(chunk_state(in[i], 0), CHUNK_COLD);
+	for (int i = 0; i < 14; i++)
+		check_all(f, in[i], i, MiB);
+	for (int i = 0; i < 14; i++)
+		idx_put(f->idx, in[i]);
+}
+
 /* A segment the store fails to make durable drops no RAM copy: the chunks
  * stay dirty and readable; the next attempt spills them. */
 static void test_failed_spill_keeps_ram_copy(void **state)
@@ -484,6 +529,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lru_files_spilled_first_in_batches, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_lru_across_tick_wrap, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lru_after_long_idle, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failed_spill_keeps_ram_copy, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_crc_failure_is_eio_for_that_chunk_only, setup,
 					    teardown),
