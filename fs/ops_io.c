@@ -115,7 +115,10 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	/* Once replied, the file may be released and the inode freed before
 	 * the unpin below: hold a reference across it. */
 	idx_ref(s->idx, in);
-	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+	if (io.mem) /* a cold range, verified: from the read buffer */
+		fuse_reply_buf(req, io.mem, io.len);
+	else
+		fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 	/* the rest of a chunk restored reader's blocks first comes in now */
 	tier_read_end(s->tier, in, &io);
 	idx_put(s->idx, in);

@@ -18,18 +18,33 @@
  *   record is one extent, the whole chunk).
  * - Reader's range first (partial restore): a read of a COLD chunk with a
  *   v2 mapped record fetches and verifies only the 64 KiB blocks its range
- *   covers (seg_read_part), writes them into the hot file and answers; the
- *   same thread then restores the rest after the reply (restore_rest_locked,
- *   from tier_read_end). Meanwhile the chunk is RESTORING and a struct
- *   rst_part in a small side table (t->parts, only while it lasts) records
- *   which blocks are in RAM: readers of those go on, everyone else (other
- *   blocks, writes, truncate, eviction) waits for the chunk to leave
- *   RESTORING, so a write always lands after the restore and wins, and no
- *   reader sees a block before it was written whole. A v1 (or small plain)
- *   record has one crc: it is restored whole.
+ *   covers (seg_read_part) and answers; the same thread then restores the
+ *   rest after the reply (restore_rest_locked, from tier_read_end).
+ *   Meanwhile the chunk is RESTORING and a struct rst_part in a small side
+ *   table (t->parts, only while it lasts) records which blocks are in RAM:
+ *   readers of those go on, everyone else (other blocks, writes, truncate,
+ *   eviction) waits for the chunk to leave RESTORING, so a write always
+ *   lands after the restore and wins, and no reader sees a block before it
+ *   was verified and written whole. A v1 (or small plain) record has one
+ *   crc: it is restored whole.
+ * - Answer from the read buffer: when the read lies in one chunk and its
+ *   bytes are all data (no hole), the reply is the verified bytes in the
+ *   read buffer itself (tier_io.mem, fuse_reply_buf), not a write into tmpfs
+ *   and a read back. The rst_part holds that buffer (held) until the rest
+ *   starts, after the reply: the blocks are written into the hot file and
+ *   only then published, so other readers of them wait as for any block.
+ * - Publish as it lands: the rest of a partial restore, and every restore
+ *   by a worker (prefetch, read-ahead) of a mapped record of more than one
+ *   piece, come in a piece at a time (part_fill: 1 MiB from NVMe, the whole
+ *   missing range in one GET from S3), each read, verified, written and
+ *   then set in the rst_part bitmap, with a wake-up: a sequential reader
+ *   waiting for block k of a chunk restored ahead of it goes on once k's
+ *   piece is in, not after the whole chunk.
  * - A bad block is EIO to the reads that need it: the rest of a partial
- *   restore fails, the chunk goes back to COLD (its range punched once no
- *   reader holds it) and reads of other blocks fetch their own blocks again.
+ *   restore (or a worker's restore) fails at the first bad piece, readers
+ *   of the pieces already published finish, then the chunk goes back to
+ *   COLD (its range punched once no reader holds it) and reads of other
+ *   blocks fetch their own blocks again.
  * - Sequential readers: the fs layer asks for io_workers chunks ahead
  *   (restore_ahead); those jobs go before the prefetch queue and run at
  *   normal I/O priority, prefetch at idle priority.
@@ -76,8 +91,17 @@ struct rst_part {
 	int tier;	  /* cold tier it comes from (0 nvme, 1 s3) */
 	int64_t reserved; /* hot room held until the rest is in */
 	uint64_t t0;	  /* restore start */
+	/* the reader's blocks, verified, answered from memory and not yet in
+	 * the hot file (held): chunk bytes [hlo, hhi) of sc */
+	int held;
+	uint64_t hlo, hhi;
+	struct seg_chunk sc;
 	uint64_t have[PART_BLKS / 64]; /* blocks in the hot file */
 };
+
+/* Bytes a restore of a mapped record reads, verifies, writes and publishes
+ * at a time from an NVMe segment (S3: the whole missing range, one GET). */
+#define PUB_PIECE (1u << 20)
 
 static unsigned part_bucket(uint64_t ino, uint64_t c)
 {
@@ -307,10 +331,30 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	return ret;
 }
 
+/* When the reader's bytes [rlo, rhi) of the chunk lie inside one data extent
+ * of sc: a pointer to them in sc's buffer, else NULL. */
+static const void *reply_bytes(const struct seg_chunk *sc, uint64_t rlo, uint64_t rhi)
+{
+	uint64_t pos = 0;
+
+	for (uint32_t i = 0; i < sc->next; pos += sc->ext[i].len, i++) {
+		uint64_t xo = sc->ext[i].off, xe = xo + sc->ext[i].len;
+
+		if (xo <= rlo && rhi <= xe)
+			return sc->data + pos + (rlo - xo);
+	}
+	return NULL;
+}
+
 /* First step of a partial restore of chunk c (RESTORING, p fresh): blocks
- * [b0, b1] only. On failure the chunk is COLD again and p is gone. */
+ * [b0, b1] only, which cover the reader's bytes [rlo, rhi). With mem, when
+ * those bytes are all data, they are not written into the hot file here:
+ * *mem points at them in the verified read buffer, which p holds until
+ * restore_rest_locked writes them (after the reply). On failure the chunk
+ * is COLD again and p is gone. */
 static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p,
-			     uint32_t b0, uint32_t b1)
+			     uint32_t b0, uint32_t b1, uint64_t rlo, uint64_t rhi,
+			     const void **mem)
 {
 	struct seg_entry e = entry_of(in, c);
 	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
@@ -330,7 +374,16 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 	idx_inode_unlock(in);
 	p->reserved = evict_room_for_restore(t, fd, base, clen);
 	ret = chunk_read(t, seg, &e, lo, hi - lo, 0, &sc, &p->tier);
-	if (ret == 0) {
+	if (ret == 0 && mem && (*mem = reply_bytes(&sc, rlo, rhi))) {
+		/* answered from sc; written and published after the reply */
+		p->sc = sc;
+		if (sc.ext == sc.in_) /* the inline extents moved with it */
+			p->sc.ext = p->sc.in_;
+		p->held = 1;
+		__atomic_add_fetch(&t->st.buffer_replies, 1, __ATOMIC_RELAXED);
+		p->hlo = lo;
+		p->hhi = hi;
+	} else if (ret == 0) {
 		uint64_t done = 0;
 		if ((ret = write_extents(fd, base, &sc, lo, hi, &done)) == 0)
 			__atomic_add_fetch(&t->st.bytes_restored, done, __ATOMIC_RELAXED);
@@ -340,7 +393,8 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 	}
 	idx_inode_lock(in);
 	if (ret == 0) {
-		part_set(p, b0, b1);
+		if (!p->held)
+			part_set(p, b0, b1);
 		__atomic_add_fetch(&t->st.partial_restores, 1, __ATOMIC_RELAXED);
 		idx_inode_wake(in);
 		return 0;
@@ -363,13 +417,15 @@ out_cold:
 }
 
 int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
-			int *rest, int *tier)
+			int *rest, int *tier, const void **mem)
 {
 	uint32_t b0 = (uint32_t)(lo / SEG_BLOCK), b1 = (uint32_t)((hi - 1) / SEG_BLOCK);
 	struct rst_part *p;
 	int ret;
 
 	*tier = -1;
+	if (mem)
+		*mem = NULL;
 	for (;;) {
 		struct chunk *ch = &in->chunks[c]; /* the map may move while unlocked */
 		uint32_t clen;
@@ -383,8 +439,11 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 		}
 		if (ch->state == CHUNK_RESTORING) {
 			p = part_find(t, in->ino, c);
-			if (p && !p->failed && part_has(p, b0, b1))
-				break; /* its blocks are in: read them while the rest comes */
+			if (p && !p->failed && part_has(p, b0, b1)) {
+				/* its blocks are in: read them while the rest comes */
+				__atomic_add_fetch(&t->st.published_reads, 1, __ATOMIC_RELAXED);
+				break;
+			}
 			idx_inode_wait(in);
 			continue;
 		}
@@ -393,7 +452,7 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 		if (rest && (ch->seg_flags & CHUNK_LOC_MAP) && hi <= clen &&
 		    (uint64_t)(b1 + 1 - b0) * SEG_BLOCK < clen &&
 		    (p = part_new(t, in->ino, c))) {
-			if ((ret = part_first_locked(t, in, c, p, b0, b1)) < 0)
+			if ((ret = part_first_locked(t, in, c, p, b0, b1, lo, hi, mem)) < 0)
 				return ret;
 			*rest = 1;
 			break;
@@ -406,42 +465,110 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 	return 0;
 }
 
-int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
+/* Write the held reader's blocks of p (see part_first_locked) into the hot
+ * file and publish them. in->lock not held. 0 or -errno. */
+static int part_put_held(struct tier *t, struct inode *in, struct rst_part *p, int fd,
+			 uint64_t base)
 {
-	struct rst_part *p = part_find(t, in->ino, c);
-	struct seg_entry e = entry_of(in, c);
-	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
-	uint32_t clen = tier_chunk_len(t, in->size, c), nb = (clen + SEG_BLOCK - 1) / SEG_BLOCK;
-	int fd = in->hot_fd, ret;
-	struct seg_chunk sc;
+	uint64_t done = 0;
+	int ret;
 
-	if (!p) /* cannot be: the caller started it */
-		return -EINVAL;
+	if (!p->held)
+		return 0;
+	ret = write_extents(fd, base, &p->sc, p->hlo, p->hhi, &done);
+	seg_chunk_free(&p->sc);
+	p->held = 0;
+	if (ret < 0) {
+		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+		return ret;
+	}
+	__atomic_add_fetch(&t->st.bytes_restored, done, __ATOMIC_RELAXED);
+	idx_inode_lock(in);
+	part_set(p, (uint32_t)(p->hlo / SEG_BLOCK), (uint32_t)((p->hhi - 1) / SEG_BLOCK));
+	idx_inode_wake(in);
 	idx_inode_unlock(in);
-	/* one read of the whole record (the map and every block) */
-	ret = chunk_read(t, seg, &e, 0, 0, 1, &sc, NULL);
-	if (ret == 0) {
-		uint64_t done = 0;
-		/* only the blocks not in RAM yet: runs of missing blocks
-		 * (only this thread sets p->have now) */
-		for (uint32_t b = 0; ret == 0 && b < nb;) {
-			uint32_t r = b;
-			if (part_has(p, b, b)) {
-				b++;
+	return 0;
+}
+
+/*
+ * Bring in the blocks of chunk c (clen bytes, record e in segment seg) that
+ * p does not have, in chunk order, a piece at a time: each piece is read,
+ * verified, written into the hot file (fd) and published in p->have, so a
+ * reader waiting for one of its blocks goes on while the rest still
+ * arrives. A piece is PUB_PIECE bytes from NVMe; from S3 the whole missing
+ * range is one GET (a request costs more than the bytes). Only this thread
+ * sets bits of p->have meanwhile. in->lock not held. 0 or -errno.
+ */
+static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p, int fd,
+		     const struct seg_entry *e, uint64_t seg, uint32_t clen)
+{
+	uint32_t nb = (clen + SEG_BLOCK - 1) / SEG_BLOCK, per = PUB_PIECE / SEG_BLOCK;
+	uint64_t base = c * t->chunk_size, done = 0;
+	struct store *st;
+	uint32_t dev;
+	int ret;
+
+	if ((ret = part_put_held(t, in, p, fd, base)) < 0)
+		return ret;
+	if (segtab_locate(t, seg, &st, &dev) == 0 && tier_of(st))
+		per = nb;
+	for (uint32_t b = 0; ret == 0 && b < nb; b += per) {
+		uint32_t end = b + per < nb ? b + per : nb, m0 = end, m1 = 0;
+		struct seg_chunk sc;
+
+		for (uint32_t k = b; k < end; k++)
+			if (!part_has(p, k, k)) {
+				if (m0 == end)
+					m0 = k;
+				m1 = k;
+			}
+		if (m0 == end)
+			continue; /* all in already */
+		uint64_t lo = (uint64_t)m0 * SEG_BLOCK, hi = (uint64_t)(m1 + 1) * SEG_BLOCK;
+		if (hi > clen)
+			hi = clen;
+		if ((ret = chunk_read(t, seg, e, lo, hi - lo, 0, &sc, &p->tier)) < 0)
+			break;
+		/* only the runs of missing blocks: a reader may be reading the others */
+		for (uint32_t k = m0; ret == 0 && k <= m1;) {
+			uint32_t r = k;
+			if (part_has(p, k, k)) {
+				k++;
 				continue;
 			}
-			while (r < nb && !part_has(p, r, r))
+			while (r <= m1 && !part_has(p, r, r))
 				r++;
-			uint64_t hi = (uint64_t)r * SEG_BLOCK < clen ? (uint64_t)r * SEG_BLOCK : clen;
-			ret = write_extents(fd, base, &sc, (uint64_t)b * SEG_BLOCK, hi, &done);
-			b = r;
+			uint64_t rhi = (uint64_t)r * SEG_BLOCK < clen ? (uint64_t)r * SEG_BLOCK : clen;
+			ret = write_extents(fd, base, &sc, (uint64_t)k * SEG_BLOCK, rhi, &done);
+			k = r;
 		}
-		if (ret == 0)
-			__atomic_add_fetch(&t->st.bytes_restored, done, __ATOMIC_RELAXED);
-		else
-			__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
 		seg_chunk_free(&sc);
+		if (ret < 0) {
+			__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+			break;
+		}
+		idx_inode_lock(in);
+		part_set(p, m0, m1);
+		idx_inode_wake(in);
+		idx_inode_unlock(in);
 	}
+	__atomic_add_fetch(&t->st.bytes_restored, done, __ATOMIC_RELAXED);
+	return ret;
+}
+
+/* Fill the rest of chunk c (RESTORING, p its entry, p->reserved and the hot
+ * fd held) and finish the restore: HOT_CLEAN, or COLD (hole punched once no
+ * reader holds it) when a block fails. in->lock held; dropped during I/O.
+ * p is gone afterwards. 0 or -errno. */
+static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p)
+{
+	struct seg_entry e = entry_of(in, c);
+	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
+	uint32_t clen = tier_chunk_len(t, in->size, c);
+	int fd = in->hot_fd, ret;
+
+	idx_inode_unlock(in);
+	ret = part_fill(t, in, c, p, fd, &e, seg, clen);
 	idx_inode_lock(in);
 	if (ret == 0) {
 		uint64_t ns = clock_now_ns() - p->t0;
@@ -456,6 +583,10 @@ int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
 		 * the range goes (bounded: readers hold a pin only while the
 		 * kernel copies their reply) */
 		struct timespec dl = clock_deadline_ms(10000);
+		if (p->held) { /* never written: its reader has its reply */
+			seg_chunk_free(&p->sc);
+			p->held = 0;
+		}
 		p->failed = 1;
 		idx_inode_wake(in);
 		while (in->chunks[c].pins > 0 &&
@@ -480,6 +611,43 @@ int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
 		hot_unreserve(t->hot, (uint64_t)p->reserved);
 	part_del(t, p);
 	return ret;
+}
+
+int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	struct rst_part *p = part_find(t, in->ino, c);
+
+	if (!p) /* cannot be: the caller started it */
+		return -EINVAL;
+	return part_finish_locked(t, in, c, p);
+}
+
+/* A restore of chunk c (RESTORING) that publishes its blocks as they land
+ * (part_fill), for the workers: a sequential reader waiting for a block of a
+ * chunk restored ahead of it is served once that block is in, not after
+ * the whole chunk. Records with one crc (plain, v1) and chunks of one piece
+ * are restored whole. in->lock held, dropped during I/O. 0 or -errno. */
+static int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	uint32_t clen = tier_chunk_len(t, in->size, c);
+	struct rst_part *p;
+	int fd;
+
+	if (!(in->chunks[c].seg_flags & CHUNK_LOC_MAP) || clen <= PUB_PIECE ||
+	    part_find(t, in->ino, c) || !(p = part_new(t, in->ino, c)))
+		return restore_chunk_locked(t, in, c);
+	p->t0 = clock_now_ns();
+	fd = hot_fd_get_locked(t->hot, in); /* put by part_finish_locked */
+	if (fd < 0) {
+		in->chunks[c].state = CHUNK_COLD;
+		part_del(t, p);
+		idx_inode_wake(in);
+		return fd;
+	}
+	idx_inode_unlock(in);
+	p->reserved = evict_room_for_restore(t, fd, c * t->chunk_size, clen);
+	idx_inode_lock(in);
+	return part_finish_locked(t, in, c, p);
 }
 
 int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
@@ -638,7 +806,7 @@ static void *restore_worker(void *arg)
 					uring_set_ioprio(j->ahead || j->c < 2 ? IOPRIO_NORMAL
 									      : IOPRIO_IDLE);
 					ch->state = CHUNK_RESTORING;
-					restore_chunk_locked(t, in, j->c);
+					restore_pub_locked(t, in, j->c);
 				}
 			}
 			idx_inode_unlock(in);

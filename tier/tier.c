@@ -384,6 +384,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 	int ret, waited = -1;
 
 	io->rest = 0;
+	io->mem = NULL;
 	idx_inode_lock(in);
 	size = in->size;
 	if (off >= size || len == 0) {
@@ -402,8 +403,9 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 			uint64_t hi = off + len - cs < t->chunk_size ? off + len - cs : t->chunk_size;
 			int rest = 0, tier;
 
+			/* one chunk: a cold range may be answered from memory */
 			ret = restore_read_locked(t, in, c, lo, hi, c - io->first < 64 ? &rest : NULL,
-						  &tier);
+						  &tier, io->first == io->last ? &io->mem : NULL);
 			if (ret < 0) {
 				if (c > io->first)
 					pin(in, io->first, c - 1, -1);
@@ -1024,8 +1026,10 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	    (unsigned long long)t->rec.lost_files);
 	if (pos > 0 && (size_t)pos < len)
 		pos += snprintf(buf + pos, len - (size_t)pos,
-				"\"partial_restores\":%llu,\"readahead_chunks\":%llu,\"latency\":{",
-				LD(t->st.partial_restores), LD(t->st.readahead_chunks));
+				"\"partial_restores\":%llu,\"readahead_chunks\":%llu,"
+				"\"published_reads\":%llu,\"buffer_replies\":%llu,\"latency\":{",
+				LD(t->st.partial_restores), LD(t->st.readahead_chunks),
+				LD(t->st.published_reads), LD(t->st.buffer_replies));
 	for (int k = 0; k < 4 && pos > 0 && (size_t)pos < len; k++) {
 		/* first byte, then whole-chunk restore; nvme, then s3 */
 		const struct lhist *h = k < 2 ? &t->st.h_first[k] : &t->st.h_rst[k - 2];

@@ -27,6 +27,9 @@ struct tier_io {
 	uint64_t claimed;     /* bit i: chunk first+i was COLD, wholly overwritten */
 	uint64_t rest;	      /* reads: bit i: chunk first+i partly restored, the
 			       * rest follows in tier_read_end (after the reply) */
+	const void *mem;      /* reads: when set, the len bytes to answer (the
+			       * verified cold read, not in the hot file yet;
+			       * valid until tier_read_end); else read fd */
 };
 
 /* Page-cache invalidation, provided by the fs layer (FUSE notify). */
@@ -47,7 +50,8 @@ void tier_close(struct tier *t, struct inode *in);
 
 /* A read of a cold range waits only for the blocks it covers; the rest of
  * those chunks is restored by tier_read_end, which the caller calls once it
- * answered (it may take a chunk's restore time). */
+ * answered (it may take a chunk's restore time). The answer is io->mem when
+ * set (a cold range within one chunk), else io->len bytes of io->fd at off. */
 int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io);
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io);
 /* A sequential reader is at off: keep io_workers chunks after off's chunk

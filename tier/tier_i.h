@@ -47,6 +47,8 @@ struct tier_stats {
 	struct lhist h_rst[2];	 /* one chunk restore: start .. whole chunk in RAM */
 	uint64_t partial_restores; /* chunks restored the reader's blocks first */
 	uint64_t readahead_chunks; /* restores queued ahead of a sequential reader */
+	uint64_t published_reads;  /* reads served from blocks of a chunk still restoring */
+	uint64_t buffer_replies;   /* cold reads answered from the verified read buffer */
 };
 
 struct tier {
@@ -208,10 +210,14 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
  * must call restore_rest_locked() once it answered the reader (the chunk
  * stays RESTORING until then; other readers of blocks already in RAM go
  * on, everyone else waits). *tier gets the cold tier waited on (0 nvme, 1
- * s3) or -1 if the bytes were in RAM. 0 or -errno (nothing pinned).
+ * s3) or -1 if the bytes were in RAM. With mem (may be NULL), a partial
+ * restore whose range is all data answers from its verified read buffer:
+ * *mem points at bytes [lo, hi), valid until restore_rest_locked, which
+ * writes them into the hot file (*mem NULL otherwise: read the hot file).
+ * 0 or -errno (nothing pinned).
  */
 int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
-			int *rest, int *tier);
+			int *rest, int *tier, const void **mem);
 /* The rest of a partial restore of chunk c (in->lock held; dropped during
  * I/O): HOT_CLEAN, or COLD (hole punched) when a block fails. 0 or -errno. */
 int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c);

@@ -56,6 +56,17 @@ class FaultinCase(TierCase):
         self.assertEqual(self.state(p)["cold"], -(-size // (4 * MiB)))
         return p
 
+    def read_through(self, p, tag, size):
+        """Read p from 0 to size in 1 MiB reads (one open, its cached pages
+        dropped, kernel readahead on), each checked."""
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            for off in range(0, size, MiB):
+                self.check_read(fd, tag, off, min(MiB, size - off))
+        finally:
+            os.close(fd)
+
     def check_read(self, fd, tag, off, n):
         got = os.pread(fd, n, off)
         exp = content(tag, off, n)
@@ -79,6 +90,8 @@ class TestPartial(FaultinCase):
             os.close(fd)
         s1 = self.stats()
         self.assertEqual(s1["partial_restores"] - s0["partial_restores"], 1, s1)
+        # answered from the verified read buffer, written into RAM after
+        self.assertEqual(s1["buffer_replies"] - s0["buffer_replies"], 1, s1)
         fb = s1["latency"]["first_byte"]["nvme"]
         self.assertGreaterEqual(fb["count"], 1, s1["latency"])
         self.assertGreater(fb["p50_us"], 0, s1["latency"])
@@ -190,19 +203,100 @@ class TestSequential(FaultinCase):
     def test_sequential_reader_gets_chunks_ahead(self):
         size = 64 * MiB
         p = self.cold_file("seq", 15, size)
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            off = 0
-            while off < size:
-                n = min(MiB, size - off)
-                self.check_read(fd, 15, off, n)
-                off += n
-        finally:
-            os.close(fd)
+        self.read_through(p, 15, size)
         st = self.stats()
         self.assertGreater(st["readahead_chunks"], 0, st)
         self.assertEqual(st["errors"], {"io": 0, "crc": 0})
+
+
+class TestPublished(FaultinCase):
+    """Restores by the workers (restore=open, read-ahead) publish each piece
+    of a chunk as it lands: readers of it go on while the rest of the chunk
+    still arrives; a bad block fails only the reads that need it; a write
+    into a chunk being restored lands after it and wins."""
+
+    def big_chunk_file(self, name, tag, size, chunk="64M"):
+        self.tier_mount(hot_size="512M", chunk_size=chunk, min_spill_size=chunk,
+                        restore="open")
+        p = self.p(name)
+        write_content(p, tag, size)
+        self.evict(p)
+        return p
+
+    def test_reader_served_while_rest_arrives(self):
+        size = 128 * MiB
+        p = self.big_chunk_file("pub", 21, size)
+        s0 = self.stats()
+        self.read_through(p, 21, size)  # the open queues both chunks for the workers
+        s1 = self.stats()
+        # 64 MiB chunks come in 1 MiB pieces: the reader caught some of
+        # them before their chunk was whole
+        self.assertGreater(s1["published_reads"] - s0["published_reads"], 0, s1)
+        sys.stderr.write(" [published_reads %d] " % (s1["published_reads"] - s0["published_reads"]))
+        self.poll(lambda: self.state(p)["restoring"] == 0, 20, "restores")
+        self.assertEqual(self.state(p)["cold"], 0)
+        self.assertContent(p, 21, size)
+        self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
+
+    def test_flipped_byte_in_published_chunk(self):
+        size = 32 * MiB
+        p = self.big_chunk_file("bad", 22, size, chunk="16M")
+        segs = [os.path.join(self.cold[0], n) for n in seg_files(self.cold[0])]
+        ents = [(sp, e) for sp in segs for e in seg_entries(sp) if e[1] == 1]
+        self.assertEqual(len(ents), 1, ents)
+        seg, (_ino, _c, flags, off, ln, clen) = ents[0]
+        self.assertEqual((flags, clen), (1, 16 * MiB), ents)
+        bad = 40  # in the third 1 MiB piece of chunk 1
+        with open(seg, "r+b") as f:
+            f.seek(off + bad * BLOCK + 7)
+            b = f.read(1)
+            f.seek(off + bad * BLOCK + 7)
+            f.write(bytes([b[0] ^ 0x01]))
+        fd = os.open(p, os.O_RDONLY)  # the workers restore both chunks
+        try:
+            # the worker of chunk 1 fails at the bad piece, after publishing
+            # the two before it; chunk 1 goes back to cold
+            self.poll(lambda: self.stats()["errors"]["crc"] > 0, 20, "crc error")
+            self.poll(lambda: self.state(p)["restoring"] == 0, 20, "restores")
+        finally:
+            os.close(fd)
+        fd = open_uncached(p)
+        try:
+            base = 16 * MiB
+            for blk in (0, 17, 39, 41, 200, 255):
+                self.check_read(fd, 22, base + blk * BLOCK + 100, 4 * KiB)
+            with self.assertRaises(OSError) as cm:
+                os.pread(fd, 4 * KiB, base + bad * BLOCK)
+            self.assertEqual(cm.exception.errno, errno.EIO)
+            self.check_read(fd, 22, 0, 16 * MiB)  # chunk 0 is whole and good
+        finally:
+            os.close(fd)
+        self.assertNotIn("restoring=1", os.getxattr(p, "user.spillway.state").decode())
+
+    def test_write_into_chunk_being_published(self):
+        size = 64 * MiB
+        p = self.big_chunk_file("w", 23, size)
+        new = b"\x5a" * (300 * KiB)
+        fd = os.open(p, os.O_RDWR)  # the worker starts on the chunk
+        try:
+            self.check_read(fd, 23, 0, 4 * KiB)
+            self.assertEqual(os.pwrite(fd, new, 40 * MiB + 3), len(new))
+        finally:
+            os.close(fd)
+        exp = bytearray(content(23, 0, size))
+        exp[40 * MiB + 3:40 * MiB + 3 + len(new)] = new
+        for rnd in range(2):
+            fd = open_uncached(p)
+            try:
+                got = b""
+                while len(got) < size:
+                    got += os.pread(fd, min(8 * MiB, size - len(got)), len(got))
+            finally:
+                os.close(fd)
+            if got != bytes(exp):
+                self.fail("round %d: wrong from %d" % (rnd, first_diff(got, bytes(exp))))
+            self.evict(p)
+        self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
 
 
 def _load_fsx():
