@@ -16,6 +16,7 @@ struct spw {
 	struct tier *tier;
 	struct fuse_session *se;
 	double entry_timeout, attr_timeout;
+	unsigned max_read; /* the max_read mount option (0: none) */
 };
 
 static inline struct spw *spw_of(fuse_req_t req)

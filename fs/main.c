@@ -9,6 +9,7 @@
 #include "fs/options.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -50,12 +51,51 @@ static void *tune_readahead(void *arg)
 	return NULL;
 }
 
+/*
+ * The read size to mount with (max_read), given the FUSE options in args:
+ * the user's max_read when set, else the largest reply libfuse can splice
+ * from the hot file (one copy) instead of reading it into a malloc'ed buffer
+ * and writing that (two copies, page faults on a fresh buffer): its pipe
+ * must hold the reply plus 3 pages and a header, and F_SETPIPE_SZ may stop at
+ * fs.pipe-max-size (1 MiB by default), so the kernel's 1 MiB read requests
+ * all took the copy path. 0: no cap needed (the pipe can grow enough).
+ */
+static unsigned mount_max_read(const struct fuse_args *args, int *given)
+{
+	unsigned long pmax = 0;
+	int p[2], ok;
+	FILE *f;
+
+	*given = 0;
+	for (int i = 0; i < args->argc; i++) {
+		const char *m = strstr(args->argv[i], "max_read=");
+		if (m && (m == args->argv[i] || m[-1] == ',' || m[-1] == 'o')) {
+			*given = 1;
+			return (unsigned)strtoul(m + 9, NULL, 10);
+		}
+	}
+	if (pipe(p) < 0)
+		return 0;
+	ok = fcntl(p[0], F_SETPIPE_SZ, (1 << 20) + 4 * 4096) >= (1 << 20) + 4 * 4096;
+	close(p[0]);
+	close(p[1]);
+	if (ok || !(f = fopen("/proc/sys/fs/pipe-max-size", "r")))
+		return 0;
+	if (fscanf(f, "%lu", &pmax) != 1)
+		pmax = 0;
+	fclose(f);
+	if (pmax < (256u << 10) || pmax >= (1u << 20) + 4 * 4096)
+		return 0;
+	return (unsigned)((pmax - 4 * 4096) / 4096 * 4096);
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct spw *s = userdata;
 	pthread_t th;
 
 	conn->max_write = 1 << 20;
+	conn->max_read = s->max_read; /* libfuse wants the mount option's value */
 	conn->max_readahead = conn->max_readahead > (1u << 20) ? conn->max_readahead : (1u << 20);
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
@@ -190,6 +230,16 @@ int main(int argc, char *argv[])
 
 	struct fuse_lowlevel_ops ops = {.init = op_init};
 	fs_fill_ops(&ops); /* every op timed (ops_timed.c) */
+	{
+		int given;
+		char mr[32];
+		s.max_read = mount_max_read(&args, &given);
+		if (s.max_read && !given) {
+			snprintf(mr, sizeof(mr), "-omax_read=%u", s.max_read);
+			if (fuse_opt_add_arg(&args, mr) != 0)
+				goto out_tier;
+		}
+	}
 	s.se = fuse_session_new(&args, &ops, sizeof(ops), &s);
 	if (!s.se) {
 		fprintf(stderr, "spillway: cannot create the FUSE session (bad FUSE option?)\n");
