@@ -13,7 +13,17 @@ comparison), against plain files on the same cold disk:
               restore=open, the default) vs fio sequential read (io_uring,
               O_DIRECT, 1 MiB, iodepth 8) of a file in the cold directory;
   cpu         daemon user+sys CPU seconds (/proc/PID/stat) per GiB spilled
-              (evict of the sequential file) and per GiB restored (its read).
+              (evict of the sequential file) and per GiB restored (its read);
+  s3          with node and tests/s3 installed (--no-s3 skips it): the same
+              first byte of files evicted to S3 only (tests/s3/s3rver.js on
+              the cold disk, restore=lazy) vs one 4 KiB ranged GET of a
+              segment object on the same server (SigV4, kept-alive
+              connection, a random offset of the next object each time,
+              caches dropped before each batch as for the mount). The
+              first-byte reads follow one another as soon as each returns,
+              so the rest of the previous file's chunk (a 4 MiB GET) is
+              still being served; "idle" waits for it between reads (not
+              timed), as a lone ranged GET has the server to itself.
 
 Plain files have their page cache dropped with posix_fadvise(DONTNEED) and
 /proc/sys/vm/drop_caches before every sample. Run as root:
@@ -22,6 +32,10 @@ Plain files have their page cache dropped with posix_fadvise(DONTNEED) and
 """
 
 import argparse
+import datetime
+import hashlib
+import hmac
+import http.client
 import json
 import os
 import random
@@ -30,9 +44,21 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 
 MiB = 1 << 20
 KiB = 1 << 10
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+S3RVER_JS = os.path.join(REPO, "tests", "s3", "s3rver.js")
+BUCKET = "fib"
+KEY_ID = SECRET = "S3RVER"
+
+
+def parse_size(v):
+    """'256M', '1G', '4096' -> bytes."""
+    v = v.strip()
+    mult = {"K": KiB, "M": MiB, "G": 1 << 30}.get(v[-1:].upper(), 1)
+    return int(float(v[:-1] if mult > 1 else v) * mult)
 
 
 def drop_caches():
@@ -56,19 +82,23 @@ def cpu_s(pid):
 
 
 class Mount:
-    def __init__(self, binary, cold_root, opts):
+    def __init__(self, binary, cold_root, opts, s3=None):
         self.hot = tempfile.mkdtemp(prefix="fib-hot-", dir="/dev/shm")
         self.cold = tempfile.mkdtemp(prefix="fib-cold-", dir=cold_root)
         self.mnt = tempfile.mkdtemp(prefix="fib-mnt-")
         self.log = tempfile.mktemp(prefix="fib-log-")
-        o = "hot_dir=%s,hot_size=3G,nvme=%s,min_spill_size=64M,chunk_size=4M,state_dir=none" % (
-            self.hot, self.cold) + ("," + opts if opts else "")
+        cold = ("nvme=" + self.cold) if s3 is None else (
+            "s3=s3://%s/spw,s3_endpoint=%s,s3_path_style" % (BUCKET, s3.endpoint))
+        o = "hot_dir=%s,hot_size=3G,%s,min_spill_size=64M,chunk_size=4M,state_dir=none" % (
+            self.hot, cold) + ("," + opts if opts else "")
         self.proc = subprocess.Popen([binary, "-f", "-o", o, self.mnt],
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         t0 = time.time()
         while not os.path.ismount(self.mnt):
             if self.proc.poll() is not None or time.time() - t0 > 20:
-                raise RuntimeError("mount failed: " + open(self.log).read()[-2000:])
+                msg = open(self.log).read()[-2000:]
+                self.close()
+                raise RuntimeError("mount failed: " + msg)
             time.sleep(0.05)
 
     def path(self, n):
@@ -166,6 +196,129 @@ def first_byte(binary, a, plain_dir):
     return out
 
 
+class S3rver:
+    """tests/s3/s3rver.js on a free port, objects under root; stdin is its
+    lifeline (it exits when the pipe closes)."""
+
+    def __init__(self, root):
+        self.dir = tempfile.mkdtemp(prefix="fib-s3-", dir=root)
+        self.log = tempfile.mktemp(prefix="fib-s3log-")
+        self.proc = subprocess.Popen(
+            ["node", S3RVER_JS, "--dir", self.dir, "--port", "0", "--bucket", BUCKET,
+             "--access-key", KEY_ID, "--secret-key", SECRET],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.log, "w"))
+        line = self.proc.stdout.readline().decode()
+        if not line.startswith("ready "):
+            self.stop()
+            raise RuntimeError("s3rver: %r" % line)
+        self.port = int(line.split()[1])
+        self.endpoint = "http://127.0.0.1:%d" % self.port
+        self.conn = None
+
+    def objects(self):
+        """Keys of the stored objects under BUCKET, with their sizes."""
+        root, out = os.path.join(self.dir, BUCKET), {}
+        for d, _, names in os.walk(root):
+            for n in names:
+                if n.endswith("._S3rver_object"):
+                    p = os.path.join(d, n)
+                    out[os.path.relpath(p, root)[:-len("._S3rver_object")]] = os.stat(p).st_size
+        return out
+
+    def ranged_get(self, key, off, n):
+        """One signed GET of bytes [off, off + n) of key on a kept-alive
+        connection: (seconds, body)."""
+        path = "/%s/%s" % (BUCKET, urllib.parse.quote(key))
+        host = "127.0.0.1:%d" % self.port
+        rng = "bytes=%d-%d" % (off, off + n - 1)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        amz, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+        ph = hashlib.sha256(b"").hexdigest()
+        sh = "host;range;x-amz-content-sha256;x-amz-date"
+        creq = "GET\n%s\n\nhost:%s\nrange:%s\nx-amz-content-sha256:%s\nx-amz-date:%s\n\n%s\n%s" % (
+            path, host, rng, ph, amz, sh, ph)
+        scope = "%s/us-east-1/s3/aws4_request" % day
+        sts = "AWS4-HMAC-SHA256\n%s\n%s\n%s" % (amz, scope,
+                                                hashlib.sha256(creq.encode()).hexdigest())
+        k = ("AWS4" + SECRET).encode()
+        for part in (day, "us-east-1", "s3", "aws4_request"):
+            k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+        sig = hmac.new(k, sts.encode(), hashlib.sha256).hexdigest()
+        hdr = {"Host": host, "Range": rng, "x-amz-content-sha256": ph, "x-amz-date": amz,
+               "Authorization": "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, "
+                                "Signature=%s" % (KEY_ID, scope, sh, sig)}
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            self.conn.connect()
+        t0 = time.perf_counter()
+        self.conn.request("GET", path, headers=hdr)
+        r = self.conn.getresponse()
+        body = r.read()
+        dt = time.perf_counter() - t0
+        if r.status != 206 or len(body) != n:
+            raise RuntimeError("ranged GET: %d, %d bytes: %r" % (r.status, len(body), body[:200]))
+        return dt, body
+
+    def stop(self):
+        if self.conn is not None:
+            self.conn.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            os.unlink(self.log)
+        except OSError:
+            pass
+
+
+def s3_first_byte(binary, a, srv):
+    """First byte of files evicted to S3 (restore=lazy), at offset 0 and at
+    a random offset, and one 4 KiB ranged GET of a segment object, each
+    with caches dropped: {case: [seconds]}."""
+    os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"] = KEY_ID, SECRET
+    m = Mount(binary, a.cold, "restore=lazy", s3=srv)
+    out = {}
+    try:
+        names = ["s%03d" % i for i in range(a.files)]
+        for i, n in enumerate(names):
+            write_file(m.path(n), a.file_size, 1000 + i)
+        rng = random.Random(11)
+        offs = [rng.randrange(0, a.file_size - 4 * KiB) // 4096 * 4096 for _ in names]
+        for case, olist, idle in (("s3 offset 0", [0] * len(names), False),
+                                  ("s3 random offset", offs, False),
+                                  ("s3 random, idle", offs[::-1], True)):
+            for n in names:
+                evict(m.path(n))
+            drop_caches()
+            xs = []
+            for n, off in zip(names, olist):
+                xs.append(timed_read(m.path(n), off))
+                # idle: the next read starts once this chunk's rest is in
+                # (one request on an idle server, as the ranged GET below)
+                while idle and b"restoring=0" not in os.getxattr(m.path(n),
+                                                                 "user.spillway.state"):
+                    time.sleep(0.002)
+            out[case] = xs
+        segs = [(k, sz) for k, sz in srv.objects().items() if k.endswith(".spw")]
+        xs = []
+        srv.ranged_get(segs[0][0], 0, 4 * KiB)  # the connection, as the daemon's are open
+        drop_caches()  # once per batch, as for the reads through the mount
+        for i in range(len(names)):
+            k, sz = segs[i % len(segs)]
+            off = rng.randrange(4096, sz - 8 * KiB) // 4096 * 4096
+            xs.append(srv.ranged_get(k, off, 4 * KiB)[0])
+        out["s3 ranged GET"] = xs
+        out["stats"] = m.stats()
+    finally:
+        m.close()
+    return out
+
+
 def fio_read(path, size):
     r = subprocess.run(["fio", "--name=seq", "--filename=" + path, "--rw=read", "--bs=1M",
                         "--size=%d" % size, "--ioengine=io_uring", "--direct=1",
@@ -208,7 +361,7 @@ def sequential(binary, a, plain_dir):
         m.close()
 
 
-def run_build(binary, a, plain_dir, fio_mibps):
+def run_build(binary, a, plain_dir, fio_mibps, srv):
     fb = first_byte(binary, a, plain_dir)
     sq = sequential(binary, a, plain_dir)
     rows = []
@@ -216,7 +369,17 @@ def run_build(binary, a, plain_dir, fio_mibps):
         s, p = fb[(case, "spillway")], fb[(case, "plain")]
         rows.append((case, pct(s, 50) * 1e3, pct(s, 99) * 1e3, pct(p, 50) * 1e3,
                      pct(p, 99) * 1e3))
-    return {"rows": rows, "seq": sq, "fio": fio_mibps, "lat": fb["stats"].get("latency")}
+    s3rows, s3lat = [], None
+    if srv is not None:
+        s3 = s3_first_byte(binary, a, srv)
+        g = s3["s3 ranged GET"]
+        for case in ("s3 offset 0", "s3 random offset", "s3 random, idle"):
+            s = s3[case]
+            s3rows.append((case, pct(s, 50) * 1e3, pct(s, 99) * 1e3, pct(g, 50) * 1e3,
+                           pct(g, 99) * 1e3))
+        s3lat = s3["stats"].get("latency", {}).get("first_byte", {}).get("s3")
+    return {"rows": rows, "seq": sq, "fio": fio_mibps, "lat": fb["stats"].get("latency"),
+            "s3rows": s3rows, "s3lat": s3lat}
 
 
 def main():
@@ -225,10 +388,18 @@ def main():
     ap.add_argument("--base", help="an older build to compare with")
     ap.add_argument("--cold", default="/var/tmp")
     ap.add_argument("--files", type=int, default=50)
-    ap.add_argument("--file-size", type=int, default=16 * MiB)
-    ap.add_argument("--seq-size", type=int, default=1 << 30)
+    ap.add_argument("--file-size", type=parse_size, default=16 * MiB)
+    ap.add_argument("--seq-size", type=parse_size, default=1 << 30)
+    ap.add_argument("--no-s3", action="store_true", help="skip the S3 first byte")
     a = ap.parse_args()
     plain_dir = tempfile.mkdtemp(prefix="fib-plain-", dir=a.cold)
+    srv = None
+    if not a.no_s3:
+        if shutil.which("node") and os.path.isdir(
+                os.path.join(REPO, "tests", "s3", "node_modules", "@20minutes")):
+            srv = S3rver(a.cold)
+        else:
+            print("no node or tests/s3/node_modules: S3 first byte skipped", file=sys.stderr)
     try:
         fpath = os.path.join(plain_dir, "fio.dat")
         write_file(fpath, a.seq_size, 5, sync=True)
@@ -237,22 +408,29 @@ def main():
         builds = [("after", a.build)] + ([("before", a.base)] if a.base else [])
         res = {}
         for name, b in builds:
-            res[name] = run_build(os.path.join(b, "spillway"), a, plain_dir, fio)
+            res[name] = run_build(os.path.join(b, "spillway"), a, plain_dir, fio, srv)
         print("\n%d files of %d MiB, 4 KiB reads, ms (p50 / p99); plain = same files on %s"
               % (a.files, a.file_size // MiB, a.cold))
         for name, r in res.items():
             print("[%s]" % name)
             for case, s50, s99, p50, p99 in r["rows"]:
                 print("  %-14s spillway %7.2f / %7.2f   plain %6.2f / %6.2f   ratio p50 %.2fx"
-                      % (case, s50, s99, p50, p99, s50 / p50))
+                      " p99 %.2fx" % (case, s50, s99, p50, p99, s50 / p50, s99 / p99))
             sq = r["seq"]
             print("  sequential     mount %.0f MiB/s  fio %.0f MiB/s  ratio %.2fx"
                   % (sq["mount_MiBps"], r["fio"], sq["mount_MiBps"] / r["fio"]))
             print("  cpu            %.2f s/GiB spilled, %.2f s/GiB restored"
                   % (sq["cpu_spill_s_per_GiB"], sq["cpu_restore_s_per_GiB"]))
+            for case, s50, s99, g50, g99 in r["s3rows"]:
+                print("  %-16s spillway %7.2f / %7.2f   ranged GET %6.2f / %6.2f   ratio p50 %.2fx"
+                      " p99 %.2fx" % (case, s50, s99, g50, g99, s50 / g50, s99 / g99))
             if r["lat"]:
                 print("  daemon latency %s" % json.dumps(r["lat"]))
+            if r["s3lat"]:
+                print("  daemon s3 first byte %s" % json.dumps(r["s3lat"]))
     finally:
+        if srv is not None:
+            srv.stop()
         shutil.rmtree(plain_dir, ignore_errors=True)
 
 
