@@ -86,6 +86,28 @@ uint64_t slab_mapped(struct slab *s)
 	return m;
 }
 
+void *slab_table_alloc(size_t bytes)
+{
+#ifdef SLAB_PASSTHROUGH
+	return calloc(1, bytes ? bytes : 1);
+#else
+	void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+#endif
+}
+
+void slab_table_free(void *p, size_t bytes)
+{
+#ifdef SLAB_PASSTHROUGH
+	(void)bytes;
+	free(p);
+#else
+	if (p)
+		munmap(p, bytes ? bytes : 1);
+#endif
+}
+
 static size_t class_of(size_t size)
 {
 	return size ? (size - 1) / 8 : 0; /* class c holds sizes up to 8 (c + 1) */

@@ -11,6 +11,11 @@
 
 #include "common/slab.h"
 
+#include <errno.h>
+#include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #define N 20000
 
 static void test_objects_are_zeroed_distinct_and_aligned(void **state)
@@ -78,11 +83,38 @@ static void test_empty_blocks_go_back(void **state)
 	free(v);
 }
 
+/* A table is zeroed, and its pages are the kernel's again once freed (not
+ * kept in a malloc heap): mincore of a freed table's range fails ENOMEM. */
+static void test_table_pages_go_back(void **state)
+{
+	(void)state;
+	size_t bytes = 4u << 20; /* under fs/main.c's 8 MiB mmap threshold */
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned char vec[1];
+	uint64_t *t;
+	/* as the daemon (fs/main.c): calloc would keep it in the heap */
+	mallopt(M_MMAP_THRESHOLD, 8 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	t = slab_table_alloc(bytes);
+	assert_non_null(t);
+	for (size_t i = 0; i < bytes / sizeof(*t); i += 4096)
+		assert_int_equal(t[i], 0);
+	t[bytes / sizeof(*t) - 1] = 42;
+	slab_table_free(t, bytes);
+	if (!slab_pooled())
+		return; /* ASan: calloc/free, so ASan sees the table */
+	errno = 0;
+	assert_int_equal(mincore((void *)((uintptr_t)t & ~(uintptr_t)(page - 1)), (size_t)page, vec),
+			 -1);
+	assert_int_equal(errno, ENOMEM);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_objects_are_zeroed_distinct_and_aligned),
 	    cmocka_unit_test(test_empty_blocks_go_back),
+	    cmocka_unit_test(test_table_pages_go_back),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
