@@ -116,7 +116,7 @@ void tier_snapshot(struct tier *t, struct tier_snapshot *s, int flags)
 /* snprintf at buf + *pos, keeping *pos the length the whole would need */
 #define PUT(...)                                                                           \
 	do {                                                                               \
-		int n_ = snprintf(buf + (*pos < len ? *pos : len), *pos < len ? len - *pos : 0, \
+		int n_ = snprintf(*pos < len ? buf + *pos : NULL, *pos < len ? len - *pos : 0, \
 				  __VA_ARGS__);                                            \
 		if (n_ > 0)                                                                \
 			*pos += (size_t)n_;                                                \
