@@ -18,6 +18,24 @@ void hist_observe(struct hist *h, uint64_t ns)
 	__atomic_add_fetch(&h->count, 1, __ATOMIC_RELAXED);
 }
 
+#define READ_ALL(dst, src, n)                                                              \
+	do {                                                                               \
+		for (unsigned i_ = 0; i_ < (n); i_++)                                      \
+			(dst)->bucket[i_] = __atomic_load_n(&(src)->bucket[i_], __ATOMIC_RELAXED); \
+		(dst)->count = __atomic_load_n(&(src)->count, __ATOMIC_RELAXED);            \
+		(dst)->sum_ns = __atomic_load_n(&(src)->sum_ns, __ATOMIC_RELAXED);          \
+	} while (0)
+
+void hist_read(struct hist *dst, const struct hist *src)
+{
+	READ_ALL(dst, src, HIST_BUCKETS);
+}
+
+void lhist_read(struct lhist *dst, const struct lhist *src)
+{
+	READ_ALL(dst, src, LHIST_BUCKETS);
+}
+
 void hist_write(FILE *f, const char *name, const char *help, const struct hist *h)
 {
 	uint64_t cum = 0, b[HIST_BUCKETS];

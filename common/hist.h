@@ -25,6 +25,8 @@ struct hist {
 extern const double hist_bounds[HIST_BUCKETS - 1];
 
 void hist_observe(struct hist *h, uint64_t ns);
+/* dst = src, each field read atomically (src may be observed meanwhile). */
+void hist_read(struct hist *dst, const struct hist *src);
 /* Write h as NAME_bucket/_sum/_count lines. */
 void hist_write(FILE *f, const char *name, const char *help, const struct hist *h);
 
@@ -42,6 +44,7 @@ struct lhist {
 };
 
 void lhist_observe(struct lhist *h, uint64_t ns);
+void lhist_read(struct lhist *dst, const struct lhist *src);
 /* The q-quantile (0..1) in ns, interpolated in its bucket; 0 when empty. */
 uint64_t lhist_quantile(const struct lhist *h, double q);
 /* Write h as one Prometheus histogram series with the label pair label

@@ -29,11 +29,19 @@ struct blk {
 
 #define HDR (((sizeof(struct blk)) + 15) & ~(size_t)15)
 
+/* Blocks are mapped RUN at a time, as one mapping: the kernel counts
+ * mappings (vm.max_map_count, 65,530 by default), and one per 64 KiB block
+ * would stop the index at ~4 GiB (~20M files). A run's blocks not handed out
+ * yet are never touched, so they cost no RAM. */
+#define RUN 16
+
 struct slab {
 	pthread_mutex_t lock;
 	struct blk *room[NCLASS]; /* per class: blocks with a free object */
 	struct blk *all;
 	uint64_t mapped;
+	uint8_t *spare;	 /* the current run's blocks not handed out yet */
+	uint32_t nspare;
 };
 
 int slab_new(struct slab **out)
@@ -64,6 +72,8 @@ void slab_destroy(struct slab *s)
 		return;
 	while (s->all)
 		unmap_blk(s, s->all);
+	if (s->nspare)
+		munmap(s->spare, (size_t)s->nspare * BLK_SIZE);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -86,25 +96,58 @@ uint64_t slab_mapped(struct slab *s)
 	return m;
 }
 
+void *slab_table_alloc(size_t bytes)
+{
+#ifdef SLAB_PASSTHROUGH
+	return calloc(1, bytes ? bytes : 1);
+#else
+	void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+#endif
+}
+
+void slab_table_free(void *p, size_t bytes)
+{
+#ifdef SLAB_PASSTHROUGH
+	(void)bytes;
+	free(p);
+#else
+	if (p)
+		munmap(p, bytes ? bytes : 1);
+#endif
+}
+
 static size_t class_of(size_t size)
 {
 	return size ? (size - 1) / 8 : 0; /* class c holds sizes up to 8 (c + 1) */
 }
 
-/* A block mapped on a BLK_SIZE boundary: map twice the size, cut the rest. */
-static struct blk *map_blk(void)
+/* A block on a BLK_SIZE boundary, from the current run; a new run is
+ * mapped one block larger than RUN blocks and cut to the boundary. */
+static struct blk *map_blk(struct slab *s)
 {
-	uint8_t *p = mmap(NULL, 2 * BLK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			  -1, 0);
-	uintptr_t a;
-	if (p == MAP_FAILED)
-		return NULL;
-	a = ((uintptr_t)p + BLK_SIZE - 1) & ~(uintptr_t)(BLK_SIZE - 1);
-	if (a > (uintptr_t)p)
-		munmap(p, a - (uintptr_t)p);
-	if ((uint8_t *)a + BLK_SIZE < p + 2 * BLK_SIZE)
-		munmap((uint8_t *)a + BLK_SIZE, (size_t)(p + 2 * BLK_SIZE - ((uint8_t *)a + BLK_SIZE)));
-	return (struct blk *)a;
+	struct blk *b;
+	if (!s->nspare) {
+		size_t len = (RUN + 1) * (size_t)BLK_SIZE;
+		uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				  -1, 0);
+		uint8_t *a, *end;
+		if (p == MAP_FAILED)
+			return NULL;
+		a = (uint8_t *)(((uintptr_t)p + BLK_SIZE - 1) & ~(uintptr_t)(BLK_SIZE - 1));
+		end = a + RUN * (size_t)BLK_SIZE;
+		if (a > p)
+			munmap(p, (size_t)(a - p));
+		if (end < p + len)
+			munmap(end, (size_t)(p + len - end));
+		s->spare = a;
+		s->nspare = RUN;
+	}
+	b = (struct blk *)s->spare;
+	s->spare += BLK_SIZE;
+	s->nspare--;
+	return b;
 }
 
 static void room_add(struct slab *s, struct blk *b)
@@ -132,7 +175,7 @@ static void room_del(struct slab *s, struct blk *b)
 static struct blk *new_blk(struct slab *s, size_t cls)
 {
 	size_t osize = (cls + 1) * 8;
-	struct blk *b = map_blk();
+	struct blk *b = map_blk(s);
 	if (!b)
 		return NULL;
 	b->cls = (uint32_t)cls;

@@ -38,4 +38,15 @@ int slab_pooled(void);
 /* Bytes mapped for blocks (for stats and tests). */
 uint64_t slab_mapped(struct slab *s);
 
+/*
+ * Zeroed memory for one large array (a hash table that doubles), in a
+ * mapping of its own, so freeing it gives its pages back to the kernel at
+ * once. From malloc, a table under the mmap threshold (fs/main.c raises it
+ * to 8 MiB) would stay in a heap when freed: every old copy a table leaves
+ * behind as it doubles to a million slots, ~16 MiB per table. NULL when out
+ * of memory; free with the same size. ASan builds use calloc/free.
+ */
+void *slab_table_alloc(size_t bytes);
+void slab_table_free(void *p, size_t bytes);
+
 #endif

@@ -177,7 +177,7 @@ static uint32_t name_hash(uint64_t parent, const char *name)
 static int rehash_inodes(struct index *idx)
 {
 	uint64_t nsize = idx->itab_size ? idx->itab_size * 2 : 1024;
-	struct inode **nt = calloc(nsize, sizeof(*nt));
+	struct inode **nt = slab_table_alloc(nsize * sizeof(*nt));
 	if (!nt)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < idx->itab_size; i++) {
@@ -188,7 +188,7 @@ static int rehash_inodes(struct index *idx)
 			nt[in->ino & (nsize - 1)] = in;
 		}
 	}
-	free(idx->itab);
+	slab_table_free(idx->itab, idx->itab_size * sizeof(*nt));
 	idx->itab = nt;
 	idx->itab_size = nsize;
 	return 0;
@@ -197,7 +197,7 @@ static int rehash_inodes(struct index *idx)
 static int rehash_dents(struct index *idx)
 {
 	uint64_t nsize = idx->dtab_size ? idx->dtab_size * 2 : 1024;
-	struct dirent_node **nt = calloc(nsize, sizeof(*nt));
+	struct dirent_node **nt = slab_table_alloc(nsize * sizeof(*nt));
 	if (!nt)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < idx->dtab_size; i++) {
@@ -208,7 +208,7 @@ static int rehash_dents(struct index *idx)
 			nt[d->hash & (nsize - 1)] = d;
 		}
 	}
-	free(idx->dtab);
+	slab_table_free(idx->dtab, idx->dtab_size * sizeof(*nt));
 	idx->dtab = nt;
 	idx->dtab_size = nsize;
 	return 0;
@@ -524,8 +524,8 @@ int idx_new(uint64_t chunk_size, struct index **out)
 	*out = idx;
 	return 0;
 fail:
-	free(idx->itab);
-	free(idx->dtab);
+	slab_table_free(idx->itab, idx->itab_size * sizeof(*idx->itab));
+	slab_table_free(idx->dtab, idx->dtab_size * sizeof(*idx->dtab));
 	slab_destroy(idx->slab);
 	free(idx);
 	return -ENOMEM;
@@ -549,8 +549,8 @@ void idx_free(struct index *idx)
 			dent_free(idx, d);
 		}
 	}
-	free(idx->itab);
-	free(idx->dtab);
+	slab_table_free(idx->itab, idx->itab_size * sizeof(*idx->itab));
+	slab_table_free(idx->dtab, idx->dtab_size * sizeof(*idx->dtab));
 	slab_destroy(idx->slab);
 	pthread_mutex_destroy(&idx->lock);
 	free(idx);

@@ -1,14 +1,15 @@
 /*
  * DESIGN
  * - Counters live in struct tier_stats (atomics, bumped where things
- *   happen); this file only renders them. Names follow Prometheus
+ *   happen); this file only renders one snapshot of them (stats.c), the
+ *   same the stats xattr renders as JSON. Names follow Prometheus
  *   conventions: spillway_<what>_<unit>[_total], histograms in seconds.
  * - The file is written to FILE.tmp and renamed over FILE, so a scraper
  *   (node_exporter's textfile collector) never reads half a sample.
  */
 #include "tier/tier_i.h"
 #include "tier/metrics.h"
-#include "index/journal.h"
+#include "tier/stats.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -21,86 +22,55 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LD(x) ((unsigned long long)__atomic_load_n(&(x), __ATOMIC_RELAXED))
-
 static void counter(FILE *f, const char *name, const char *help, unsigned long long v)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
 }
 
-struct unevictable {
-	uint64_t in_use, pinned, spilling, restoring;
-};
-
-static int count_unevictable(void *arg, struct inode *in)
-{
-	struct unevictable *u = arg;
-	if (!S_ISREG(in->mode))
-		return 0;
-	idx_inode_lock(in);
-	for (uint64_t c = 0; c < in->nchunks; c++) {
-		struct chunk *ch = &in->chunks[c];
-		int hot = ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_HOT_CLEAN;
-		if (ch->state == CHUNK_SPILLING)
-			u->spilling++;
-		else if (ch->state == CHUNK_RESTORING)
-			u->restoring++;
-		else if (hot && in->pinned)
-			u->pinned++;
-		else if (hot && ch->pins)
-			u->in_use++;
-	}
-	idx_inode_unlock(in);
-	return 0;
-}
+#define U(x) ((unsigned long long)(x))
 
 void metrics_write(struct tier *t, FILE *f)
 {
-	struct store_dev_stat devs[16];
-	struct unevictable u = {0};
-	uint64_t segs, seg_bytes, seg_live;
-
-	uint64_t tier_bytes[2];
-	segtab_tier_bytes(t, tier_bytes);
+	struct tier_snapshot *s = malloc(sizeof(*s));
+	const struct tier_stats *c;
+	const struct pressure_stats *ps;
+	if (!s)
+		return;
+	tier_snapshot(t, s, SNAP_CHUNKS);
+	c = &s->c;
+	ps = &s->ps;
 	fprintf(f, "# HELP spillway_tier_used_bytes Bytes spillway holds in each tier.\n"
 		   "# TYPE spillway_tier_used_bytes gauge\n");
-	fprintf(f, "spillway_tier_used_bytes{tier=\"hot\"} %llu\n",
-		(unsigned long long)hot_used(t->hot));
+	fprintf(f, "spillway_tier_used_bytes{tier=\"hot\"} %llu\n", U(s->hot_used));
 	for (int k = 0; k < 2; k++)
-		if (k ? t->s3 != NULL : t->store != NULL)
-			fprintf(f, "spillway_tier_used_bytes{tier=\"%s\"} %llu\n",
-				store_name(k ? t->s3 : t->store),
-				(unsigned long long)tier_bytes[k]);
+		if (s->store_name[k])
+			fprintf(f, "spillway_tier_used_bytes{tier=\"%s\"} %llu\n", s->store_name[k],
+				U(s->tier_bytes[k]));
 	fprintf(f,
 		"# HELP spillway_tier_limit_bytes RAM budget of the hot tier.\n"
 		"# TYPE spillway_tier_limit_bytes gauge\n"
 		"spillway_tier_limit_bytes{tier=\"hot\"} %llu\n",
-		(unsigned long long)hot_limit(t->hot));
-	{
-		struct pressure_stats ps;
-		pressure_get(t->pressure, &ps);
-		fprintf(f,
-			"# HELP spillway_hot_size_bytes The hot tier's ceiling (hot_size).\n"
-			"# TYPE spillway_hot_size_bytes gauge\nspillway_hot_size_bytes %llu\n"
-			"# HELP spillway_hot_min_bytes The hot tier's floor under memory pressure.\n"
-			"# TYPE spillway_hot_min_bytes gauge\nspillway_hot_min_bytes %llu\n"
-			"# HELP spillway_mem_available_bytes Memory available to the daemon "
-			"(node MemAvailable, or less in its cgroup).\n"
-			"# TYPE spillway_mem_available_bytes gauge\n"
-			"spillway_mem_available_bytes %llu\n"
-			"# HELP spillway_memory_pressure_psi_some_avg10 PSI memory some avg10 "
-			"(percent; node or cgroup, the higher).\n"
-			"# TYPE spillway_memory_pressure_psi_some_avg10 gauge\n"
-			"spillway_memory_pressure_psi_some_avg10 %.2f\n"
-			"# HELP spillway_memory_pressure 1 while under memory pressure.\n"
-			"# TYPE spillway_memory_pressure gauge\nspillway_memory_pressure %d\n",
-			(unsigned long long)ps.hot_size, (unsigned long long)ps.hot_min,
-			(unsigned long long)ps.available, ps.psi_some10, ps.pressure);
-		counter(f, "spillway_hot_budget_shrinks_total",
-			"Times memory pressure shrank the hot budget.", ps.shrinks);
-		counter(f, "spillway_hot_budget_grows_total",
-			"Times the hot budget grew back after pressure.", ps.grows);
-	}
+		U(s->hot_limit));
+	fprintf(f,
+		"# HELP spillway_hot_size_bytes The hot tier's ceiling (hot_size).\n"
+		"# TYPE spillway_hot_size_bytes gauge\nspillway_hot_size_bytes %llu\n"
+		"# HELP spillway_hot_min_bytes The hot tier's floor under memory pressure.\n"
+		"# TYPE spillway_hot_min_bytes gauge\nspillway_hot_min_bytes %llu\n"
+		"# HELP spillway_mem_available_bytes Memory available to the daemon "
+		"(node MemAvailable, or less in its cgroup).\n"
+		"# TYPE spillway_mem_available_bytes gauge\n"
+		"spillway_mem_available_bytes %llu\n"
+		"# HELP spillway_memory_pressure_psi_some_avg10 PSI memory some avg10 "
+		"(percent; node or cgroup, the higher).\n"
+		"# TYPE spillway_memory_pressure_psi_some_avg10 gauge\n"
+		"spillway_memory_pressure_psi_some_avg10 %.2f\n"
+		"# HELP spillway_memory_pressure 1 while under memory pressure.\n"
+		"# TYPE spillway_memory_pressure gauge\nspillway_memory_pressure %d\n",
+		U(ps->hot_size), U(ps->hot_min), U(ps->available), ps->psi_some10, ps->pressure);
+	counter(f, "spillway_hot_budget_shrinks_total",
+		"Times memory pressure shrank the hot budget.", ps->shrinks);
+	counter(f, "spillway_hot_budget_grows_total",
+		"Times the hot budget grew back after pressure.", ps->grows);
 	/* each family's samples must stay together: one pass per family */
 	for (int fam = 0; fam < 2; fam++) {
 		fprintf(
@@ -110,88 +80,75 @@ void metrics_write(struct tier *t, FILE *f)
 			: "# HELP spillway_cold_dir_avail_bytes Free bytes of each cold "
 			  "directory.\n"
 			  "# TYPE spillway_cold_dir_avail_bytes gauge\n");
-		for (int k = 0; k < 2; k++) {
-			struct store *st = k ? t->s3 : t->store;
-			int n = st ? store_stat(st, devs, 16) : 0;
-			for (int i = 0; i < n && i < 16; i++) {
+		for (int k = 0; k < 2; k++)
+			for (int i = 0; i < s->ndev[k]; i++) {
+				const struct store_dev_stat *d = &s->dev[k][i];
 				if (fam)
-					fprintf(
-					    f,
-					    "spillway_cold_dir_failed{tier=\"%s\",dir=\"%s\"} %d\n",
-					    store_name(st), devs[i].name, devs[i].failed);
+					fprintf(f,
+						"spillway_cold_dir_failed{tier=\"%s\",dir=\"%s\"} %d\n",
+						s->store_name[k], d->name, d->failed);
 				else
 					fprintf(f,
-						"spillway_cold_dir_avail_bytes{tier=\"%s\",dir=\"%"
-						"s\"} %llu\n",
-						store_name(st), devs[i].name,
-						(unsigned long long)devs[i].avail);
+						"spillway_cold_dir_avail_bytes{tier=\"%s\",dir=\"%s\"} "
+						"%llu\n",
+						s->store_name[k], d->name, U(d->avail));
 			}
-		}
 	}
-
-	segtab_totals(t, &segs, &seg_bytes, &seg_live);
 	fprintf(f,
 		"# HELP spillway_segments Segments stored in the cold tiers.\n"
 		"# TYPE spillway_segments gauge\nspillway_segments %llu\n",
-		(unsigned long long)segs);
+		U(s->segs));
 	fprintf(f,
 		"# HELP spillway_segment_bytes Bytes of the stored segments.\n"
 		"# TYPE spillway_segment_bytes gauge\nspillway_segment_bytes %llu\n",
-		(unsigned long long)seg_bytes);
+		U(s->seg_bytes));
 	fprintf(f,
 		"# HELP spillway_segment_live_bytes Segment bytes still referenced.\n"
 		"# TYPE spillway_segment_live_bytes gauge\nspillway_segment_live_bytes %llu\n",
-		(unsigned long long)seg_live);
+		U(s->seg_live));
 
 	counter(f, "spillway_spilled_bytes_total", "Chunk bytes written into segments.",
-		LD(t->st.bytes_spilled));
+		c->bytes_spilled);
 	counter(f, "spillway_spilled_chunks_total", "Chunks written into segments.",
-		LD(t->st.chunks_spilled));
+		c->chunks_spilled);
 	counter(f, "spillway_restored_bytes_total", "Chunk bytes read back into RAM.",
-		LD(t->st.bytes_restored));
+		c->bytes_restored);
 	counter(f, "spillway_restored_chunks_total", "Chunks read back into RAM.",
-		LD(t->st.chunks_restored));
-	counter(f, "spillway_segments_written_total", "Segments written.",
-		LD(t->st.segments_written));
+		c->chunks_restored);
+	counter(f, "spillway_segments_written_total", "Segments written.", c->segments_written);
 	counter(f, "spillway_segments_deleted_total", "Segments deleted by GC.",
-		LD(t->st.segments_deleted));
+		c->segments_deleted);
 	counter(f, "spillway_segments_compacted_total", "Segments compacted by GC.",
-		LD(t->st.segments_compacted));
+		c->segments_compacted);
 	counter(f, "spillway_segments_demoted_total", "Segments moved from NVMe to S3.",
-		LD(t->st.segments_demoted));
-	counter(f, "spillway_enospc_total", "Writes failed with ENOSPC.", LD(t->st.enospc));
-	counter(f, "spillway_writer_waits_total", "Writes that waited for room.",
-		LD(t->st.write_waits));
+		c->segments_demoted);
+	counter(f, "spillway_enospc_total", "Writes failed with ENOSPC.", c->enospc);
+	counter(f, "spillway_writer_waits_total", "Writes that waited for room.", c->write_waits);
 	fprintf(f,
 		"# HELP spillway_errors_total Errors by kind.\n"
 		"# TYPE spillway_errors_total counter\n"
 		"spillway_errors_total{kind=\"io\"} %llu\n"
 		"spillway_errors_total{kind=\"crc\"} %llu\n",
-		LD(t->st.errors_io), LD(t->st.errors_crc));
-	if (t->jrnl) {
-		uint64_t jb, jck, jsy;
-		jrnl_stats(t->jrnl, &jb, &jck, &jsy);
+		U(c->errors_io), U(c->errors_crc));
+	if (s->jrnl_on) {
 		fprintf(f,
 			"# HELP spillway_journal_read_only 1 after a journal write or sync failed "
 			"(changes fail with EIO).\n"
 			"# TYPE spillway_journal_read_only gauge\nspillway_journal_read_only %d\n",
-			jrnl_failed(t->jrnl));
-		counter(f, "spillway_journal_checkpoints_total", "Checkpoints written.", jck);
+			s->jrnl_failed);
+		counter(f, "spillway_journal_checkpoints_total", "Checkpoints written.",
+			s->jrnl_checkpoints);
 		counter(f, "spillway_journal_syncs_total", "Journal fdatasyncs (group commits).",
-			jsy);
+			s->jrnl_syncs);
 		fprintf(f,
 			"# HELP spillway_lost_files Files found lost at mount (data only in RAM, "
 			"RAM gone).\n# TYPE spillway_lost_files gauge\nspillway_lost_files %llu\n",
-			(unsigned long long)t->rec.lost_files);
+			U(s->rec.lost_files));
 	}
-	pthread_mutex_lock(&t->lock);
-	unsigned waiting = t->writers_waiting;
-	pthread_mutex_unlock(&t->lock);
 	fprintf(f,
 		"# HELP spillway_writers_waiting Writers waiting for room now.\n"
 		"# TYPE spillway_writers_waiting gauge\nspillway_writers_waiting %u\n",
-		waiting);
-	idx_for_each(t->idx, count_unevictable, &u);
+		s->writers_waiting);
 	fprintf(f,
 		"# HELP spillway_chunks_unevictable Hot chunks the evictor cannot take now.\n"
 		"# TYPE spillway_chunks_unevictable gauge\n"
@@ -199,29 +156,30 @@ void metrics_write(struct tier *t, FILE *f)
 		"spillway_chunks_unevictable{reason=\"pinned\"} %llu\n"
 		"spillway_chunks_unevictable{reason=\"spilling\"} %llu\n"
 		"spillway_chunks_unevictable{reason=\"restoring\"} %llu\n",
-		(unsigned long long)u.in_use, (unsigned long long)u.pinned,
-		(unsigned long long)u.spilling, (unsigned long long)u.restoring);
+		U(s->unevict_in_use), U(s->unevict_pinned), U(s->unevict_spilling),
+		U(s->unevict_restoring));
 	hist_write(f, "spillway_spill_segment_seconds", "Time to write one segment durably.",
-		   &t->st.h_spill);
+		   &c->h_spill);
 	hist_write(f, "spillway_restore_chunk_seconds",
 		   "Time to bring one chunk back into RAM (what a reader waits for first bytes).",
-		   &t->st.h_restore);
+		   &c->h_restore);
 	hist_write(f, "spillway_writer_wait_seconds", "Time a writer waited for room.",
-		   &t->st.h_wait);
+		   &c->h_wait);
 	for (int i = 0; i < 2; i++)
 		lhist_write(f, "spillway_first_byte_seconds",
 			    i ? NULL
 			      : "A read of a cold range: request to its bytes in RAM, per cold tier.",
-			    i ? "tier=\"s3\"" : "tier=\"nvme\"", &t->st.h_first[i]);
+			    i ? "tier=\"s3\"" : "tier=\"nvme\"", &c->h_first[i]);
 	for (int i = 0; i < 2; i++)
 		lhist_write(f, "spillway_restore_seconds",
 			    i ? NULL : "One chunk restore: start to the whole chunk in RAM, per cold tier.",
-			    i ? "tier=\"s3\"" : "tier=\"nvme\"", &t->st.h_rst[i]);
+			    i ? "tier=\"s3\"" : "tier=\"nvme\"", &c->h_rst[i]);
 	counter(f, "spillway_partial_restores_total",
 		"Chunks restored the reader's blocks first, the rest after the reply.",
-		LD(t->st.partial_restores));
+		c->partial_restores);
 	counter(f, "spillway_readahead_chunks_total",
-		"Chunks restored ahead of a sequential reader.", LD(t->st.readahead_chunks));
+		"Chunks restored ahead of a sequential reader.", c->readahead_chunks);
+	free(s);
 }
 
 static int write_file(struct tier *t)

@@ -12,6 +12,7 @@
  */
 #include "tier/tier_i.h"
 #include "tier/metrics.h"
+#include "tier/stats.h"
 #include "tier/tier.h"
 
 #include "index/journal.h"
@@ -944,114 +945,9 @@ void tier_note_request(struct tier *t, const char *op, uint64_t ns)
 
 int tier_stats_json(struct tier *t, char *buf, size_t len)
 {
-	struct store_dev_stat devs[16];
-	uint64_t inodes, files, segs, seg_bytes, seg_live;
-	unsigned waiting;
-	int ndev = 0, cold_full, pos;
-
-	idx_counts(t->idx, &inodes, &files);
-	segtab_totals(t, &segs, &seg_bytes, &seg_live);
-	pthread_mutex_lock(&t->lock);
-	waiting = t->writers_waiting;
-	cold_full = t->cold_full;
-	const char *slow_op = t->st.slow_op ? t->st.slow_op : "";
-	pthread_mutex_unlock(&t->lock);
-	uint64_t tier_bytes[2];
-	segtab_tier_bytes(t, tier_bytes);
-	if (t->store) {
-		ndev = store_stat(t->store, devs, 16);
-		if (ndev > 16)
-			ndev = 16;
-	}
-	if (t->s3 && ndev < 16) {
-		int n = store_stat(t->s3, devs + ndev, 16 - ndev);
-		ndev += n < 16 - ndev ? n : 16 - ndev;
-	}
-	double spill_s = LD(t->st.spill_ns) / 1e9, rest_s = LD(t->st.restore_ns) / 1e9;
-	uint64_t jb = 0, jck = 0, jsy = 0;
-	if (t->jrnl)
-		jrnl_stats(t->jrnl, &jb, &jck, &jsy);
-	struct pressure_stats ps;
-	pressure_get(t->pressure, &ps);
-	pos = snprintf(
-	    buf, len,
-	    "{\"hot\":{\"used\":%llu,\"limit\":%llu,\"reserved\":%llu,\"hot_size\":%llu,"
-	    "\"hot_min\":%llu},"
-	    "\"pressure\":{\"enabled\":%d,\"budget\":%llu,\"mem_reserve\":%llu,"
-	    "\"mem_available\":%llu,\"cgroup\":%d,\"cgroup_limit\":%llu,\"cgroup_usage\":%llu,"
-	    "\"available\":%llu,\"psi_some_avg10\":%.2f,\"psi_full_avg10\":%.2f,"
-	    "\"psi_trigger\":%d,\"under_pressure\":%d,\"shrinks\":%llu,\"grows\":%llu,"
-	    "\"last_change_ms\":%llu},"
-	    "\"inodes\":%llu,\"files\":%llu,"
-	    "\"segments\":{\"count\":%llu,\"bytes\":%llu,\"live_bytes\":%llu,"
-	    "\"live_ratio\":%.3f,\"written\":%llu,\"deleted\":%llu,"
-	    "\"compacted\":%llu,\"demoted\":%llu},"
-	    "\"tiers\":{\"nvme\":%llu,\"s3\":%llu},"
-	    "\"spilled\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
-	    "\"restored\":{\"bytes\":%llu,\"chunks\":%llu,\"MiBps\":%.1f},"
-	    "\"writers_waiting\":%u,\"write_waits\":%llu,\"enospc\":%llu,"
-	    "\"restore_waits\":%llu,\"restore_overshoots\":%llu,"
-	    "\"slow_request\":{\"op\":\"%s\",\"ms\":%llu},"
-	    "\"cold_full\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},"
-	    "\"journal\":{\"enabled\":%d,\"failed\":%d,\"bytes\":%llu,\"checkpoints\":%llu,"
-	    "\"syncs\":%llu},"
-	    "\"recovery\":{\"records\":%llu,\"truncated_bytes\":%llu,\"dropped_inodes\":%llu,"
-	    "\"damaged_chunks\":%llu,\"orphan_segments\":%llu,\"orphan_hot_files\":%llu,"
-	    "\"ms\":%llu},\"lost_files\":%llu,",
-	    (unsigned long long)hot_used(t->hot), (unsigned long long)hot_limit(t->hot),
-	    (unsigned long long)hot_reserved(t->hot), (unsigned long long)t->cfg->hot_size,
-	    (unsigned long long)t->cfg->hot_min, ps.enabled, (unsigned long long)ps.budget,
-	    (unsigned long long)ps.mem_reserve, (unsigned long long)ps.mem_available, ps.cgroup,
-	    (unsigned long long)ps.cg_limit, (unsigned long long)ps.cg_usage,
-	    (unsigned long long)ps.available, ps.psi_some10, ps.psi_full10, ps.psi_trigger,
-	    ps.pressure, (unsigned long long)ps.shrinks, (unsigned long long)ps.grows,
-	    (unsigned long long)ps.last_change_ms, (unsigned long long)inodes,
-	    (unsigned long long)files, (unsigned long long)segs, (unsigned long long)seg_bytes,
-	    (unsigned long long)seg_live, seg_bytes ? (double)seg_live / (double)seg_bytes : 1.0,
-	    LD(t->st.segments_written), LD(t->st.segments_deleted), LD(t->st.segments_compacted),
-	    LD(t->st.segments_demoted), (unsigned long long)(t->cfg->nvme ? tier_bytes[0] : 0),
-	    (unsigned long long)(t->cfg->nvme ? tier_bytes[1] : tier_bytes[0]),
-	    LD(t->st.bytes_spilled), LD(t->st.chunks_spilled),
-	    spill_s > 0 ? LD(t->st.bytes_spilled) / 1048576.0 / spill_s : 0.0,
-	    LD(t->st.bytes_restored), LD(t->st.chunks_restored),
-	    rest_s > 0 ? LD(t->st.bytes_restored) / 1048576.0 / rest_s : 0.0, waiting,
-	    LD(t->st.write_waits), LD(t->st.enospc), LD(t->st.restore_waits),
-	    LD(t->st.restore_overshoots), slow_op, LD(t->st.slow_op_ns) / 1000000, cold_full, LD(t->st.errors_io),
-	    LD(t->st.errors_crc), t->jrnl != NULL, t->jrnl ? jrnl_failed(t->jrnl) : 0,
-	    (unsigned long long)jb, (unsigned long long)jck, (unsigned long long)jsy,
-	    (unsigned long long)t->rec.records, (unsigned long long)t->rec.truncated,
-	    (unsigned long long)t->rec.dropped_inodes, (unsigned long long)t->rec.damaged_chunks,
-	    (unsigned long long)t->rec.orphan_segments,
-	    (unsigned long long)t->rec.orphan_hot_files, (unsigned long long)t->rec.recover_ms,
-	    (unsigned long long)t->rec.lost_files);
-	if (pos > 0 && (size_t)pos < len)
-		pos += snprintf(buf + pos, len - (size_t)pos,
-				"\"partial_restores\":%llu,\"readahead_chunks\":%llu,"
-				"\"published_reads\":%llu,\"buffer_replies\":%llu,\"latency\":{",
-				LD(t->st.partial_restores), LD(t->st.readahead_chunks),
-				LD(t->st.published_reads), LD(t->st.buffer_replies));
-	for (int k = 0; k < 4 && pos > 0 && (size_t)pos < len; k++) {
-		/* first byte, then whole-chunk restore; nvme, then s3 */
-		const struct lhist *h = k < 2 ? &t->st.h_first[k] : &t->st.h_rst[k - 2];
-		pos += snprintf(buf + pos, len - (size_t)pos,
-				"%s\"%s\":{\"count\":%llu,\"p50_us\":%.1f,\"p99_us\":%.1f,"
-				"\"mean_us\":%.1f}%s",
-				k % 2 ? "" : (k ? "},\"restore\":{" : "\"first_byte\":{"),
-				k % 2 ? "s3" : "nvme", LD(h->count), lhist_quantile(h, 0.5) / 1e3,
-				lhist_quantile(h, 0.99) / 1e3,
-				LD(h->count) ? LD(h->sum_ns) / 1e3 / LD(h->count) : 0.0,
-				k % 2 ? "" : ",");
-	}
-	if (pos > 0 && (size_t)pos < len)
-		pos += snprintf(buf + pos, len - (size_t)pos, "}},\"cold\":[");
-	for (int i = 0; i < ndev && pos > 0 && (size_t)pos < len; i++)
-		pos += snprintf(buf + pos, len - (size_t)pos,
-				"%s{\"dir\":\"%s\",\"used\":%llu,\"avail\":%llu,\"failed\":%d}",
-				i ? "," : "", devs[i].name, (unsigned long long)devs[i].used,
-				(unsigned long long)devs[i].avail, devs[i].failed);
-	if (pos > 0 && (size_t)pos < len)
-		pos += snprintf(buf + pos, len - (size_t)pos, "]}");
-	return pos;
+	struct tier_snapshot snap;
+	tier_snapshot(t, &snap, 0);
+	return stats_json(&snap, t->cfg->nvme != NULL, buf, len);
 }
 
 void tier_statfs(struct tier *t, uint64_t *total, uint64_t *avail)

@@ -60,11 +60,31 @@ static void test_lhist_quantile(void **state)
 	assert_int_equal(h.count, 100);
 }
 
+/* hist_read/lhist_read copy every bucket, the count and the sum. */
+static void test_read_copies(void **state)
+{
+	(void)state;
+	struct hist h = {0}, hc;
+	struct lhist l = {0}, lc;
+	hist_observe(&h, 2000000);
+	hist_observe(&h, 40000000000ull);
+	lhist_observe(&l, 5000);
+	lhist_observe(&l, 7000000);
+	memset(&hc, 0xff, sizeof(hc));
+	memset(&lc, 0xff, sizeof(lc));
+	hist_read(&hc, &h);
+	lhist_read(&lc, &l);
+	assert_memory_equal(&hc, &h, sizeof(h));
+	assert_memory_equal(&lc, &l, sizeof(l));
+	assert_int_equal(lhist_quantile(&lc, 0.99), lhist_quantile(&l, 0.99));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_hist_buckets),
 	    cmocka_unit_test(test_lhist_quantile),
+	    cmocka_unit_test(test_read_copies),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,12 +4,18 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "common/slab.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define N 20000
 
@@ -78,11 +84,77 @@ static void test_empty_blocks_go_back(void **state)
 	free(v);
 }
 
+static int count_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	int n = 0, ch;
+	assert_non_null(f);
+	while ((ch = fgetc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+/* Blocks come in runs of one mapping each: 20M files' worth of blocks must
+ * not reach vm.max_map_count (65,530), so 256 blocks may not add more than
+ * a few dozen mappings (one each would add 256). */
+static void test_blocks_share_mappings(void **state)
+{
+	struct slab *s;
+	enum { SIZE = 512, PER_BLOCK = 65536 / SIZE - 1, BLOCKS = 256 };
+	size_t m = (size_t)PER_BLOCK * BLOCKS;
+	void **v = calloc(m, sizeof(*v));
+	int before, after;
+	(void)state;
+	assert_non_null(v);
+	assert_int_equal(slab_new(&s), 0);
+	before = count_maps();
+	for (size_t i = 0; i < m; i++)
+		assert_non_null(v[i] = slab_alloc(s, SIZE));
+	after = count_maps();
+	if (slab_pooled()) {
+		assert_true(slab_mapped(s) >= (uint64_t)BLOCKS * 65536);
+		assert_true(after - before <= BLOCKS / 8);
+	}
+	for (size_t i = 0; i < m; i++)
+		slab_free(s, v[i], SIZE);
+	slab_destroy(s);
+	free(v);
+}
+
+/* A table is zeroed, and its pages are the kernel's again once freed (not
+ * kept in a malloc heap): mincore of a freed table's range fails ENOMEM. */
+static void test_table_pages_go_back(void **state)
+{
+	(void)state;
+	size_t bytes = 4u << 20; /* under fs/main.c's 8 MiB mmap threshold */
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned char vec[1];
+	uint64_t *t;
+	/* as the daemon (fs/main.c): calloc would keep it in the heap */
+	mallopt(M_MMAP_THRESHOLD, 8 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	t = slab_table_alloc(bytes);
+	assert_non_null(t);
+	for (size_t i = 0; i < bytes / sizeof(*t); i += 4096)
+		assert_int_equal(t[i], 0);
+	t[bytes / sizeof(*t) - 1] = 42;
+	slab_table_free(t, bytes);
+	if (!slab_pooled())
+		return; /* ASan: calloc/free, so ASan sees the table */
+	errno = 0;
+	assert_int_equal(mincore((void *)((uintptr_t)t & ~(uintptr_t)(page - 1)), (size_t)page, vec),
+			 -1);
+	assert_int_equal(errno, ENOMEM);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_objects_are_zeroed_distinct_and_aligned),
 	    cmocka_unit_test(test_empty_blocks_go_back),
+	    cmocka_unit_test(test_table_pages_go_back),
+	    cmocka_unit_test(test_blocks_share_mappings),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
