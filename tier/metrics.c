@@ -179,6 +179,11 @@ void metrics_write(struct tier *t, FILE *f)
 		c->partial_restores);
 	counter(f, "spillway_readahead_chunks_total",
 		"Chunks restored ahead of a sequential reader.", c->readahead_chunks);
+	counter(f, "spillway_published_reads_total",
+		"Cold reads served from pieces of a chunk still being restored.",
+		c->published_reads);
+	counter(f, "spillway_buffer_replies_total",
+		"Cold reads answered from the verified read buffer.", c->buffer_replies);
 	free(s);
 }
 

@@ -71,6 +71,8 @@ class MetricsTest(TierCase):
                          ("spillway_errors_total", "counter"),
                          ("spillway_enospc_total", "counter"),
                          ("spillway_writer_waits_total", "counter"),
+                         ("spillway_published_reads_total", "counter"),
+                         ("spillway_buffer_replies_total", "counter"),
                          ("spillway_chunks_unevictable", "gauge"),
                          ("spillway_spill_segment_seconds", "histogram"),
                          ("spillway_restore_chunk_seconds", "histogram"),
