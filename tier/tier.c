@@ -300,6 +300,7 @@ void tier_free(struct tier *t)
 {
 	if (!t)
 		return;
+	evict_pool_stop(t); /* after the unmount flush (tier_detach) */
 	/* Without a journal the segments cannot be found again: remove them. */
 	for (uint64_t id = 1; !t->keep && id < t->segtab.cap; id++)
 		if (t->segtab.v[id].len)

@@ -20,6 +20,7 @@ struct pressure;
 struct restore_job;
 struct rst_part;
 struct inval_job;
+struct spill_pool;
 
 #define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
 
@@ -88,9 +89,10 @@ struct tier {
 
 	struct segtab segtab; /* the segment table, its own lock (segtab.h) */
 
-	/* evictor thread */
+	/* evictor thread and its pool of io_workers spill threads (evict.c) */
 	pthread_t evict_th;
 	int evict_started;
+	struct spill_pool *spool; /* NULL: not started (spills run inline) */
 
 	/* page-cache invalidations, sent by their own thread: the kernel may
 	 * wait on page locks held by reads that wait for us */
@@ -124,8 +126,12 @@ struct tier {
 };
 
 /* evict.c */
+/* Start the spill pool (io_workers threads), then the evictor thread. */
 int evict_start(struct tier *t);
+/* Stop the evictor thread; the spill pool stays for the unmount flush. */
 void evict_stop(struct tier *t);
+/* Stop the spill pool (tier_free: after the unmount flush). */
+void evict_pool_stop(struct tier *t);
 /* Spill the given file's dirty chunks and drop its hot chunks (evict xattr),
  * or only spill them (fsync write-through) when `drop` is 0. */
 int evict_file(struct tier *t, struct inode *in, int drop);
