@@ -1,8 +1,10 @@
 /*
  * evict — the evictor thread: dropping clean chunks, spilling dirty ones
  * into segments on a fixed pool of io_workers spill threads, and the
- * writer/evictor room handshake. Each round is followed by a GC round
- * (gc.c) and a demotion round (demote.c).
+ * writer/evictor room handshake. After each round it chooses segments for
+ * the maintenance worker (maint_plan: delete, compact, demote), which does
+ * that I/O on its own thread: a compaction or demotion never holds up a
+ * spill.
  *
  * DESIGN
  * - One thread wakes when hot usage (allocated + reserved) crosses
@@ -35,6 +37,7 @@
  */
 #include "tier/tier_i.h"
 #include "index/journal.h"
+#include "tier/maint.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -834,15 +837,16 @@ static void *evictor(void *arg)
 		int r = busy ? evict_round(t) : -1, progress = r != 0;
 		if (busy) {
 			/* restores waiting for room learn whether this round could
-			 * free any, before GC and demotion take their turn */
+			 * free any */
 			pthread_mutex_lock(&t->lock);
 			t->evict_rounds++;
 			t->evict_stuck = r == 0;
 			pthread_cond_broadcast(&t->room);
 			pthread_mutex_unlock(&t->lock);
 		}
-		gc_round(t);
-		demote_round(t);
+		/* choose segments to delete, compact and demote: the maintenance
+		 * worker does the I/O, never this thread */
+		maint_plan(t);
 		pthread_mutex_lock(&t->lock);
 		if (busy && !progress && !t->stopping) {
 			/* nothing evictable right now (or the cold tier failed): back off */

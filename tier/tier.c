@@ -11,6 +11,7 @@
  * - Lock order: index lock, inode lock, tier lock.
  */
 #include "tier/tier_i.h"
+#include "tier/maint.h"
 #include "tier/metrics.h"
 #include "tier/tier.h"
 
@@ -282,6 +283,8 @@ int tier_start(struct tier *t)
 		return ret;
 	if ((ret = restore_start(t)) < 0)
 		return ret;
+	if ((ret = maint_start(t)) < 0)
+		return ret;
 	return evict_start(t);
 }
 
@@ -292,6 +295,7 @@ void tier_stop(struct tier *t)
 	if (!t->store)
 		return;
 	evict_stop(t);
+	maint_stop(t);
 	restore_stop(t);
 	inval_stop(t);
 }
