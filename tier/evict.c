@@ -552,8 +552,9 @@ static void *spill_worker(void *arg)
 }
 
 /* Queue job on the pool, after waiting until its batch has fewer than par
- * segments in flight; 0, 1 when the ring is full (the caller writes it
- * itself), or the batch's first failure (nothing more is queued). */
+ * segments in flight (par: the pool's threads, at least 1); 0, 1 when the
+ * ring is full (the caller writes it itself), or the batch's first failure
+ * (nothing more is queued). */
 static int spill_queue(struct spill_pool *p, struct spill_job *job, unsigned par)
 {
 	struct spill_batch *b = job->batch;
@@ -576,8 +577,8 @@ static int spill_queue(struct spill_pool *p, struct spill_job *job, unsigned par
 }
 
 /* Write the candidates v[0..n) (sorted by location) as segments of about
- * seg_bytes, up to io_workers at once on the spill pool (a lone segment on
- * the caller's thread). No segment is started after one failed. Returns 0
+ * seg_bytes, up to io_workers (the pool's threads) at once on the spill
+ * pool (a lone segment on the caller's thread). No segment is started after one failed. Returns 0
  * or the first -errno. */
 static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_bytes, int drop)
 {
@@ -606,7 +607,7 @@ static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_by
 		start = end;
 	}
 	for (size_t k = 0; k < njobs && ret == 0; k++) {
-		int q = p && njobs > 1 ? spill_queue(p, &jobs[k], t->cfg->io_workers) : 1;
+		int q = p && njobs > 1 ? spill_queue(p, &jobs[k], p->nth) : 1;
 		if (q < 0)
 			break; /* an earlier segment failed */
 		if (q == 0)
