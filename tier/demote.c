@@ -1,14 +1,19 @@
 /*
- * demote — move segments from the first cold tier (nvme) to S3, one round
- * at a time on the evictor's thread (demote_round).
+ * demote — move segments from the first cold tier (nvme) to S3:
+ * demote_pick chooses a batch (the evictor thread, through maint_plan),
+ * demote_segment copies one (the maintenance worker, maint.c).
  *
  * DESIGN
  * - Runs only with both tiers, when the nvme tier is fuller than
- *   nvme_threshold; then demotes the least recently read segments until
- *   it is 5 % below (at most 1024 per round).
+ *   nvme_threshold; then picks the least recently read segments whose
+ *   bytes bring it 5 % below (at most MAINT_QUEUE_MAX per batch). Each job
+ *   looks at the fill again first and ends the batch once it is low
+ *   enough (the bytes freed may differ from the segments' lengths).
  * - A segment is immutable: a plain copy, then its table entry switches to
  *   S3 and is journaled durably, and only then the nvme copy goes. A
  *   restore that looked it up a moment before retries on ENOENT.
+ * - A stopping tier ends a copy between two stages (-ECANCELED): the
+ *   upload is aborted, the nvme copy stays.
  */
 #include "tier/tier_i.h"
 
@@ -21,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fill fraction of the nvme tier (0..1). */
-static double nvme_fill(struct tier *t)
+/* Fill fraction of the nvme tier (0..1); *total_out its bytes if not NULL. */
+static double nvme_fill(struct tier *t, uint64_t *total_out)
 {
 	struct store_dev_stat devs[16];
 	uint64_t total = 0, avail = 0;
@@ -31,6 +36,8 @@ static double nvme_fill(struct tier *t)
 		total += devs[i].total;
 		avail += devs[i].avail;
 	}
+	if (total_out)
+		*total_out = total;
 	return total ? 1.0 - (double)avail / (double)total : 0.0;
 }
 
@@ -54,7 +61,9 @@ static int seg_demote(struct tier *t, uint64_t id)
 		goto out;
 	for (off = 0; off < len; off += SEG_STAGE_SIZE) {
 		size_t n = len - off < SEG_STAGE_SIZE ? len - off : SEG_STAGE_SIZE;
-		if ((ret = store_read(t->store, id, dev, off, buf, n)) < 0 ||
+		if (__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE))
+			ret = -ECANCELED; /* unmount: the nvme copy stays */
+		if (ret < 0 || (ret = store_read(t->store, id, dev, off, buf, n)) < 0 ||
 		    (ret = store_put_append(put, buf, n)) < 0) {
 			store_put_abort(put);
 			goto out;
@@ -75,35 +84,62 @@ static int seg_demote(struct tier *t, uint64_t id)
 	__atomic_add_fetch(&t->st.segments_demoted, 1, __ATOMIC_RELAXED);
 out:
 	seg_buf_free(buf);
-	if (ret < 0)
+	if (ret == -ECANCELED)
+		log_debug("demote: segment %llu: cancelled, stopping", (unsigned long long)id);
+	else if (ret < 0)
 		log_warn("demote: segment %llu to s3: %s", (unsigned long long)id, strerror(-ret));
 	return ret;
 }
 
-void demote_round(struct tier *t)
+struct demote_cand {
+	uint64_t atime, id, len;
+};
+
+static int by_atime(const void *a, const void *b)
 {
-	if (!t->s3 || nvme_fill(t) <= t->cfg->nvme_threshold)
-		return;
-	for (int guard = 0; guard < 1024 && nvme_fill(t) > t->cfg->nvme_threshold - 0.05; guard++) {
-		uint64_t pick = 0, best = UINT64_MAX;
-		pthread_mutex_lock(&t->segtab.lock);
+	const struct demote_cand *x = a, *y = b;
+	return x->atime < y->atime ? -1 : x->atime > y->atime;
+}
+
+size_t demote_pick(struct tier *t, uint64_t *ids, size_t max)
+{
+	struct demote_cand *v = NULL;
+	uint64_t total, excess, sum = 0;
+	size_t n = 0, npick = 0;
+	double fill;
+
+	if (!t->s3 || (fill = nvme_fill(t, &total)) <= t->cfg->nvme_threshold)
+		return 0;
+	excess = (uint64_t)((fill - (t->cfg->nvme_threshold - 0.05)) * (double)total);
+	pthread_mutex_lock(&t->segtab.lock);
+	if (t->segtab.count && (v = malloc(t->segtab.count * sizeof(*v)))) {
 		for (uint64_t id = 1; id < t->segtab.next && id < t->segtab.cap; id++) {
 			struct seg_info *si = &t->segtab.v[id];
-			if (si->len && !si->store && !si->gc_busy && si->atime < best) {
-				best = si->atime;
-				pick = id;
-			}
+			if (si->len && !si->store && !si->gc_busy && n < t->segtab.count)
+				v[n++] = (struct demote_cand){si->atime, id, si->len};
 		}
-		if (pick)
-			t->segtab.v[pick].gc_busy = 1;
-		pthread_mutex_unlock(&t->segtab.lock);
-		if (!pick)
-			return;
-		int ret = seg_demote(t, pick);
-		pthread_mutex_lock(&t->segtab.lock);
-		t->segtab.v[pick].gc_busy = 0;
-		pthread_mutex_unlock(&t->segtab.lock);
-		if (ret < 0)
-			return;
+		if (n)
+			qsort(v, n, sizeof(*v), by_atime);
+		/* least recently read first, until their bytes cover the excess */
+		for (size_t i = 0; i < n && npick < max && sum < excess; i++) {
+			t->segtab.v[v[i].id].gc_busy = 1;
+			ids[npick++] = v[i].id;
+			sum += v[i].len;
+		}
 	}
+	pthread_mutex_unlock(&t->segtab.lock);
+	free(v);
+	return npick;
+}
+
+int demote_segment(struct tier *t, uint64_t id)
+{
+	int ret = 1;
+
+	if (nvme_fill(t, NULL) > t->cfg->nvme_threshold - 0.05)
+		ret = seg_demote(t, id);
+	pthread_mutex_lock(&t->segtab.lock);
+	t->segtab.v[id].gc_busy = 0;
+	pthread_mutex_unlock(&t->segtab.lock);
+	return ret;
 }

@@ -1,7 +1,10 @@
 /*
  * evict — the evictor thread: dropping clean chunks, spilling dirty ones
- * into segments, and the writer/evictor room handshake. Each round is
- * followed by a GC round (gc.c) and a demotion round (demote.c).
+ * into segments on a fixed pool of io_workers spill threads, and the
+ * writer/evictor room handshake. After each round it chooses segments for
+ * the maintenance worker (maint_plan: delete, compact, demote), which does
+ * that I/O on its own thread: a compaction or demotion never holds up a
+ * spill.
  *
  * DESIGN
  * - One thread wakes when hot usage (allocated + reserved) crosses
@@ -14,6 +17,12 @@
  *        min_spill_size and writes up to io_workers segments in parallel.
  *        Under pressure (above hard_watermark, or a writer waiting) it also
  *        writes a partial segment rather than wait for min_spill_size.
+ * - Spill pool: io_workers threads created at evict_start and a ring of
+ *   4 x io_workers jobs; a batch (this thread's, an fsync's, the unmount
+ *   flush's) keeps at most io_workers segments in it and waits for them. A
+ *   lone segment, or one that finds the ring full, is written on the
+ *   caller's thread. The pool outlives the evictor thread (evict_stop) for
+ *   the unmount flush; evict_pool_stop ends it.
  * - Spill of one chunk: HOT_DIRTY -> SPILLING (generation noted) -> payload
  *   copied into the segment -> segment durable (seg_writer_finish) -> for
  *   each chunk whose state is still SPILLING with the same generation: its
@@ -28,6 +37,7 @@
  */
 #include "tier/tier_i.h"
 #include "index/journal.h"
+#include "tier/maint.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -328,13 +338,38 @@ static void drop_and_inval(struct tier *t, struct inode *in, uint64_t c)
 
 /* ---- spilling ---- */
 
+/* One caller's segments in flight in the pool. Protected by the pool's lock. */
+struct spill_batch {
+	unsigned inflight; /* queued or being written by a pool thread */
+	int err;	   /* the first failure seen, or 0 */
+};
+
 struct spill_job {
 	struct tier *t;
 	struct cand *v; /* sorted by location */
 	size_t n;
 	int drop; /* punch the chunks once durable */
 	int ret;
-	pthread_t th;
+	struct spill_batch *batch;
+};
+
+/*
+ * The spill pool: io_workers threads started with the evictor, and a
+ * bounded ring of jobs (SPILL_RING_PER_WORKER x io_workers). A caller with
+ * a ring full (many fsyncs at once) writes its segment on its own thread,
+ * so nobody waits for room in the ring.
+ */
+#define SPILL_RING_PER_WORKER 4
+
+struct spill_pool {
+	pthread_mutex_t lock;
+	pthread_cond_t work;   /* a job was queued, or stop */
+	pthread_cond_t done;   /* a job finished */
+	struct spill_job **q;  /* ring of cap jobs (lock) */
+	unsigned cap, head, n; /* (lock) */
+	int stop;	       /* (lock) */
+	pthread_t *th;
+	unsigned nth;
 };
 
 struct spilled {
@@ -343,9 +378,8 @@ struct spilled {
 	uint64_t c;
 };
 
-static void *spill_segment(void *arg)
+static void spill_segment(struct spill_job *job)
 {
-	struct spill_job *job = arg;
 	struct tier *t = job->t;
 	struct seg_writer *w = NULL;
 	struct spilled *done = calloc(job->n ? job->n : 1, sizeof(*done));
@@ -357,7 +391,7 @@ static void *spill_segment(void *arg)
 
 	if (!done) {
 		job->ret = -ENOMEM;
-		return NULL;
+		return;
 	}
 	/* at most: the chunk, its padding, map and footer entry (holes make it less) */
 	for (size_t i = 0; i < job->n; i++)
@@ -489,14 +523,67 @@ out:
 	}
 	free(done);
 	job->ret = ret;
+}
+
+static void *spill_worker(void *arg)
+{
+	struct spill_pool *p = arg;
+	struct spill_job *job;
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->n && !p->stop)
+			pthread_cond_wait(&p->work, &p->lock);
+		if (!p->n)
+			break; /* stopping, and every queued job written */
+		job = p->q[p->head];
+		p->head = (p->head + 1) % p->cap;
+		p->n--;
+		pthread_mutex_unlock(&p->lock);
+		spill_segment(job);
+		pthread_mutex_lock(&p->lock);
+		if (job->ret < 0 && !job->batch->err)
+			job->batch->err = job->ret;
+		job->batch->inflight--;
+		pthread_cond_broadcast(&p->done);
+	}
+	pthread_mutex_unlock(&p->lock);
 	return NULL;
 }
 
+/* Queue job on the pool, after waiting until its batch has fewer than par
+ * segments in flight (par: the pool's threads, at least 1); 0, 1 when the
+ * ring is full (the caller writes it itself), or the batch's first failure
+ * (nothing more is queued). */
+static int spill_queue(struct spill_pool *p, struct spill_job *job, unsigned par)
+{
+	struct spill_batch *b = job->batch;
+	int ret = 1;
+
+	pthread_mutex_lock(&p->lock);
+	while (b->inflight >= par && !b->err)
+		pthread_cond_wait(&p->done, &p->lock);
+	if (b->err) {
+		ret = b->err;
+	} else if (p->n < p->cap && !p->stop) {
+		p->q[(p->head + p->n) % p->cap] = job;
+		p->n++;
+		b->inflight++;
+		pthread_cond_signal(&p->work);
+		ret = 0;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return ret;
+}
+
 /* Write the candidates v[0..n) (sorted by location) as segments of about
- * seg_bytes, up to io_workers at once. Returns 0 or the first -errno. */
+ * seg_bytes, up to io_workers (the pool's threads) at once on the spill
+ * pool (a lone segment on the caller's thread). No segment is started after one failed. Returns 0
+ * or the first -errno. */
 static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_bytes, int drop)
 {
-	unsigned par = t->cfg->io_workers;
+	struct spill_pool *p = t->spool;
+	struct spill_batch b = {0};
 	struct spill_job *jobs;
 	size_t njobs = 0, start = 0;
 	int ret = 0;
@@ -515,27 +602,27 @@ static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_by
 			rest += v[k].len;
 		if (rest && rest < seg_bytes / 2)
 			end = n;
-		jobs[njobs++] =
-		    (struct spill_job){.t = t, .v = v + start, .n = end - start, .drop = drop};
+		jobs[njobs++] = (struct spill_job){
+		    .t = t, .v = v + start, .n = end - start, .drop = drop, .batch = &b};
 		start = end;
 	}
-	for (size_t i = 0; i < njobs; i += par) {
-		size_t k, lim = i + par < njobs ? i + par : njobs;
-		for (k = i; k < lim; k++)
-			if (lim - i == 1 ||
-			    pthread_create(&jobs[k].th, NULL, spill_segment, &jobs[k]) != 0) {
-				jobs[k].th = 0;
-				spill_segment(&jobs[k]);
-			}
-		for (k = i; k < lim; k++) {
-			if (jobs[k].th)
-				pthread_join(jobs[k].th, NULL);
-			if (jobs[k].ret < 0 && ret == 0)
-				ret = jobs[k].ret;
-		}
-		if (ret < 0)
-			break;
+	for (size_t k = 0; k < njobs && ret == 0; k++) {
+		int q = p && njobs > 1 ? spill_queue(p, &jobs[k], p->nth) : 1;
+		if (q < 0)
+			break; /* an earlier segment failed */
+		if (q == 0)
+			continue;
+		spill_segment(&jobs[k]); /* no pool, a lone segment, or the ring full */
+		ret = jobs[k].ret;
 	}
+	if (p) {
+		pthread_mutex_lock(&p->lock);
+		while (b.inflight)
+			pthread_cond_wait(&p->done, &p->lock);
+		pthread_mutex_unlock(&p->lock);
+	}
+	if (ret == 0)
+		ret = b.err;
 	free(jobs);
 	return ret;
 }
@@ -751,15 +838,16 @@ static void *evictor(void *arg)
 		int r = busy ? evict_round(t) : -1, progress = r != 0;
 		if (busy) {
 			/* restores waiting for room learn whether this round could
-			 * free any, before GC and demotion take their turn */
+			 * free any */
 			pthread_mutex_lock(&t->lock);
 			t->evict_rounds++;
 			t->evict_stuck = r == 0;
 			pthread_cond_broadcast(&t->room);
 			pthread_mutex_unlock(&t->lock);
 		}
-		gc_round(t);
-		demote_round(t);
+		/* choose segments to delete, compact and demote: the maintenance
+		 * worker does the I/O, never this thread */
+		maint_plan(t);
 		pthread_mutex_lock(&t->lock);
 		if (busy && !progress && !t->stopping) {
 			/* nothing evictable right now (or the cold tier failed): back off */
@@ -771,9 +859,60 @@ static void *evictor(void *arg)
 	return NULL;
 }
 
+void evict_pool_stop(struct tier *t)
+{
+	struct spill_pool *p = t->spool;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = 1; /* the threads write what is queued, then exit */
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned i = 0; i < p->nth; i++)
+		pthread_join(p->th[i], NULL);
+	t->spool = NULL;
+	pthread_cond_destroy(&p->work);
+	pthread_cond_destroy(&p->done);
+	pthread_mutex_destroy(&p->lock);
+	free(p->th);
+	free(p->q);
+	free(p);
+}
+
+/* io_workers spill threads, created once: no thread per segment. */
+static int pool_start(struct tier *t)
+{
+	unsigned n = t->cfg->io_workers ? t->cfg->io_workers : 1;
+	struct spill_pool *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	p->cap = n * SPILL_RING_PER_WORKER;
+	p->q = calloc(p->cap, sizeof(*p->q));
+	p->th = calloc(n, sizeof(*p->th));
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->work, NULL);
+	pthread_cond_init(&p->done, NULL);
+	t->spool = p;
+	for (unsigned i = 0; p->q && p->th && i < n; i++) {
+		if (pthread_create(&p->th[i], NULL, spill_worker, p) != 0)
+			break;
+		p->nth++;
+	}
+	if (!p->nth) {
+		evict_pool_stop(t);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
 int evict_start(struct tier *t)
 {
-	int ret = pthread_create(&t->evict_th, NULL, evictor, t);
+	int ret = t->spool ? 0 : pool_start(t);
+	if (ret < 0)
+		return ret;
+	ret = pthread_create(&t->evict_th, NULL, evictor, t);
 	if (ret)
 		return -ret;
 	t->evict_started = 1;

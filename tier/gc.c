@@ -1,17 +1,23 @@
 /*
- * gc — segment garbage collection, one round at a time on the evictor's
- * thread (gc_round).
+ * gc — segment garbage collection: gc_pick chooses (the evictor thread,
+ * through maint_plan), gc_delete and gc_compact do it (the maintenance
+ * worker, maint.c, which states the invariants they keep with spills and
+ * writers on other threads).
  *
  * DESIGN
  * - A segment whose live bytes reach 0 is deleted: its SEG_DEL record and
  *   the records that moved its chunks away are durable before the store
  *   copy goes (s3 alone: the bucket's copy of the state is pushed first,
  *   one push per batch).
- * - One segment per round whose live bytes fall below gc_threshold x its
+ * - One segment at a time whose live bytes fall below gc_threshold x its
  *   payload is compacted: its live chunks (those still pointing at it) are
  *   copied into a new segment, which is registered, then each chunk is
- *   relocated if unchanged meanwhile (a RESTORING chunk stays behind). Its
- *   live bytes then reach 0 and the next round deletes it.
+ *   relocated if it still points at the old record (same segment and
+ *   offset) and is COLD or HOT_CLEAN (a RESTORING chunk stays behind); the
+ *   old record's live bytes are released in the same inode-lock section,
+ *   else the new copy's are. Its live bytes then reach 0 and a later pick
+ *   deletes it. A stopping tier ends a compaction before its new segment
+ *   is sealed (-ECANCELED).
  * - A segment that a rewrite would not shrink is marked (gc_no_gain) and
  *   not tried again until more of it dies.
  * - Lock order: index lock, inode lock, segtab.lock.
@@ -32,6 +38,7 @@ struct gc_moved {
 	struct seg_entry e;
 	struct inode *in; /* holds a ref until relocated */
 	uint64_t c;
+	uint64_t old_off; /* the chunk's record in the old segment */
 };
 
 static void seg_delete(struct tier *t, uint64_t id)
@@ -149,6 +156,10 @@ static int seg_compact(struct tier *t, uint64_t id)
 	for (uint32_t i = 0; i < n; i++) {
 		struct seg_chunk sc;
 		struct inode *in;
+		if (__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE)) {
+			ret = -ECANCELED; /* unmount: the old segment stays as it is */
+			goto out;
+		}
 		if (!entry_live(t, id, &ents[i], &in)) {
 			if (in)
 				idx_put(t->idx, in);
@@ -166,6 +177,7 @@ static int seg_compact(struct tier *t, uint64_t id)
 		}
 		moved[nm].in = in; /* keeps the ref until relocated */
 		moved[nm].c = ents[i].chunk;
+		moved[nm].old_off = ents[i].off;
 		payload += moved[nm].e.len;
 		nm++;
 	}
@@ -184,10 +196,14 @@ static int seg_compact(struct tier *t, uint64_t id)
 		struct inode *in = moved[i].in;
 		struct chunk *ch;
 		idx_inode_lock(in);
-		ch = &in->chunks[moved[i].c];
-		/* a RESTORING chunk is being read from the old segment right now:
-		 * it stays there (the old segment stays live) */
-		if (ch->seg_id == id && (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN)) {
+		ch = moved[i].c < in->nchunks ? &in->chunks[moved[i].c] : NULL;
+		/* only the very record copied moves: a chunk rewritten, truncated or
+		 * unlinked meanwhile had its old bytes released by whoever changed
+		 * it (and its segment cleared). A RESTORING chunk is being read
+		 * from the old segment right now: it stays there (the old segment
+		 * stays live) */
+		if (ch && ch->seg_id == id && ch->seg_off == moved[i].old_off &&
+		    (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN)) {
 			struct chunk old = *ch;
 			ch->seg_id = newid;
 			ch->seg_off = moved[i].e.off;
@@ -215,61 +231,65 @@ out:
 		seg_writer_abort(w);
 	free(moved);
 	free(ents);
-	if (ret < 0)
+	if (ret == -ECANCELED)
+		log_debug("gc: compaction of segment %llu cancelled: stopping",
+			  (unsigned long long)id);
+	else if (ret < 0)
 		log_warn("gc: cannot compact segment %llu: %s", (unsigned long long)id,
 			 strerror(-ret));
 	return ret;
 }
 
-void gc_round(struct tier *t)
+size_t gc_pick(struct tier *t, uint64_t *dead, size_t max, uint64_t *compact)
 {
-	uint64_t compact = 0, *dead = NULL;
-	size_t ndead = 0, cap = 0;
+	size_t ndead = 0;
 
+	if (compact)
+		*compact = 0;
 	pthread_mutex_lock(&t->segtab.lock);
 	for (uint64_t id = 1; id < t->segtab.next && id < t->segtab.cap; id++) {
 		struct seg_info *s = &t->segtab.v[id];
 		if (!s->len || s->gc_busy)
 			continue;
 		if (s->live == 0) {
-			if (ndead == cap) {
-				size_t ncap = cap ? cap * 2 : 64;
-				uint64_t *nd = realloc(dead, ncap * sizeof(*nd));
-				if (!nd)
-					break;
-				dead = nd;
-				cap = ncap;
+			if (ndead < max) {
+				s->gc_busy = 1;
+				dead[ndead++] = id;
 			}
-			s->gc_busy = 1;
-			dead[ndead++] = id;
-		} else if (!compact && s->live != s->gc_no_gain &&
+		} else if (compact && !*compact && s->live != s->gc_no_gain &&
 			   (double)s->live < t->cfg->gc_threshold * (double)s->payload) {
 			s->gc_busy = 1;
-			compact = id;
+			*compact = id;
 		}
 	}
 	pthread_mutex_unlock(&t->segtab.lock);
+	return ndead;
+}
+
+void gc_delete(struct tier *t, const uint64_t *ids, size_t n)
+{
 	/* s3 alone: the bucket's copy of the state must stop referencing them
 	 * too (a replacement node recovers from it): one push for the batch */
-	if (ndead && t->state_s3 &&
-	    ((t->jrnl && jrnl_sync(t->jrnl) < 0) || state_s3_push(t) < 0)) {
+	if (n && t->state_s3 && ((t->jrnl && jrnl_sync(t->jrnl) < 0) || state_s3_push(t) < 0)) {
 		pthread_mutex_lock(&t->segtab.lock);
-		for (size_t i = 0; i < ndead; i++)
-			t->segtab.v[dead[i]].gc_busy = 0;
+		for (size_t i = 0; i < n; i++)
+			t->segtab.v[ids[i]].gc_busy = 0;
 		pthread_mutex_unlock(&t->segtab.lock);
-		ndead = 0; /* kept; tried again next round */
+		return; /* kept; picked again later */
 	}
-	for (size_t i = 0; i < ndead; i++)
-		seg_delete(t, dead[i]);
-	free(dead);
-	if (compact) {
-		int no_gain = seg_compact(t, compact) == 1;
-		pthread_mutex_lock(&t->segtab.lock);
-		/* not tried again until more of it dies */
-		if (no_gain)
-			t->segtab.v[compact].gc_no_gain = t->segtab.v[compact].live;
-		t->segtab.v[compact].gc_busy = 0;
-		pthread_mutex_unlock(&t->segtab.lock);
-		/* its live bytes are now 0 if everything moved: next round deletes it */
-	}
+	for (size_t i = 0; i < n; i++)
+		seg_delete(t, ids[i]);
+}
+
+void gc_compact(struct tier *t, uint64_t id)
+{
+	int no_gain = seg_compact(t, id) == 1;
+
+	pthread_mutex_lock(&t->segtab.lock);
+	/* not tried again until more of it dies */
+	if (no_gain)
+		t->segtab.v[id].gc_no_gain = t->segtab.v[id].live;
+	t->segtab.v[id].gc_busy = 0;
+	pthread_mutex_unlock(&t->segtab.lock);
+	/* its live bytes are now 0 if everything moved: a later pick deletes it */
 }

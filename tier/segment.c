@@ -625,7 +625,8 @@ static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **o
 		} else if ((uint64_t)d >= end) {
 			break;
 		} else if ((h = lseek(fd, d, SEEK_HOLE)) < 0) {
-			ret = -errno;
+			/* ENXIO: d is past EOF now, the file was cut since the fstat */
+			ret = errno == ENXIO ? -ENODATA : -errno;
 			goto err;
 		}
 		if ((uint64_t)h > end || h <= d)

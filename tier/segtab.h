@@ -28,7 +28,7 @@ struct seg_info {
 	uint64_t atime;	  /* last restore from it (demotion picks the oldest) */
 	uint32_t dev;
 	uint8_t store;	     /* 0: t->store, 1: t->s3 (demoted) */
-	uint8_t gc_busy;     /* being compacted, demoted or deleted */
+	uint8_t gc_busy;     /* a delete, compact or demote job queued or running (maint.c) */
 	uint64_t gc_no_gain; /* live bytes when compacting it would not have shrunk it */
 };
 

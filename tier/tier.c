@@ -11,6 +11,7 @@
  * - Lock order: index lock, inode lock, tier lock.
  */
 #include "tier/tier_i.h"
+#include "tier/maint.h"
 #include "tier/metrics.h"
 #include "tier/stats.h"
 #include "tier/tier.h"
@@ -283,6 +284,8 @@ int tier_start(struct tier *t)
 		return ret;
 	if ((ret = restore_start(t)) < 0)
 		return ret;
+	if ((ret = maint_start(t)) < 0)
+		return ret;
 	return evict_start(t);
 }
 
@@ -293,6 +296,7 @@ void tier_stop(struct tier *t)
 	if (!t->store)
 		return;
 	evict_stop(t);
+	maint_stop(t);
 	restore_stop(t);
 	inval_stop(t);
 }
@@ -301,6 +305,7 @@ void tier_free(struct tier *t)
 {
 	if (!t)
 		return;
+	evict_pool_stop(t); /* after the unmount flush (tier_detach) */
 	/* Without a journal the segments cannot be found again: remove them. */
 	for (uint64_t id = 1; !t->keep && id < t->segtab.cap; id++)
 		if (t->segtab.v[id].len)

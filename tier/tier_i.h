@@ -20,6 +20,8 @@ struct pressure;
 struct restore_job;
 struct rst_part;
 struct inval_job;
+struct spill_pool;
+struct maint;
 
 #define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
 
@@ -90,9 +92,13 @@ struct tier {
 
 	struct segtab segtab; /* the segment table, its own lock (segtab.h) */
 
-	/* evictor thread */
+	/* evictor thread and its pool of io_workers spill threads (evict.c) */
 	pthread_t evict_th;
 	int evict_started;
+	struct spill_pool *spool; /* NULL: not started (spills run inline) */
+
+	/* the maintenance worker: delete, compact, demote jobs (maint.c) */
+	struct maint *maint;
 
 	/* page-cache invalidations, sent by their own thread: the kernel may
 	 * wait on page locks held by reads that wait for us */
@@ -126,8 +132,12 @@ struct tier {
 };
 
 /* evict.c */
+/* Start the spill pool (io_workers threads), then the evictor thread. */
 int evict_start(struct tier *t);
+/* Stop the evictor thread; the spill pool stays for the unmount flush. */
 void evict_stop(struct tier *t);
+/* Stop the spill pool (tier_free: after the unmount flush). */
+void evict_pool_stop(struct tier *t);
 /* Spill the given file's dirty chunks and drop its hot chunks (evict xattr),
  * or only spill them (fsync write-through) when `drop` is 0. */
 int evict_file(struct tier *t, struct inode *in, int drop);
@@ -147,12 +157,28 @@ int64_t evict_wait_room(struct tier *t, int fd, uint64_t off, uint64_t len);
  * cannot come. Returns the bytes reserved (for hot_unreserve); never fails. */
 int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len);
 
-/* gc.c: delete dead segments, compact one sparse one (evictor thread). */
-void gc_round(struct tier *t);
+/* gc.c: choosing (evictor thread, through maint_plan) and doing (the
+ * maintenance worker) segment deletion and compaction. */
+/* Mark gc_busy and return up to max segments with no live bytes in dead;
+ * when compact is not NULL, also one sparse segment worth rewriting (0:
+ * none). Returns the dead segments picked. */
+size_t gc_pick(struct tier *t, uint64_t *dead, size_t max, uint64_t *compact);
+/* Delete the dead segments ids[0..n) (gc_busy, picked by gc_pick): each
+ * goes, or its gc_busy is cleared to be tried again. */
+void gc_delete(struct tier *t, const uint64_t *ids, size_t n);
+/* Compact segment id (gc_busy, picked by gc_pick), then clear gc_busy. */
+void gc_compact(struct tier *t, uint64_t id);
 
 /* demote.c: nvme fuller than nvme_threshold: move the least recently read
- * segments to s3 (evictor thread). */
-void demote_round(struct tier *t);
+ * segments to s3. */
+/* Mark gc_busy and return up to max nvme segments, least recently read
+ * first, whose bytes bring the nvme tier 5 % below nvme_threshold (none
+ * when it is not above it, or without s3). */
+size_t demote_pick(struct tier *t, uint64_t *ids, size_t max);
+/* Demote segment id (gc_busy, picked by demote_pick) unless the nvme tier
+ * is already 5 % below nvme_threshold, then clear gc_busy. 0 demoted, 1
+ * not needed any more, or -errno. */
+int demote_segment(struct tier *t, uint64_t id);
 
 /* inval.c */
 /* Queue a page-cache invalidation of [off, off+len) of ino (never blocks). */

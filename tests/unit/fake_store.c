@@ -147,18 +147,19 @@ static int f_remove(struct store *st, uint64_t seg_id, uint32_t dev)
 static int f_stat(struct store *st, struct store_dev_stat *out, int max)
 {
 	struct fake_store *f = fs_of(st);
-	uint64_t used = 0;
+	uint64_t used = 0, total;
 
 	fake_lock();
 	for (int i = 0; i < FAKE_MAX_SEGS; i++)
 		if (f->segs[i].live)
 			used += f->segs[i].len;
+	total = f->stat_total ? f->stat_total : 1ull << 40;
 	fake_unlock();
 	if (max > 0)
 		out[0] = (struct store_dev_stat){.name = "fake",
 						 .used = used,
-						 .total = 1ull << 40,
-						 .avail = (1ull << 40) - used};
+						 .total = total,
+						 .avail = used < total ? total - used : 0};
 	return 1;
 }
 

@@ -3,7 +3,8 @@
  * the policy code (evictor, GC, restore) without disks or servers. Segments
  * are byte arrays; every put, read and remove is logged; faults are
  * scripted: the next N put_finish calls fail with an errno, reads sleep a
- * while, a byte of a stored segment can be flipped.
+ * while, a byte of a stored segment can be flipped, the device can be made
+ * small (stat_total, for demotion).
  * Threading: every call takes the store's lock; the tests read the log and
  * set the script under fake_lock()/fake_unlock().
  */
@@ -39,6 +40,7 @@ struct fake_store {
 	unsigned fail_puts; /* the next n put_finish calls fail ... */
 	int fail_errno;	    /* ... with this (positive errno) */
 	unsigned read_delay_ms;
+	uint64_t stat_total; /* stat's device size (0: 1 TiB) */
 };
 
 /* The store the next fake_store_open() (or the wrapped store_nvme_open)

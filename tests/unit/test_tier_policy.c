@@ -3,7 +3,7 @@
  * batching, spill failures, crc failures, GC, restore order, restores that
  * cannot get room) against an in-memory cold store (fake_store.c, put in
  * place of the nvme store with -Wl,--wrap=store_nvme_open). A real hot tier
- * (a tmpfs directory) and a real index; no FUSE.
+ * (a tmpfs directory) and a real index; no FUSE (tier_fixture.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "fake_store.h"
+#include "tier_fixture.h"
 #include "index/index.h"
 #include "tier/tier.h"
 #include "tier/tier_i.h"
@@ -27,185 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MiB (1ull << 20)
-
-/* The tier opens its nvme store through this: hand it the fake instead. */
-int __wrap_store_nvme_open(const char *const *dirs, int ndirs, struct store **out)
-{
-	(void)dirs;
-	(void)ndirs;
-	return fake_store_open(out);
-}
-
-struct fx {
-	char shm[64], cold[64], hot[96];
-	struct spw_config cfg;
-	struct index *idx;
-	struct tier *t;
-};
-
-static void cfg_defaults(struct fx *f, uint64_t hot_size)
-{
-	f->cfg = (struct spw_config){
-	    .mountpoint = "/nonexistent",
-	    .hot_dir = f->hot,
-	    .hot_size = hot_size,
-	    .chunk_size = MiB,
-	    .log_level = 3,
-	    .nvme = f->cold,
-	    .spill_threshold = 0.75,
-	    .low_watermark = 0.60,
-	    .hard_watermark = 0.95,
-	    .min_spill_size = 4 * MiB,
-	    .io_workers = 2,
-	    .restore = RESTORE_LAZY,
-	    .write_wait_ms = 5000,
-	    .gc_threshold = 0.5,
-	    .nvme_threshold = 0.9,
-	    .metrics_interval_ms = 5000,
-	    .checkpoint_size = 64 * MiB,
-	};
-}
-
-static int start(struct fx *f)
-{
-	char err[256] = "";
-	int ret;
-
-	assert_int_equal(idx_new(f->cfg.chunk_size, &f->idx), 0);
-	ret = tier_new(&f->cfg, f->idx, &f->t, err, sizeof(err));
-	if (ret < 0)
-		print_error("tier_new: %s (%d)\n", err, ret);
-	assert_int_equal(ret, 0);
-	assert_non_null(fake_current);
-	assert_int_equal(tier_start(f->t), 0);
-	return 0;
-}
-
-static int setup(void **state)
-{
-	struct fx *f = calloc(1, sizeof(*f));
-	snprintf(f->shm, sizeof(f->shm), "/dev/shm/spw-policy-XXXXXX");
-	snprintf(f->cold, sizeof(f->cold), "/tmp/spw-policy-cold-XXXXXX");
-	assert_non_null(mkdtemp(f->shm));
-	assert_non_null(mkdtemp(f->cold));
-	snprintf(f->hot, sizeof(f->hot), "%s/hot", f->shm);
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fx *f = *state;
-	char cmd[256];
-	if (f->t) {
-		tier_stop(f->t);
-		idx_free(f->idx);
-		tier_free(f->t);
-	}
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", f->shm, f->cold);
-	if (system(cmd) != 0)
-		print_error("cannot remove %s %s\n", f->shm, f->cold);
-	free(f);
-	return 0;
-}
-
-static uint8_t byte_at(int tag, uint64_t off)
-{
-	return (uint8_t)(off * 31 + (uint64_t)tag * 7 + (off >> 12));
-}
-
-static void fill(uint8_t *buf, int tag, uint64_t off, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		buf[i] = byte_at(tag, off + i);
-}
-
-static void write_file(struct fx *f, struct inode *in, uint64_t size, int tag)
-{
-	uint8_t *buf = malloc(MiB);
-
-	assert_int_equal(tier_open(f->t, in), 0);
-	for (uint64_t off = 0; off < size; off += MiB) {
-		size_t n = size - off < MiB ? size - off : MiB;
-		struct tier_io io;
-		fill(buf, tag, off, n);
-		assert_int_equal(tier_write_begin(f->t, in, off, n, &io), 0);
-		ssize_t w = pwrite(io.fd, buf, n, (off_t)off);
-		assert_int_equal(tier_write_end(f->t, in, &io, w), (ssize_t)n);
-	}
-	tier_close(f->t, in);
-	free(buf);
-}
-
-static struct inode *mk(struct fx *f, const char *name, uint64_t size, int tag)
-{
-	struct idx_new_node nn = {.mode = S_IFREG | 0644};
-	struct inode *in = NULL;
-
-	assert_int_equal(idx_create(f->idx, IDX_ROOT_INO, name, &nn, &in), 0);
-	write_file(f, in, size, tag);
-	return in;
-}
-
-/* Read [off, off+len) of in through the tier; 0 and the bytes compared, or
- * the -errno tier_read_begin gave. */
-static int check_range(struct fx *f, struct inode *in, int tag, uint64_t off, size_t len)
-{
-	uint8_t *buf = malloc(len), *exp = malloc(len);
-	struct tier_io io;
-	int ret;
-
-	assert_int_equal(tier_open(f->t, in), 0);
-	ret = tier_read_begin(f->t, in, off, len, &io);
-	if (ret == 0) {
-		if (io.mem) /* answered from the verified cold read */
-			memcpy(buf, io.mem, len);
-		else
-			assert_int_equal(pread(io.fd, buf, len, (off_t)off), (ssize_t)len);
-		tier_read_end(f->t, in, &io);
-		fill(exp, tag, off, len);
-		assert_memory_equal(buf, exp, len);
-	}
-	tier_close(f->t, in);
-	free(buf);
-	free(exp);
-	return ret;
-}
-
-static void check_all(struct fx *f, struct inode *in, int tag, uint64_t size)
-{
-	for (uint64_t off = 0; off < size; off += MiB)
-		assert_int_equal(check_range(f, in, tag, off, size - off < MiB ? size - off : MiB),
-				 0);
-}
-
-static uint8_t chunk_state(struct inode *in, uint64_t c)
-{
-	uint8_t s;
-	idx_inode_lock(in);
-	s = c < in->nchunks ? in->chunks[c].state : CHUNK_ABSENT;
-	idx_inode_unlock(in);
-	return s;
-}
-
-/* Poll pred(f) until true or ms pass; returns the last value. */
-static int wait_for(int (*pred)(struct fx *), struct fx *f, unsigned ms)
-{
-	uint64_t end = clock_now_ns() + (uint64_t)ms * 1000000;
-	while (!pred(f) && clock_now_ns() < end) {
-		struct timespec ts = {0, 10 * 1000000L};
-		nanosleep(&ts, NULL);
-	}
-	return pred(f);
-}
-
-static int below_threshold(struct fx *f)
-{
-	return hot_used(f->t->hot) + hot_reserved(f->t->hot) <=
-	       (uint64_t)(f->cfg.spill_threshold * f->cfg.hot_size);
-}
-
 /* Writing 1.5x hot_size: the least recently written files go cold first,
  * in segments holding several chunks each, and every byte reads back. */
 static void test_lru_files_spilled_first_in_batches(void **state)
@@ -214,16 +36,16 @@ static void test_lru_files_spilled_first_in_batches(void **state)
 	struct inode *in[12];
 	char name[16];
 
-	cfg_defaults(f, 8 * MiB);
-	start(f);
+	fx_cfg_defaults(f, 8 * MiB);
+	fx_start(f);
 	for (int i = 0; i < 12; i++) {
 		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = mk(f, name, MiB, i);
+		in[i] = fx_mk(f, name, MiB, i);
 	}
-	assert_true(wait_for(below_threshold, f, 10000));
-	assert_int_equal(chunk_state(in[0], 0), CHUNK_COLD);
-	assert_int_equal(chunk_state(in[1], 0), CHUNK_COLD);
-	assert_int_not_equal(chunk_state(in[11], 0), CHUNK_COLD);
+	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
+	assert_int_equal(fx_chunk_state(in[0], 0), CHUNK_COLD);
+	assert_int_equal(fx_chunk_state(in[1], 0), CHUNK_COLD);
+	assert_int_not_equal(fx_chunk_state(in[11], 0), CHUNK_COLD);
 	fake_lock();
 	unsigned puts = fake_current->puts_finished;
 	fake_unlock();
@@ -231,7 +53,7 @@ static void test_lru_files_spilled_first_in_batches(void **state)
 	assert_true(puts >= 1);
 	assert_true(chunks >= 2 * puts); /* batched, not one segment per chunk */
 	for (int i = 0; i < 12; i++)
-		check_all(f, in[i], i, MiB);
+		fx_check_all(f, in[i], i, MiB);
 	for (int i = 0; i < 12; i++)
 		idx_put(f->idx, in[i]);
 }
@@ -252,29 +74,29 @@ static void test_lru_across_tick_wrap(void **state)
 	char name[16];
 
 	/* 11 files fit under the threshold (12 MiB of 16): no spill yet */
-	cfg_defaults(f, 16 * MiB);
-	start(f);
+	fx_cfg_defaults(f, 16 * MiB);
+	fx_start(f);
 	/* a write takes one tick: f0..f4 get the last five before the wrap */
 	idx_tick_seed(f->idx, (1ull << 32) - 6);
 	for (int i = 0; i < 11; i++) {
 		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = mk(f, name, MiB, i);
+		in[i] = fx_mk(f, name, MiB, i);
 	}
 	assert_true(in[0]->chunks[0].atime > in[10]->chunks[0].atime); /* it did wrap */
 	assert_int_equal(f->t->st.chunks_spilled, 0);
 	/* three more pass it: one round picks the oldest by age */
 	for (int i = 11; i < 14; i++) {
 		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = mk(f, name, MiB, i);
+		in[i] = fx_mk(f, name, MiB, i);
 	}
-	assert_true(wait_for(any_cold, f, 10000));
-	assert_true(wait_for(below_threshold, f, 10000));
-	assert_int_equal(chunk_state(in[0], 0), CHUNK_COLD);
-	assert_int_equal(chunk_state(in[1], 0), CHUNK_COLD);
+	assert_true(fx_wait_for(any_cold, f, 10000));
+	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
+	assert_int_equal(fx_chunk_state(in[0], 0), CHUNK_COLD);
+	assert_int_equal(fx_chunk_state(in[1], 0), CHUNK_COLD);
 	for (int i = 8; i < 14; i++) /* written after the wrap, and last */
-		assert_int_not_equal(chunk_state(in[i], 0), CHUNK_COLD);
+		assert_int_not_equal(fx_chunk_state(in[i], 0), CHUNK_COLD);
 	for (int i = 0; i < 14; i++)
-		check_all(f, in[i], i, MiB);
+		fx_check_all(f, in[i], i, MiB);
 	for (int i = 0; i < 14; i++)
 		idx_put(f->idx, in[i]);
 }
@@ -295,11 +117,11 @@ static void test_lru_after_long_idle(void **state)
 	struct inode *in[14];
 	char name[16];
 
-	cfg_defaults(f, 16 * MiB);
-	start(f);
+	fx_cfg_defaults(f, 16 * MiB);
+	fx_start(f);
 	for (int i = 0; i < 11; i++) {
 		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = mk(f, name, MiB, i);
+		in[i] = fx_mk(f, name, MiB, i);
 	}
 	/* 2^31 + 1,000 ticks later, in steps the evictor's pass keeps up with */
 	uint64_t now = idx_tick_now(f->idx);
@@ -307,19 +129,19 @@ static void test_lru_after_long_idle(void **state)
 		now += (1ull << 29) + 250;
 		idx_tick_seed(f->idx, now);
 		g_aged_want = now;
-		assert_true(wait_for(aged, f, 10000));
+		assert_true(fx_wait_for(aged, f, 10000));
 	}
 	assert_int_equal(f->t->st.chunks_spilled, 0);
 	for (int i = 11; i < 14; i++) {
 		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = mk(f, name, MiB, i);
+		in[i] = fx_mk(f, name, MiB, i);
 	}
-	assert_true(wait_for(any_cold, f, 10000));
-	assert_true(wait_for(below_threshold, f, 10000));
+	assert_true(fx_wait_for(any_cold, f, 10000));
+	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
 	for (int i = 11; i < 14; i++) /* the new ones stay */
-		assert_int_not_equal(chunk_state(in[i], 0), CHUNK_COLD);
+		assert_int_not_equal(fx_chunk_state(in[i], 0), CHUNK_COLD);
 	for (int i = 0; i < 14; i++)
-		check_all(f, in[i], i, MiB);
+		fx_check_all(f, in[i], i, MiB);
 	for (int i = 0; i < 14; i++)
 		idx_put(f->idx, in[i]);
 }
@@ -331,23 +153,23 @@ static void test_failed_spill_keeps_ram_copy(void **state)
 	struct fx *f = *state;
 	struct inode *in;
 
-	cfg_defaults(f, 64 * MiB);
-	start(f);
-	in = mk(f, "a", 3 * MiB, 5);
+	fx_cfg_defaults(f, 64 * MiB);
+	fx_start(f);
+	in = fx_mk(f, "a", 3 * MiB, 5);
 	fake_lock();
 	fake_current->fail_puts = 1;
 	fake_current->fail_errno = EIO;
 	fake_unlock();
 	assert_true(tier_evict_file(f->t, in) < 0);
 	for (uint64_t c = 0; c < 3; c++)
-		assert_int_equal(chunk_state(in, c), CHUNK_HOT_DIRTY);
+		assert_int_equal(fx_chunk_state(in, c), CHUNK_HOT_DIRTY);
 	assert_int_equal(fake_live_segments(), 0);
-	check_all(f, in, 5, 3 * MiB);
+	fx_check_all(f, in, 5, 3 * MiB);
 	assert_int_equal(tier_evict_file(f->t, in), 0);
 	for (uint64_t c = 0; c < 3; c++)
-		assert_int_equal(chunk_state(in, c), CHUNK_COLD);
+		assert_int_equal(fx_chunk_state(in, c), CHUNK_COLD);
 	assert_int_equal(hot_used(f->t->hot), 0); /* and no hot file left */
-	check_all(f, in, 5, 3 * MiB);
+	fx_check_all(f, in, 5, 3 * MiB);
 	fake_lock();
 	assert_true(fake_current->nreads >= 3);
 	fake_unlock();
@@ -362,19 +184,19 @@ static void test_crc_failure_is_eio_for_that_chunk_only(void **state)
 	struct inode *in;
 	uint64_t seg, off;
 
-	cfg_defaults(f, 64 * MiB);
-	start(f);
-	in = mk(f, "a", 2 * MiB, 9);
+	fx_cfg_defaults(f, 64 * MiB);
+	fx_start(f);
+	in = fx_mk(f, "a", 2 * MiB, 9);
 	assert_int_equal(tier_evict_file(f->t, in), 0);
 	idx_inode_lock(in);
 	seg = in->chunks[0].seg_id;
 	off = in->chunks[0].seg_off;
 	idx_inode_unlock(in);
 	assert_int_equal(fake_flip(seg, off + 1000), 0);
-	assert_int_equal(check_range(f, in, 9, 0, 4096), -EIO);
-	assert_int_equal(chunk_state(in, 0), CHUNK_COLD);
+	assert_int_equal(fx_check_range(f, in, 9, 0, 4096), -EIO);
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_COLD);
 	assert_true(f->t->st.errors_crc >= 1);
-	assert_int_equal(check_range(f, in, 9, MiB, MiB), 0);
+	assert_int_equal(fx_check_range(f, in, 9, MiB, MiB), 0);
 	idx_put(f->idx, in);
 }
 
@@ -391,9 +213,9 @@ static void test_gc_deletes_dead_segment(void **state)
 	struct fx *f = *state;
 	struct inode *in;
 
-	cfg_defaults(f, 64 * MiB);
-	start(f);
-	in = mk(f, "a", 2 * MiB, 1);
+	fx_cfg_defaults(f, 64 * MiB);
+	fx_start(f);
+	in = fx_mk(f, "a", 2 * MiB, 1);
 	assert_int_equal(tier_evict_file(f->t, in), 0);
 	assert_int_equal(fake_live_segments(), 1);
 	idx_put(f->idx, in);
@@ -404,18 +226,18 @@ static void test_gc_deletes_dead_segment(void **state)
 	{
 		uint8_t *buf = malloc(2 * MiB);
 		struct tier_io io;
-		fill(buf, 2, 0, 2 * MiB);
+		fx_fill(buf, 2, 0, 2 * MiB);
 		assert_int_equal(tier_write_begin(f->t, in, 0, 2 * MiB, &io), 0);
 		ssize_t w = pwrite(io.fd, buf, 2 * MiB, 0);
 		assert_int_equal(tier_write_end(f->t, in, &io, w), (ssize_t)(2 * MiB));
 		free(buf);
 	}
 	tier_close(f->t, in);
-	assert_true(wait_for(no_live_segments, f, 5000));
+	assert_true(fx_wait_for(no_live_segments, f, 5000));
 	fake_lock();
 	assert_true(fake_current->removes >= 1);
 	fake_unlock();
-	check_all(f, in, 2, 2 * MiB);
+	fx_check_all(f, in, 2, 2 * MiB);
 	idx_put(f->idx, in);
 }
 
@@ -425,7 +247,7 @@ static int all_hot(struct fx *f)
 {
 	(void)f;
 	for (uint64_t c = 0; c < 6; c++)
-		if (chunk_state(g_in, c) != CHUNK_HOT_CLEAN)
+		if (fx_chunk_state(g_in, c) != CHUNK_HOT_CLEAN)
 			return 0;
 	return 1;
 }
@@ -435,17 +257,17 @@ static void test_open_restores_in_file_order(void **state)
 {
 	struct fx *f = *state;
 
-	cfg_defaults(f, 64 * MiB);
+	fx_cfg_defaults(f, 64 * MiB);
 	f->cfg.restore = RESTORE_OPEN;
 	f->cfg.io_workers = 1; /* one worker: the order is the queue's */
-	start(f);
-	g_in = mk(f, "a", 6 * MiB, 4);
+	fx_start(f);
+	g_in = fx_mk(f, "a", 6 * MiB, 4);
 	assert_int_equal(tier_evict_file(f->t, g_in), 0);
 	fake_lock();
 	fake_current->nreads = 0;
 	fake_unlock();
 	assert_int_equal(tier_open(f->t, g_in), 0);
-	assert_true(wait_for(all_hot, f, 10000));
+	assert_true(fx_wait_for(all_hot, f, 10000));
 	tier_close(f->t, g_in);
 	fake_lock();
 	unsigned n = fake_current->nreads;
@@ -494,7 +316,7 @@ static void test_open_restores_in_file_order(void **state)
 	for (int c = 1; c < 6; c++)
 		if (first[c] < first[c - 1])
 			fail_msg("chunk %d was restored before chunk %d", c, c - 1);
-	check_all(f, g_in, 4, 6 * MiB);
+	fx_check_all(f, g_in, 4, 6 * MiB);
 	idx_put(f->idx, g_in);
 }
 
@@ -506,17 +328,17 @@ static void test_cold_read_never_waits_for_impossible_room(void **state)
 	struct inode *cold, *pinned;
 	struct idx_new_node nn = {.mode = S_IFREG | 0644};
 
-	cfg_defaults(f, 8 * MiB);
+	fx_cfg_defaults(f, 8 * MiB);
 	f->cfg.write_wait_ms = 30000;
-	start(f);
-	cold = mk(f, "cold", 2 * MiB, 3);
+	fx_start(f);
+	cold = fx_mk(f, "cold", 2 * MiB, 3);
 	assert_int_equal(tier_evict_file(f->t, cold), 0);
 	assert_int_equal(idx_create(f->idx, IDX_ROOT_INO, "pinned", &nn, &pinned), 0);
 	assert_int_equal(tier_pin(f->t, pinned, 1), 0);
-	write_file(f, pinned, 8 * MiB - 256 * 1024, 6); /* nothing evictable left */
+	fx_write(f, pinned, 0, 8 * MiB - 256 * 1024, 6); /* nothing evictable left */
 	assert_true(hot_used(f->t->hot) > 7 * MiB);
 	uint64_t t0 = clock_now_ns();
-	assert_int_equal(check_range(f, cold, 3, MiB + 5, 4096), 0);
+	assert_int_equal(fx_check_range(f, cold, 3, MiB + 5, 4096), 0);
 	uint64_t ms = (clock_now_ns() - t0) / 1000000;
 	if (ms >= 1500)
 		fail_msg("a cold read waited %llu ms for room that cannot come",
@@ -529,17 +351,17 @@ static void test_cold_read_never_waits_for_impossible_room(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_lru_files_spilled_first_in_batches, setup,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_lru_across_tick_wrap, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_lru_after_long_idle, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_failed_spill_keeps_ram_copy, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_crc_failure_is_eio_for_that_chunk_only, setup,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_gc_deletes_dead_segment, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_open_restores_in_file_order, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_cold_read_never_waits_for_impossible_room, setup,
-					    teardown),
+	    cmocka_unit_test_setup_teardown(test_lru_files_spilled_first_in_batches, fx_setup,
+					    fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_lru_across_tick_wrap, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_lru_after_long_idle, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_failed_spill_keeps_ram_copy, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_crc_failure_is_eio_for_that_chunk_only, fx_setup,
+					    fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_gc_deletes_dead_segment, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_open_restores_in_file_order, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_cold_read_never_waits_for_impossible_room, fx_setup,
+					    fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
