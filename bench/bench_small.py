@@ -263,6 +263,11 @@ def report(n, res):
         print(line)
 
 
+def save(o, res):
+    with open(o.json, "w") as f:
+        json.dump({"objects": o.objects, "hot_size": o.hot_size, "results": res}, f, indent=1)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("SPILLWAY_BUILD",
@@ -295,12 +300,14 @@ def main(argv):
             res[name] = run_target(t, objs, slab0)
             t.close()
             live.remove(t)
-            print("%s: %.0f s" % (name, time.monotonic() - t0), file=sys.stderr)
+            print("%s: %.0f s %s" % (name, time.monotonic() - t0, json.dumps(res[name])),
+                  file=sys.stderr)
+            # a long run (1M objects: ~1.5 h) cut short keeps what it measured
+            if o.json:
+                save(o, res)
         report(o.objects, res)
         if o.json:
-            with open(o.json, "w") as f:
-                json.dump({"objects": o.objects, "hot_size": o.hot_size, "results": res}, f,
-                          indent=1)
+            save(o, res)
     except (benchlib.BenchError, OSError, subprocess.CalledProcessError) as e:
         print("bench_small: %s" % e, file=sys.stderr)
         rc = 1
