@@ -139,7 +139,6 @@ static void test_slow_compaction_does_not_hold_up_spill(void **state)
 {
 	struct fx *f = *state;
 	struct inode *sparse, *in[14];
-	char name[16];
 
 	fx_cfg_defaults(f, 16 * MiB);
 	f->cfg.min_spill_size = 8 * MiB; /* the 8 chunks in one segment */
@@ -157,10 +156,7 @@ static void test_slow_compaction_does_not_hold_up_spill(void **state)
 	assert_int_equal(f->t->st.segments_compacted, 0);
 
 	uint64_t t0 = clock_now_ns();
-	for (int i = 0; i < 14; i++) { /* 14 MiB of 16: past spill_threshold */
-		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = fx_mk(f, name, MiB, 10 + i);
-	}
+	fx_mk_range(f, in, 0, 14, MiB, 10); /* 14 MiB of 16: past spill_threshold */
 	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
 	uint64_t ms = (clock_now_ns() - t0) / 1000000;
 	assert_true(f->t->st.chunks_spilled > 8);
@@ -196,7 +192,6 @@ static void test_slow_demotion_does_not_hold_up_spill(void **state)
 {
 	struct fx *f = *state;
 	struct inode *old, *in[14];
-	char name[16];
 
 	fx_cfg_defaults(f, 16 * MiB);
 	f->cfg.s3 = "s3://fake/prefix";
@@ -215,10 +210,7 @@ static void test_slow_demotion_does_not_hold_up_spill(void **state)
 	assert_true(fx_wait_for(any_read, f, 5000));	 /* the demotion has begun */
 
 	uint64_t t0 = clock_now_ns();
-	for (int i = 0; i < 14; i++) {
-		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = fx_mk(f, name, MiB, 20 + i);
-	}
+	fx_mk_range(f, in, 0, 14, MiB, 20);
 	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
 	uint64_t ms = (clock_now_ns() - t0) / 1000000;
 	if (ms > 3000)

@@ -34,14 +34,10 @@ static void test_lru_files_spilled_first_in_batches(void **state)
 {
 	struct fx *f = *state;
 	struct inode *in[12];
-	char name[16];
 
 	fx_cfg_defaults(f, 8 * MiB);
 	fx_start(f);
-	for (int i = 0; i < 12; i++) {
-		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = fx_mk(f, name, MiB, i);
-	}
+	fx_mk_range(f, in, 0, 12, MiB, 0);
 	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
 	assert_int_equal(fx_chunk_state(in[0], 0), CHUNK_COLD);
 	assert_int_equal(fx_chunk_state(in[1], 0), CHUNK_COLD);
@@ -71,24 +67,17 @@ static void test_lru_across_tick_wrap(void **state)
 {
 	struct fx *f = *state;
 	struct inode *in[14];
-	char name[16];
 
 	/* 11 files fit under the threshold (12 MiB of 16): no spill yet */
 	fx_cfg_defaults(f, 16 * MiB);
 	fx_start(f);
 	/* a write takes one tick: f0..f4 get the last five before the wrap */
 	idx_tick_seed(f->idx, (1ull << 32) - 6);
-	for (int i = 0; i < 11; i++) {
-		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = fx_mk(f, name, MiB, i);
-	}
+	fx_mk_range(f, in, 0, 11, MiB, 0);
 	assert_true(in[0]->chunks[0].atime > in[10]->chunks[0].atime); /* it did wrap */
 	assert_int_equal(f->t->st.chunks_spilled, 0);
 	/* three more pass it: one round picks the oldest by age */
-	for (int i = 11; i < 14; i++) {
-		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = fx_mk(f, name, MiB, i);
-	}
+	fx_mk_range(f, in, 11, 14, MiB, 0);
 	assert_true(fx_wait_for(any_cold, f, 10000));
 	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
 	assert_int_equal(fx_chunk_state(in[0], 0), CHUNK_COLD);
@@ -115,14 +104,10 @@ static void test_lru_after_long_idle(void **state)
 {
 	struct fx *f = *state;
 	struct inode *in[14];
-	char name[16];
 
 	fx_cfg_defaults(f, 16 * MiB);
 	fx_start(f);
-	for (int i = 0; i < 11; i++) {
-		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = fx_mk(f, name, MiB, i);
-	}
+	fx_mk_range(f, in, 0, 11, MiB, 0);
 	/* 2^31 + 1,000 ticks later, in steps the evictor's pass keeps up with */
 	uint64_t now = idx_tick_now(f->idx);
 	for (int step = 1; step <= 4; step++) {
@@ -132,10 +117,7 @@ static void test_lru_after_long_idle(void **state)
 		assert_true(fx_wait_for(aged, f, 10000));
 	}
 	assert_int_equal(f->t->st.chunks_spilled, 0);
-	for (int i = 11; i < 14; i++) {
-		snprintf(name, sizeof(name), "f%d", i);
-		in[i] = fx_mk(f, name, MiB, i);
-	}
+	fx_mk_range(f, in, 11, 14, MiB, 0);
 	assert_true(fx_wait_for(any_cold, f, 10000));
 	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
 	for (int i = 11; i < 14; i++) /* the new ones stay */

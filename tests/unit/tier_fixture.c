@@ -185,3 +185,12 @@ int fx_below_threshold(struct fx *f)
 	return hot_used(f->t->hot) + hot_reserved(f->t->hot) <=
 	       (uint64_t)(f->cfg.spill_threshold * f->cfg.hot_size);
 }
+
+void fx_mk_range(struct fx *f, struct inode **in, int from, int to, uint64_t size, int tag0)
+{
+	char name[16];
+	for (int i = from; i < to; i++) {
+		snprintf(name, sizeof(name), "f%d", i);
+		in[i] = fx_mk(f, name, size, tag0 + i);
+	}
+}

@@ -39,6 +39,8 @@ void fx_fill(uint8_t *buf, int tag, uint64_t off, size_t len);
 void fx_write(struct fx *f, struct inode *in, uint64_t off, uint64_t len, int tag);
 /* Create name in the root, size bytes of tag's data; the caller owns the ref. */
 struct inode *fx_mk(struct fx *f, const char *name, uint64_t size, int tag);
+/* Files "f<i>" for i in [from, to), size bytes each, tag tag0 + i, into in[i]. */
+void fx_mk_range(struct fx *f, struct inode **in, int from, int to, uint64_t size, int tag0);
 /* Read [off, off+len) through the tier and compare with tag's bytes: 0, or
  * the -errno tier_read_begin gave. */
 int fx_check_range(struct fx *f, struct inode *in, int tag, uint64_t off, size_t len);
