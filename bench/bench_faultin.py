@@ -8,7 +8,10 @@ comparison), against plain files on the same cold disk:
               offset 0 and at a random offset, over --files files
               (restore=lazy: the fault-in path alone), p50/p99;
   random 4k   4 KiB preads at random offsets of evicted files (each file
-              evicted again before its read), p50/p99;
+              evicted again before its read), p50/p99: open + pread + close,
+              and ("random 4k, open") preads on one handle per file (the
+              first read of a handle restores its chunk, later jumps read
+              only their blocks);
   sequential  a cold --seq-size file read through the mount (1 MiB reads,
               restore=open, the default) vs fio sequential read (io_uring,
               O_DIRECT, 1 MiB, iodepth 8) of a file in the cold directory;
@@ -166,30 +169,51 @@ def first_byte(binary, a, plain_dir):
                 write_file(os.path.join(plain_dir, n), a.file_size, i, sync=True)
         rng = random.Random(7)
         offs = [rng.randrange(0, a.file_size - 4 * KiB) // 4096 * 4096 for _ in names]
-        for case, olist in (("offset 0", [0] * len(names)), ("random offset", offs)):
-            for kind in ("spillway", "plain"):
-                xs = []
-                if kind == "spillway":
-                    for n in names:
-                        evict(m.path(n))
-                drop_caches()
-                for n, off in zip(names, olist):
-                    p = m.path(n) if kind == "spillway" else os.path.join(plain_dir, n)
-                    xs.append(timed_read(p, off, plain=kind == "plain"))
-                out[(case, kind)] = xs
-        # random 4k reads, files evicted again, 4 reads per file
-        for kind in ("spillway", "plain"):
-            xs = []
+
+        def fresh(kind):
+            """The paths of kind's files: spillway's evicted again; caches dropped."""
             if kind == "spillway":
                 for n in names:
                     evict(m.path(n))
             drop_caches()
+            return [m.path(n) if kind == "spillway" else os.path.join(plain_dir, n)
+                    for n in names]
+
+        for case, olist in (("offset 0", [0] * len(names)), ("random offset", offs)):
+            for kind in ("spillway", "plain"):
+                out[(case, kind)] = [timed_read(p, off, plain=kind == "plain")
+                                     for p, off in zip(fresh(kind), olist)]
+        # random 4k reads, files evicted again, 4 reads per file
+        for kind in ("spillway", "plain"):
+            xs = []
+            paths = fresh(kind)
             for r in range(4):
-                for n in names:
-                    p = m.path(n) if kind == "spillway" else os.path.join(plain_dir, n)
+                for p in paths:
                     off = rng.randrange(0, a.file_size - 4 * KiB) // 4096 * 4096
                     xs.append(timed_read(p, off, plain=kind == "plain"))
             out[("random 4k", kind)] = xs
+        # random 4k reads on one open handle per file (a random reader: a
+        # database, an index, mmap faults), files evicted again; only the
+        # pread is timed. spillway restores the first read's chunk, then
+        # reads the blocks asked for directly (direct_reads).
+        for kind in ("spillway", "plain"):
+            xs = []
+            fds = [os.open(p, os.O_RDONLY) for p in fresh(kind)]
+            try:
+                for fd in fds:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                for r in range(4):
+                    for fd in fds:
+                        off = rng.randrange(0, a.file_size - 4 * KiB) // 4096 * 4096
+                        t0 = time.perf_counter()
+                        b = os.pread(fd, 4 * KiB, off)
+                        xs.append(time.perf_counter() - t0)
+                        assert len(b) == 4 * KiB
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            out[("random 4k, open", kind)] = xs
         out["stats"] = m.stats()
     finally:
         m.close()
@@ -368,7 +392,7 @@ def run_build(binary, a, plain_dir, fio_mibps, srv):
     fb = first_byte(binary, a, plain_dir)
     sq = sequential(binary, a, plain_dir)
     rows = []
-    for case in ("offset 0", "random offset", "random 4k"):
+    for case in ("offset 0", "random offset", "random 4k", "random 4k, open"):
         s, p = fb[(case, "spillway")], fb[(case, "plain")]
         rows.append((case, pct(s, 50) * 1e3, pct(s, 99) * 1e3, pct(p, 50) * 1e3,
                      pct(p, 99) * 1e3))
@@ -417,7 +441,7 @@ def main():
         for name, r in res.items():
             print("[%s]" % name)
             for case, s50, s99, p50, p99 in r["rows"]:
-                print("  %-14s spillway %7.2f / %7.2f   plain %6.2f / %6.2f   ratio p50 %.2fx"
+                print("  %-15s spillway %7.2f / %7.2f   plain %6.2f / %6.2f   ratio p50 %.2fx"
                       " p99 %.2fx" % (case, s50, s99, p50, p99, s50 / p50, s99 / p99))
             sq = r["seq"]
             print("  sequential     mount %.0f MiB/s  fio %.0f MiB/s  ratio %.2fx"

@@ -32,6 +32,7 @@ struct spw_file {
 	uint64_t next_off; /* where the last read ended */
 	uint64_t ra_next;  /* first chunk not yet asked to restore ahead */
 	uint32_t seq;	   /* reads in a row that went on from the last one */
+	uint32_t jumps;	   /* reads in a row that did not */
 };
 
 /* New handle for in (taking over the caller's ref); NULL without memory. */

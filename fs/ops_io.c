@@ -70,17 +70,30 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
-/* Note a read of [off, off + size) on f; 1 when it continues a stream. */
-static int read_is_sequential(struct spw_file *f, uint64_t off, size_t size)
+/* Note a read of [off, off + size) on f: READ_SEQ when it continues a
+ * stream (two reads in a row went on from the last one), READ_RANDOM when
+ * the handle jumps about (two jumps in a row, and no stream since), else 0.
+ * One jump is not a pattern: the first read of a stream may start
+ * anywhere, and its chunk is restored as usual. The same read again (the
+ * kernel retries a failed one) changes nothing. */
+enum { READ_SEQ = 1, READ_RANDOM = 2 };
+
+static int read_pattern(struct spw_file *f, uint64_t off, size_t size)
 {
 	uint64_t prev = __atomic_exchange_n(&f->next_off, off + size, __ATOMIC_RELAXED);
-	uint32_t seq = 0;
 
-	if (off + SEQ_SLACK >= prev && off <= prev + SEQ_SLACK)
-		seq = __atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED);
-	else
-		__atomic_store_n(&f->seq, 0, __ATOMIC_RELAXED);
-	return seq >= 2;
+	if (prev == off + size)
+		return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM
+		       : __atomic_load_n(&f->seq, __ATOMIC_RELAXED) >= 2 ? READ_SEQ
+									  : 0;
+	if (off + SEQ_SLACK >= prev && off <= prev + SEQ_SLACK) {
+		if (__atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED) < 2)
+			return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0;
+		__atomic_store_n(&f->jumps, 0, __ATOMIC_RELAXED);
+		return READ_SEQ;
+	}
+	__atomic_store_n(&f->seq, 0, __ATOMIC_RELAXED);
+	return __atomic_add_fetch(&f->jumps, 1, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0;
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -90,8 +103,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	struct inode *in = f->in;
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
 	struct tier_io io;
-	int seq = read_is_sequential(f, (uint64_t)off, size);
-	int ret = tier_read_begin(s->tier, in, (uint64_t)off, size, &io);
+	int pat = read_pattern(f, (uint64_t)off, size), seq = pat == READ_SEQ;
+	int ret = tier_read_begin(s->tier, in, (uint64_t)off, size,
+				  pat == READ_RANDOM ? TIER_READ_RANDOM : 0, &io);
 
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);

@@ -184,6 +184,9 @@ void metrics_write(struct tier *t, FILE *f)
 		c->published_reads);
 	counter(f, "spillway_buffer_replies_total",
 		"Cold reads answered from the verified read buffer.", c->buffer_replies);
+	counter(f, "spillway_direct_reads_total",
+		"Random reads of cold chunks answered from the cold tier without a restore.",
+		c->direct_reads);
 	free(s);
 }
 

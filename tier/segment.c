@@ -1143,17 +1143,30 @@ out:
 	return ret;
 }
 
+void seg_chunk_copy(const struct seg_chunk *sc, uint64_t off, uint32_t len, void *dst)
+{
+	uint64_t pos = 0;
+
+	memset(dst, 0, len);
+	for (uint32_t i = 0; i < sc->next; pos += sc->ext[i].len, i++) {
+		uint64_t xo = sc->ext[i].off, xe = xo + sc->ext[i].len;
+		uint64_t a = off > xo ? off : xo, b = off + len < xe ? off + len : xe;
+
+		if (a < b)
+			memcpy((uint8_t *)dst + (a - off), sc->data + pos + (a - xo), b - a);
+	}
+}
+
 int seg_read_range(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
 		   uint64_t off, uint32_t len, void *dst)
 {
 	struct seg_chunk sc;
-	uint32_t pos = 0;
-	int ret;
+	int ret = seg_read_part(st, seg_id, dev, e, off, len, &sc);
 
-	memset(dst, 0, len);
-	ret = seg_read_part(st, seg_id, dev, e, off, len, &sc);
-	for (uint32_t i = 0; ret == 0 && i < sc.next; pos += sc.ext[i].len, i++)
-		memcpy((uint8_t *)dst + (sc.ext[i].off - off), sc.data + pos, sc.ext[i].len);
+	if (ret == 0)
+		seg_chunk_copy(&sc, off, len, dst);
+	else
+		memset(dst, 0, len);
 	seg_chunk_free(&sc);
 	return ret;
 }

@@ -223,6 +223,9 @@ struct seg_chunk {
 int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
 		   struct seg_chunk *out);
 void seg_chunk_free(struct seg_chunk *c);
+/* Chunk bytes [off, off + len) of sc into dst: its extents' bytes, zeros
+ * for the holes between them and for anything sc does not cover. */
+void seg_chunk_copy(const struct seg_chunk *sc, uint64_t off, uint32_t len, void *dst);
 /*
  * Read and verify only the blocks covering bytes [off, off + len) of the
  * chunk of e (and the map): out gets the data extents cut to that range,

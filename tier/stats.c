@@ -54,6 +54,7 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 	d->readahead_chunks = LD(s->readahead_chunks);
 	d->published_reads = LD(s->published_reads);
 	d->buffer_replies = LD(s->buffer_replies);
+	d->direct_reads = LD(s->direct_reads);
 }
 
 static int count_unevictable(void *arg, struct inode *in)
@@ -195,8 +196,9 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	    (unsigned long long)s->rec.lost_files);
 	PUT("\"partial_restores\":%llu,\"readahead_chunks\":%llu,",
 	    (unsigned long long)c->partial_restores, (unsigned long long)c->readahead_chunks);
-	PUT("\"published_reads\":%llu,\"buffer_replies\":%llu,",
-	    (unsigned long long)c->published_reads, (unsigned long long)c->buffer_replies);
+	PUT("\"published_reads\":%llu,\"buffer_replies\":%llu,\"direct_reads\":%llu,",
+	    (unsigned long long)c->published_reads, (unsigned long long)c->buffer_replies,
+	    (unsigned long long)c->direct_reads);
 	/* first byte, then whole-chunk restore; nvme, then s3 */
 	PUT("\"latency\":{\"first_byte\":{\"nvme\":");
 	json_lat(&c->h_first[0], buf, len, pos);

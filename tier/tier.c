@@ -384,13 +384,15 @@ static void read_rest_locked(struct tier *t, struct inode *in, struct tier_io *i
 	io->rest = 0;
 }
 
-int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io)
+int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
+		    struct tier_io *io)
 {
 	uint64_t size, t0 = clock_now_ns();
 	int ret, waited = -1;
 
 	io->rest = 0;
 	io->mem = NULL;
+	io->own = NULL;
 	idx_inode_lock(in);
 	size = in->size;
 	if (off >= size || len == 0) {
@@ -403,6 +405,11 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		tier_chunk_range(t, off, len, &io->first, &io->last);
 		if (io->last >= in->nchunks)
 			io->last = in->nchunks ? in->nchunks - 1 : 0;
+		/* a random reader's cold range in one chunk: read it directly
+		 * (no buffer: restore it as any reader would) */
+		if ((flags & TIER_READ_RANDOM) && io->first == io->last && io->first < in->nchunks &&
+		    in->chunks[io->first].state == CHUNK_COLD && !in->chunks[io->first].queued)
+			io->own = malloc(len);
 		/* each chunk: only the reader's blocks first when it is cold */
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++) {
 			uint64_t cs = c * t->chunk_size, lo = off > cs ? off - cs : 0;
@@ -411,12 +418,15 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 
 			/* one chunk: a cold range may be answered from memory */
 			ret = restore_read_locked(t, in, c, lo, hi, c - io->first < 64 ? &rest : NULL,
-						  &tier, io->first == io->last ? &io->mem : NULL);
+						  &tier, io->first == io->last ? &io->mem : NULL,
+						  io->own);
 			if (ret < 0) {
 				if (c > io->first)
 					pin(in, io->first, c - 1, -1);
 				read_rest_locked(t, in, io);
 				idx_inode_unlock(in);
+				free(io->own);
+				io->own = NULL;
 				return ret;
 			}
 			if (rest)
@@ -439,6 +449,8 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)
 {
+	free(io->own);
+	io->own = NULL;
 	if (io->first > io->last)
 		return;
 	idx_inode_lock(in);

@@ -30,7 +30,13 @@ struct tier_io {
 	const void *mem;      /* reads: when set, the len bytes to answer (the
 			       * verified cold read, not in the hot file yet;
 			       * valid until tier_read_end); else read fd */
+	void *own;	      /* reads: a direct read's buffer (mem), freed by
+			       * tier_read_end */
 };
+
+/* tier_read_begin flags */
+#define TIER_READ_RANDOM 1u /* the reader jumps about: a cold chunk is read
+			     * directly, not restored (tier_read_begin) */
 
 /* Page-cache invalidation, provided by the fs layer (FUSE notify). */
 typedef void (*tier_inval_fn)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
@@ -50,9 +56,13 @@ void tier_close(struct tier *t, struct inode *in);
 
 /* A read of a cold range waits only for the blocks it covers; the rest of
  * those chunks is restored by tier_read_end, which the caller calls once it
- * answered (it may take a chunk's restore time). The answer is io->mem when
- * set (a cold range within one chunk), else io->len bytes of io->fd at off. */
-int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io);
+ * answered (it may take a chunk's restore time). With TIER_READ_RANDOM a
+ * cold range within one chunk is read, verified and answered without
+ * restoring anything: a random reader costs the blocks it reads, not a
+ * chunk each. The answer is io->mem when set (a cold range within one
+ * chunk), else io->len bytes of io->fd at off. */
+int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
+		    struct tier_io *io);
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io);
 /* A sequential reader is at off: keep io_workers chunks after off's chunk
  * restoring ahead of it. *next_chunk (the caller's, per open file, start

@@ -67,6 +67,20 @@ class FaultinCase(TierCase):
         finally:
             os.close(fd)
 
+    def flip_in_chunk1(self, chunk_len, at, mask):
+        """Flip bits mask of the byte at data offset at of chunk 1's stored
+        record (a mapped record, dense: chunk_len bytes of data)."""
+        segs = [os.path.join(self.cold[0], n) for n in seg_files(self.cold[0])]
+        ents = [(sp, e) for sp in segs for e in seg_entries(sp) if e[1] == 1]
+        self.assertEqual(len(ents), 1, ents)
+        seg, (_ino, _c, flags, off, _ln, clen) = ents[0]
+        self.assertEqual((flags, clen), (1, chunk_len), ents)  # mapped, dense
+        with open(seg, "r+b") as f:
+            f.seek(off + at)
+            b = f.read(1)
+            f.seek(off + at)
+            f.write(bytes([b[0] ^ mask]))
+
     def check_read(self, fd, tag, off, n):
         got = os.pread(fd, n, off)
         exp = content(tag, off, n)
@@ -144,7 +158,12 @@ class TestPartial(FaultinCase):
             self.check_read(fd, 13, 4 * MiB + 2 * MiB, 4 * KiB)
             new = b"\xa5" * (100 * KiB)
             self.assertEqual(os.pwrite(fd, new, 4 * MiB + 3 * MiB + 5), len(new))
-            # and one more partial chunk, written at once after its read
+        finally:
+            os.close(fd)
+        # and one more partial chunk, written at once after its read (a new
+        # handle: its first read is a partial restore, not a direct read)
+        fd = open_uncached(p, os.O_RDWR)
+        try:
             self.check_read(fd, 13, 8 * MiB + 100 * KiB, 4 * KiB)
             self.assertEqual(os.pwrite(fd, new, 8 * MiB + 99 * KiB), len(new))
         finally:
@@ -166,22 +185,80 @@ class TestPartial(FaultinCase):
         self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
 
 
+class TestDirect(FaultinCase):
+    """A handle that jumps about reads cold chunks directly: the blocks it
+    asks for are read and verified, nothing is restored into RAM."""
+
+    def test_random_reader_restores_nothing(self):
+        size = 32 * MiB + 5000
+        p = self.cold_file("rnd", 17, size)
+        import random
+        rng = random.Random(5)
+        s0 = self.stats()
+        fd = open_uncached(p)
+        try:
+            # the first read is a partial restore of chunk 0 (one jump is
+            # not a pattern); every later jump (> 1 MiB away) is a direct read
+            self.check_read(fd, 17, 2 * MiB, 4 * KiB)
+            self.poll(lambda: self.state(p)["restoring"] == 0, 10, "chunk 0")
+            offs = [2 * MiB]
+            while len(offs) < 61 or offs[-1] > size - 3 * MiB:
+                off = rng.randrange(4 * MiB, size - 64 * KiB)
+                if abs(off - offs[-1]) > 2 * MiB:
+                    offs.append(off)
+            for off in offs[1:]:
+                self.check_read(fd, 17, off, rng.choice((1, 512, 4 * KiB, 60 * KiB)))
+            self.check_read(fd, 17, size - 3000, 3000)  # the short last chunk
+            st = self.state(p)
+        finally:
+            os.close(fd)
+        s1 = self.stats()
+        self.assertEqual(s1["direct_reads"] - s0["direct_reads"], len(offs), s1)
+        self.assertEqual(s1["partial_restores"] - s0["partial_restores"], 1, s1)
+        self.assertEqual((st["hot"], st["restoring"]), (1, 0), st)  # chunk 0 only
+        fb = s1["latency"]["first_byte"]["nvme"]["count"] - s0["latency"]["first_byte"]["nvme"]["count"]
+        self.assertGreaterEqual(fb, len(offs) + 1, s1["latency"])
+        # a reader that goes on from where it is restores as before
+        self.read_through(p, 17, size)
+        self.assertEqual(self.state(p)["cold"], 0)
+        self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
+
+    def test_direct_read_of_flipped_block_is_eio(self):
+        size = 8 * MiB
+        p = self.cold_file("badd", 18, size)
+        bad = 9
+        self.flip_in_chunk1(4 * MiB, bad * BLOCK + 321, 0x08)
+        fd = open_uncached(p)
+        try:
+            self.check_read(fd, 18, 3 * MiB, 4 * KiB)  # chunk 0: partial restore
+            s0 = self.stats()
+            base = 4 * MiB
+            # chunk 1, direct reads around the bad block (each more than
+            # 1 MiB from the last, but the bad one: one near read is no stream)
+            for blk in (60, 3, 45, 20):
+                self.check_read(fd, 18, base + blk * BLOCK + 5, 4 * KiB)
+            with self.assertRaises(OSError) as cm:
+                os.pread(fd, 4 * KiB, base + bad * BLOCK + 8 * KiB)
+            self.assertEqual(cm.exception.errno, errno.EIO)
+            self.check_read(fd, 18, base + 62 * BLOCK + 1, 4 * KiB)
+        finally:
+            os.close(fd)
+        s1 = self.stats()
+        self.assertEqual(s1["direct_reads"] - s0["direct_reads"], 5, s1)
+        # the kernel retries a failed read once: one or two crc errors
+        self.assertIn(s1["errors"]["crc"] - s0["errors"]["crc"], (1, 2), s1)
+        self.assertEqual(s1["partial_restores"] - s0["partial_restores"], 0, s1)
+        st = self.state(p)
+        self.assertEqual((st["cold"], st["restoring"]), (1, 0), st)  # chunk 1 stays cold
+
+
 class TestBadBlock(FaultinCase):
 
     def test_flipped_byte_is_eio_for_its_block_only(self):
         size = 8 * MiB
         p = self.cold_file("bad", 14, size)
-        segs = [os.path.join(self.cold[0], n) for n in seg_files(self.cold[0])]
-        ents = [(sp, e) for sp in segs for e in seg_entries(sp) if e[1] == 1]
-        self.assertEqual(len(ents), 1, ents)
-        seg, (_ino, _c, flags, off, ln, clen) = ents[0]
-        self.assertEqual((flags, clen), (1, 4 * MiB), ents)  # mapped, dense
         bad = 5  # block of chunk 1: bytes [4M + 320K, 4M + 384K)
-        with open(seg, "r+b") as f:
-            f.seek(off + bad * BLOCK + 1000)
-            b = f.read(1)
-            f.seek(off + bad * BLOCK + 1000)
-            f.write(bytes([b[0] ^ 0x40]))
+        self.flip_in_chunk1(4 * MiB, bad * BLOCK + 1000, 0x40)
         fd = open_uncached(p)
         try:
             base = 4 * MiB
@@ -241,17 +318,8 @@ class TestPublished(FaultinCase):
     def test_flipped_byte_in_published_chunk(self):
         size = 32 * MiB
         p = self.big_chunk_file("bad", 22, size, chunk="16M")
-        segs = [os.path.join(self.cold[0], n) for n in seg_files(self.cold[0])]
-        ents = [(sp, e) for sp in segs for e in seg_entries(sp) if e[1] == 1]
-        self.assertEqual(len(ents), 1, ents)
-        seg, (_ino, _c, flags, off, ln, clen) = ents[0]
-        self.assertEqual((flags, clen), (1, 16 * MiB), ents)
         bad = 40  # in the third 1 MiB piece of chunk 1
-        with open(seg, "r+b") as f:
-            f.seek(off + bad * BLOCK + 7)
-            b = f.read(1)
-            f.seek(off + bad * BLOCK + 7)
-            f.write(bytes([b[0] ^ 0x01]))
+        self.flip_in_chunk1(16 * MiB, bad * BLOCK + 7, 0x01)
         fd = os.open(p, os.O_RDONLY)  # the workers restore both chunks
         try:
             # the worker of chunk 1 fails at the bad piece, after publishing
@@ -351,16 +419,33 @@ if S3Case is not None:
     class TestS3Partial(S3Case):
         timeout = 120
 
-        def test_partial_read_ranged_get_first(self):
+        def cold_s3_file(self, name, tag, size):
+            """A mount on s3rver behind a counting proxy (returned), restore=lazy,
+            4 MiB chunks, and name written and evicted."""
             srv = self.s3server()
             px = self.proxy(srv)
             self.s3_mount(srv, endpoint=px.endpoint, hot_size="64M", chunk_size="4M",
                           min_spill_size="4M", restore="lazy")
-            size = 12 * MiB
-            p = self.p("s3f")
-            write_content(p, 16, size)
+            p = self.p(name)
+            write_content(p, tag, size)
             self.evict(p)
-            self.assertEqual(self.state(p)["cold"], 3)
+            self.assertEqual(self.state(p)["cold"], -(-size // (4 * MiB)))
+            return p, px
+
+        def get_sizes(self, px, n0):
+            """Byte counts of the ranged GETs the proxy saw since request n0."""
+            sizes = []
+            for r in px.requests()[n0:]:
+                if r["method"] != "GET":
+                    continue
+                mm = re.match(r"bytes=(\d+)-(\d+)$", r["range"] or "")
+                self.assertTrue(mm, r)
+                sizes.append(int(mm.group(2)) - int(mm.group(1)) + 1)
+            return sizes
+
+        def test_partial_read_ranged_get_first(self):
+            size = 12 * MiB
+            p, px = self.cold_s3_file("s3f", 16, size)
             n0 = len(px.requests())
             fd = open_uncached(p)
             try:
@@ -372,12 +457,7 @@ if S3Case is not None:
             self.assertEqual(st["partial_restores"], 1, st)
             self.assertGreaterEqual(st["latency"]["first_byte"]["s3"]["count"], 1)
             self.poll(lambda: self.state(p)["restoring"] == 0, 20, "rest of the chunk")
-            gets = [r for r in px.requests()[n0:] if r["method"] == "GET"]
-            sizes = []
-            for r in gets:
-                mm = re.match(r"bytes=(\d+)-(\d+)$", r["range"] or "")
-                self.assertTrue(mm, r)
-                sizes.append(int(mm.group(2)) - int(mm.group(1)) + 1)
+            sizes = self.get_sizes(px, n0)
             # the reader's block first (small; its map too unless the map
             # cache had it from the spill), then the rest of the chunk
             small = 1 if sizes[1] > 2 * BLOCK else 2
@@ -385,6 +465,32 @@ if S3Case is not None:
             self.assertGreaterEqual(max(sizes), 4 * MiB - BLOCK, sizes)
             self.assertContent(p, 16, size)
             self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
+
+        def test_random_reader_gets_only_its_blocks(self):
+            """A handle that jumps about: after its first read, each read of
+            a cold chunk is one ranged GET of the blocks it needs (and the
+            record's map when the cache lacks it), never the whole chunk."""
+            size = 16 * MiB
+            p, px = self.cold_s3_file("s3r", 19, size)
+            fd = open_uncached(p)
+            try:
+                # one jump (a partial restore of chunk 0), then jumps: direct
+                self.assertEqual(os.pread(fd, 4 * KiB, 2 * MiB), content(19, 2 * MiB, 4 * KiB))
+                self.poll(lambda: self.state(p)["restoring"] == 0, 20, "chunk 0")
+                n0 = len(px.requests())
+                s0 = self.stats()
+                for off in (5 * MiB + 7, 13 * MiB + 99, 9 * MiB, 15 * MiB + 4096):
+                    self.assertEqual(os.pread(fd, 4 * KiB, off), content(19, off, 4 * KiB))
+            finally:
+                os.close(fd)
+            s1 = self.stats()
+            self.assertEqual(s1["direct_reads"] - s0["direct_reads"], 4, s1)
+            sizes = self.get_sizes(px, n0)
+            self.assertGreaterEqual(len(sizes), 4, sizes)
+            self.assertLessEqual(max(sizes), 2 * BLOCK, sizes)
+            st = self.state(p)
+            self.assertEqual((st["hot"], st["cold"]), (1, 3), st)
+            self.assertEqual(s1["errors"], {"io": 0, "crc": 0})
 
 
 if __name__ == "__main__":

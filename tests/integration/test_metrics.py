@@ -73,6 +73,7 @@ class MetricsTest(TierCase):
                          ("spillway_writer_waits_total", "counter"),
                          ("spillway_published_reads_total", "counter"),
                          ("spillway_buffer_replies_total", "counter"),
+                         ("spillway_direct_reads_total", "counter"),
                          ("spillway_chunks_unevictable", "gauge"),
                          ("spillway_spill_segment_seconds", "histogram"),
                          ("spillway_restore_chunk_seconds", "histogram"),

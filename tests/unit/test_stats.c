@@ -25,6 +25,7 @@ static struct tier_snapshot *sample(void)
 	s->c.bytes_spilled = 5 << 20;
 	s->c.spill_ns = 1000000000; /* 5 MiB in 1 s */
 	s->c.segments_demoted = 7;
+	s->c.direct_reads = 13;
 	s->slow_op = "write";
 	s->c.slow_op_ns = 42000000;
 	s->jrnl_on = 1;
@@ -68,6 +69,7 @@ static void test_fields_from_the_snapshot(void **state)
 	assert_non_null(strstr(buf, "\"MiBps\":5.0}"));
 	assert_non_null(strstr(buf, "\"slow_request\":{\"op\":\"write\",\"ms\":42}"));
 	assert_non_null(strstr(buf, "\"syncs\":9}"));
+	assert_non_null(strstr(buf, "\"buffer_replies\":0,\"direct_reads\":13,"));
 	assert_non_null(strstr(buf, "\"first_byte\":{\"nvme\":{\"count\":0,"));
 	assert_non_null(strstr(buf, "\"s3\":{\"count\":1,"));
 	/* every cold directory of both stores, in order */

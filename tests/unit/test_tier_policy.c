@@ -182,6 +182,53 @@ static void test_crc_failure_is_eio_for_that_chunk_only(void **state)
 	idx_put(f->idx, in);
 }
 
+/* A random reader's read of a cold chunk (TIER_READ_RANDOM) is answered
+ * from the blocks it covers, verified, and restores nothing; a bad block is
+ * EIO; a read across two chunks is restored as any other. */
+static void test_random_read_restores_nothing(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in;
+	uint64_t seg, off;
+	unsigned n0;
+
+	fx_cfg_defaults(f, 64 * MiB);
+	fx_start(f);
+	in = fx_mk(f, "a", 3 * MiB + 100, 7);
+	assert_int_equal(tier_evict_file(f->t, in), 0);
+	assert_int_equal(hot_used(f->t->hot), 0);
+	fake_lock();
+	n0 = fake_current->nreads;
+	fake_unlock();
+	assert_int_equal(fx_check_range_flags(f, in, 7, MiB + 5000, 4096, TIER_READ_RANDOM), 0);
+	assert_int_equal(fx_check_range_flags(f, in, 7, 3 * MiB, 100, TIER_READ_RANDOM), 0);
+	assert_int_equal(fx_chunk_state(in, 1), CHUNK_COLD);
+	assert_int_equal(fx_chunk_state(in, 3), CHUNK_COLD);
+	assert_int_equal(hot_used(f->t->hot), 0);
+	assert_int_equal(f->t->st.direct_reads, 2);
+	assert_int_equal(f->t->st.partial_restores, 0);
+	assert_int_equal(f->t->st.chunks_restored, 0);
+	fake_lock();
+	assert_true(fake_current->nreads > n0);
+	fake_unlock();
+	/* a flipped byte in chunk 2: EIO, never wrong bytes, still cold */
+	idx_inode_lock(in);
+	seg = in->chunks[2].seg_id;
+	off = in->chunks[2].seg_off;
+	idx_inode_unlock(in);
+	assert_int_equal(fake_flip(seg, off + 77), 0);
+	assert_int_equal(fx_check_range_flags(f, in, 7, 2 * MiB + 10, 4096, TIER_READ_RANDOM),
+			 -EIO);
+	assert_int_equal(fx_chunk_state(in, 2), CHUNK_COLD);
+	assert_true(f->t->st.errors_crc >= 1);
+	/* across chunks 0 and 1: restored, both hot afterwards */
+	assert_int_equal(fx_check_range_flags(f, in, 7, MiB - 100, 200, TIER_READ_RANDOM), 0);
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_HOT_CLEAN);
+	assert_int_equal(fx_chunk_state(in, 1), CHUNK_HOT_CLEAN);
+	assert_int_equal(f->t->st.direct_reads, 2);
+	idx_put(f->idx, in);
+}
+
 static int no_live_segments(struct fx *f)
 {
 	(void)f;
@@ -341,6 +388,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_crc_failure_is_eio_for_that_chunk_only, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_gc_deletes_dead_segment, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_random_read_restores_nothing, fx_setup,
+					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_open_restores_in_file_order, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_cold_read_never_waits_for_impossible_room, fx_setup,
 					    fx_teardown),

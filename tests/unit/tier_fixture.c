@@ -133,12 +133,18 @@ struct inode *fx_mk(struct fx *f, const char *name, uint64_t size, int tag)
 
 int fx_check_range(struct fx *f, struct inode *in, int tag, uint64_t off, size_t len)
 {
+	return fx_check_range_flags(f, in, tag, off, len, 0);
+}
+
+int fx_check_range_flags(struct fx *f, struct inode *in, int tag, uint64_t off, size_t len,
+			 unsigned flags)
+{
 	uint8_t *buf = malloc(len), *exp = malloc(len);
 	struct tier_io io;
 	int ret;
 
 	assert_int_equal(tier_open(f->t, in), 0);
-	ret = tier_read_begin(f->t, in, off, len, &io);
+	ret = tier_read_begin(f->t, in, off, len, flags, &io);
 	if (ret == 0) {
 		if (io.mem) /* answered from the verified cold read */
 			memcpy(buf, io.mem, len);

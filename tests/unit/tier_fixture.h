@@ -44,6 +44,9 @@ void fx_mk_range(struct fx *f, struct inode **in, int from, int to, uint64_t siz
 /* Read [off, off+len) through the tier and compare with tag's bytes: 0, or
  * the -errno tier_read_begin gave. */
 int fx_check_range(struct fx *f, struct inode *in, int tag, uint64_t off, size_t len);
+/* The same with tier_read_begin flags (TIER_READ_RANDOM). */
+int fx_check_range_flags(struct fx *f, struct inode *in, int tag, uint64_t off, size_t len,
+			 unsigned flags);
 void fx_check_all(struct fx *f, struct inode *in, int tag, uint64_t size);
 uint8_t fx_chunk_state(struct inode *in, uint64_t c);
 /* Poll pred(f) until true or ms pass; returns the last value. */
