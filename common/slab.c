@@ -118,6 +118,7 @@ void slab_table_free(void *p, size_t bytes)
 #endif
 }
 
+#ifndef SLAB_PASSTHROUGH /* the pool itself: sanitizer builds use malloc */
 static size_t class_of(size_t size)
 {
 	return size ? (size - 1) / 8 : 0; /* class c holds sizes up to 8 (c + 1) */
@@ -195,6 +196,7 @@ static struct blk *new_blk(struct slab *s, size_t cls)
 	room_add(s, b);
 	return b;
 }
+#endif /* SLAB_PASSTHROUGH */
 
 void *slab_alloc(struct slab *s, size_t size)
 {

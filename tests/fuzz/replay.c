@@ -43,7 +43,7 @@ static int check_inode(void *arg, struct inode *in)
 	uint64_t *n = arg;
 	(*n)++;
 	FUZZ_CHECK(in->nchunks <= JRNL_MAX_FILE_SIZE / REPLAY_CHUNK,
-		   "inode %" PRIu64 ": %" PRIu64 " chunks", in->ino, in->nchunks);
+		   "inode %" PRIu64 ": %" PRIu32 " chunks", in->ino, in->nchunks);
 	return 0;
 }
 
