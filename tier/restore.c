@@ -416,12 +416,14 @@ out_cold:
 	return ret;
 }
 
-/* restore_read_locked's direct read of a COLD chunk c: bytes [lo, hi) into
- * dst, the chunk RESTORING meanwhile (no rst_part: other readers and
- * writers wait, the maintenance worker leaves its segment alone) and COLD
- * again afterwards. in->lock held; dropped during I/O. 0 or -errno. */
+/* restore_read_locked's direct read of a COLD chunk c: bytes [lo, hi), the
+ * chunk RESTORING meanwhile (no rst_part: other readers and writers wait,
+ * the maintenance worker leaves its segment alone) and COLD again
+ * afterwards. *mem points at the bytes in *buf (seg_buf_free it): the
+ * verified read window itself when they are all data, else a copy with the
+ * holes zeroed. in->lock held; dropped during I/O. 0 or -errno. */
 static int read_direct_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
-			      uint64_t hi, void *dst, int *tier)
+			      uint64_t hi, const void **mem, void **buf, int *tier)
 {
 	struct seg_entry e = entry_of(in, c);
 	uint64_t seg = in->chunks[c].seg_id;
@@ -431,10 +433,16 @@ static int read_direct_locked(struct tier *t, struct inode *in, uint64_t c, uint
 	in->chunks[c].state = CHUNK_RESTORING;
 	idx_inode_unlock(in);
 	ret = chunk_read(t, seg, &e, lo, hi - lo, 0, &sc, tier);
-	if (ret == 0) {
-		seg_chunk_copy(&sc, lo, (uint32_t)(hi - lo), dst);
-		seg_chunk_free(&sc);
+	if (ret == 0 && (*mem = reply_bytes(&sc, lo, hi))) {
+		*buf = sc.buf_; /* kept for the reply */
+		sc.buf_ = NULL;
+	} else if (ret == 0 && !(*buf = seg_buf_alloc(hi - lo))) {
+		ret = -ENOMEM;
+	} else if (ret == 0) {
+		seg_chunk_copy(&sc, lo, (uint32_t)(hi - lo), *buf);
+		*mem = *buf;
 	}
+	seg_chunk_free(&sc);
 	idx_inode_lock(in);
 	in->chunks[c].state = CHUNK_COLD;
 	idx_inode_wake(in);
@@ -444,7 +452,7 @@ static int read_direct_locked(struct tier *t, struct inode *in, uint64_t c, uint
 }
 
 int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
-			int *rest, int *tier, const void **mem, void *direct)
+			int *rest, int *tier, const void **mem, void **direct)
 {
 	uint32_t b0 = (uint32_t)(lo / SEG_BLOCK), b1 = (uint32_t)((hi - 1) / SEG_BLOCK);
 	struct rst_part *p;
@@ -478,9 +486,8 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 		/* a v1 record is read whole: direct only when it is one block */
 		if (direct && mem && hi <= clen &&
 		    ((ch->seg_flags & CHUNK_LOC_MAP) || ch->seg_len <= SEG_BLOCK)) {
-			if ((ret = read_direct_locked(t, in, c, lo, hi, direct, tier)) < 0)
+			if ((ret = read_direct_locked(t, in, c, lo, hi, mem, direct, tier)) < 0)
 				return ret;
-			*mem = direct;
 			break;
 		}
 		ch->state = CHUNK_RESTORING;

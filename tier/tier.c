@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "tier/store/store.h"
 #include "tier/pressure.h"
+#include "tier/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -405,11 +406,10 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		tier_chunk_range(t, off, len, &io->first, &io->last);
 		if (io->last >= in->nchunks)
 			io->last = in->nchunks ? in->nchunks - 1 : 0;
-		/* a random reader's cold range in one chunk: read it directly
-		 * (no buffer: restore it as any reader would) */
-		if ((flags & TIER_READ_RANDOM) && io->first == io->last && io->first < in->nchunks &&
-		    in->chunks[io->first].state == CHUNK_COLD && !in->chunks[io->first].queued)
-			io->own = malloc(len);
+		/* a random reader's cold range in one chunk: read it directly */
+		int direct = (flags & TIER_READ_RANDOM) && io->first == io->last &&
+			     io->first < in->nchunks && in->chunks[io->first].state == CHUNK_COLD &&
+			     !in->chunks[io->first].queued;
 		/* each chunk: only the reader's blocks first when it is cold */
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++) {
 			uint64_t cs = c * t->chunk_size, lo = off > cs ? off - cs : 0;
@@ -419,14 +419,12 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 			/* one chunk: a cold range may be answered from memory */
 			ret = restore_read_locked(t, in, c, lo, hi, c - io->first < 64 ? &rest : NULL,
 						  &tier, io->first == io->last ? &io->mem : NULL,
-						  io->own);
+						  direct ? &io->own : NULL);
 			if (ret < 0) {
 				if (c > io->first)
 					pin(in, io->first, c - 1, -1);
 				read_rest_locked(t, in, io);
 				idx_inode_unlock(in);
-				free(io->own);
-				io->own = NULL;
 				return ret;
 			}
 			if (rest)
@@ -449,7 +447,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)
 {
-	free(io->own);
+	seg_buf_free(io->own);
 	io->own = NULL;
 	if (io->first > io->last)
 		return;

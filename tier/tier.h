@@ -30,8 +30,8 @@ struct tier_io {
 	const void *mem;      /* reads: when set, the len bytes to answer (the
 			       * verified cold read, not in the hot file yet;
 			       * valid until tier_read_end); else read fd */
-	void *own;	      /* reads: a direct read's buffer (mem), freed by
-			       * tier_read_end */
+	void *own;	      /* reads: a direct read's buffer (holds mem),
+			       * freed by tier_read_end */
 };
 
 /* tier_read_begin flags */
