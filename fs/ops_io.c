@@ -105,7 +105,10 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	struct tier_io io;
 	int pat = read_pattern(f, (uint64_t)off, size), seq = pat == READ_SEQ;
 	int ret = tier_read_begin(s->tier, in, (uint64_t)off, size,
-				  pat == READ_RANDOM ? TIER_READ_RANDOM : 0, &io);
+				  pat == READ_RANDOM ? TIER_READ_RANDOM
+				  : seq		     ? TIER_READ_STREAM
+						     : 0,
+				  &io);
 
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);

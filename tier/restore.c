@@ -96,6 +96,9 @@ struct rst_part {
 	int held;
 	uint64_t hlo, hhi;
 	struct seg_chunk sc;
+	/* readers reading blocks of the chunk from its cold copy meanwhile
+	 * (read_beside_locked): the restore ends (and p goes) after them */
+	int beside;
 	uint64_t have[PART_BLKS / 64]; /* blocks in the hot file */
 };
 
@@ -164,6 +167,14 @@ static int part_has(const struct rst_part *p, uint32_t b0, uint32_t b1)
 		if (!(p->have[b / 64] >> (b % 64) & 1))
 			return 0;
 	return 1;
+}
+
+/* The restore p is over: wait for the readers reading beside it
+ * (one block read each). in->lock held. */
+static void part_wait_beside_locked(struct inode *in, struct rst_part *p)
+{
+	while (p->beside > 0)
+		idx_inode_wait(in);
 }
 
 static void part_set(struct rst_part *p, uint32_t b0, uint32_t b1)
@@ -410,27 +421,26 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 	if (p->reserved > 0)
 		hot_unreserve(t->hot, (uint64_t)p->reserved);
 out_cold:
+	part_wait_beside_locked(in, p);
 	in->chunks[c].state = CHUNK_COLD;
 	part_del(t, p);
 	idx_inode_wake(in);
 	return ret;
 }
 
-/* restore_read_locked's direct read of a COLD chunk c: bytes [lo, hi), the
- * chunk RESTORING meanwhile (no rst_part: other readers and writers wait,
- * the maintenance worker leaves its segment alone) and COLD again
- * afterwards. *mem points at the bytes in *buf (seg_buf_free it): the
- * verified read window itself when they are all data, else a copy with the
- * holes zeroed. in->lock held; dropped during I/O. 0 or -errno. */
-static int read_direct_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
-			      uint64_t hi, const void **mem, void **buf, int *tier)
+/* Bytes [lo, hi) of chunk c (RESTORING: its cold copy is what the chunk
+ * holds, and stays) read and verified from that copy, restoring nothing.
+ * *mem points at them in *buf (seg_buf_free it): the verified read window
+ * itself when they are all data, else a copy with the holes zeroed.
+ * in->lock held; dropped during I/O. 0 or -errno. */
+static int read_cold_copy_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
+				 uint64_t hi, const void **mem, void **buf, int *tier)
 {
 	struct seg_entry e = entry_of(in, c);
 	uint64_t seg = in->chunks[c].seg_id;
 	struct seg_chunk sc;
 	int ret;
 
-	in->chunks[c].state = CHUNK_RESTORING;
 	idx_inode_unlock(in);
 	ret = chunk_read(t, seg, &e, lo, hi - lo, 0, &sc, tier);
 	if (ret == 0 && (*mem = reply_bytes(&sc, lo, hi))) {
@@ -444,15 +454,13 @@ static int read_direct_locked(struct tier *t, struct inode *in, uint64_t c, uint
 	}
 	seg_chunk_free(&sc);
 	idx_inode_lock(in);
-	in->chunks[c].state = CHUNK_COLD;
-	idx_inode_wake(in);
 	if (ret == 0)
 		__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
 	return ret;
 }
 
 int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
-			int *rest, int *tier, const void **mem, void **direct)
+			int *rest, int *tier, const void **mem, void **buf, unsigned how)
 {
 	uint32_t b0 = (uint32_t)(lo / SEG_BLOCK), b1 = (uint32_t)((hi - 1) / SEG_BLOCK);
 	struct rst_part *p;
@@ -472,6 +480,7 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 			uint32_t dev;
 			*tier = segtab_locate(t, ch->seg_id, &st, &dev) == 0 ? tier_of(st) : 0;
 		}
+		clen = tier_chunk_len(t, in->size, c);
 		if (ch->state == CHUNK_RESTORING) {
 			p = part_find(t, in->ino, c);
 			if (p && !p->failed && part_has(p, b0, b1)) {
@@ -479,14 +488,30 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 				__atomic_add_fetch(&t->st.published_reads, 1, __ATOMIC_RELAXED);
 				break;
 			}
+			/* a restore in blocks (p) holds the cold copy still: read
+			 * the blocks from it rather than wait for their turn */
+			if (p && !p->failed && (how & RR_BESIDE) && mem && hi <= clen) {
+				p->beside++;
+				ret = read_cold_copy_locked(t, in, c, lo, hi, mem, buf, tier);
+				p->beside--;
+				idx_inode_wake(in);
+				if (ret < 0)
+					return ret;
+				break;
+			}
 			idx_inode_wait(in);
 			continue;
 		}
-		clen = tier_chunk_len(t, in->size, c);
 		/* a v1 record is read whole: direct only when it is one block */
-		if (direct && mem && hi <= clen &&
+		if ((how & RR_DIRECT) && mem && hi <= clen &&
 		    ((ch->seg_flags & CHUNK_LOC_MAP) || ch->seg_len <= SEG_BLOCK)) {
-			if ((ret = read_direct_locked(t, in, c, lo, hi, mem, direct, tier)) < 0)
+			/* RESTORING meanwhile (no p: other readers and writers
+			 * wait, the maintenance worker keeps the segment) */
+			ch->state = CHUNK_RESTORING;
+			ret = read_cold_copy_locked(t, in, c, lo, hi, mem, buf, tier);
+			in->chunks[c].state = CHUNK_COLD;
+			idx_inode_wake(in);
+			if (ret < 0)
 				return ret;
 			break;
 		}
@@ -612,6 +637,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 	idx_inode_unlock(in);
 	ret = part_fill(t, in, c, p, fd, &e, seg, clen);
 	idx_inode_lock(in);
+	part_wait_beside_locked(in, p);
 	if (ret == 0) {
 		uint64_t ns = clock_now_ns() - p->t0;
 		in->chunks[c].state = CHUNK_HOT_CLEAN;

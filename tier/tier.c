@@ -406,10 +406,17 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		tier_chunk_range(t, off, len, &io->first, &io->last);
 		if (io->last >= in->nchunks)
 			io->last = in->nchunks ? in->nchunks - 1 : 0;
-		/* a random reader's cold range in one chunk: read it directly */
-		int direct = (flags & TIER_READ_RANDOM) && io->first == io->last &&
-			     io->first < in->nchunks && in->chunks[io->first].state == CHUNK_COLD &&
-			     !in->chunks[io->first].queued;
+		/* one chunk: a random reader's cold range is read directly; any
+		 * reader but a stream reads blocks of a chunk being restored
+		 * rather than wait for their turn (a stream's are next anyway) */
+		unsigned how = 0;
+		if (io->first == io->last && io->first < in->nchunks) {
+			if ((flags & TIER_READ_RANDOM) && in->chunks[io->first].state == CHUNK_COLD &&
+			    !in->chunks[io->first].queued)
+				how |= RR_DIRECT;
+			if (!(flags & TIER_READ_STREAM))
+				how |= RR_BESIDE;
+		}
 		/* each chunk: only the reader's blocks first when it is cold */
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++) {
 			uint64_t cs = c * t->chunk_size, lo = off > cs ? off - cs : 0;
@@ -419,7 +426,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 			/* one chunk: a cold range may be answered from memory */
 			ret = restore_read_locked(t, in, c, lo, hi, c - io->first < 64 ? &rest : NULL,
 						  &tier, io->first == io->last ? &io->mem : NULL,
-						  direct ? &io->own : NULL);
+						  &io->own, how);
 			if (ret < 0) {
 				if (c > io->first)
 					pin(in, io->first, c - 1, -1);

@@ -34,9 +34,11 @@ struct tier_io {
 			       * freed by tier_read_end */
 };
 
-/* tier_read_begin flags */
-#define TIER_READ_RANDOM 1u /* the reader jumps about: a cold chunk is read
-			     * directly, not restored (tier_read_begin) */
+/* tier_read_begin flags: the reader's pattern */
+#define TIER_READ_RANDOM 1u /* it jumps about: a cold chunk is read
+			     * directly, not restored */
+#define TIER_READ_STREAM 2u /* it goes on from its last read: it waits for
+			     * the blocks of chunks restored ahead of it */
 
 /* Page-cache invalidation, provided by the fs layer (FUSE notify). */
 typedef void (*tier_inval_fn)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
@@ -59,7 +61,9 @@ void tier_close(struct tier *t, struct inode *in);
  * answered (it may take a chunk's restore time). With TIER_READ_RANDOM a
  * cold range within one chunk is read, verified and answered without
  * restoring anything: a random reader costs the blocks it reads, not a
- * chunk each. The answer is io->mem when set (a cold range within one
+ * chunk each. Without TIER_READ_STREAM, a range within a chunk that
+ * another thread is restoring (restore=open's workers) is read from the
+ * cold copy rather than waited for. The answer is io->mem when set (a cold range within one
  * chunk), else io->len bytes of io->fd at off. */
 int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
 		    struct tier_io *io);

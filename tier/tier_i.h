@@ -241,14 +241,18 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
  * restore whose range is all data answers from its verified read buffer:
  * *mem points at bytes [lo, hi), valid until restore_rest_locked, which
  * writes them into the hot file (*mem NULL otherwise: read the hot file).
- * With direct and mem, a COLD chunk is not restored at all: the range is
- * read and verified, *mem points at it in *direct (a buffer for
- * seg_buf_free; holes read as zeros) and the chunk stays COLD (RESTORING
- * meanwhile, so its segment stays).
+ * how (with mem): RR_DIRECT: a COLD chunk is not restored at all, the range
+ * is read and verified from its cold copy and the chunk stays COLD
+ * (RESTORING meanwhile, so its segment stays); RR_BESIDE: a chunk another
+ * thread restores in blocks has the range read from its cold copy rather
+ * than waited for. Then *mem points at the bytes in *buf (seg_buf_free it;
+ * holes read as zeros).
  * 0 or -errno (nothing pinned).
  */
+#define RR_DIRECT 1u
+#define RR_BESIDE 2u
 int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
-			int *rest, int *tier, const void **mem, void **direct);
+			int *rest, int *tier, const void **mem, void **buf, unsigned how);
 /* The rest of a partial restore of chunk c (in->lock held; dropped during
  * I/O): HOT_CLEAN, or COLD (hole punched) when a block fails. 0 or -errno. */
 int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c);

@@ -349,6 +349,51 @@ static void test_open_restores_in_file_order(void **state)
 	idx_put(f->idx, g_in);
 }
 
+static int chunk0_restoring(struct fx *f)
+{
+	(void)f;
+	return fx_chunk_state(g_in, 0) == CHUNK_RESTORING;
+}
+
+static int chunk0_hot(struct fx *f)
+{
+	(void)f;
+	return fx_chunk_state(g_in, 0) == CHUNK_HOT_CLEAN;
+}
+
+/* A reader of a block of a chunk that a worker restores (restore=open, one
+ * 1 MiB piece per slow read) reads it from the cold copy rather than wait
+ * for the worker to reach it; the worker's restore goes on. */
+static void test_reader_reads_beside_a_restore(void **state)
+{
+	struct fx *f = *state;
+
+	fx_cfg_defaults(f, 64 * MiB);
+	f->cfg.chunk_size = 4 * MiB;
+	f->cfg.restore = RESTORE_OPEN;
+	fx_start(f);
+	g_in = fx_mk(f, "a", 4 * MiB, 3);
+	assert_int_equal(tier_evict_file(f->t, g_in), 0);
+	fake_lock();
+	fake_current->read_delay_ms = 500; /* the worker needs >= 2 s */
+	fake_unlock();
+	assert_int_equal(tier_open(f->t, g_in), 0); /* queues chunk 0 */
+	assert_true(fx_wait_for(chunk0_restoring, f, 5000));
+	assert_int_equal(fx_check_range(f, g_in, 3, 4 * MiB - 5000, 4096), 0);
+	/* answered while the worker is still at its first pieces */
+	assert_int_equal(fx_chunk_state(g_in, 0), CHUNK_RESTORING);
+	assert_int_equal(f->t->st.direct_reads, 1);
+	assert_int_equal(f->t->st.published_reads, 0);
+	assert_int_equal(f->t->st.partial_restores, 0);
+	fake_lock();
+	fake_current->read_delay_ms = 0;
+	fake_unlock();
+	assert_true(fx_wait_for(chunk0_hot, f, 10000));
+	tier_close(f->t, g_in);
+	fx_check_all(f, g_in, 3, 4 * MiB);
+	idx_put(f->idx, g_in);
+}
+
 /* RAM full of pinned data: a read of a cold chunk does not wait for room
  * that cannot come; it overshoots hot_size by its chunk. */
 static void test_cold_read_never_waits_for_impossible_room(void **state)
@@ -389,6 +434,8 @@ int main(void)
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_gc_deletes_dead_segment, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_random_read_restores_nothing, fx_setup,
+					    fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_reader_reads_beside_a_restore, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_open_restores_in_file_order, fx_setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_cold_read_never_waits_for_impossible_room, fx_setup,
