@@ -6,7 +6,9 @@ comparison), against plain files on the same cold disk:
 
   first byte  open + 4 KiB pread of an evicted file, caches dropped, at
               offset 0 and at a random offset, over --files files
-              (restore=lazy: the fault-in path alone), p50/p99;
+              (restore=lazy: the fault-in path alone; then ", open": the
+              same with restore=open, the default, whose open starts the
+              whole file's restore), p50/p99;
   random 4k   4 KiB preads at random offsets of evicted files (each file
               evicted again before its read), p50/p99: open + pread + close,
               and ("random 4k, open") preads on one handle per file (the
@@ -217,6 +219,21 @@ def first_byte(binary, a, plain_dir):
         out["stats"] = m.stats()
     finally:
         m.close()
+    # the same first bytes with restore=open, the default: the open queues
+    # the whole file for the workers, the read comes right after it
+    m = Mount(binary, a.cold, "restore=open")
+    try:
+        for i, n in enumerate(names):
+            write_file(m.path(n), a.file_size, i)
+        for case, olist in (("offset 0", [0] * len(names)), ("random offset", offs)):
+            for n in names:
+                evict(m.path(n))
+            drop_caches()
+            out[(case + ", open", "spillway")] = [timed_read(m.path(n), off)
+                                                  for n, off in zip(names, olist)]
+            out[(case + ", open", "plain")] = out[(case, "plain")]
+    finally:
+        m.close()
     return out
 
 
@@ -392,7 +409,8 @@ def run_build(binary, a, plain_dir, fio_mibps, srv):
     fb = first_byte(binary, a, plain_dir)
     sq = sequential(binary, a, plain_dir)
     rows = []
-    for case in ("offset 0", "random offset", "random 4k", "random 4k, open"):
+    for case in ("offset 0", "random offset", "offset 0, open", "random offset, open",
+                 "random 4k", "random 4k, open"):
         s, p = fb[(case, "spillway")], fb[(case, "plain")]
         rows.append((case, pct(s, 50) * 1e3, pct(s, 99) * 1e3, pct(p, 50) * 1e3,
                      pct(p, 99) * 1e3))
@@ -441,7 +459,7 @@ def main():
         for name, r in res.items():
             print("[%s]" % name)
             for case, s50, s99, p50, p99 in r["rows"]:
-                print("  %-15s spillway %7.2f / %7.2f   plain %6.2f / %6.2f   ratio p50 %.2fx"
+                print("  %-19s spillway %7.2f / %7.2f   plain %6.2f / %6.2f   ratio p50 %.2fx"
                       " p99 %.2fx" % (case, s50, s99, p50, p99, s50 / p50, s99 / p99))
             sq = r["seq"]
             print("  sequential     mount %.0f MiB/s  fio %.0f MiB/s  ratio %.2fx"
