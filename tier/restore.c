@@ -97,7 +97,7 @@ struct rst_part {
 	uint64_t hlo, hhi;
 	struct seg_chunk sc;
 	/* readers reading blocks of the chunk from its cold copy meanwhile
-	 * (read_beside_locked): the restore ends (and p goes) after them */
+	 * (read_cold_copy_locked): the restore ends (and p goes) after them */
 	int beside;
 	uint64_t have[PART_BLKS / 64]; /* blocks in the hot file */
 };
