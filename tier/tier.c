@@ -337,12 +337,17 @@ void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg)
 	t->inval_arg = arg;
 }
 
-/* Wait until no chunk in [first, last] is RESTORING. in->lock held. */
+/* Wait until no chunk in [first, last] is RESTORING, all at once: a wait
+ * drops the lock, and a reader may start on a chunk already looked at (a
+ * direct read sets RESTORING, then COLD), so every wait starts over.
+ * in->lock held. */
 static void wait_restoring_locked(struct inode *in, uint64_t first, uint64_t last)
 {
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++)
-		while (in->chunks[c].state == CHUNK_RESTORING)
+		if (in->chunks[c].state == CHUNK_RESTORING) {
 			idx_inode_wait(in);
+			c = first - 1; /* wraps to first at the c++ */
+		}
 }
 
 int tier_open(struct tier *t, struct inode *in)
@@ -659,6 +664,8 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 			goto out_put;
 		if (c < in->nchunks && in->chunks[c].state != CHUNK_ABSENT)
 			mark_dirty_locked(t, in, c, c);
+		/* that restore dropped the lock: none may be restoring past it */
+		wait_restoring_locked(in, c + 1, in->nchunks);
 	}
 	if (ftruncate(fd, (off_t)size) < 0) {
 		ret = -errno;
