@@ -18,6 +18,7 @@
 
 #include "common/log.h"
 #include "common/size.h"
+#include "tier/hot.h"
 #include "tier/store/store_s3.h"
 
 #include <dirent.h>
@@ -767,36 +768,34 @@ static int inside(const char *path, const char *dir)
 
 /* ---- the checks that look at the world, in table order ---- */
 
-/* hot_dir: absolute; created 0700 if missing (by the hot tier). */
+/* hot_dir: absolute; created 0700 if missing; an existing directory only
+ * when it is spillway's or empty (tier/hot.h, HOT_MARKER). */
 static int check_hot_dir(struct opt_ctx *c, const char *v)
 {
 	struct spw_config *cfg = c->cfg;
 	char buf[PATH_MAX + 64];
+	const char *why;
 	struct stat st;
+	int ret;
 
 	if (!v) {
 		snprintf(buf, sizeof(buf), "/dev/shm/spillway-%u-%08x", (unsigned)getuid(),
 			 fnv(cfg->mountpoint));
-		if (mkdir(buf, 0700) == 0)
-			c->created = strdup(buf);
-		else if (errno != EEXIST)
-			return fail(c, "option 'hot_dir': cannot create default '%s': %s", buf,
-				    strerror(errno));
-		cfg->hot_dir = strdup(buf);
-		return 0;
-	}
-	if (v[0] != '/')
+		v = buf;
+	} else if (v[0] != '/')
 		return fail(c, "option 'hot_dir': invalid value '%s': must be an absolute path", v);
-	if (mkdir(v, 0700) == 0)
+	if ((ret = hot_dir_make(v)) == 0)
 		c->created = strdup(v);
-	else if (errno != EEXIST)
-		return fail(c, "option 'hot_dir': cannot create '%s': %s", v, strerror(errno));
+	else if (ret != -EEXIST)
+		return fail(c, "option 'hot_dir': cannot create '%s': %s", v, strerror(-ret));
 	if (!realpath(v, buf))
 		return fail(c, "option 'hot_dir': '%s': %s", v, strerror(errno));
 	if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
 		return fail(c, "option 'hot_dir': '%s' is not a directory", v);
 	if (inside(buf, cfg->mountpoint))
 		return fail(c, "option 'hot_dir': '%s' lies inside the mountpoint", v);
+	if (hot_dir_check(buf, &why) < 0)
+		return fail(c, "option 'hot_dir': invalid value '%s': %s", v, why);
 	free(cfg->hot_dir);
 	cfg->hot_dir = strdup(buf);
 	return 0;
@@ -1087,7 +1086,7 @@ out:
 	if (ret < 0) { /* leave nothing behind */
 		one_line(err);
 		if (c.created)
-			rmdir(c.created);
+			hot_dir_unmake(c.created);
 		opt_free(cfg);
 		memset(cfg, 0, sizeof(*cfg));
 	}

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #define PAGE 4096ULL
@@ -22,6 +25,7 @@ struct hot {
 	int dirfd;
 	int lockfd;
 	int locked; /* this instance holds the lock: it may clean up */
+	int created; /* the marker says spillway made the directory: rmdir it */
 	uint64_t limit;	   /* atomic: the effective budget (hot_set_limit) */
 	uint64_t used;	   /* atomic: bytes allocated by hot files */
 	uint64_t reserved; /* atomic: bytes promised to writes in flight */
@@ -111,9 +115,10 @@ static int scan_dir(struct hot *hot, int (*fn)(void *, uint64_t, uint64_t, uint6
 		*why = "cannot list it";
 		return -errno;
 	}
+	rewinddir(d); /* the dup shares dirfd's offset */
 	while ((de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    !strcmp(de->d_name, ".lock"))
+		    !strcmp(de->d_name, ".lock") || !strcmp(de->d_name, HOT_MARKER))
 			continue;
 		if (!is_hot_name(de->d_name)) {
 			*why = "it holds files that are not spillway's (use an empty or new "
@@ -158,11 +163,123 @@ void hot_remove(struct hot *hot, uint64_t ino)
 	unlinkat(hot->dirfd, name, 0);
 }
 
+/* What a directory holds besides "." and "..": 0 nothing, 1 only the
+ * marker (and a .lock), 2 anything else; -errno when it cannot be listed. */
+static int dir_contents(int dirfd, int *marker)
+{
+	int fd = dup(dirfd), what = 0;
+	DIR *d;
+	struct dirent *de;
+
+	*marker = 0;
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		int e = -errno;
+		if (fd >= 0)
+			close(fd);
+		return e;
+	}
+	rewinddir(d); /* the dup shares dirfd's offset */
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (!strcmp(de->d_name, HOT_MARKER))
+			*marker = 1;
+		else if (strcmp(de->d_name, ".lock"))
+			what = 2;
+	}
+	closedir(d);
+	return what;
+}
+
+int hot_dir_check(const char *dir, const char **why)
+{
+	int fd, marker, what;
+
+	*why = NULL;
+	if (!strcmp(dir, "/")) {
+		*why = "the root directory can never be a hot_dir";
+		return -EINVAL;
+	}
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 0; /* hot_new creates it */
+		*why = errno == ELOOP || errno == ENOTDIR ? "it is a symbolic link or not a directory"
+							  : "cannot open it";
+		return -errno;
+	}
+	what = dir_contents(fd, &marker);
+	close(fd);
+	if (what < 0) {
+		*why = "cannot list it";
+		return what;
+	}
+	if (what == 2 && !marker) {
+		*why = "it holds files and is not a spillway hot_dir (no " HOT_MARKER
+		       " marker): name an empty or new directory";
+		return -ENOTEMPTY;
+	}
+	return 0;
+}
+
+/* The marker records that the directory is spillway's, and whether spillway
+ * created it ("created") or was given it empty ("adopted"): only the first
+ * is removed at unmount. */
+static int marker_write(struct hot *hot, int created)
+{
+	const char *txt = created ? "spillway hot_dir\ncreated\n" : "spillway hot_dir\nadopted\n";
+	int fd = openat(hot->dirfd, HOT_MARKER, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, txt, strlen(txt));
+	close(fd);
+	return n == (ssize_t)strlen(txt) ? 0 : -EIO;
+}
+
+int hot_dir_make(const char *dir)
+{
+	struct hot h = {.dir = (char *)dir};
+	int ret;
+
+	if (mkdir(dir, 0700) < 0)
+		return -errno;
+	h.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	ret = h.dirfd < 0 ? -errno : marker_write(&h, 1);
+	if (h.dirfd >= 0)
+		close(h.dirfd);
+	if (ret < 0)
+		rmdir(dir);
+	return ret;
+}
+
+void hot_dir_unmake(const char *dir)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", dir, HOT_MARKER);
+	unlink(p);
+	rmdir(dir); /* only when empty */
+}
+
+static int marker_created(struct hot *hot)
+{
+	char buf[64] = {0};
+	int fd = openat(hot->dirfd, HOT_MARKER, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	if (read(fd, buf, sizeof(buf) - 1) < 0)
+		buf[0] = 0;
+	close(fd);
+	return strstr(buf, "created") != NULL;
+}
+
 int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const char **why)
 {
 	struct hot *hot = calloc(1, sizeof(*hot));
 	struct stat st;
-	int ret;
+	struct statfs sf;
+	int ret, made = 0, marker, what;
 
 	*why = NULL;
 	if (!hot)
@@ -174,7 +291,11 @@ int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const c
 		ret = -ENOMEM;
 		goto fail;
 	}
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+	if ((ret = hot_dir_check(dir, why)) < 0)
+		goto fail;
+	if (mkdir(dir, 0700) == 0)
+		made = 1;
+	else if (errno != EEXIST) {
 		ret = -errno;
 		*why = "cannot create it";
 		goto fail;
@@ -193,11 +314,33 @@ int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const c
 		*why = "it exists and belongs to another user";
 		goto fail;
 	}
+	/* Only a directory spillway can prove is its own is ever changed: one
+	 * it made, one with its marker, or an empty one it is given (which the
+	 * marker then claims). Anything else is refused untouched. */
+	if ((what = dir_contents(hot->dirfd, &marker)) < 0) {
+		ret = what;
+		*why = "cannot list it";
+		goto fail;
+	}
+	if (what == 2 && !marker) {
+		ret = -ENOTEMPTY;
+		*why = "it holds files and is not a spillway hot_dir (no " HOT_MARKER
+		       " marker): name an empty or new directory";
+		goto fail;
+	}
+	if (!marker && (ret = marker_write(hot, made)) < 0) {
+		*why = "cannot write its " HOT_MARKER " marker";
+		goto fail;
+	}
+	hot->created = marker ? marker_created(hot) : made;
 	if ((st.st_mode & 0777) != 0700 && fchmod(hot->dirfd, 0700) < 0) {
 		ret = -errno;
 		*why = "cannot make it mode 0700";
 		goto fail;
 	}
+	if (fstatfs(hot->dirfd, &sf) == 0 && sf.f_type != TMPFS_MAGIC)
+		log_warn("hot_dir %s is not on tmpfs: the hot tier will run at that "
+			 "filesystem's speed, not RAM's", dir);
 	hot->lockfd = openat(hot->dirfd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (hot->lockfd < 0) {
 		ret = -errno;
@@ -216,6 +359,13 @@ int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const c
 	*out = hot;
 	return 0;
 fail:
+	/* a directory made here and still empty goes again (hot_free does it
+	 * once the lock is held; before that, nothing else can be in it) */
+	if (made && !hot->locked) {
+		if (hot->dirfd >= 0)
+			unlinkat(hot->dirfd, HOT_MARKER, 0);
+		rmdir(dir);
+	}
 	hot_free(hot);
 	return ret;
 }
@@ -224,14 +374,19 @@ void hot_free(struct hot *hot)
 {
 	if (!hot)
 		return;
-	/* only the instance holding the lock may remove what it made */
-	if (hot->locked)
+	/* only the instance holding the lock may remove what it made; the
+	 * marker stays while kept hot files need it */
+	if (hot->locked) {
+		int marker;
 		unlinkat(hot->dirfd, ".lock", 0);
+		if (dir_contents(hot->dirfd, &marker) == 0 && marker)
+			unlinkat(hot->dirfd, HOT_MARKER, 0);
+	}
 	if (hot->lockfd >= 0)
 		close(hot->lockfd);
 	if (hot->dirfd >= 0)
 		close(hot->dirfd);
-	if (hot->locked && hot->dir)
+	if (hot->locked && hot->created && hot->dir)
 		rmdir(hot->dir); /* only succeeds when empty (kept files stay) */
 	free(hot->dir);
 	free(hot->listed);

@@ -15,9 +15,24 @@
 struct inode;
 struct hot;
 
-/* Create (0700) or adopt hot_dir, lock it against a second daemon and
- * remove stale hot files (unless `keep`: recovery sorts them out). *why
- * gets a static reason on failure. */
+/* The file that proves a directory is spillway's hot_dir. spillway only
+ * ever chmods, empties or removes a directory that it made (hot_dir_make),
+ * that holds this marker, or that was empty when it was given (then the
+ * marker claims it, "adopted": emptied at unmount, never removed). */
+#define HOT_MARKER ".spillway-hot"
+/* Would hot_new accept dir? 0, or -errno with a static *why: "/" is
+ * -EINVAL, a directory holding anything without the marker -ENOTEMPTY.
+ * Touches nothing (the mount options check it before mounting). */
+int hot_dir_check(const char *dir, const char **why);
+/* mkdir(dir, 0700) and mark it as made by spillway (removed at unmount).
+ * 0, or -errno (-EEXIST when it exists). */
+int hot_dir_make(const char *dir);
+/* Remove a directory hot_dir_make made, while it holds only the marker. */
+void hot_dir_unmake(const char *dir);
+/* Create (0700) or adopt hot_dir (the HOT_MARKER rules), lock it against a
+ * second daemon and remove stale hot files (unless `keep`: recovery sorts
+ * them out). Warns when dir is not on tmpfs. *why gets a static reason on
+ * failure. */
 int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const char **why);
 /* Recovery: call fn with the inode number, size and allocated bytes of every
  * hot file present. */

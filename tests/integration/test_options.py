@@ -106,6 +106,35 @@ class TestBadOptions(SpwTestCase):
         self.bad("hot_dir=/proc/nope", "hot_dir", "/proc/nope", hot=False)
         self.assertFalse(os.path.exists("/proc/nope"))
 
+    def test_hot_dir_root_refused(self):
+        """hot_dir=/ was accepted: the mount chmodded / to 0700 and put its
+        lock file there."""
+        before = os.stat("/")
+        self.bad("hot_dir=/", "hot_dir", None, hot=False)
+        self.assertEqual(os.stat("/").st_mode, before.st_mode)
+        self.assertFalse(os.path.exists("/.spillway-hot"))
+        self.assertFalse(os.path.exists("/.lock"))
+
+    def test_hot_dir_not_spillways_untouched(self):
+        """A given hot_dir holding files that look like hot files lost them
+        silently (with or without a journal): now refused, nothing changed."""
+        for extra in ("", ",state_dir=" + os.path.join(self.tmpdir(), "state")):
+            hot = os.path.join(self.tmpdir(on_shm=True), "mine")
+            os.mkdir(hot)
+            os.chmod(hot, 0o755)
+            names = {"0000000000000002": b"precious", "00000000000000ff": b"also mine",
+                     "notes": b"x"}
+            for n, data in names.items():
+                with open(os.path.join(hot, n), "wb") as f:
+                    f.write(data)
+            err = self.bad("hot_dir=" + hot + extra, "hot_dir", hot, hot=False)
+            self.assertIn("empty", err)
+            self.assertEqual(sorted(os.listdir(hot)), sorted(names))
+            for n, data in names.items():
+                with open(os.path.join(hot, n), "rb") as f:
+                    self.assertEqual(f.read(), data)
+            self.assertEqual(os.stat(hot).st_mode & 0o777, 0o755)
+
     def test_missing_mountpoint(self):
         mnt = os.path.join(self.tmpdir(), "no", "such")
         self.bad(None, mnt, None, mnt=mnt)

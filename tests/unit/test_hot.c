@@ -218,6 +218,7 @@ static void test_removes_stale_hot_files(void **state)
 	const char *why;
 
 	assert_int_equal(mkdir(f->dir, 0700), 0);
+	touch(f->dir, HOT_MARKER, 10); /* a spillway hot_dir (kill -9 left files) */
 	touch(f->dir, "0000000000000002", 8192);
 	touch(f->dir, "00000000000000ff", 0);
 	touch(f->dir, "ffffffffffffffff", 100);
@@ -227,6 +228,74 @@ static void test_removes_stale_hot_files(void **state)
 	assert_false(exists_in(f->dir, "00000000000000ff"));
 	assert_false(exists_in(f->dir, "ffffffffffffffff"));
 	assert_int_equal(hot_used(f->hot), 0);
+}
+
+/* A directory the user names, holding files that merely look like hot
+ * files, is not spillway's: refused, nothing deleted, mode unchanged (it
+ * deleted every 16-hex-digit file and chmodded the directory). */
+static void test_unmarked_dir_with_hot_names_untouched(void **state)
+{
+	struct fx *f = *state;
+	const char *why = NULL;
+	struct hot *h = NULL;
+	struct stat st;
+
+	assert_int_equal(mkdir(f->dir, 0755), 0);
+	assert_int_equal(chmod(f->dir, 0755), 0);
+	touch(f->dir, "0000000000000002", 8192);
+	touch(f->dir, "00000000000000ff", 10);
+	assert_int_equal(hot_dir_check(f->dir, &why), -ENOTEMPTY);
+	assert_non_null(why);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &h, &why), -ENOTEMPTY);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 1, &h, &why), -ENOTEMPTY); /* keep too */
+	assert_null(h);
+	assert_true(exists_in(f->dir, "0000000000000002"));
+	assert_true(exists_in(f->dir, "00000000000000ff"));
+	assert_false(exists_in(f->dir, HOT_MARKER));
+	assert_false(exists_in(f->dir, ".lock"));
+	assert_int_equal(stat(f->dir, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0755);
+}
+
+/* hot_dir=/ chmodded / to 0700 and put its lock there. */
+static void test_root_refused(void **state)
+{
+	const char *why = NULL;
+	struct hot *h = NULL;
+	struct stat before, after;
+
+	(void)state;
+	assert_int_equal(stat("/", &before), 0);
+	assert_int_equal(hot_dir_check("/", &why), -EINVAL);
+	assert_non_null(why);
+	assert_int_equal(hot_new("/", 1 << 20, 0, &h, &why), -EINVAL);
+	assert_null(h);
+	assert_int_equal(stat("/", &after), 0);
+	assert_int_equal(before.st_mode, after.st_mode);
+	assert_int_equal(access("/" HOT_MARKER, F_OK), -1);
+}
+
+/* Made by spillway: removed at unmount. Given empty: claimed while mounted,
+ * left in place (empty) at unmount. */
+static void test_made_removed_given_kept(void **state)
+{
+	struct fx *f = *state;
+	const char *why;
+	struct stat st;
+
+	assert_int_equal(hot_dir_make(f->dir), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
+	hot_free(f->hot);
+	f->hot = NULL;
+	assert_int_equal(stat(f->dir, &st), -1);
+
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &f->hot, &why), 0);
+	assert_true(exists_in(f->dir, HOT_MARKER));
+	hot_free(f->hot);
+	f->hot = NULL;
+	assert_int_equal(stat(f->dir, &st), 0);
+	assert_false(exists_in(f->dir, HOT_MARKER));
 }
 
 static void test_refuses_other_owner(void **state)
@@ -575,6 +644,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    T(test_new_creates_dir_0700),
 	    T(test_adopts_existing_dir_and_fixes_mode),
+	    T(test_unmarked_dir_with_hot_names_untouched),
+	    T(test_root_refused),
+	    T(test_made_removed_given_kept),
 	    T(test_refuses_foreign_files),
 	    T(test_removes_stale_hot_files),
 	    T(test_refuses_other_owner),
