@@ -19,17 +19,25 @@ static int is_user(const char *name)
 	return strncmp(name, "user.", 5) == 0;
 }
 
+/* "0" or "1", as setfattr, echo -n or echo (one '\n') send it; else -1 */
+static int vx_bool(const char *v, size_t size)
+{
+	if (size < 1 || size > 2 || (v[0] != '0' && v[0] != '1') ||
+	    (size == 2 && v[1] != '\n' && v[1] != '\0'))
+		return -1;
+	return v[0] == '1';
+}
+
+/* One rule for all three: the value is "1" (pin also takes "0"); anything
+ * else is EINVAL. */
 int xattr_vx_parse(const char *what, const void *value, size_t size)
 {
-	const char *v = value;
+	int b = vx_bool(value, size);
 
-	if (!strcmp(what, "pin")) {
-		/* "0" or "1", as setfattr, echo -n or echo (one '\n') send it */
-		if (size < 1 || size > 2 || (v[0] != '0' && v[0] != '1') ||
-		    (size == 2 && v[1] != '\n' && v[1] != '\0'))
-			return -EINVAL;
-		return v[0] == '1' ? VX_PIN : VX_UNPIN;
-	}
+	if (!strcmp(what, "pin") && b >= 0)
+		return b ? VX_PIN : VX_UNPIN;
+	if (b != 1)
+		return -EINVAL;
 	if (!strcmp(what, "evict"))
 		return VX_EVICT;
 	if (!strcmp(what, "warm"))

@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <mntent.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@ struct opt_ctx {
 };
 
 static int check_hot_dir(struct opt_ctx *c, const char *v);
+static char *spillway_mount_of(const char *path);
 static int check_nvme(struct opt_ctx *c, const char *v);
 static int check_s3(struct opt_ctx *c, const char *v);
 static int check_s3_endpoint(struct opt_ctx *c, const char *v);
@@ -804,8 +806,8 @@ static int check_hot_dir(struct opt_ctx *c, const char *v)
 /* nvme: a colon-separated list of cold directories. */
 static int check_nvme(struct opt_ctx *c, const char *list)
 {
-	char *copy, *save = NULL, *d;
-	int ret = 0, n = 0;
+	char *copy, *save = NULL, *d, *seen[64], *onmnt = NULL;
+	int ret = 0, n = 0, nseen = 0;
 	if (!list)
 		return 0;
 	if (!(copy = strdup(list)))
@@ -835,7 +837,24 @@ static int check_nvme(struct opt_ctx *c, const char *list)
 		else if (access(real, W_OK) < 0)
 			ret = fail(c, "option 'nvme': invalid value '%s': '%s' is not writable",
 				   list, d);
+		else if ((onmnt = spillway_mount_of(real)))
+			ret = fail(c,
+				   "option 'nvme': invalid value '%s': '%s' lies on the spillway mount "
+				   "%s (cold data must be on a disk)",
+				   list, d, onmnt);
+		for (int j = 0; !ret && j < nseen; j++)
+			if (inside(real, seen[j]) || inside(seen[j], real))
+				ret = fail(c,
+					   "option 'nvme': invalid value '%s': '%s' is named twice "
+					   "(the same directory, or one inside the other)",
+					   list, d);
+		free(onmnt);
+		onmnt = NULL;
+		if (!ret && nseen < (int)(sizeof(seen) / sizeof(seen[0])))
+			seen[nseen++] = strdup(real);
 	}
+	for (int j = 0; j < nseen; j++)
+		free(seen[j]);
 	if (!ret && n == 0)
 		ret = fail(c, "option 'nvme': invalid value '%s': expected DIR[:DIR...]", list);
 	free(copy);
@@ -912,10 +931,27 @@ static int check_metrics(struct opt_ctx *c, const char *v)
 	if (!(dir = strndup(v, slash == v ? 1 : (size_t)(slash - v))))
 		return fail(c, "option 'metrics': %s", strerror(ENOMEM));
 	r = stat(dir, &st);
-	free(dir);
-	if (r < 0 || !S_ISDIR(st.st_mode))
+	if (r < 0 || !S_ISDIR(st.st_mode)) {
+		free(dir);
 		return fail(c, "option 'metrics': invalid value '%s': its directory does not exist",
 			    v);
+	}
+	/* the file is replaced atomically (a temporary file beside it, then
+	 * rename): prove now that a file can be made there */
+	{
+		char tmp[PATH_MAX];
+		int fd;
+		snprintf(tmp, sizeof(tmp), "%s/.spillway-metrics-XXXXXX", dir);
+		fd = mkstemp(tmp);
+		free(dir);
+		if (fd < 0)
+			return fail(c,
+				    "option 'metrics': invalid value '%s': cannot create a file in its "
+				    "directory: %s",
+				    v, strerror(errno));
+		close(fd);
+		unlink(tmp);
+	}
 	return 0;
 }
 
@@ -1030,7 +1066,29 @@ static int opt_cross(struct opt_ctx *c)
 	return 0;
 }
 
-/* The mountpoint: must exist, be a directory and be empty. */
+/* The spillway mount (its mountpoint) that path lies on or inside, from
+ * /proc/self/mounts; NULL when none. Malloc'ed. */
+static char *spillway_mount_of(const char *path)
+{
+	FILE *f = setmntent("/proc/self/mounts", "r");
+	struct mntent *m;
+	char *hit = NULL;
+
+	if (!f)
+		return NULL;
+	while ((m = getmntent(f)))
+		if ((!strcmp(m->mnt_type, "fuse.spillway") ||
+		     (!strncmp(m->mnt_type, "fuse", 4) && !strcmp(m->mnt_fsname, "spillway"))) &&
+		    inside(path, m->mnt_dir)) {
+			free(hit);
+			hit = strdup(m->mnt_dir);
+		}
+	endmntent(f);
+	return hit;
+}
+
+/* The mountpoint: must exist, be a directory, be empty, and not be served
+ * by a spillway already (a second daemon would hide the first). */
 static int check_mountpoint(struct opt_ctx *c, const char *mountpoint)
 {
 	char real[PATH_MAX];
@@ -1043,6 +1101,15 @@ static int check_mountpoint(struct opt_ctx *c, const char *mountpoint)
 		return fail(c, "mountpoint '%s': %s", mountpoint, strerror(errno));
 	if (stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
 		return fail(c, "mountpoint '%s': not a directory", mountpoint);
+	{
+		char *m = spillway_mount_of(real);
+		if (m) {
+			fail(c, "mountpoint '%s': %s is a spillway mount already", mountpoint,
+			     !strcmp(m, real) ? "it" : m);
+			free(m);
+			return -1;
+		}
+	}
 	if ((r = dir_is_empty(real)) <= 0)
 		return fail(c, "mountpoint '%s': %s", mountpoint,
 			    r < 0 ? strerror(-r) : "not empty");

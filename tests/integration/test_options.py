@@ -135,6 +135,45 @@ class TestBadOptions(SpwTestCase):
                     self.assertEqual(f.read(), data)
             self.assertEqual(os.stat(hot).st_mode & 0o777, 0o755)
 
+    def test_metrics_unwritable(self):
+        """metrics=/proc/nope mounted and only warned at each write."""
+        err = self.bad("metrics=/proc/nope", "metrics", "/proc/nope")
+        self.assertIn("cannot create", err)
+
+    def test_nvme_named_twice(self):
+        """nvme=D:D said 'in use by another spillway mount' and left its locks."""
+        d = self.tmpdir()
+        err = self.bad("nvme=%s:%s" % (d, d), "nvme", None)
+        self.assertIn("named twice", err)
+        sub = os.path.join(d, "sub")
+        os.mkdir(sub)
+        err = self.bad("nvme=%s:%s" % (d, sub), "nvme", None)
+        self.assertIn("named twice", err)
+        self.assertEqual(os.listdir(d), ["sub"])  # no lock file left behind
+
+    def test_spillway_mount_not_a_cold_dir_nor_a_second_mountpoint(self):
+        """nvme= on another spillway mount (cold data on a RAM tier) was
+        accepted, and a second daemon on a served mountpoint hid the first."""
+        with harness.Mount(tag="first") as m:
+            err = self.bad("nvme=" + m.mnt, "nvme", m.mnt)
+            self.assertIn("spillway mount", err)
+            sub = m.path("cold")
+            os.mkdir(sub)
+            self.bad("nvme=" + sub, "nvme", sub)
+            os.rmdir(sub)
+            hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+            # not run_spillway: it unmounts what it finds at mnt afterwards
+            p = subprocess.run([harness.SPILLWAY, "-f", "-o", "hot_dir=" + hot, m.mnt],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=10)
+            rc, err = p.returncode, p.stderr
+            self.assertEqual(rc, 1, err)
+            self.assertEqual(len([ln for ln in err.splitlines() if ln.strip()]), 1, err)
+            self.assertIn("spillway mount already", err)
+            self.assertEqual(open("/proc/self/mounts").read().count(" %s " % m.mnt), 1)
+            with open(m.path("still"), "w") as f:  # the first still serves
+                f.write("ok")
+
     def test_missing_mountpoint(self):
         mnt = os.path.join(self.tmpdir(), "no", "such")
         self.bad(None, mnt, None, mnt=mnt)
