@@ -13,6 +13,7 @@ enum restore_mode { RESTORE_OPEN = 0, RESTORE_LAZY = 1 };
 struct spw_config {
 	char *mountpoint;    /* absolute */
 	char *hot_dir;	     /* absolute, created 0700 */
+	int hot_dir_made;    /* this mount created hot_dir: a failed mount removes it */
 	uint64_t hot_size;   /* bytes of RAM the hot tier may allocate */
 	uint64_t chunk_size; /* residency granularity, power of two */
 	int log_level;	     /* LOG_ERR .. LOG_DEBUG */

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "fs/fs_i.h"
 #include "fs/options.h"
+#include "tier/hot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -224,6 +225,8 @@ int main(int argc, char *argv[])
 	}
 	if (tier_new(&s.cfg, s.idx, &s.tier, err, sizeof(err)) < 0) {
 		fprintf(stderr, "spillway: %s\n", err);
+		if (s.cfg.hot_dir_made) /* a failed mount leaves nothing behind */
+			hot_dir_unmake(s.cfg.hot_dir);
 		goto out_idx;
 	}
 	tier_set_inval(s.tier, inval_cb, &s);

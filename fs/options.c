@@ -42,6 +42,7 @@ struct opt_ctx {
 	int given[OPT_COUNT_MAX]; /* the row was named (flags: set) */
 	char *bad;		  /* first unknown option */
 	char *created;		  /* hot_dir made here: removed again on failure */
+	char *default_dir;	  /* the default hot_dir's name, when it existed */
 	char *err;
 	size_t errlen;
 };
@@ -790,6 +791,8 @@ static int check_hot_dir(struct opt_ctx *c, const char *v)
 		c->created = strdup(v);
 	else if (ret != -EEXIST)
 		return fail(c, "option 'hot_dir': cannot create '%s': %s", v, strerror(-ret));
+	if (v == buf && !(v = c->created ? c->created : (c->default_dir = strdup(buf))))
+		return fail(c, "option 'hot_dir': %s", strerror(ENOMEM));
 	if (!realpath(v, buf))
 		return fail(c, "option 'hot_dir': '%s': %s", v, strerror(errno));
 	if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -800,6 +803,7 @@ static int check_hot_dir(struct opt_ctx *c, const char *v)
 		return fail(c, "option 'hot_dir': invalid value '%s': %s", v, why);
 	free(cfg->hot_dir);
 	cfg->hot_dir = strdup(buf);
+	cfg->hot_dir_made = c->created != NULL;
 	return 0;
 }
 
@@ -1158,6 +1162,7 @@ out:
 		memset(cfg, 0, sizeof(*cfg));
 	}
 	free(c.created);
+	free(c.default_dir);
 	for (i = 0; i < opt_count; i++)
 		free(c.raw[i]);
 	free(c.bad);

@@ -238,6 +238,8 @@ static int marker_write(struct hot *hot, int created)
 	return n == (ssize_t)strlen(txt) ? 0 : -EIO;
 }
 
+static int dir_contents(int dirfd, int *marker);
+
 int hot_dir_make(const char *dir)
 {
 	struct hot h = {.dir = (char *)dir};
@@ -256,10 +258,15 @@ int hot_dir_make(const char *dir)
 
 void hot_dir_unmake(const char *dir)
 {
-	char p[PATH_MAX];
-	snprintf(p, sizeof(p), "%s/%s", dir, HOT_MARKER);
-	unlink(p);
-	rmdir(dir); /* only when empty */
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), marker;
+
+	if (fd < 0)
+		return;
+	if (dir_contents(fd, &marker) == 0 && marker) { /* nothing but the marker */
+		unlinkat(fd, HOT_MARKER, 0);
+		rmdir(dir);
+	}
+	close(fd);
 }
 
 static int marker_created(struct hot *hot)

@@ -174,6 +174,17 @@ class TestBadOptions(SpwTestCase):
             with open(m.path("still"), "w") as f:  # the first still serves
                 f.write("ok")
 
+    def test_failed_mount_leaves_no_hot_dir(self):
+        """A mount refused after its options (state_dir in use) left the
+        hot_dir it had just created."""
+        cold, state = self.tmpdir(), self.tmpdir()
+        with harness.Mount(opts=["nvme=" + cold, "state_dir=" + state], tag="holder"):
+            hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+            err = self.bad("hot_dir=%s,nvme=%s,state_dir=%s" % (hot, cold, state),
+                           "state_dir", state, hot=False)
+            self.assertIn("in use", err)
+            self.assertFalse(os.path.exists(hot), "hot_dir left behind by a failed mount")
+
     def test_missing_mountpoint(self):
         mnt = os.path.join(self.tmpdir(), "no", "such")
         self.bad(None, mnt, None, mnt=mnt)
