@@ -83,10 +83,17 @@ const struct opt_spec opt_table[] = {
      .section = "Hot tier",
      .meta = "DIR",
      .def_doc = "/dev/shm/spillway-<uid>-<hash>",
-     .help = "tmpfs directory for hot data (created 0700, locked)",
+     .help = "tmpfs directory for hot data (created 0700, locked; an existing one "
+	     "only if empty or spillway's)",
      .man_tag = ".BI %s= dir",
      .man = "The tmpfs directory for hot data; created with mode 0700 if missing, and\n"
 	    "locked so that two daemons never share it.\n"
+	    "An existing directory is taken only when it is empty or holds spillway's\n"
+	    "marker file\n"
+	    ".BR .spillway-hot ;\n"
+	    "anything else (and\n"
+	    ".BR / )\n"
+	    "is refused untouched.\n"
 	    "Must not lie inside the mountpoint.\n"
 	    "The default's hash is derived from the mountpoint.\n"},
     {.name = "hot_size",
