@@ -8,6 +8,7 @@
  * a rejected one gives a one-line reason and removes the hot_dir it made.
  */
 #include "fuzz.h"
+#include "tier/hot.h"
 #include "fs/options.h"
 
 #include <math.h>
@@ -82,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				   cfg.hot_dir[0] == '/',
 			   "paths");
 		opt_free(&cfg);
-		rmdir(hot);
+		hot_dir_unmake(hot); /* it holds spillway's marker */
 	} else {
 		FUZZ_CHECK(err[0] && !strchr(err, '\n'), "reason '%s'", err);
 		FUZZ_CHECK(stat(hot, &st) < 0, "a rejected configuration left hot_dir behind: %s",

@@ -2,8 +2,8 @@
  * fuzz_xattr — values written to user.spillway.* (xattr_vx_parse in
  * fs/ops_xattr.c). Input: the name after the prefix, a NUL, the value.
  * Invariants: exactly the documented requests are accepted — pin takes
- * "0" or "1" (optionally one '\n' or NUL after it), evict and warm take any
- * value; every other name or value is -EINVAL; the value is never read
+ * "0" or "1", evict and warm take "1" (each optionally one '\n' or NUL
+ * after it); every other name or value is -EINVAL; the value is never read
  * past its size (an exact-size copy under ASan).
  */
 #include "fuzz.h"
@@ -29,15 +29,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	val = malloc(vlen ? vlen : 1);
 	memcpy(val, nul + 1, vlen);
 	got = xattr_vx_parse(what, val, vlen);
-	if (!strcmp(what, "pin")) {
-		if ((vlen == 1 || (vlen == 2 && (val[1] == '\n' || val[1] == 0))) &&
-		    (val[0] == '0' || val[0] == '1'))
-			want = val[0] == '1' ? VX_PIN : VX_UNPIN;
-	} else if (!strcmp(what, "evict")) {
+	int b = (vlen == 1 || (vlen == 2 && (val[1] == '\n' || val[1] == 0))) &&
+			(val[0] == '0' || val[0] == '1')
+		    ? val[0] == '1'
+		    : -1;
+	if (!strcmp(what, "pin") && b >= 0)
+		want = b ? VX_PIN : VX_UNPIN;
+	else if (!strcmp(what, "evict") && b == 1)
 		want = VX_EVICT;
-	} else if (!strcmp(what, "warm")) {
+	else if (!strcmp(what, "warm") && b == 1)
 		want = VX_WARM;
-	}
 	FUZZ_CHECK(got == want, "'%s' = %.*s: %d, want %d", what, (int)vlen, (const char *)val, got,
 		   want);
 	free(val);
