@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #define PAGE 4096ULL
+#define NOT_OURS "it holds files and is not a spillway hot_dir (no " HOT_MARKER \
+		 " marker): name an empty or new directory"
 
 struct hot {
 	char *dir;
@@ -163,8 +165,8 @@ void hot_remove(struct hot *hot, uint64_t ino)
 	unlinkat(hot->dirfd, name, 0);
 }
 
-/* What a directory holds besides "." and "..": 0 nothing, 1 only the
- * marker (and a .lock), 2 anything else; -errno when it cannot be listed. */
+/* What a directory holds besides ".", "..", .lock and the marker (which
+ * sets *marker): 0 nothing, 2 anything else; -errno when it cannot be listed. */
 static int dir_contents(int dirfd, int *marker)
 {
 	int fd = dup(dirfd), what = 0;
@@ -215,8 +217,7 @@ int hot_dir_check(const char *dir, const char **why)
 		return what;
 	}
 	if (what == 2 && !marker) {
-		*why = "it holds files and is not a spillway hot_dir (no " HOT_MARKER
-		       " marker): name an empty or new directory";
+		*why = NOT_OURS;
 		return -ENOTEMPTY;
 	}
 	return 0;
@@ -237,8 +238,6 @@ static int marker_write(struct hot *hot, int created)
 	close(fd);
 	return n == (ssize_t)strlen(txt) ? 0 : -EIO;
 }
-
-static int dir_contents(int dirfd, int *marker);
 
 int hot_dir_make(const char *dir)
 {
@@ -331,8 +330,7 @@ int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const c
 	}
 	if (what == 2 && !marker) {
 		ret = -ENOTEMPTY;
-		*why = "it holds files and is not a spillway hot_dir (no " HOT_MARKER
-		       " marker): name an empty or new directory";
+		*why = NOT_OURS;
 		goto fail;
 	}
 	if (!marker && (ret = marker_write(hot, made)) < 0) {
