@@ -4,7 +4,7 @@
 spw_deps() {
 	local pkgs=(build-essential cmake pkg-config libfuse3-dev fuse3 liburing-dev
 		libcurl4-openssl-dev libssl-dev libxml2-dev libcmocka-dev python3 python3-numpy fio attr man-db groff-base fiu-utils
-		rclone mergerfs s3fs clang-14 libclang-rt-14-dev)
+		rclone mergerfs s3fs clang libclang-rt-dev meson ninja-build dpkg-dev)
 	local missing=()
 	for p in "${pkgs[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
@@ -33,16 +33,71 @@ spw_s3_deps() {
 	fi
 }
 
+# libfuse 3.17 or newer, for FUSE passthrough (README "Hot files are passed
+# through"). The system's when it is new enough (Debian 13); otherwise (Debian
+# 12 ships 3.14) Debian 13's own source package, fetched with apt through a
+# private sources list (the machine's apt sources are never edited), built
+# once into $top/build/libfuse. Prints the prefix for CMAKE_PREFIX_PATH, or
+# nothing when the system's libfuse is used.
+spw_libfuse() {
+	local top=$1
+	local prefix="$top/build/libfuse" src="$top/build/libfuse-src"
+	if pkg-config --atleast-version=3.17 fuse3 2>/dev/null; then
+		return 0
+	fi
+	if [ -e "$prefix/lib/pkgconfig/fuse3.pc" ]; then
+		echo "$prefix"
+		return 0
+	fi
+	local uri
+	uri=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+	[ -n "$uri" ] || uri=$(awk '$1 == "deb" && $2 !~ /^\[/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+	[ -n "$uri" ] || { echo "spw_libfuse: no Debian mirror in the apt sources" >&2; return 1; }
+	rm -rf "$src" && mkdir -p "$src/lists/partial" "$src/get" || return 1
+	echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri trixie main" >"$src/sources.list"
+	local apt_opts=(-o "Dir::Etc::sourcelist=$src/sources.list" -o "Dir::Etc::sourceparts=-"
+		-o "Dir::State::Lists=$src/lists" -o "APT::Get::List-Cleanup=0" -o "APT::Sandbox::User=root" -qq)
+	echo "building libfuse 3.17+ from Debian 13's source package into $prefix" >&2
+	apt-get "${apt_opts[@]}" update >&2 &&
+		(cd "$src/get" && apt-get "${apt_opts[@]}" source --download-only fuse3 >&2) &&
+		(cd "$src/get" && dpkg-source -x --no-check ./fuse3_*.dsc tree >/dev/null) ||
+		{ echo "spw_libfuse: could not fetch Debian 13's fuse3 source package" >&2; return 1; }
+	(cd "$src/get/tree" && meson setup b --prefix="$prefix" --libdir=lib --buildtype=release \
+		-Dexamples=false -Dutils=false -Dtests=false >/dev/null && ninja -C b install >/dev/null) ||
+		{ echo "spw_libfuse: building libfuse failed" >&2; return 1; }
+	pkg-config --atleast-version=3.17 "$prefix/lib/pkgconfig/fuse3.pc" ||
+		{ echo "spw_libfuse: built libfuse is older than 3.17" >&2; return 1; }
+	rm -rf "$src"
+	echo "$prefix"
+}
+
 # The hardening build (README "Hardening"): clang, ASan+UBSan, the libFuzzer
 # targets of tests/fuzz. Its own build dir; never installed.
 spw_build_asan() {
-	local top=$1 build=$2
-	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
-		-DSPW_SANITIZE=address,undefined -DSPW_FUZZ=ON >/dev/null &&
+	local top=$1 build=$2 fuse
+	fuse=$(spw_libfuse "$top") || return 1
+	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+		-DCMAKE_PREFIX_PATH="$fuse" -DSPW_SANITIZE=address,undefined -DSPW_FUZZ=ON >/dev/null &&
 		cmake --build "$build" -j"$(nproc)" >/dev/null
 }
 
+# The build users get: linked to libfuse 3.17+ (spw_libfuse).
 spw_build() {
+	local top=$1 build=$2 fuse
+	fuse=$(spw_libfuse "$top") || return 1
+	# a build tree configured against another libfuse is configured anew
+	# (pkg-config results are cached)
+	if [ -n "$fuse" ] && [ -f "$build/CMakeCache.txt" ] && ! grep -q "^FUSE3_LIBDIR:INTERNAL=$fuse/lib$" "$build/CMakeCache.txt"; then
+		rm -f "$build/CMakeCache.txt"
+	fi
+	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$fuse" >/dev/null &&
+		cmake --build "$build" -j"$(nproc)" >/dev/null
+}
+
+# The same sources against the system's libfuse when it is older than 3.17
+# (Debian 12's 3.14): passthrough compiled out. Checked in CI by building it
+# and running its unit tests.
+spw_build_oldfuse() {
 	local top=$1 build=$2
 	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
 		cmake --build "$build" -j"$(nproc)" >/dev/null

@@ -12,4 +12,12 @@ spw_build "$top" "$build"
 # mount -t fuse.spillway (tested) finds the program on the default PATH
 cmake --install "$build" >/dev/null
 (cd "$build" && ctest --output-on-failure --timeout 900 -j"$(nproc)" "$@")
+# The same sources still build against the system's libfuse when it is older
+# than 3.17 (Debian 12's 3.14: passthrough compiled out); its unit tests run.
+if ! pkg-config --atleast-version=3.17 fuse3; then
+	old="$top/build-oldfuse"
+	echo "== build against the system's libfuse $(pkg-config --modversion fuse3) (no passthrough)"
+	spw_build_oldfuse "$top" "$old"
+	(cd "$old" && ctest --output-on-failure --timeout 300 -j"$(nproc)" -L unit)
+fi
 "$top/tests/sanitize.sh"

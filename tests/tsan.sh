@@ -9,7 +9,7 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/build-tsan"
 t0=$SECONDS
-cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
+cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
 	-DSPW_SANITIZE=thread >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 echo "tsan: build $((SECONDS - t0))s"

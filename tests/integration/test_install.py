@@ -37,7 +37,7 @@ from harness import SpwTestCase  # noqa: E402
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = None
 PAGES = ("spillway.8", "spillctl.8")
-DEB_DEPENDS = ("fuse3", "libfuse3-3", "liburing2", "libcurl4", "libxml2", "libssl3")
+DEB_DEPENDS = ("fuse3", "liburing2", "libcurl4", "libxml2", "libssl3")
 # always present on Debian; a package need not name them for the test
 BASE_PACKAGES = {"libc6", "libgcc-s1"}
 
@@ -212,6 +212,8 @@ class TestDebPackage(SpwTestCase):
         files = {}
         for line in listing.splitlines():
             f = line.split()
+            if "->" in f:  # a symlink: "NAME -> TARGET"
+                f = f[:f.index("->")]
             files[f[-1]] = f[0]
         for p in ("./usr/bin/spillway", "./usr/bin/spillctl"):
             self.assertEqual(files.get(p), "-rwxr-xr-x", listing)
@@ -239,8 +241,14 @@ class TestDebPackage(SpwTestCase):
         rc, dyn, err = run(["objdump", "-p", harness.SPILLWAY])
         self.assertEqual(rc, 0, err)
         needed = re.findall(r"(?m)^\s+NEEDED\s+(\S+)", dyn)
-        self.assertIn("libfuse3.so.3", needed)
+        fuse = [lib for lib in needed if lib.startswith("libfuse3.so.")]
+        self.assertEqual(len(fuse), 1, needed)
         for lib in needed:
+            if "./usr/lib/spillway/" + lib in files:
+                # a private libfuse (built where the system's is older than
+                # 3.17) ships inside the package, found through the RPATH
+                self.assertEqual(lib, "libfuse3.so.4")
+                continue
             pkg = self.package_of_library(lib)
             self.assertTrue(pkg in depends or pkg in BASE_PACKAGES,
                             "%s comes from %s, which Depends (%s) lacks"
