@@ -17,6 +17,7 @@ struct spw {
 	struct fuse_session *se;
 	double entry_timeout, attr_timeout;
 	unsigned max_read; /* the max_read mount option (0: none) */
+	int passthrough;   /* opens may be passed through (op_init decided) */
 };
 
 static inline struct spw *spw_of(fuse_req_t req)
@@ -29,6 +30,7 @@ static inline struct spw *spw_of(fuse_req_t req)
  * reads in flight on this handle. */
 struct spw_file {
 	struct inode *in;
+	struct tier_open_out how; /* passed through or not (tier_open) */
 	uint64_t next_off; /* where the last read ended */
 	uint64_t ra_next;  /* first chunk not yet asked to restore ahead */
 	uint32_t seq;	   /* reads in a row that went on from the last one */

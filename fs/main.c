@@ -19,13 +19,73 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#include <linux/capability.h>
 
 static void inval_cb(void *arg, uint64_t ino, uint64_t off, uint64_t len)
 {
 	struct spw *s = arg;
 	fuse_lowlevel_notify_inval_inode(s->se, ino, (off_t)off, (off_t)len);
+}
+
+#ifdef SPW_PASSTHROUGH
+/* tier_pt_ops: the hot file handed to the kernel under a backing id (an
+ * ioctl on /dev/fuse; it never waits for a request). ctx is the request. */
+static int pt_open_cb(void *ctx, int fd)
+{
+	int id;
+	errno = 0;
+	id = fuse_passthrough_open((fuse_req_t)ctx, fd);
+	return id > 0 ? id : -(errno ? errno : EIO);
+}
+
+static void pt_close_cb(void *ctx, int32_t id)
+{
+	fuse_passthrough_close((fuse_req_t)ctx, id);
+}
+
+static const struct tier_pt_ops pt_ops = {.open = pt_open_cb, .close = pt_close_cb};
+
+/* The kernel registers backing files only for CAP_SYS_ADMIN. */
+static int has_cap_sys_admin(void)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return 0;
+	return (d[CAP_SYS_ADMIN / 32].effective >> (CAP_SYS_ADMIN % 32)) & 1;
+}
+#endif
+
+/* Hand hot files to the kernel where it can take them (FUSE passthrough:
+ * kernel 6.9+, libfuse 3.17+, CAP_SYS_ADMIN), else say once why not. */
+static void init_passthrough(struct spw *s, struct fuse_conn_info *conn)
+{
+	const char *why = NULL;
+	if (!s->cfg.passthrough)
+		why = "passthrough=off";
+#ifdef SPW_PASSTHROUGH
+	else if (!(conn->capable & FUSE_CAP_PASSTHROUGH))
+		why = "the kernel offers no FUSE passthrough (6.9 or newer has it)";
+	else if (!has_cap_sys_admin())
+		why = "the daemon lacks CAP_SYS_ADMIN (a user mount)";
+	if (!why) {
+		conn->want |= FUSE_CAP_PASSTHROUGH;
+		/* the kernel takes no passthrough with a writeback cache */
+		conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+		conn->max_backing_stack_depth = FUSE_BACKING_STACKED_UNDER;
+		tier_set_passthrough(s->tier, &pt_ops);
+		s->passthrough = 1;
+		log_info("passthrough on: files all in RAM are read by the kernel from the hot tier");
+		return;
+	}
+#else
+	else
+		why = "built with libfuse older than 3.17";
+#endif
+	log_info("passthrough off (%s): every read goes through the daemon", why);
 }
 
 /* Raise the mount's readahead so sequential reads arrive in 1 MiB requests.
@@ -104,6 +164,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	/* all changes pass through us: no need to compare mtimes */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	init_passthrough(s, conn);
 	if (pthread_create(&th, NULL, tune_readahead, s) == 0)
 		pthread_detach(th);
 }

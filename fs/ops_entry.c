@@ -65,6 +65,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
+	tier_refresh(s->tier, in); /* what passthrough writers wrote */
 	idx_stat(s->idx, in, &st);
 	idx_put(s->idx, in);
 	fuse_reply_attr(req, &st, s->attr_timeout);
@@ -271,27 +272,22 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	ret = tier_open(s->tier, in);
+	struct spw_file *f = fs_file_new(in);
+	/* a new file is written through the daemon (tier.h) */
+	ret = f ? tier_open(s->tier, in, TIER_OPEN_WRITE, req, &f->how) : -ENOMEM;
 	if (ret < 0) {
 		/* the name exists; the kernel holds a lookup ref we must return */
+		fs_file_free(f);
 		idx_forget(s->idx, in->ino, 1);
 		idx_put(s->idx, in);
 		fuse_reply_err(req, -ret);
-		return;
-	}
-	struct spw_file *f = fs_file_new(in);
-	if (!f) {
-		tier_close(s->tier, in);
-		idx_forget(s->idx, in->ino, 1);
-		idx_put(s->idx, in);
-		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	fi->fh = (uintptr_t)f; /* the create's internal ref now belongs to fh */
 	fi->keep_cache = 1;
 	fs_fill_entry(s, in, &e);
 	if (fuse_reply_create(req, &e, fi) != 0) {
-		tier_close(s->tier, in);
+		tier_close(s->tier, in, &f->how, req);
 		idx_put(s->idx, in);
 		fs_file_free(f);
 	}

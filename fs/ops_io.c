@@ -46,25 +46,34 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	ret = tier_open(s->tier, in);
-	if (ret < 0) {
-		idx_put(s->idx, in);
-		fuse_reply_err(req, -ret);
-		return;
-	}
 	struct spw_file *f = fs_file_new(in);
 	if (!f) {
-		tier_close(s->tier, in);
 		idx_put(s->idx, in);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	/* a file all in RAM, opened to read, is passed through: the kernel
+	 * reads its hot file itself (the rules: tier.h) */
+	ret = tier_open(s->tier, in,
+			((fi->flags & O_ACCMODE) != O_RDONLY ? TIER_OPEN_WRITE : 0) |
+			    (s->passthrough ? TIER_OPEN_PASSTHROUGH : 0),
+			req, &f->how);
+	if (ret < 0) {
+		fs_file_free(f);
+		idx_put(s->idx, in);
+		fuse_reply_err(req, -ret);
+		return;
+	}
 	fi->fh = (uintptr_t)f;
 	/* Every change passes through this daemon, so cached pages stay valid;
-	 * the evictor invalidates what it takes out of RAM. */
-	fi->keep_cache = 1;
+	 * the evictor invalidates what it takes out of RAM. (A passthrough open
+	 * has no cache of its own: the kernel refuses keep_cache with it.) */
+	fi->keep_cache = !f->how.backing_id;
+#ifdef SPW_PASSTHROUGH
+	fi->backing_id = f->how.backing_id; /* > 0: FOPEN_PASSTHROUGH */
+#endif
 	if (fuse_reply_open(req, fi) != 0) {
-		tier_close(s->tier, in);
+		tier_close(s->tier, in, &f->how, req);
 		idx_put(s->idx, in);
 		fs_file_free(f);
 	}
@@ -185,7 +194,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct spw *s = spw_of(req);
 	struct spw_file *f = fh_file(fi);
-	tier_close(s->tier, f->in);
+	tier_close(s->tier, f->in, &f->how, req);
 	idx_put(s->idx, f->in);
 	fs_file_free(f);
 	fuse_reply_err(req, 0);

@@ -153,6 +153,20 @@ const struct opt_spec opt_table[] = {
 	    ".B hot_size\n"
 	    "every 2 s after 10 s without pressure.\n"
 	    "Each change is logged and shown in the stats.\n"},
+    {.name = "passthrough",
+     .kind = OPT_ENUM,
+     FIELD(passthrough),
+     WORDS({"on", 1, 0}, {"off", 0, 0}),
+     .def = "on",
+     .meta = "on|off",
+     .help = "on: the kernel reads files all in RAM from the hot tier itself (needs CAP_SYS_ADMIN)",
+     .man_tag = ".BR %s= on | off",
+     .man = "Files whose data is all in RAM are opened for reading with FUSE passthrough:\n"
+	    "the kernel reads (and maps) the hot file itself, at tmpfs speed, with one\n"
+	    "copy in RAM. Needs Linux 6.9, libfuse 3.17 and CAP_SYS_ADMIN; without them,\n"
+	    "or with\n"
+	    ".BR off ,\n"
+	    "every read goes through the daemon (said once at mount).\n"},
     {.name = "keep_hot",
      .kind = OPT_FLAG,
      FIELD(keep_hot),

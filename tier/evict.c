@@ -32,7 +32,8 @@
  *   segment is dead weight for GC. A failed segment puts every chunk back
  *   to HOT_DIRTY: a hot copy is never dropped before its segment is durable.
  * - Pinned files, RESTORING chunks and chunks pinned by requests are never
- *   candidates.
+ *   candidates; nor are files with passthrough writers (tier.h), and a
+ *   file with any passthrough open is never punched.
  * - Lock order: index lock, inode lock, segtab.lock, tier lock.
  */
 #include "tier/tier_i.h"
@@ -103,12 +104,15 @@ static long collect_chunks(struct tier *t, struct cand_set *cs, struct inode *in
 {
 	size_t before = cs->n;
 	idx_inode_lock(in);
-	if (!in->pinned || only) {
+	/* a file with passthrough writers is written behind our back: its
+	 * chunks are spilled at fsync and after the last such close */
+	if ((!in->pinned && !in->pt_writers) || only) {
 		for (uint64_t c = 0; c < in->nchunks; c++) {
 			struct chunk *ch = &in->chunks[c];
 			uint32_t len = tier_chunk_len(t, in->size, c);
 			if ((ch->pins && !only) || len == 0 ||
-			    (ch->state != CHUNK_HOT_CLEAN && ch->state != CHUNK_HOT_DIRTY))
+			    (ch->state != CHUNK_HOT_CLEAN && ch->state != CHUNK_HOT_DIRTY) ||
+			    (ch->state == CHUNK_HOT_CLEAN && in->pt_opens && !only))
 				continue;
 			struct cand cd = {
 			    .in = in, .c = c, .age = chunk_age(cs->now, ch->atime), .len = len, .state = ch->state};
@@ -227,7 +231,8 @@ static uint32_t drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	uint32_t len = tier_chunk_len(t, in->size, c);
 	int fd;
 
-	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->seg_id)
+	/* the kernel reads a passthrough open's hot file itself: never punched */
+	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->seg_id || in->pt_opens)
 		return 0;
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0)
@@ -722,8 +727,12 @@ int evict_file(struct tier *t, struct inode *in, int drop)
 	size_t nd = 0;
 	int ret = 0;
 
-	if (drop && in->pinned)
-		return -EBUSY;
+	idx_inode_lock(in);
+	/* pinned, or passed through to the kernel: its RAM stays (tier.h) */
+	ret = drop && (in->pinned || in->pt_opens) ? -EBUSY : 0;
+	idx_inode_unlock(in);
+	if (ret < 0)
+		return ret;
 
 	/* the caller holds a reference on in: no walk of the whole index */
 	if (S_ISREG(in->mode) && collect_chunks(t, &cs, in, 1) > 0) {

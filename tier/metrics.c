@@ -155,9 +155,31 @@ void metrics_write(struct tier *t, FILE *f)
 		"spillway_chunks_unevictable{reason=\"in_use\"} %llu\n"
 		"spillway_chunks_unevictable{reason=\"pinned\"} %llu\n"
 		"spillway_chunks_unevictable{reason=\"spilling\"} %llu\n"
-		"spillway_chunks_unevictable{reason=\"restoring\"} %llu\n",
+		"spillway_chunks_unevictable{reason=\"restoring\"} %llu\n"
+		"spillway_chunks_unevictable{reason=\"passthrough\"} %llu\n",
 		U(s->unevict_in_use), U(s->unevict_pinned), U(s->unevict_spilling),
-		U(s->unevict_restoring));
+		U(s->unevict_restoring), U(s->unevict_passthrough));
+	fprintf(f,
+		"# HELP spillway_passthrough_open Opens the kernel serves from the hot file "
+		"itself now.\n# TYPE spillway_passthrough_open gauge\nspillway_passthrough_open "
+		"%llu\n",
+		U(c->pt_open_now));
+	counter(f, "spillway_passthrough_opens_total",
+		"Opens passed through to the hot file (reads never reach the daemon).",
+		c->pt_opens);
+	fprintf(f,
+		"# HELP spillway_passthrough_fallbacks_total Opens served through the daemon "
+		"that asked for passthrough, by reason.\n"
+		"# TYPE spillway_passthrough_fallbacks_total counter\n"
+		"spillway_passthrough_fallbacks_total{reason=\"cold\"} %llu\n"
+		"spillway_passthrough_fallbacks_total{reason=\"write\"} %llu\n"
+		"spillway_passthrough_fallbacks_total{reason=\"shared\"} %llu\n"
+		"spillway_passthrough_fallbacks_total{reason=\"error\"} %llu\n",
+		U(c->pt_fallback[TIER_PT_COLD]), U(c->pt_fallback[TIER_PT_WRITE]),
+		U(c->pt_fallback[TIER_PT_SHARED]), U(c->pt_fallback[TIER_PT_ERROR]));
+	counter(f, "spillway_cache_drops_total",
+		"Last closes of files served through the daemon that dropped the kernel's copy.",
+		c->cache_drops);
 	hist_write(f, "spillway_spill_segment_seconds", "Time to write one segment durably.",
 		   &c->h_spill);
 	hist_write(f, "spillway_restore_chunk_seconds",

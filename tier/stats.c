@@ -55,6 +55,11 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 	d->published_reads = LD(s->published_reads);
 	d->buffer_replies = LD(s->buffer_replies);
 	d->direct_reads = LD(s->direct_reads);
+	d->pt_open_now = LD(s->pt_open_now);
+	d->pt_opens = LD(s->pt_opens);
+	for (int i = 0; i < TIER_PT_NWHY; i++)
+		d->pt_fallback[i] = LD(s->pt_fallback[i]);
+	d->cache_drops = LD(s->cache_drops);
 }
 
 static int count_unevictable(void *arg, struct inode *in)
@@ -72,6 +77,8 @@ static int count_unevictable(void *arg, struct inode *in)
 			s->unevict_restoring++;
 		else if (hot && in->pinned)
 			s->unevict_pinned++;
+		else if (hot && in->pt_opens)
+			s->unevict_passthrough++;
 		else if (hot && ch->pins)
 			s->unevict_in_use++;
 	}
@@ -93,6 +100,7 @@ void tier_snapshot(struct tier *t, struct tier_snapshot *s, int flags)
 	segtab_tier_bytes(t, s->tier_bytes);
 	read_counters(&s->c, &t->st);
 	pthread_mutex_lock(&t->lock);
+	s->pt_on = t->pt != NULL;
 	s->writers_waiting = t->writers_waiting;
 	s->cold_full = t->cold_full;
 	s->slow_op = t->st.slow_op ? t->st.slow_op : "";
@@ -199,6 +207,14 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	PUT("\"published_reads\":%llu,\"buffer_replies\":%llu,\"direct_reads\":%llu,",
 	    (unsigned long long)c->published_reads, (unsigned long long)c->buffer_replies,
 	    (unsigned long long)c->direct_reads);
+	PUT("\"passthrough\":{\"on\":%d,\"open\":%llu,\"opens\":%llu,\"fallback\":{"
+	    "\"cold\":%llu,\"write\":%llu,\"shared\":%llu,\"error\":%llu},"
+	    "\"cache_drops\":%llu},",
+	    s->pt_on, (unsigned long long)c->pt_open_now, (unsigned long long)c->pt_opens,
+	    (unsigned long long)c->pt_fallback[TIER_PT_COLD],
+	    (unsigned long long)c->pt_fallback[TIER_PT_WRITE],
+	    (unsigned long long)c->pt_fallback[TIER_PT_SHARED],
+	    (unsigned long long)c->pt_fallback[TIER_PT_ERROR], (unsigned long long)c->cache_drops);
 	/* first byte, then whole-chunk restore; nvme, then s3 */
 	PUT("\"latency\":{\"first_byte\":{\"nvme\":");
 	json_lat(&c->h_first[0], buf, len, pos);

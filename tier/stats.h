@@ -42,6 +42,8 @@ struct tier_snapshot {
 	/* hot chunks the evictor cannot take now (only with SNAP_CHUNKS: a walk
 	 * of every file) */
 	uint64_t unevict_in_use, unevict_pinned, unevict_spilling, unevict_restoring;
+	uint64_t unevict_passthrough;
+	int pt_on; /* passthrough enabled (tier_set_passthrough) */
 };
 
 #define SNAP_CHUNKS 1 /* also walk the files for the unevictable counts */

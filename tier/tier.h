@@ -53,8 +53,60 @@ void tier_stop(struct tier *t);
 void tier_free(struct tier *t);
 void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg);
 
-int tier_open(struct tier *t, struct inode *in);
-void tier_close(struct tier *t, struct inode *in);
+/*
+ * Passthrough: an open may hand the file's hot file to the kernel, which
+ * then reads and writes it itself (FUSE passthrough); no read of that open
+ * reaches the daemon. The rules that keep every promise:
+ * - Only a file whose data is all in RAM (no chunk COLD or RESTORING) is
+ *   passed through, and only a read-only open, unless the file already has
+ *   passthrough opens (below). A write through the daemon keeps the budget,
+ *   write_wait and dirty tracking; the kernel gives the daemon no say over
+ *   a passthrough write.
+ * - The kernel serves an inode either through the daemon or passed through,
+ *   never both: while a file has daemon opens, a new open goes through the
+ *   daemon too; while it has passthrough opens, a new open is passed through
+ *   too, writers included. Such a writer's writes never reach the daemon:
+ *   every chunk of the file counts as dirty from its open until after its
+ *   last close, and its size, mtime and RAM are read back from the hot file
+ *   (tier_refresh, at getattr, fsync and close). The evictor leaves the
+ *   file alone meanwhile (as if pinned).
+ * - A file with passthrough opens is never punched: its chunks are not
+ *   evictable (they count as unevictable, reason "passthrough") until the
+ *   last such open closes; user.spillway.evict on it is EBUSY, as on a
+ *   pinned file. Opens and closes count as accesses for the evictor.
+ * - The kernel's own page cache of a file read or written through the
+ *   daemon is dropped at the file's last close (the hot file holds the
+ *   bytes): RAM holds one copy of a hot byte, not two.
+ */
+/* tier_open flags */
+#define TIER_OPEN_WRITE 1u	 /* the open may write */
+#define TIER_OPEN_PASSTHROUGH 2u /* the caller can pass the hot file to the kernel */
+
+/* How tier_open served an open: passthrough (backing_id > 0, the id the
+ * kernel knows the hot file by) or through the daemon (backing_id 0). */
+struct tier_open_out {
+	int32_t backing_id;
+	unsigned flags; /* the TIER_OPEN_* it was opened with: for tier_close */
+};
+
+/* Handing hot files to the kernel, provided by the fs layer (FUSE
+ * passthrough). open returns the backing id (> 0) or -errno; both are called
+ * with the inode's lock held and never wait for a FUSE request. ctx is the
+ * caller's of tier_open / tier_close. */
+struct tier_pt_ops {
+	int (*open)(void *ctx, int fd);
+	void (*close)(void *ctx, int32_t backing_id);
+};
+/* Enable passthrough (before the first open); without it every open goes
+ * through the daemon. */
+void tier_set_passthrough(struct tier *t, const struct tier_pt_ops *ops);
+
+int tier_open(struct tier *t, struct inode *in, unsigned flags, void *ctx,
+	      struct tier_open_out *out);
+void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *how, void *ctx);
+/* A file with passthrough writers: read its size, mtime and RAM back from
+ * its hot file. Cheap when it has none. */
+void tier_refresh(struct tier *t, struct inode *in);
 
 /* A read of a cold range waits only for the blocks it covers; the rest of
  * those chunks is restored by tier_read_end, which the caller calls once it

@@ -22,6 +22,7 @@ struct rst_part;
 struct inval_job;
 struct spill_pool;
 struct maint;
+struct tier_pt_ops;
 
 #define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
 
@@ -29,6 +30,15 @@ struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
 	uint64_t orphan_segments, orphan_hot_files, recover_ms;
 	int fresh;
+};
+
+/* Why an open that could have been passed through was not (counted). */
+enum tier_pt_why {
+	TIER_PT_COLD,	/* some of its data is not in RAM */
+	TIER_PT_WRITE,	/* a writable open of a file without passthrough opens */
+	TIER_PT_SHARED, /* the file has opens served through the daemon */
+	TIER_PT_ERROR,	/* the kernel refused the hot file */
+	TIER_PT_NWHY
 };
 
 struct tier_stats {
@@ -52,6 +62,10 @@ struct tier_stats {
 	uint64_t published_reads;  /* reads served from blocks of a chunk still restoring */
 	uint64_t buffer_replies;   /* cold reads answered from the verified read buffer */
 	uint64_t direct_reads;	   /* random reads of cold chunks answered without a restore */
+	/* passthrough (tier.h): opens now and in all; opens that could have
+	 * been passed through and were not, by enum tier_pt_why; daemon-path
+	 * closes that dropped the kernel's copy of the file */
+	uint64_t pt_open_now, pt_opens, pt_fallback[TIER_PT_NWHY], cache_drops;
 };
 
 struct tier {
@@ -67,6 +81,8 @@ struct tier {
 	/* tier_inval_fn (tier.h), spelled out: this header needs no module's API */
 	void (*inval)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
 	void *inval_arg;
+	/* passthrough (tier_set_passthrough): NULL, off; set before serving */
+	const struct tier_pt_ops *pt;
 	struct tier_stats st;
 
 	pthread_mutex_t lock; /* guards the fields below */

@@ -286,10 +286,12 @@ class Mount:
     context manager; stop() is idempotent and runs on every exit path.
     """
 
-    def __init__(self, hot_size="512M", opts=(), hot_dir=None, args=(), tag="mnt"):
+    def __init__(self, hot_size="512M", opts=(), hot_dir=None, args=(), tag="mnt", prefix=()):
         self.hot_size = hot_size
         self.opts = list(opts)
         self.args = list(args)
+        # a command the daemon runs under (e.g. setpriv, or a cgroup's sh -c)
+        self.prefix = list(prefix)
         self.tag = tag
         self.base = make_tmpdir()
         self.mnt = os.path.join(self.base, "mnt")
@@ -329,7 +331,7 @@ class Mount:
         return ",".join(o + self.opts)
 
     def start(self):
-        argv = [SPILLWAY, "-f"] + self.args
+        argv = self.prefix + [SPILLWAY, "-f"] + self.args
         ostr = self.option_string()
         if ostr:
             argv += ["-o", ostr]

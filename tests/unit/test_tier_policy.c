@@ -251,7 +251,7 @@ static void test_gc_deletes_dead_segment(void **state)
 	in = NULL;
 	/* overwrite both chunks whole (claims them: no restore needed) */
 	assert_int_equal(idx_lookup(f->idx, IDX_ROOT_INO, "a", 0, &in), 0);
-	assert_int_equal(tier_open(f->t, in), 0);
+	assert_int_equal(tier_open(f->t, in, 0, NULL, &(struct tier_open_out){0}), 0);
 	{
 		uint8_t *buf = malloc(2 * MiB);
 		struct tier_io io;
@@ -261,7 +261,7 @@ static void test_gc_deletes_dead_segment(void **state)
 		assert_int_equal(tier_write_end(f->t, in, &io, w), (ssize_t)(2 * MiB));
 		free(buf);
 	}
-	tier_close(f->t, in);
+	tier_close(f->t, in, &(struct tier_open_out){0}, NULL);
 	assert_true(fx_wait_for(no_live_segments, f, 5000));
 	fake_lock();
 	assert_true(fake_current->removes >= 1);
@@ -295,9 +295,9 @@ static void test_open_restores_in_file_order(void **state)
 	fake_lock();
 	fake_current->nreads = 0;
 	fake_unlock();
-	assert_int_equal(tier_open(f->t, g_in), 0);
+	assert_int_equal(tier_open(f->t, g_in, 0, NULL, &(struct tier_open_out){0}), 0);
 	assert_true(fx_wait_for(all_hot, f, 10000));
-	tier_close(f->t, g_in);
+	tier_close(f->t, g_in, &(struct tier_open_out){0}, NULL);
 	fake_lock();
 	unsigned n = fake_current->nreads;
 	struct fake_read r[FAKE_MAX_LOG];
@@ -377,7 +377,7 @@ static void test_reader_reads_beside_a_restore(void **state)
 	fake_lock();
 	fake_current->read_delay_ms = 500; /* the worker needs >= 2 s */
 	fake_unlock();
-	assert_int_equal(tier_open(f->t, g_in), 0); /* queues chunk 0 */
+	assert_int_equal(tier_open(f->t, g_in, 0, NULL, &(struct tier_open_out){0}), 0); /* queues chunk 0 */
 	assert_true(fx_wait_for(chunk0_restoring, f, 5000));
 	assert_int_equal(fx_check_range(f, g_in, 3, 4 * MiB - 5000, 4096), 0);
 	/* answered while the worker is still at its first pieces */
@@ -389,7 +389,7 @@ static void test_reader_reads_beside_a_restore(void **state)
 	fake_current->read_delay_ms = 0;
 	fake_unlock();
 	assert_true(fx_wait_for(chunk0_hot, f, 10000));
-	tier_close(f->t, g_in);
+	tier_close(f->t, g_in, &(struct tier_open_out){0}, NULL);
 	fx_check_all(f, g_in, 3, 4 * MiB);
 	idx_put(f->idx, g_in);
 }

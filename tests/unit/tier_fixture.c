@@ -108,7 +108,7 @@ void fx_write(struct fx *f, struct inode *in, uint64_t off, uint64_t len, int ta
 {
 	uint8_t *buf = malloc(MiB);
 
-	assert_int_equal(tier_open(f->t, in), 0);
+	assert_int_equal(tier_open(f->t, in, 0, NULL, &(struct tier_open_out){0}), 0);
 	for (uint64_t end = off + len; off < end; off += MiB) {
 		size_t n = end - off < MiB ? end - off : MiB;
 		struct tier_io io;
@@ -117,7 +117,7 @@ void fx_write(struct fx *f, struct inode *in, uint64_t off, uint64_t len, int ta
 		ssize_t w = pwrite(io.fd, buf, n, (off_t)off);
 		assert_int_equal(tier_write_end(f->t, in, &io, w), (ssize_t)n);
 	}
-	tier_close(f->t, in);
+	tier_close(f->t, in, &(struct tier_open_out){0}, NULL);
 	free(buf);
 }
 
@@ -143,7 +143,7 @@ int fx_check_range_flags(struct fx *f, struct inode *in, int tag, uint64_t off, 
 	struct tier_io io;
 	int ret;
 
-	assert_int_equal(tier_open(f->t, in), 0);
+	assert_int_equal(tier_open(f->t, in, 0, NULL, &(struct tier_open_out){0}), 0);
 	ret = tier_read_begin(f->t, in, off, len, flags, &io);
 	if (ret == 0) {
 		if (io.mem) /* answered from the verified cold read */
@@ -154,7 +154,7 @@ int fx_check_range_flags(struct fx *f, struct inode *in, int tag, uint64_t off, 
 		fx_fill(exp, tag, off, len);
 		assert_memory_equal(buf, exp, len);
 	}
-	tier_close(f->t, in);
+	tier_close(f->t, in, &(struct tier_open_out){0}, NULL);
 	free(buf);
 	free(exp);
 	return ret;
