@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 from benchlib import (  # noqa: E402
@@ -53,14 +54,19 @@ from benchlib import (  # noqa: E402
     start_daemon,
 )
 
-TARGETS = ("tmpfs", "passthrough", "spillway")
-TARGET_TITLES = {"tmpfs": "tmpfs", "passthrough": "passthrough_ll", "spillway": "spillway"}
+TARGETS = ("tmpfs", "passthrough", "spillway_off", "spillway")
+TARGET_TITLES = {"tmpfs": "tmpfs", "passthrough": "passthrough_ll",
+                 "spillway_off": "spillway passthrough=off", "spillway": "spillway"}
 
 # metric key -> (title, unit, goal); goal = (base target, minimum ratio) or None
 METRICS = [
-    ("write", "seq write 1M", "MiB/s", ("passthrough", 1.0)),
-    ("read_cold", "seq read, cache dropped", "MiB/s", ("passthrough", 1.5)),
+    ("write", "seq write 1M", "MiB/s", ("passthrough", 1.2)),
+    ("read_cold", "seq read, cache dropped", "MiB/s", ("tmpfs", 0.9)),
     ("read_warm", "re-read, warm cache", "MiB/s", ("tmpfs", 0.9)),
+    ("rand_read", "4k random read, hot", "MiB/s", ("tmpfs", 0.5)),
+    # node RAM (Shmem + other page cache) per byte of the file, after it was
+    # written, read and closed (the file still there)
+    ("ram", "RAM per hot byte", "x", None),
     ("create", "create", "ops/s", ("passthrough", 0.8)),
     ("stat", "stat after create", "ops/s", ("passthrough", 0.8)),
     ("stat_cold", "stat, dentries dropped", "ops/s", ("passthrough", 0.8)),
@@ -85,6 +91,64 @@ def fio_job(path, rw, size, timeout, invalidate=1):
         "--invalidate=%d" % invalidate,
     ]
     return fio_mibs(args, path, "write" if rw == "write" else "read", size, timeout)
+
+
+def fio_randread(path, size, timeout):
+    args = ["fio", "--name=randread", "--filename=" + path, "--rw=randread", "--bs=4k",
+            "--size=%d" % size, "--io_size=%d" % min(size, 256 * MiB), "--ioengine=psync",
+            "--invalidate=0", "--randrepeat=1"]
+    return fio_mibs(args, path, "read", min(size, 256 * MiB), timeout)
+
+
+CG_ROOT = "/sys/fs/cgroup/memory"
+CG = {}
+
+
+def cgroup_enter():
+    """Move the bench (and so every daemon and fio it starts) into a memory
+    cgroup of its own: its page cache, Shmem included, is then what the
+    targets cost, whatever else the machine does. None without cgroup v1."""
+    if not os.path.exists(os.path.join(CG_ROOT, "memory.stat")):
+        return None
+    with open("/proc/self/cgroup") as f:
+        old = [ln.split(":")[2].strip() for ln in f if ln.split(":")[1] == "memory"][0]
+    cg = os.path.join(CG_ROOT, "spw-bench-fs-%d" % os.getpid())
+    os.mkdir(cg)
+    CG.update(path=cg, old=os.path.join(CG_ROOT, old.lstrip("/")))
+    with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+        f.write("%d\n" % os.getpid())
+    return cg
+
+
+def cgroup_leave():
+    if not CG:
+        return
+    try:
+        with open(os.path.join(CG["path"], "cgroup.procs")) as f:
+            pids = f.read().split()
+        for pid in pids:
+            with open(os.path.join(CG["old"], "cgroup.procs"), "w") as f:
+                f.write(pid + "\n")
+        os.rmdir(CG["path"])
+    except OSError as e:
+        log("could not remove %s: %s" % (CG["path"], e))
+
+
+def page_cache():
+    """Page cache (Shmem included) charged to the bench's cgroup, bytes, once
+    it settles: a file unlinked or closed just before gives its pages back
+    asynchronously (the daemon's forget, the kernel's cache drop)."""
+    def now():
+        with open(os.path.join(CG["path"], "memory.stat")) as f:
+            return int(dict(ln.split() for ln in f)["total_cache"])
+    prev = now()
+    for _ in range(50):
+        time.sleep(0.1)
+        cur = now()
+        if abs(cur - prev) < MiB:
+            return cur
+        prev = cur
+    return prev
 
 
 def metaops(tool, phase, d, n, timeout):
@@ -137,20 +201,24 @@ def setup_targets(opts, tools, shmroot, mntroot, logdir):
         args.append(mnt)
         start_daemon("passthrough_ll", args, mnt, os.path.join(logdir, "passthrough.log"))
         dirs["passthrough"] = mnt
-    if "spillway" in opts.targets:
-        hot = os.path.join(shmroot, "spw-hot")
-        mnt = os.path.join(mntroot, "spillway")
+    for t in ("spillway_off", "spillway"):
+        if t not in opts.targets:
+            continue
+        hot = os.path.join(shmroot, "hot-" + t)
+        mnt = os.path.join(mntroot, t)
         os.mkdir(hot)
         os.mkdir(mnt)
         o = "hot_dir=%s,hot_size=%s" % (hot, fmt_size(opts.hot_size))
+        if t == "spillway_off":
+            o += ",passthrough=off"
         if opts.spillway_opts:
             o += "," + opts.spillway_opts
         args = [opts.spillway_bin, "-f", "-o", o, mnt]
         env = dict(os.environ)
         env.update(kv.split("=", 1) for kv in opts.spillway_env)
-        log("spillway: " + " ".join(opts.spillway_env + args))
-        start_daemon("spillway", args, mnt, os.path.join(logdir, "spillway.log"), env)
-        dirs["spillway"] = mnt
+        log("%s: " % t + " ".join(opts.spillway_env + args))
+        start_daemon(t, args, mnt, os.path.join(logdir, t + ".log"), env)
+        dirs[t] = mnt
     return dirs
 
 
@@ -163,6 +231,8 @@ def one_round(opts, tools, dirs, results):
         f = os.path.join(d, "bench.dat")
         if os.path.exists(f):
             os.unlink(f)
+        drop_caches(3)
+        ram0 = page_cache() if CG else None
         results[t]["write"].append(fio_job(f, "write", opts.size, io_timeout))
         st = os.stat(f)
         if st.st_size != opts.size:
@@ -170,6 +240,9 @@ def one_round(opts, tools, dirs, results):
         drop_caches(3)
         results[t]["read_cold"].append(fio_job(f, "read", opts.size, io_timeout, invalidate=1))
         results[t]["read_warm"].append(fio_job(f, "read", opts.size, io_timeout, invalidate=0))
+        results[t]["rand_read"].append(fio_randread(f, opts.size, io_timeout))
+        if CG:  # the kernel's copy is dropped at the last close (async)
+            results[t]["ram"].append((page_cache() - ram0) / opts.size)
         os.unlink(f)
     for t in opts.targets:
         md = os.path.join(dirs[t], "meta")
@@ -212,8 +285,8 @@ def report(opts, env, results, rounds):
         % (fmt_size(opts.size), opts.files, rounds, opts.warmup)
     )
     print()
-    head = ["metric", "unit", "tmpfs", "passthru_ll", "spillway"]
-    head += ["spw/tmpfs", "spw/pt_ll", "target", "verdict"]
+    head = ["metric", "unit", "tmpfs", "passthru_ll", "spw pt=off", "spillway"]
+    head += ["spw/tmpfs", "spw/pt_ll", "spw/pt=off", "target", "verdict"]
     rows = []
     verdicts = []
     for m, title, unit, goal in METRICS:
@@ -232,15 +305,17 @@ def report(opts, env, results, rounds):
                 unit,
                 fmt_val(get("tmpfs", m), unit),
                 fmt_val(get("passthrough", m), unit),
+                fmt_val(get("spillway_off", m), unit),
                 fmt_val(s, unit),
                 fmt_ratio(s, get("tmpfs", m)),
                 fmt_ratio(s, get("passthrough", m)),
+                fmt_ratio(s, get("spillway_off", m)),
                 goal_txt,
                 verdict,
             ]
         )
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    left = {0, 1, 7, 8}
+    left = {0, 1, 9, 10}
 
     def line(r):
         return "  ".join(
@@ -279,7 +354,8 @@ def report(opts, env, results, rounds):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="bench_fs.sh", description="tmpfs vs passthrough_ll vs spillway (spillway issue 2)"
+        prog="bench_fs.sh",
+        description="tmpfs vs passthrough_ll vs spillway with and without passthrough"
     )
     p.add_argument(
         "--size", type=parse_size, help="file size for seq I/O (default 1G; quick 64M)"
@@ -298,7 +374,8 @@ def parse_args(argv):
         help="dir holding the spillway binary (default REPO/build or $SPILLWAY_BUILD)",
     )
     p.add_argument(
-        "--targets", default=",".join(TARGETS), help="comma list of tmpfs,passthrough,spillway"
+        "--targets", default=",".join(TARGETS),
+        help="comma list of tmpfs,passthrough,spillway_off,spillway"
     )
     p.add_argument(
         "--hot-size", type=parse_size, help="spillway hot_size (default max(4G, 2*size))"
@@ -334,7 +411,7 @@ def parse_args(argv):
     o.targets = [t.strip() for t in o.targets.split(",") if t.strip()]
     for t in o.targets:
         if t not in TARGETS:
-            p.error("unknown target %r (tmpfs, passthrough, spillway)" % t)
+            p.error("unknown target %r (%s)" % (t, ", ".join(TARGETS)))
     o.targets = [t for t in TARGETS if t in o.targets]  # fixed interleave order
     o.hot_size = o.hot_size or max(4 * GiB, 2 * o.size)
     o.spillway_bin = os.path.join(os.path.abspath(o.build), "spillway")
@@ -350,7 +427,8 @@ def preflight(opts):
     for tool in ("fio", "cc", "fusermount3", "pkg-config"):
         if not shutil.which(tool):
             raise BenchError("%s not found in PATH" % tool)
-    if "spillway" in opts.targets and not os.access(opts.spillway_bin, os.X_OK):
+    if ("spillway" in opts.targets or "spillway_off" in opts.targets) and \
+            not os.access(opts.spillway_bin, os.X_OK):
         raise BenchError(
             "%s not found; build it (cmake -S %s -B BUILD && cmake --build BUILD) and pass"
             " --build BUILD, or leave spillway out with --targets tmpfs,passthrough"
@@ -387,6 +465,8 @@ def main(argv):
         tooldir = CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-bench-tools-"))
         mntroot = CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-bench-mnt-"))
         shmroot = CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-bench-", dir=opts.tmpfs_root))
+        if not cgroup_enter():
+            log("no cgroup v1 memory controller: the RAM row is left out")
         tools = build_tools(tooldir, "passthrough" in opts.targets)
         env = environment(opts)
         dirs = setup_targets(opts, tools, shmroot, mntroot, tooldir)
@@ -406,7 +486,7 @@ def main(argv):
                 doc.update(samples=results, median=med)
                 json.dump(doc, f, indent=1)
 
-    return run_guarded(body)
+    return run_guarded(body, after_cleanup=cgroup_leave)
 
 
 if __name__ == "__main__":

@@ -493,6 +493,8 @@ def fmt_val(v, unit):
         return "-"
     if unit == "MiB/s":
         return "%.0f" % v if v >= 100 else "%.1f" % v
+    if unit == "x":
+        return "%.2f" % v
     return "{:,.0f}".format(v)
 
 

@@ -60,6 +60,9 @@ static inline struct inode *fh_dir(struct fuse_file_info *fi)
 
 /* Fill a fuse_entry_param for `in` (takes in->lock). */
 void fs_fill_entry(struct spw *s, struct inode *in, struct fuse_entry_param *e);
+/* The attributes every reply carries, passthrough writers' size included
+ * (tier_refresh; takes in->lock). */
+void fs_stat(struct spw *s, struct inode *in, struct stat *st);
 
 /* ops_entry.c */
 void op_lookup(fuse_req_t, fuse_ino_t, const char *);

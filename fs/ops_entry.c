@@ -12,7 +12,16 @@ void fs_fill_entry(struct spw *s, struct inode *in, struct fuse_entry_param *e)
 	e->generation = 0; /* inode numbers are never reused */
 	e->attr_timeout = s->attr_timeout;
 	e->entry_timeout = s->entry_timeout;
-	idx_stat(s->idx, in, &e->attr);
+	fs_stat(s, in, &e->attr);
+}
+
+void fs_stat(struct spw *s, struct inode *in, struct stat *st)
+{
+	/* passthrough writers changed the file behind our back: every reply
+	 * that carries attributes says what they wrote, or the kernel would
+	 * take a stale size over the one it knows */
+	tier_refresh(s->tier, in);
+	idx_stat(s->idx, in, st);
 }
 
 static void reply_entry_put(fuse_req_t req, struct inode *in)
@@ -65,8 +74,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	tier_refresh(s->tier, in); /* what passthrough writers wrote */
-	idx_stat(s->idx, in, &st);
+	fs_stat(s, in, &st);
 	idx_put(s->idx, in);
 	fuse_reply_attr(req, &st, s->attr_timeout);
 }
@@ -129,7 +137,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
 	}
 	ret = do_setattr(s, in, attr, valid);
 	if (ret == 0)
-		idx_stat(s->idx, in, &st);
+		fs_stat(s, in, &st);
 	idx_put(s->idx, in);
 	if (ret < 0)
 		fuse_reply_err(req, -ret);

@@ -23,6 +23,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <mntent.h>
 #include <stdarg.h>
@@ -31,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -790,6 +792,30 @@ static int inside(const char *path, const char *dir)
 	return !strncmp(path, dir, l) && (path[l] == '/' || !path[l]);
 }
 
+/* The cold directory of a live spillway mount that dir lies inside (its
+ * .spillway.lock is held, tier/stores.c), malloc'ed; NULL when none. */
+static char *live_cold_dir_above(const char *dir)
+{
+	char *up = strdup(dir), *slash;
+	while (up && (slash = strrchr(up, '/')) && slash != up) {
+		char lock[PATH_MAX + 32];
+		int fd;
+		*slash = 0;
+		snprintf(lock, sizeof(lock), "%s/.spillway.lock", up);
+		if ((fd = open(lock, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		/* held exclusively by the mount that uses the directory */
+		if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+			close(fd);
+			return up;
+		}
+		flock(fd, LOCK_UN);
+		close(fd);
+	}
+	free(up);
+	return NULL;
+}
+
 /* ---- the checks that look at the world, in table order ---- */
 
 /* hot_dir: absolute; created 0700 if missing; an existing directory only
@@ -866,6 +892,11 @@ static int check_nvme(struct opt_ctx *c, const char *list)
 			ret = fail(c,
 				   "option 'nvme': invalid value '%s': '%s' lies on the spillway mount "
 				   "%s (cold data must be on a disk)",
+				   list, d, onmnt);
+		else if ((onmnt = live_cold_dir_above(real)))
+			ret = fail(c,
+				   "option 'nvme': invalid value '%s': '%s' lies inside '%s', the "
+				   "cold directory of another spillway mount",
 				   list, d, onmnt);
 		for (int j = 0; !ret && j < nseen; j++)
 			if (inside(real, seen[j]) || inside(seen[j], real))

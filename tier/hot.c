@@ -31,6 +31,7 @@ struct hot {
 	uint64_t limit;	   /* atomic: the effective budget (hot_set_limit) */
 	uint64_t used;	   /* atomic: bytes allocated by hot files */
 	uint64_t reserved; /* atomic: bytes promised to writes in flight */
+	uint64_t pinned;   /* atomic: bytes of hot files passed through (hot_pin_locked) */
 	pthread_mutex_t lock; /* the list below; a leaf lock */
 	/* inodes with a hot file, in no order; in->hot_slot is 1 + the
 	 * inode's place here (0: not listed), so both ends are O(1) and an
@@ -542,11 +543,29 @@ void hot_account_locked(struct hot *hot, struct inode *in)
 	if (in->hot_fd < 0 || fstat(in->hot_fd, &st) < 0)
 		return;
 	now = (uint64_t)st.st_blocks * 512;
-	if (now >= in->hot_bytes)
+	if (now >= in->hot_bytes) {
 		__atomic_add_fetch(&hot->used, now - in->hot_bytes, __ATOMIC_RELAXED);
-	else
+		if (in->pt_opens)
+			__atomic_add_fetch(&hot->pinned, now - in->hot_bytes, __ATOMIC_RELAXED);
+	} else {
 		__atomic_sub_fetch(&hot->used, in->hot_bytes - now, __ATOMIC_RELAXED);
+		if (in->pt_opens)
+			__atomic_sub_fetch(&hot->pinned, in->hot_bytes - now, __ATOMIC_RELAXED);
+	}
 	in->hot_bytes = now;
+}
+
+void hot_pin_locked(struct hot *hot, struct inode *in, int pin)
+{
+	if (pin)
+		__atomic_add_fetch(&hot->pinned, in->hot_bytes, __ATOMIC_RELAXED);
+	else
+		__atomic_sub_fetch(&hot->pinned, in->hot_bytes, __ATOMIC_RELAXED);
+}
+
+uint64_t hot_pinned(const struct hot *hot)
+{
+	return __atomic_load_n(&hot->pinned, __ATOMIC_RELAXED);
 }
 
 uint64_t hot_used(const struct hot *hot)

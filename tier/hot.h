@@ -67,6 +67,12 @@ void hot_unreserve(struct hot *hot, uint64_t bytes);
 int64_t hot_force_reserve(struct hot *hot, uint64_t off, uint64_t len);
 /* Re-read the hot file's allocation and adjust usage. Caller holds in->lock. */
 void hot_account_locked(struct hot *hot, struct inode *in);
+/* A file's hot bytes start (pin) or stop counting as pinned: passed through
+ * to the kernel, which reads them itself (tier.h). in->lock held; call with
+ * pin when in->pt_opens becomes non-zero, without pin just before it
+ * becomes zero; hot_account_locked keeps the figure while it is. */
+void hot_pin_locked(struct hot *hot, struct inode *in, int pin);
+uint64_t hot_pinned(const struct hot *hot);
 
 uint64_t hot_used(const struct hot *hot);
 uint64_t hot_reserved(const struct hot *hot);

@@ -174,9 +174,16 @@ void metrics_write(struct tier *t, FILE *f)
 		"spillway_passthrough_fallbacks_total{reason=\"cold\"} %llu\n"
 		"spillway_passthrough_fallbacks_total{reason=\"write\"} %llu\n"
 		"spillway_passthrough_fallbacks_total{reason=\"shared\"} %llu\n"
-		"spillway_passthrough_fallbacks_total{reason=\"error\"} %llu\n",
+		"spillway_passthrough_fallbacks_total{reason=\"error\"} %llu\n"
+		"spillway_passthrough_fallbacks_total{reason=\"room\"} %llu\n",
 		U(c->pt_fallback[TIER_PT_COLD]), U(c->pt_fallback[TIER_PT_WRITE]),
-		U(c->pt_fallback[TIER_PT_SHARED]), U(c->pt_fallback[TIER_PT_ERROR]));
+		U(c->pt_fallback[TIER_PT_SHARED]), U(c->pt_fallback[TIER_PT_ERROR]),
+		U(c->pt_fallback[TIER_PT_ROOM]));
+	fprintf(f,
+		"# HELP spillway_passthrough_pinned_bytes Hot bytes of files passed through "
+		"(not evictable until closed).\n# TYPE spillway_passthrough_pinned_bytes gauge\n"
+		"spillway_passthrough_pinned_bytes %llu\n",
+		U(s->pt_pinned));
 	counter(f, "spillway_cache_drops_total",
 		"Last closes of files served through the daemon that dropped the kernel's copy.",
 		c->cache_drops);

@@ -92,6 +92,7 @@ void tier_snapshot(struct tier *t, struct tier_snapshot *s, int flags)
 	s->hot_used = hot_used(t->hot);
 	s->hot_limit = hot_limit(t->hot);
 	s->hot_reserved = hot_reserved(t->hot);
+	s->pt_pinned = hot_pinned(t->hot);
 	s->hot_size = t->cfg->hot_size;
 	s->hot_min = t->cfg->hot_min;
 	pressure_get(t->pressure, &s->ps);
@@ -208,13 +209,15 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	    (unsigned long long)c->published_reads, (unsigned long long)c->buffer_replies,
 	    (unsigned long long)c->direct_reads);
 	PUT("\"passthrough\":{\"on\":%d,\"open\":%llu,\"opens\":%llu,\"fallback\":{"
-	    "\"cold\":%llu,\"write\":%llu,\"shared\":%llu,\"error\":%llu},"
-	    "\"cache_drops\":%llu},",
+	    "\"cold\":%llu,\"write\":%llu,\"shared\":%llu,\"error\":%llu,\"room\":%llu},"
+	    "\"pinned\":%llu,\"cache_drops\":%llu},",
 	    s->pt_on, (unsigned long long)c->pt_open_now, (unsigned long long)c->pt_opens,
 	    (unsigned long long)c->pt_fallback[TIER_PT_COLD],
 	    (unsigned long long)c->pt_fallback[TIER_PT_WRITE],
 	    (unsigned long long)c->pt_fallback[TIER_PT_SHARED],
-	    (unsigned long long)c->pt_fallback[TIER_PT_ERROR], (unsigned long long)c->cache_drops);
+	    (unsigned long long)c->pt_fallback[TIER_PT_ERROR],
+	    (unsigned long long)c->pt_fallback[TIER_PT_ROOM], (unsigned long long)s->pt_pinned,
+	    (unsigned long long)c->cache_drops);
 	/* first byte, then whole-chunk restore; nvme, then s3 */
 	PUT("\"latency\":{\"first_byte\":{\"nvme\":");
 	json_lat(&c->h_first[0], buf, len, pos);

@@ -43,7 +43,8 @@ struct tier_snapshot {
 	 * of every file) */
 	uint64_t unevict_in_use, unevict_pinned, unevict_spilling, unevict_restoring;
 	uint64_t unevict_passthrough;
-	int pt_on; /* passthrough enabled (tier_set_passthrough) */
+	int pt_on;	    /* passthrough enabled (tier_set_passthrough) */
+	uint64_t pt_pinned; /* hot bytes of passed-through files */
 };
 
 #define SNAP_CHUNKS 1 /* also walk the files for the unevictable counts */

@@ -640,6 +640,10 @@ static int pt_open_locked(struct tier *t, struct inode *in, int fd, unsigned fla
 		why = TIER_PT_WRITE;
 	} else if (!all_hot_locked(in)) {
 		why = TIER_PT_COLD;
+	} else if (hot_pinned(t->hot) + in->hot_bytes > hot_limit(t->hot) / 2) {
+		/* RAM the evictor cannot take: at most half of it, so that the
+		 * rest still turns over for writers */
+		why = TIER_PT_ROOM;
 	} else if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != in->size) {
 		/* the hot file mirrors the size (hot.c): never seen otherwise */
 		log_warn("passthrough: inode %llu's hot file is not its size: through the daemon",
@@ -654,6 +658,7 @@ static int pt_open_locked(struct tier *t, struct inode *in, int fd, unsigned fla
 	} else {
 		in->backing_id = id;
 		in->pt_opens = 1;
+		hot_pin_locked(t->hot, in, 1);
 		out->backing_id = id;
 	}
 	if (why >= 0) {
@@ -699,10 +704,12 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 			in->pt_writers--;
 			pt_refresh_locked(t, in, 1);
 		}
-		if (--in->pt_opens == 0) {
+		if (in->pt_opens == 1) {
+			hot_pin_locked(t->hot, in, 0);
 			t->pt->close(ctx, in->backing_id);
 			in->backing_id = 0;
 		}
+		in->pt_opens--;
 		touch_all_locked(t, in);
 		__atomic_sub_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
 	} else if (in->open_count == 1 && t->pt) {

@@ -38,6 +38,7 @@ enum tier_pt_why {
 	TIER_PT_WRITE,	/* a writable open of a file without passthrough opens */
 	TIER_PT_SHARED, /* the file has opens served through the daemon */
 	TIER_PT_ERROR,	/* the kernel refused the hot file */
+	TIER_PT_ROOM,	/* passed-through files hold half the budget already */
 	TIER_PT_NWHY
 };
 

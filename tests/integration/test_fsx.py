@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.dont_write_bytecode = True
@@ -87,12 +88,13 @@ def find_fsx():
 class FsxRun:
     """One spw_fsx process on its own directory under the mount."""
 
-    def __init__(self, test, fsx, mnt, seed, ops, maxlen, use_mmap, good_dir):
+    def __init__(self, test, fsx, mnt, seed, ops, maxlen, use_mmap, good_dir, extra=()):
         self.seed, self.ops = seed, ops
         self.dir = os.path.join(mnt, "fsx-%d" % seed)
         os.mkdir(self.dir)
         self.cmd = [fsx, "-q", "-S", str(seed), "-N", str(ops), "-f", str(NFILES), "-l",
-                    maxlen, "-b", CHUNK_SIZE] + (["-m"] if use_mmap else []) + FSX_ARGS
+                    maxlen, "-b", CHUNK_SIZE] + (["-m"] if use_mmap else []) + list(extra)
+        self.cmd += FSX_ARGS
         self.cmd.append(self.dir)
         print("\n$ %s" % " ".join(self.cmd), flush=True)
         self.good_dir = good_dir
@@ -213,6 +215,60 @@ class TestFsx(harness.SpwTestCase):
             run.finish(max(1, deadline - time.monotonic()))
         self.check_daemon(m, "seeds %s" % seeds)
         self.check_stats(m)
+
+    def test_with_passthrough_readers(self):
+        """Two seeds whose reopens hold a read-only open meanwhile (-P), while
+        other threads keep opening their files read-only: a file all in RAM
+        is then passed through, and fsx's own opens join as passthrough
+        writers; every fsx read is still checked against its model."""
+        m = self.mount(hot_size=HOT_SIZE, opts=self.mount_opts())
+        stop = threading.Event()
+        opened = [0]
+        errors = []
+
+        def holder(root):
+            # open each file read-only, map and touch it, hold it a moment
+            while not stop.is_set():
+                for dirpath, _, names in os.walk(root):
+                    for n in names:
+                        try:
+                            fd = os.open(os.path.join(dirpath, n), os.O_RDONLY)
+                        except FileNotFoundError:
+                            continue
+                        except OSError as e:
+                            errors.append("open %s: %s" % (n, e))
+                            continue
+                        try:
+                            opened[0] += 1
+                            os.pread(fd, 4096, 0)
+                            stop.wait(0.02)
+                        except OSError as e:
+                            errors.append("read %s: %s" % (n, e))
+                        finally:
+                            os.close(fd)
+        seeds = PLAN["concurrent_seeds"]
+        runs = [FsxRun(self, self.fsx, m.mnt, seed + 100, PLAN["concurrent_ops"] // 2,
+                       MAXLEN_CONCURRENT, i % 2 == 0, self.good_dir, extra=["-P"])
+                for i, seed in enumerate(seeds)]
+        holders = [threading.Thread(target=holder, args=(m.mnt,)) for _ in range(2)]
+        for h in holders:
+            h.start()
+        try:
+            deadline = time.monotonic() + PLAN["run_timeout"]
+            for run in runs:
+                run.finish(max(1, deadline - time.monotonic()))
+        finally:
+            stop.set()
+            for h in holders:
+                h.join()
+        self.assertEqual(errors, [])
+        self.check_daemon(m, "seeds with passthrough readers")
+        self.check_stats(m)
+        pt = json.loads(os.getxattr(m.mnt, "user.spillway.stats"))["passthrough"]
+        print("passthrough: %s, holder opens %d" % (json.dumps(pt), opened[0]), flush=True)
+        self.assertEqual(pt["on"], 1)
+        self.assertGreater(pt["opens"], 0, "no open was passed through")
+        self.assertEqual(pt["open"], 0)
 
 
 if __name__ == "__main__":

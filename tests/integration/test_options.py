@@ -174,6 +174,22 @@ class TestBadOptions(SpwTestCase):
             with open(m.path("still"), "w") as f:  # the first still serves
                 f.write("ok")
 
+    def test_nvme_inside_another_mounts_cold_dir(self):
+        """nvme= inside the cold directory of a live mount was accepted: two
+        mounts' segments in one tree, one's clean-up the other's loss."""
+        cold = self.tmpdir()
+        with harness.Mount(opts=["nvme=" + cold], tag="owner") as m:
+            sub = os.path.join(cold, "a", "b")
+            os.makedirs(sub)
+            err = self.bad("nvme=" + sub, "nvme", sub)
+            self.assertIn("cold directory of another spillway mount", err)
+            with open(m.path("still"), "w") as f:  # the first still serves
+                f.write("ok")
+        # once that mount is gone, the directory is free to use
+        with harness.Mount(opts=["nvme=" + sub], tag="after") as m2:
+            with open(m2.path("x"), "w") as f:
+                f.write("ok")
+
     def test_failed_mount_leaves_no_hot_dir(self):
         """A mount refused after its options (state_dir in use) left the
         hot_dir it had just created."""

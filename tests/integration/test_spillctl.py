@@ -223,6 +223,9 @@ class TestStats(CtlCase):
         self.assertRegex(r.out, r"(?m)^  errors +io 0, crc 0$")
         for word in ("spilled", "restored", "writers"):
             self.assertRegex(r.out, r"(?m)^  %s " % word)
+        pt = s["passthrough"]
+        self.assertRegex(r.out, r"(?m)^  passthru +%d open now, %d opens read by the kernel "
+                         % (pt["open"], pt["opens"]))
 
     def test_watch_rates_between_samples(self):
         fill(self.p("f"), 4 * MiB, 4)

@@ -110,7 +110,7 @@ struct log_ent {
 struct fsx {
 	uint64_t seed, nops, maxlen, boundary, maxio;
 	unsigned nfiles;
-	int use_mmap, quiet, verbose, keep;
+	int use_mmap, quiet, verbose, keep, pt_reopen;
 	unsigned disabled; /* bit per op_kind, plus NO_OTRUNC */
 	const char *xopt;  /* -X as given, for the replay line */
 	int have_punch, have_falloc;
@@ -291,9 +291,9 @@ static void __attribute__((noreturn)) fail_exit(void)
 	fprintf(stderr, "spw_fsx: FAILED at op %" PRIu64 ", seed %" PRIu64 "\n", g.opnum, g.seed);
 	fprintf(stderr,
 		"spw_fsx: replay: spw_fsx -S %" PRIu64 " -N %" PRIu64 " -f %u -l %" PRIu64
-		" -b %" PRIu64 "%s%s%s DIR\n",
+		" -b %" PRIu64 "%s%s%s%s DIR\n",
 		g.seed, g.nops, g.nfiles, g.maxlen, g.boundary, g.use_mmap ? " -m" : "",
-		g.xopt ? " -X " : "", g.xopt ? g.xopt : "");
+		g.pt_reopen ? " -P" : "", g.xopt ? " -X " : "", g.xopt ? g.xopt : "");
 	log_dump(stderr);
 	save_good_images();
 	fflush(stderr);
@@ -829,7 +829,14 @@ static void do_reopen(int file)
 	if (close(m->fd) < 0)
 		fail("close %s: %s", m->path, strerror(errno));
 	m->fd = -1;
+	/* -P: a reader opens first, so on a mount that passes files all in RAM
+	 * through to the kernel, the reopen joins it as a passthrough writer */
+	int holder = g.pt_reopen ? open(m->path, O_RDONLY) : -1;
+	if (g.pt_reopen && holder < 0)
+		fail("open %s read-only: %s", m->path, strerror(errno));
 	open_file(file, trunc);
+	if (holder >= 0)
+		close(holder);
 	e->size_after = m->size;
 	if (rnd() % 2)
 		check_fstat_size(file, "after reopen");
@@ -1027,6 +1034,7 @@ static void usage(void)
 		"  -q           quiet: only the summary line and failures\n"
 		"  -v           print every operation\n"
 		"  -k           keep the files in DIR at the end (default: unlink)\n"
+		"  -P           reopen with a read-only open held meanwhile (passthrough writers)\n"
 		"  -X ops       disable operations, comma-separated: read, truncate, punch,\n"
 		"               fallocate, mapread, mapwrite, reopen, fsync, verify,\n"
 		"               dropcache, and otrunc (reopens never use O_TRUNC); to step\n"
@@ -1048,7 +1056,7 @@ int main(int argc, char **argv)
 	g.boundary = MIB;
 	g.have_punch = -1; /* unknown until the first try */
 	g.have_falloc = -1;
-	while ((c = getopt(argc, argv, "N:S:f:l:b:mqvkX:h")) != -1) {
+	while ((c = getopt(argc, argv, "N:S:f:l:b:mqvkPX:h")) != -1) {
 		switch (c) {
 		case 'N':
 			if (parse_u64(optarg, &g.nops, 1))
@@ -1083,6 +1091,9 @@ int main(int argc, char **argv)
 			break;
 		case 'k':
 			g.keep = 1;
+			break;
+		case 'P':
+			g.pt_reopen = 1;
 			break;
 		case 'X':
 			if (parse_disabled(optarg))

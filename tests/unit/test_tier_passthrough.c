@@ -49,6 +49,11 @@ static const struct tier_pt_ops k_ops = {.open = k_open, .close = k_close};
 
 static void *CTX = &k_opens;
 
+static uint64_t hot_pinned_bytes(struct tier *t)
+{
+	return hot_pinned(t->hot);
+}
+
 static int setup(void **state)
 {
 	k_opens = k_closes = k_refuse = 0;
@@ -235,6 +240,36 @@ static void test_passthrough_writer_tracked(void **state)
 	idx_put(f->idx, in);
 }
 
+/* Passed-through files pin at most half the budget: past that an open goes
+ * through the daemon (counted as "room"), so the evictor always has RAM to
+ * turn over for writers. */
+static void test_pinned_at_most_half(void **state)
+{
+	struct fx *f = *state;
+	struct tier_open_out a, b;
+	struct inode *x, *y;
+
+	start(f, 8 * MiB);
+	x = fx_mk(f, "x", 3 * MiB, 1);
+	y = fx_mk(f, "y", 2 * MiB, 2);
+	assert_int_equal(tier_open(f->t, x, TIER_OPEN_PASSTHROUGH, CTX, &a), 0);
+	assert_true(a.backing_id > 0);
+	assert_int_equal(hot_pinned_bytes(f->t), 3 * MiB);
+	assert_int_equal(tier_open(f->t, y, TIER_OPEN_PASSTHROUGH, CTX, &b), 0);
+	assert_int_equal(b.backing_id, 0);
+	assert_int_equal(st(f, &f->t->st.pt_fallback[TIER_PT_ROOM]), 1);
+	tier_close(f->t, y, &b, CTX);
+	tier_close(f->t, x, &a, CTX);
+	assert_int_equal(hot_pinned_bytes(f->t), 0);
+	/* x closed: y fits now */
+	assert_int_equal(tier_open(f->t, y, TIER_OPEN_PASSTHROUGH, CTX, &b), 0);
+	assert_true(b.backing_id > 0);
+	assert_int_equal(hot_pinned_bytes(f->t), 2 * MiB);
+	tier_close(f->t, y, &b, CTX);
+	idx_put(f->idx, x);
+	idx_put(f->idx, y);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -243,6 +278,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_never_punched_while_passed_through, setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_passthrough_writer_tracked, setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_pinned_at_most_half, setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
