@@ -449,18 +449,12 @@ static void spill_segment(struct spill_job *job)
 		ret = 0;
 		goto out;
 	}
-	/* the records naming these files must be durable before their segment
-	 * is: a segment surviving a power loss that holds an inode the index
-	 * lost would look like a stale state_dir at mount. And no spill once
-	 * the journal is read-only: its locations could not be recorded. */
-	if (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0)
-		goto out;
-	ret = seg_writer_finish(w, &dev, &seg_len);
+	/* journal synced, segment durable, registered (no spill once the
+	 * journal is read-only: its locations could not be recorded) */
+	ret = segtab_commit(t->segtab, w, id, payload, &dev, &seg_len);
 	w = NULL;
 	if (ret < 0)
 		goto out;
-	if ((ret = segtab_register(t->segtab, id, dev, seg_len, payload)) < 0)
-		goto out; /* an orphan segment now: removed at the next mount */
 	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.chunks_spilled, nd, __ATOMIC_RELAXED);

@@ -177,13 +177,9 @@ static int seg_compact(struct tier *t, uint64_t id)
 		nm++;
 	}
 	if (nm) {
-		if (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0)
-			goto out;
-		ret = seg_writer_finish(w, &newdev, &newlen);
+		ret = segtab_commit(t->segtab, w, newid, payload, &newdev, &newlen);
 		w = NULL;
 		if (ret < 0)
-			goto out;
-		if ((ret = segtab_register(t->segtab, newid, newdev, newlen, payload)) < 0)
 			goto out;
 		__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	}

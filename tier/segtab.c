@@ -17,6 +17,7 @@
 
 #include "index/index.h"
 #include "index/journal.h"
+#include "tier/segment.h"
 #include "tier/store/store.h"
 
 #include <errno.h>
@@ -167,6 +168,24 @@ int segtab_register(struct segtab *s, uint64_t id, uint32_t dev, uint64_t len, u
 		pthread_mutex_unlock(&s->lock);
 	}
 	return ret;
+}
+
+int segtab_commit(struct segtab *s, struct seg_writer *w, uint64_t id, uint64_t payload,
+		  uint32_t *dev, uint64_t *len)
+{
+	struct journal *j;
+	int ret;
+
+	pthread_mutex_lock(&s->lock);
+	j = s->jrnl;
+	pthread_mutex_unlock(&s->lock);
+	if (j && (ret = jrnl_sync(j)) < 0) {
+		seg_writer_abort(w);
+		return ret;
+	}
+	if ((ret = seg_writer_finish(w, dev, len)) < 0)
+		return ret;
+	return segtab_register(s, id, *dev, *len, payload);
 }
 
 void segtab_release_bytes(struct segtab *s, uint64_t id, uint64_t bytes)

@@ -27,6 +27,7 @@ struct journal;
 struct chunk;
 struct jrec;
 struct jrnl_emitter;
+struct seg_writer;
 
 /* A segment's entry, copied out (segtab_where, segtab_next). */
 struct seg_where {
@@ -57,6 +58,19 @@ uint64_t segtab_next_id(struct segtab *s);
 /* Enter a durable segment in the table (store 0) and the journal. 0, or
  * -EIO (not journaled: not entered). */
 int segtab_register(struct segtab *s, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
+/*
+ * The commit of a new segment, for spill and compaction alike: the journal
+ * synced first (the records naming the files its chunks belong to are
+ * durable before the segment is, else a segment surviving a power loss
+ * could hold an inode the index lost, which looks like a stale state_dir
+ * at mount; and nothing is committed once the journal is read-only), then
+ * w finished (durable in its store), then registered (segtab_register).
+ * payload: its records' bytes. w is consumed whatever happens. *dev and
+ * *len get where it went. 0, or -errno: nothing entered (a segment
+ * finished but not journaled is an orphan, removed at the next mount).
+ */
+int segtab_commit(struct segtab *s, struct seg_writer *w, uint64_t id, uint64_t payload,
+		  uint32_t *dev, uint64_t *len);
 void segtab_release_bytes(struct segtab *s, uint64_t id, uint64_t bytes);
 /* Forget a chunk's cold copy (segment live bytes drop). Caller holds the
  * chunk's inode lock. */
