@@ -23,7 +23,6 @@
 #include "tier/store/store.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* Fill fraction of the nvme tier (0..1); *total_out its bytes if not NULL. */
@@ -46,6 +45,7 @@ static double nvme_fill(struct tier *t, uint64_t *total_out)
 static int seg_demote(struct tier *t, uint64_t id)
 {
 	struct store_put *put = NULL;
+	struct seg_where w;
 	uint64_t len, off;
 	uint32_t dev, newdev = 0;
 	void *buf = seg_buf_alloc(SEG_STAGE_SIZE);
@@ -53,10 +53,10 @@ static int seg_demote(struct tier *t, uint64_t id)
 
 	if (!buf)
 		return -ENOMEM;
-	pthread_mutex_lock(&t->segtab.lock);
-	len = t->segtab.v[id].len;
-	dev = t->segtab.v[id].dev;
-	pthread_mutex_unlock(&t->segtab.lock);
+	if ((ret = segtab_where(t->segtab, id, &w)) < 0)
+		goto out;
+	len = w.len;
+	dev = w.dev;
 	if ((ret = store_put_begin(t->s3, id, len, &put)) < 0)
 		goto out;
 	for (off = 0; off < len; off += SEG_STAGE_SIZE) {
@@ -72,12 +72,9 @@ static int seg_demote(struct tier *t, uint64_t id)
 	ret = store_put_finish(put, &newdev);
 	if (ret < 0)
 		goto out;
-	pthread_mutex_lock(&t->segtab.lock);
-	t->segtab.v[id].store = 1;
-	t->segtab.v[id].dev = newdev;
-	pthread_mutex_unlock(&t->segtab.lock);
+	segtab_relocate(t->segtab, id, 1, newdev);
 	/* the new home must be durable in the journal before the old copy goes */
-	if ((ret = segtab_log(t, id, 0)) < 0 || (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0))
+	if ((ret = segtab_log(t->segtab, id, 0)) < 0 || (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0))
 		goto out;
 	/* a restore that looked it up a moment ago retries on ENOENT */
 	store_remove(t->store, id, dev);
@@ -91,45 +88,16 @@ out:
 	return ret;
 }
 
-struct demote_cand {
-	uint64_t atime, id, len;
-};
-
-static int by_atime(const void *a, const void *b)
-{
-	const struct demote_cand *x = a, *y = b;
-	return x->atime < y->atime ? -1 : x->atime > y->atime;
-}
-
 size_t demote_pick(struct tier *t, uint64_t *ids, size_t max)
 {
-	struct demote_cand *v = NULL;
-	uint64_t total, excess, sum = 0;
-	size_t n = 0, npick = 0;
+	uint64_t total, excess;
 	double fill;
 
 	if (!t->s3 || (fill = nvme_fill(t, &total)) <= t->cfg->nvme_threshold)
 		return 0;
 	excess = (uint64_t)((fill - (t->cfg->nvme_threshold - 0.05)) * (double)total);
-	pthread_mutex_lock(&t->segtab.lock);
-	if (t->segtab.count && (v = malloc(t->segtab.count * sizeof(*v)))) {
-		for (uint64_t id = 1; id < t->segtab.next && id < t->segtab.cap; id++) {
-			struct seg_info *si = &t->segtab.v[id];
-			if (si->len && !si->store && !si->gc_busy && n < t->segtab.count)
-				v[n++] = (struct demote_cand){si->atime, id, si->len};
-		}
-		if (n)
-			qsort(v, n, sizeof(*v), by_atime);
-		/* least recently read first, until their bytes cover the excess */
-		for (size_t i = 0; i < n && npick < max && sum < excess; i++) {
-			t->segtab.v[v[i].id].gc_busy = 1;
-			ids[npick++] = v[i].id;
-			sum += v[i].len;
-		}
-	}
-	pthread_mutex_unlock(&t->segtab.lock);
-	free(v);
-	return npick;
+	/* least recently read first, until their bytes cover the excess */
+	return segtab_pick_oldest(t->segtab, 0, excess, ids, max);
 }
 
 int demote_segment(struct tier *t, uint64_t id)
@@ -138,8 +106,6 @@ int demote_segment(struct tier *t, uint64_t id)
 
 	if (nvme_fill(t, NULL) > t->cfg->nvme_threshold - 0.05)
 		ret = seg_demote(t, id);
-	pthread_mutex_lock(&t->segtab.lock);
-	t->segtab.v[id].gc_busy = 0;
-	pthread_mutex_unlock(&t->segtab.lock);
+	segtab_unbusy(t->segtab, &id, 1);
 	return ret;
 }

@@ -388,7 +388,7 @@ static void spill_segment(struct spill_job *job)
 	struct tier *t = job->t;
 	struct seg_writer *w = NULL;
 	struct spilled *done = calloc(job->n ? job->n : 1, sizeof(*done));
-	uint64_t id = segtab_alloc_id(t), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
+	uint64_t id = segtab_alloc_id(t->segtab), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
 		 payload = 0, t0 = clock_now_ns();
 	size_t nd = 0;
 	uint32_t dev = 0;
@@ -454,18 +454,12 @@ static void spill_segment(struct spill_job *job)
 		ret = 0;
 		goto out;
 	}
-	/* the records naming these files must be durable before their segment
-	 * is: a segment surviving a power loss that holds an inode the index
-	 * lost would look like a stale state_dir at mount. And no spill once
-	 * the journal is read-only: its locations could not be recorded. */
-	if (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0)
-		goto out;
-	ret = seg_writer_finish(w, &dev, &seg_len);
+	/* journal synced, segment durable, registered (no spill once the
+	 * journal is read-only: its locations could not be recorded) */
+	ret = segtab_commit(t->segtab, w, id, payload, &dev, &seg_len);
 	w = NULL;
 	if (ret < 0)
 		goto out;
-	if ((ret = segtab_register(t, id, dev, seg_len, payload)) < 0)
-		goto out; /* an orphan segment now: removed at the next mount */
 	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.chunks_spilled, nd, __ATOMIC_RELAXED);
@@ -490,12 +484,13 @@ static void spill_segment(struct spill_job *job)
 			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
 				/* not recorded: the RAM copy stays the only one */
 				ch->state = CHUNK_HOT_DIRTY;
-				segtab_release_chunk(t, ch);
+				segtab_release_chunk(t->segtab, ch);
 			} else if (job->drop && !in->pinned) {
 				n = drop_chunk_locked(t, in, done[i].c);
 			}
 		} else {
-			segtab_release_bytes(t, id, done[i].e.len); /* rewritten meanwhile */
+			/* rewritten meanwhile */
+			segtab_release_bytes(t->segtab, id, done[i].e.len);
 		}
 		idx_inode_wake(in); /* fsync waits for spills */
 		idx_inode_unlock(in);

@@ -20,7 +20,8 @@
  *   is sealed (-ECANCELED).
  * - A segment that a rewrite would not shrink is marked (gc_no_gain) and
  *   not tried again until more of it dies.
- * - Lock order: index lock, inode lock, segtab.lock.
+ * - The table's entries change only through segtab's calls (segtab.h).
+ * - Lock order: index lock, inode lock, the segment table's lock.
  */
 #include "tier/tier_i.h"
 
@@ -43,32 +44,25 @@ struct gc_moved {
 
 static void seg_delete(struct tier *t, uint64_t id)
 {
-	struct store *st;
-	uint32_t dev;
+	struct seg_where w;
 	int ret;
-	pthread_mutex_lock(&t->segtab.lock);
-	dev = t->segtab.v[id].dev;
-	st = t->segtab.v[id].store ? t->s3 : t->store;
-	pthread_mutex_unlock(&t->segtab.lock);
+
+	if (segtab_where(t->segtab, id, &w) < 0)
+		return; /* gone already */
 	/* the records moving its chunks away must be durable before it goes */
-	if ((ret = segtab_log(t, id, 1)) == 0 && t->jrnl)
+	if ((ret = segtab_log(t->segtab, id, 1)) == 0 && t->jrnl)
 		ret = jrnl_sync(t->jrnl);
 
 	if (ret == 0)
-		ret = store_remove(st, id, dev);
-	pthread_mutex_lock(&t->segtab.lock);
+		ret = store_remove(w.st, id, w.dev);
 	if (ret == 0 || ret == -ENOENT) {
-		t->segtab.count--;
-		t->segtab.bytes -= t->segtab.v[id].len;
-		t->segtab.live -= t->segtab.v[id].live;
-		memset(&t->segtab.v[id], 0, sizeof(t->segtab.v[id]));
+		segtab_drop(t->segtab, id);
 		__atomic_add_fetch(&t->st.segments_deleted, 1, __ATOMIC_RELAXED);
 	} else {
-		t->segtab.v[id].gc_busy = 0;
+		segtab_unbusy(t->segtab, &id, 1);
 		log_warn("gc: cannot delete segment %llu: %s", (unsigned long long)id,
 			 strerror(-ret));
 	}
-	pthread_mutex_unlock(&t->segtab.lock);
 }
 
 /* Is entry e of segment id still what its chunk points at? */
@@ -130,14 +124,15 @@ static int seg_compact(struct tier *t, uint64_t id)
 	uint32_t n = 0, dev, newdev = 0;
 	uint64_t len, newid = 0, newlen = 0, payload = 0;
 	size_t nm = 0;
+	struct seg_where where;
+	struct store *old;
 	int ret;
 
-	struct store *old;
-	pthread_mutex_lock(&t->segtab.lock);
-	dev = t->segtab.v[id].dev;
-	len = t->segtab.v[id].len;
-	old = t->segtab.v[id].store ? t->s3 : t->store;
-	pthread_mutex_unlock(&t->segtab.lock);
+	if ((ret = segtab_where(t->segtab, id, &where)) < 0)
+		goto out;
+	dev = where.dev;
+	len = where.len;
+	old = where.st;
 	ret = seg_read_manifest(old, id, dev, len, NULL, NULL, &ents, &n);
 	if (ret < 0)
 		goto out;
@@ -150,7 +145,7 @@ static int seg_compact(struct tier *t, uint64_t id)
 		ret = -ENOMEM;
 		goto out;
 	}
-	newid = segtab_alloc_id(t);
+	newid = segtab_alloc_id(t->segtab);
 	if ((ret = seg_writer_new(t->store, t->uuid, newid, 0, &w)) < 0)
 		goto out;
 	for (uint32_t i = 0; i < n; i++) {
@@ -182,13 +177,9 @@ static int seg_compact(struct tier *t, uint64_t id)
 		nm++;
 	}
 	if (nm) {
-		if (t->jrnl && (ret = jrnl_sync(t->jrnl)) < 0)
-			goto out;
-		ret = seg_writer_finish(w, &newdev, &newlen);
+		ret = segtab_commit(t->segtab, w, newid, payload, &newdev, &newlen);
 		w = NULL;
 		if (ret < 0)
-			goto out;
-		if ((ret = segtab_register(t, newid, newdev, newlen, payload)) < 0)
 			goto out;
 		__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
 	}
@@ -213,12 +204,12 @@ static int seg_compact(struct tier *t, uint64_t id)
 			ch->seg_dev = (uint16_t)newdev;
 			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
 				*ch = old; /* not recorded: it stays in the old segment */
-				segtab_release_bytes(t, newid, moved[i].e.len);
+				segtab_release_bytes(t->segtab, newid, moved[i].e.len);
 			} else {
-				segtab_release_bytes(t, id, old.seg_len);
+				segtab_release_bytes(t->segtab, id, old.seg_len);
 			}
 		} else {
-			segtab_release_bytes(t, newid, moved[i].e.len);
+			segtab_release_bytes(t->segtab, newid, moved[i].e.len);
 		}
 		idx_inode_unlock(in);
 	}
@@ -242,28 +233,7 @@ out:
 
 size_t gc_pick(struct tier *t, uint64_t *dead, size_t max, uint64_t *compact)
 {
-	size_t ndead = 0;
-
-	if (compact)
-		*compact = 0;
-	pthread_mutex_lock(&t->segtab.lock);
-	for (uint64_t id = 1; id < t->segtab.next && id < t->segtab.cap; id++) {
-		struct seg_info *s = &t->segtab.v[id];
-		if (!s->len || s->gc_busy)
-			continue;
-		if (s->live == 0) {
-			if (ndead < max) {
-				s->gc_busy = 1;
-				dead[ndead++] = id;
-			}
-		} else if (compact && !*compact && s->live != s->gc_no_gain &&
-			   (double)s->live < t->cfg->gc_threshold * (double)s->payload) {
-			s->gc_busy = 1;
-			*compact = id;
-		}
-	}
-	pthread_mutex_unlock(&t->segtab.lock);
-	return ndead;
+	return segtab_pick_dead(t->segtab, dead, max, t->cfg->gc_threshold, compact);
 }
 
 void gc_delete(struct tier *t, const uint64_t *ids, size_t n)
@@ -271,10 +241,7 @@ void gc_delete(struct tier *t, const uint64_t *ids, size_t n)
 	/* s3 alone: the bucket's copy of the state must stop referencing them
 	 * too (a replacement node recovers from it): one push for the batch */
 	if (n && t->state_s3 && ((t->jrnl && jrnl_sync(t->jrnl) < 0) || state_s3_push(t) < 0)) {
-		pthread_mutex_lock(&t->segtab.lock);
-		for (size_t i = 0; i < n; i++)
-			t->segtab.v[ids[i]].gc_busy = 0;
-		pthread_mutex_unlock(&t->segtab.lock);
+		segtab_unbusy(t->segtab, ids, n);
 		return; /* kept; picked again later */
 	}
 	for (size_t i = 0; i < n; i++)
@@ -283,13 +250,9 @@ void gc_delete(struct tier *t, const uint64_t *ids, size_t n)
 
 void gc_compact(struct tier *t, uint64_t id)
 {
-	int no_gain = seg_compact(t, id) == 1;
-
-	pthread_mutex_lock(&t->segtab.lock);
 	/* not tried again until more of it dies */
-	if (no_gain)
-		t->segtab.v[id].gc_no_gain = t->segtab.v[id].live;
-	t->segtab.v[id].gc_busy = 0;
-	pthread_mutex_unlock(&t->segtab.lock);
+	if (seg_compact(t, id) == 1)
+		segtab_no_gain(t->segtab, id);
+	segtab_unbusy(t->segtab, &id, 1);
 	/* its live bytes are now 0 if everything moved: a later pick deletes it */
 }

@@ -3,7 +3,7 @@
  *
  * DESIGN
  * - Who does what. The evictor thread chooses (maint_plan: gc_pick,
- *   demote_pick, a scan of the segment table under segtab.lock, no I/O) and
+ *   demote_pick, a scan of the segment table under its lock, no I/O) and
  *   queues; this thread does the I/O (gc_delete, gc_compact,
  *   demote_segment); the spill pool writes new segments. So a compaction
  *   or a demotion of 1,024 segments to S3 runs beside spilling, never in
@@ -49,7 +49,7 @@
  *   the table points at s3: a restore that looked it up before gets ENOENT
  *   and looks it up again (restore.c, chunk_read).
  * - Locks: the maint lock guards the queues and is never held with
- *   another (picks and gc_busy changes take segtab.lock after it is
+ *   another (picks and gc_busy changes take the table's lock after it is
  *   dropped); jobs take index, inode and segtab locks in their order.
  */
 #include "tier/maint.h"
@@ -74,14 +74,6 @@ struct maint {
 	uint64_t pick[MAINT_QUEUE_MAX]; /* the planner's picks */
 	pthread_t th;
 };
-
-static void unbusy(struct tier *t, const uint64_t *ids, size_t n)
-{
-	pthread_mutex_lock(&t->segtab.lock);
-	for (size_t i = 0; i < n; i++)
-		t->segtab.v[ids[i]].gc_busy = 0;
-	pthread_mutex_unlock(&t->segtab.lock);
-}
 
 /* Take up to max jobs of one kind off its queue into out (lock held). */
 static size_t take_locked(struct maint *m, enum maint_kind k, uint64_t *out, size_t max)
@@ -135,14 +127,14 @@ static void *maint_worker(void *arg)
 			/* failed, or the nvme tier is low enough: the batch ends */
 			n = take_locked(m, MAINT_DEMOTE, m->job, MAINT_QUEUE_MAX);
 			pthread_mutex_unlock(&m->lock);
-			unbusy(t, m->job, n);
+			segtab_unbusy(t->segtab, m->job, n);
 			pthread_mutex_lock(&m->lock);
 		}
 	}
 	/* stopping: cancel what is still queued */
 	for (int k = 0; k < MAINT_KINDS; k++) {
 		size_t n = take_locked(m, k, m->job, MAINT_QUEUE_MAX);
-		unbusy(t, m->job, n);
+		segtab_unbusy(t->segtab, m->job, n);
 	}
 	pthread_mutex_unlock(&m->lock);
 	return NULL;
@@ -162,7 +154,7 @@ static void queue(struct maint *m, enum maint_kind k, const uint64_t *ids, size_
 	pthread_cond_signal(&m->cond);
 	pthread_mutex_unlock(&m->lock);
 	if (i < n) /* only one planner: cannot happen, but never lose a busy mark */
-		unbusy(m->t, ids + i, n - i);
+		segtab_unbusy(m->t->segtab, ids + i, n - i);
 }
 
 void maint_plan(struct tier *t)

@@ -51,7 +51,7 @@ static int apply(void *arg, const struct jrec *r)
 
 	if (ret <= 0)
 		return ret;
-	segtab_replay(t, r);
+	segtab_replay(t->segtab, r);
 	return 0;
 }
 
@@ -145,17 +145,13 @@ static void reconcile_file(struct tier *t, struct inode *in)
 		if (ch->state != CHUNK_COLD)
 			continue;
 		cold = 1;
-		pthread_mutex_lock(&t->segtab.lock);
-		if (ch->seg_id < t->segtab.cap && t->segtab.v[ch->seg_id].len) {
-			t->segtab.v[ch->seg_id].live += ch->seg_len;
-		} else {
+		if (segtab_add_live(t->segtab, ch->seg_id, ch->seg_len) < 0) {
 			t->rec.damaged_chunks++;
 			log_err("recovery: inode %llu chunk %llu: segment %llu is not in the index "
 				"(reads of it fail with EIO; see spillway-fsck)",
 				(unsigned long long)in->ino, (unsigned long long)c,
 				(unsigned long long)ch->seg_id);
 		}
-		pthread_mutex_unlock(&t->segtab.lock);
 	}
 	if (in->mark == 1 && !cold) {
 		/* intact and RAM only: count it, no need to open it (1M files) */
@@ -208,15 +204,13 @@ struct seen_ctx {
 static int store_seen(void *arg, uint64_t id, uint32_t dev, uint64_t size)
 {
 	struct seen_ctx *c = arg;
-	struct tier *t = c->t;
-	int known;
-	pthread_mutex_lock(&t->segtab.lock);
-	known = id < t->segtab.cap && t->segtab.v[id].len && t->segtab.v[id].store == c->store_no;
-	if (known && t->segtab.v[id].dev != dev) {
+	struct seg_where w;
+	int known = segtab_where(c->t->segtab, id, &w) == 0 && w.store == c->store_no;
+
+	if (known && w.dev != dev) {
 		/* the nvme directories were listed in another order: follow it */
-		t->segtab.v[id].dev = dev;
+		segtab_relocate(c->t->segtab, id, c->store_no, dev);
 	}
-	pthread_mutex_unlock(&t->segtab.lock);
 	if (known) {
 		if (id < c->nseen)
 			c->seen[id] = 1;
@@ -287,7 +281,7 @@ static int write_tiers_file(struct tier *t)
 static int snapshot(void *arg, struct jrnl_emitter *e)
 {
 	struct tier *t = arg;
-	int ret = segtab_emit(t, e, idx_next_ino(t->idx));
+	int ret = segtab_emit(t->segtab, e, idx_next_ino(t->idx));
 
 	return ret ? ret : idx_snapshot(t->idx, e);
 }
@@ -296,8 +290,11 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 {
 	struct inode_list l = {0};
 	uint64_t t0 = clock_now_ns(), nseen;
+	struct seg_where w;
 	int ret;
 
+	/* the stores are open now: the table's entries name them */
+	segtab_set_stores(t->segtab, t->store, t->s3);
 	if (!t->jrnl)
 		return 0;
 	/* nothing is deleted below before the bucket prefix is ours */
@@ -314,7 +311,7 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 	for (size_t i = 0; i < l.n; i++)
 		reconcile_file(t, l.v[i]);
 	/* segment totals, and segments nobody references */
-	nseen = segtab_recount(t);
+	nseen = segtab_recount(t->segtab);
 	ret = 0;
 	{
 		struct seen_ctx sc = {.t = t, .seen = calloc(nseen ? nseen : 1, 1), .nseen = nseen};
@@ -333,17 +330,16 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 			free(sc.seen);
 			goto out;
 		}
-		pthread_mutex_lock(&t->segtab.lock);
-		for (uint64_t id = 1; sc.seen && id < nseen; id++)
-			if (t->segtab.v[id].len && !sc.seen[id] && t->segtab.v[id].live)
+		for (uint64_t id = 0; sc.seen && segtab_next(t->segtab, &id, &w) && id < nseen;)
+			if (!sc.seen[id] && w.live)
 				log_err("recovery: segment %llu (%s) is missing from the cold tier; "
 					"files with chunks in it fail with EIO (see spillway-fsck)",
-					(unsigned long long)id, t->segtab.v[id].store ? "s3" : "first tier");
-		pthread_mutex_unlock(&t->segtab.lock);
+					(unsigned long long)id, w.store ? "s3" : "first tier");
 		free(sc.seen);
 	}
 	/* from here on, changes are journaled: the lost files' names go */
 	idx_set_journal(t->idx, t->jrnl);
+	segtab_set_journal(t->segtab, t->jrnl);
 	if (t->rec.lost_files)
 		idx_remove_marked(t->idx, report_lost, t);
 	if (t->state_s3)

@@ -217,7 +217,7 @@ static int chunk_read(struct tier *t, uint64_t seg, const struct seg_entry *e, u
 
 	for (int tries = 0; tries < 2; tries++) {
 		/* the segment may have moved to s3 since: look it up each time */
-		ret = segtab_locate(t, seg, &st, &dev);
+		ret = segtab_locate(t->segtab, seg, &st, &dev);
 		if (ret == 0)
 			ret = whole ? seg_read_chunk(st, seg, dev, e, sc)
 				    : seg_read_part(st, seg, dev, e, off, len, sc);
@@ -478,7 +478,9 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 		if (*tier < 0) {
 			struct store *st;
 			uint32_t dev;
-			*tier = segtab_locate(t, ch->seg_id, &st, &dev) == 0 ? tier_of(st) : 0;
+			*tier = 0;
+			if (segtab_locate(t->segtab, ch->seg_id, &st, &dev) == 0)
+				*tier = tier_of(st);
 		}
 		clen = tier_chunk_len(t, in->size, c);
 		if (ch->state == CHUNK_RESTORING) {
@@ -577,7 +579,7 @@ static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_pa
 
 	if ((ret = part_put_held(t, in, p, fd, base)) < 0)
 		return ret;
-	if (segtab_locate(t, seg, &st, &dev) == 0 && tier_of(st))
+	if (segtab_locate(t->segtab, seg, &st, &dev) == 0 && tier_of(st))
 		per = nb;
 	for (uint32_t b = 0; ret == 0 && b < nb; b += per) {
 		uint32_t end = b + per < nb ? b + per : nb, m0 = end, m1 = 0;

@@ -97,8 +97,8 @@ void tier_snapshot(struct tier *t, struct tier_snapshot *s, int flags)
 	s->hot_min = t->cfg->hot_min;
 	pressure_get(t->pressure, &s->ps);
 	idx_counts(t->idx, &s->inodes, &s->files);
-	segtab_totals(t, &s->segs, &s->seg_bytes, &s->seg_live);
-	segtab_tier_bytes(t, s->tier_bytes);
+	segtab_totals(t->segtab, &s->segs, &s->seg_bytes, &s->seg_live);
+	segtab_tier_bytes(t->segtab, s->tier_bytes);
 	read_counters(&s->c, &t->st);
 	pthread_mutex_lock(&t->lock);
 	s->pt_on = t->pt != NULL;

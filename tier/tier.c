@@ -41,7 +41,7 @@ static void drop_inode(void *arg, struct inode *in)
 	struct tier *t = arg;
 	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++)
-		segtab_release_chunk(t, &in->chunks[c]);
+		segtab_release_chunk(t->segtab, &in->chunks[c]);
 	idx_inode_unlock(in);
 	hot_drop(t->hot, in);
 	pthread_mutex_lock(&t->lock);
@@ -75,7 +75,10 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_cond_init(&t->room, NULL);
 	pthread_cond_init(&t->wake, NULL);
-	segtab_init(&t->segtab);
+	if ((ret = segtab_new(idx, &t->segtab)) < 0) {
+		free(t);
+		return ret;
+	}
 	pthread_mutex_init(&t->rlock, NULL);
 	pthread_mutex_init(&t->plock, NULL);
 	pthread_cond_init(&t->rcond, NULL);
@@ -87,7 +90,7 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 		memset(t->uuid, 0x5a, sizeof(t->uuid));
 	/* the state first: it has the filesystem's uuid the stores are named by */
 	if ((ret = recover_open(t, err, errlen)) < 0) {
-		segtab_destroy(&t->segtab);
+		segtab_free(t->segtab);
 		free(t);
 		return ret;
 	}
@@ -119,7 +122,7 @@ fail:
 		close(t->nvme_locks[i]);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
-	segtab_destroy(&t->segtab);
+	segtab_free(t->segtab);
 	free(t);
 	return ret;
 }
@@ -243,6 +246,7 @@ void tier_detach(struct tier *t)
 	/* a last checkpoint: the next mount starts from it, no replay */
 	jrnl_close(t->jrnl, 1);
 	t->jrnl = NULL;
+	segtab_set_journal(t->segtab, NULL);
 	state_s3_release(t);
 	idx_set_journal(t->idx, NULL);
 	/* the remaining hot files and the segments belong to the state now:
@@ -308,9 +312,8 @@ void tier_free(struct tier *t)
 		return;
 	evict_pool_stop(t); /* after the unmount flush (tier_detach) */
 	/* Without a journal the segments cannot be found again: remove them. */
-	for (uint64_t id = 1; !t->keep && id < t->segtab.cap; id++)
-		if (t->segtab.v[id].len)
-			store_remove(t->segtab.v[id].store ? t->s3 : t->store, id, t->segtab.v[id].dev);
+	if (!t->keep)
+		segtab_remove_stored(t->segtab);
 	if (t->store && !t->keep)
 		stores_remove_all(t);
 	if (t->store)
@@ -319,7 +322,7 @@ void tier_free(struct tier *t)
 		store_close(t->s3);
 	for (int i = 0; i < t->nvme_nlocks; i++)
 		close(t->nvme_locks[i]); /* the lock file stays: unlinking it would race */
-	segtab_destroy(&t->segtab);
+	segtab_free(t->segtab);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
 	pthread_cond_destroy(&t->room);
@@ -541,7 +544,7 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 		if (!was_dirty)
 			idx_journal_chunk_locked(t->idx, in, c, 0);
 		/* the old cold copy is stale now (a spill in flight sees the new gen) */
-		segtab_release_chunk(t, ch);
+		segtab_release_chunk(t->segtab, ch);
 	}
 }
 
@@ -797,7 +800,7 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 		struct chunk *ch = &in->chunks[c];
 		if (ch->state == CHUNK_ABSENT)
 			continue;
-		segtab_release_chunk(t, ch);
+		segtab_release_chunk(t->segtab, ch);
 		ch->state = CHUNK_ABSENT;
 		ch->gen++;
 	}
@@ -926,7 +929,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 			ch->state = CHUNK_ABSENT;
 			ch->gen++;
 			idx_journal_chunk_locked(t->idx, in, c, 1);
-			segtab_release_chunk(t, ch);
+			segtab_release_chunk(t->segtab, ch);
 		} else if (replaces || ch->state == CHUNK_COLD) {
 			mark_dirty_locked(t, in, c, c);
 		} else if (ch->state == CHUNK_ABSENT &&

@@ -108,7 +108,7 @@ struct tier {
 	uint64_t s3_journal_off;      /* journal bytes uploaded (s3state_lock) */
 	struct tier_recovery rec; /* what the last mount's recovery found */
 
-	struct segtab segtab; /* the segment table, its own lock (segtab.h) */
+	struct segtab *segtab; /* the segment table, its own lock (segtab.h) */
 
 	/* evictor thread and its pool of io_workers spill threads (evict.c) */
 	pthread_t evict_th;

@@ -1,11 +1,12 @@
 /*
  * fsck_i.h — private to spillway-fsck (spillway-fsck.c, fsck_model.c,
- * fsck_rebuild.c): the index it checks (a struct index of index/, replayed
- * by index/'s own code) and what fsck keeps beside it (segment table, paths,
- * anomalies), the segments found in the stores, and the calls between those
- * files. Everything hangs off one
+ * fsck_rebuild.c): the index it checks (a struct index of index/) and the
+ * segment table (a struct segtab of tier/), both replayed by their own
+ * code, what fsck keeps beside them (paths, anomalies), the segments found
+ * in the stores, and the calls between those files. Everything hangs off one
  * struct fsck that main() builds; functions take it first.
- * Single-threaded: nothing here takes a lock.
+ * Single-threaded: nothing here takes a lock (the segment table takes its
+ * own, never contended).
  */
 #ifndef SPW_FSCK_I_H
 #define SPW_FSCK_I_H
@@ -14,6 +15,7 @@
 #include "index/journal.h"
 #include "tier/tiers_file.h"
 #include "tier/segment.h"
+#include "tier/segtab.h"
 #include "tier/store/store.h"
 
 #include <stddef.h>
@@ -87,21 +89,13 @@ struct unreach {
 	int is_dir;
 };
 
-struct found;
-
-struct fseg {
-	struct hent h; /* key mix64(id) */
-	struct jrec_seg seg;
-	struct found *copy; /* the copy in the store, NULL: missing */
-	int reported;	    /* missing, and a file using it was reported */
-};
-
 /* A segment present in a store. */
 struct found {
 	struct hent h; /* key mix64(id) */
 	int store;
 	uint64_t id, size, payload;
 	uint32_t dev;
+	int bound; /* the copy the segment table's entry for id means (one at most) */
 	int mret; /* seg_read_manifest's result */
 	int ours; /* header uuid is the filesystem's */
 	uint8_t uuid[16];
@@ -142,8 +136,11 @@ struct fsck {
 	const char *st_name[2];	 /* for messages */
 	char *devname[MAX_NVME]; /* store 0's devices when nvme */
 
-	struct htab names, segs, found, copies;
-	uint64_t next_seg;
+	struct segtab *segs; /* the segment table, replayed by tier/'s own code */
+	uint8_t *seg_reported; /* by id: missing, and a file using it was reported */
+	uint64_t nseg_reported;
+	uint64_t meta_next_seg; /* the highest next_seg a META record holds */
+	struct htab names, found, copies;
 	uint64_t orig_next_ino;
 	uint64_t unknown_recs;
 	int root_seen; /* a JR_INODE made / (else fsck_check_root reports it) */
@@ -207,13 +204,17 @@ int fsck_check_root(struct fsck *f);
 
 /* ---- fsck_model.c: replay into the index, changes, paths, checkpoints ---- */
 
-/* The segment table entry of id, or NULL. */
-struct fseg *fsck_seg_get(struct fsck *f, uint64_t id);
-/* Set up f->idx (chunk size known) with fsck's anomaly hook. 0, -ENOMEM. */
+/* The copy in a store that segment id's table entry is bound to (NULL:
+ * none, or no entry). A replayed SEG_ADD or SEG_DEL unbinds it;
+ * bind_segments and fsck_change_seg_add bind. */
+struct found *fsck_seg_copy(struct fsck *f, uint64_t id);
+/* Set up f->idx (chunk size known) with fsck's anomaly hook, and the
+ * segment table f->segs. 0, -ENOMEM. */
 int fsck_index_open(struct fsck *f);
-/* Apply one record: to the index with idx_replay, segments and counters to
- * fsck's table (a jrnl_recover callback, and our own changes). 0, -errno;
- * records that name unknown inodes are counted (unknown_recs) and skipped. */
+/* Apply one record: to the index with idx_replay, segments and next_seg to
+ * the segment table with segtab_replay (a jrnl_recover callback, and our
+ * own changes). 0, -errno; records that name unknown inodes are counted
+ * (unknown_recs) and skipped. */
 int fsck_apply(void *arg, const struct jrec *r);
 /* idx_replay_finish (link counts; nothing dropped: the hook keeps every
  * unreachable inode, listed in f->unreach) and each reachable inode's path.
@@ -228,7 +229,8 @@ const char *fsck_dent_path(struct fsck *f, uint64_t parent, const char *name, ch
 /* Append r to the journal, then apply it (r's strings may belong to the
  * index). 0 or -errno (reported). The change_* build r. */
 int fsck_change(struct fsck *f, const struct jrec *r);
-int fsck_change_meta(struct fsck *f, uint64_t next_ino);
+/* next_seg: at least this (0: the table's next id). */
+int fsck_change_meta(struct fsck *f, uint64_t next_ino, uint64_t next_seg);
 int fsck_change_seg_add(struct fsck *f, struct found *fd);
 int fsck_change_loc(struct fsck *f, uint64_t ino, uint64_t chunk, const struct found *fd,
 		    const struct seg_entry *e);
@@ -245,9 +247,8 @@ int fsck_in_table(struct fsck *f, const struct found *fd);
 /* Sorted array of the reachable inodes (caller frees). NULL and *n 0 when
  * none or out of memory (then -ENOMEM in *err). */
 struct inode **fsck_reachable_inodes(struct fsck *f, size_t *n, int *err);
-/* qsort comparators of struct found *, struct fseg *. */
+/* qsort comparator of struct found *. */
 int fsck_found_cmp(const void *a, const void *b);
-int fsck_seg_cmp(const void *a, const void *b);
 /* Write STATE_DIR/checkpoint.<gen> with the journal's writer (no usable
  * checkpoint to start the journal from). 0 or -errno (reported). */
 int fsck_write_checkpoint(struct fsck *f, uint64_t gen);

@@ -1,14 +1,16 @@
 /*
  * fsck_model — spillway-fsck's view of the index: a struct index replayed by
- * index/'s own code (idx_replay, idx_replay_finish), the segment table in a
- * small table of its own, the paths of reachable inodes, and every change
- * made through fsck_change().
+ * index/'s own code (idx_replay, idx_replay_finish), the segment table a
+ * struct segtab replayed by tier/'s own code (segtab_replay), as at mount,
+ * the paths of reachable inodes, and every change made through
+ * fsck_change().
  *
  * DESIGN
  * - Records go to idx_replay exactly as at mount; what it skips (records for
  *   unknown inodes, chunk indexes out of range) reaches fsck through the
- *   index's anomaly hook and is counted. Segment records and next_seg are
- *   fsck's (idx_replay returns 1 for them).
+ *   index's anomaly hook and is counted. Segment records and next_seg go to
+ *   the segment table (idx_replay returns 1 for them); which copy in a
+ *   store an entry means is fsck's (struct found's bound).
  * - fsck_scan runs idx_replay_finish: link counts, names of missing inodes
  *   dropped (the first scan keeps them in f->bad for check_namespace). Its
  *   hook keeps every unreachable inode (listed in f->unreach), so an inode
@@ -59,16 +61,6 @@ int fsck_ht_add(struct htab *t, struct hent *e, uint64_t key)
 	return 0;
 }
 
-static void ht_del(struct htab *t, struct hent *e)
-{
-	for (struct hent **pp = &t->b[e->key & (t->nb - 1)]; *pp; pp = &(*pp)->next)
-		if (*pp == e) {
-			*pp = e->next;
-			t->n--;
-			return;
-		}
-}
-
 /* Every entry of t into a malloc'ed array (caller frees); NULL when empty. */
 void **fsck_ht_array(const struct htab *t, size_t *n)
 {
@@ -99,51 +91,15 @@ static void free_fname(struct hent *e)
 	free(e);
 }
 
-static void free_plain(struct hent *e)
-{
-	free(e);
-}
+/* ---- the segment table's copies ---- */
 
-/* ---- the segment table ---- */
-
-struct fseg *fsck_seg_get(struct fsck *f, uint64_t id)
+struct found *fsck_seg_copy(struct fsck *f, uint64_t id)
 {
 	uint64_t k = mix64(id);
-	for (struct hent *e = ht_bucket(&f->segs, k); e; e = e->next)
-		if (e->key == k && ((struct fseg *)e)->seg.id == id)
-			return (struct fseg *)e;
+	for (struct hent *e = ht_bucket(&f->found, k); e; e = e->next)
+		if (e->key == k && ((struct found *)e)->id == id && ((struct found *)e)->bound)
+			return (struct found *)e;
 	return NULL;
-}
-
-/* Segment records and next_seg (what idx_replay leaves to its caller). */
-static int seg_apply(struct fsck *f, const struct jrec *r)
-{
-	struct fseg *s;
-	switch (r->type) {
-	case JR_META:
-		if (r->next_seg > f->next_seg)
-			f->next_seg = r->next_seg;
-		break;
-	case JR_SEG_ADD:
-		if (!(s = fsck_seg_get(f, r->seg.id))) {
-			if (!(s = calloc(1, sizeof(*s))))
-				return -ENOMEM;
-			if (fsck_ht_add(&f->segs, &s->h, mix64(r->seg.id)) < 0) {
-				free(s);
-				return -ENOMEM;
-			}
-		}
-		s->seg = r->seg;
-		s->copy = NULL; /* bound again by bind_segments */
-		break;
-	case JR_SEG_DEL:
-		if ((s = fsck_seg_get(f, r->seg.id))) {
-			ht_del(&f->segs, &s->h);
-			free(s);
-		}
-		break;
-	}
-	return 0;
 }
 
 /* ---- the index ---- */
@@ -207,6 +163,8 @@ int fsck_index_open(struct fsck *f)
 	int ret = idx_new(f->chunk_size, &f->idx);
 	if (ret == 0)
 		idx_set_anomaly_hook(f->idx, on_anomaly, f);
+	if (ret == 0)
+		ret = segtab_new(NULL, &f->segs); /* no clock: fsck reads nothing */
 	return ret;
 }
 
@@ -215,7 +173,9 @@ void fsck_index_close(struct fsck *f)
 	idx_free(f->idx);
 	f->idx = NULL;
 	ht_clear(&f->names, free_fname);
-	ht_clear(&f->segs, free_plain);
+	segtab_free(f->segs);
+	f->segs = NULL;
+	free(f->seg_reported);
 	for (size_t i = 0; i < f->nbad; i++)
 		free(f->bad[i].name);
 	free(f->bad);
@@ -232,7 +192,15 @@ int fsck_apply(void *arg, const struct jrec *r)
 	}
 	if (ret <= 0)
 		return ret;
-	return seg_apply(f, r);
+	if (r->type == JR_META && r->next_seg > f->meta_next_seg)
+		f->meta_next_seg = r->next_seg;
+	if (r->type == JR_SEG_ADD || r->type == JR_SEG_DEL) {
+		struct found *fd = fsck_seg_copy(f, r->seg.id);
+		if (fd)
+			fd->bound = 0; /* bound again by bind_segments or fsck_change_seg_add */
+	}
+	segtab_replay(f->segs, r);
+	return 0;
 }
 
 /* ---- reachability and paths ---- */
@@ -358,27 +326,11 @@ const char *fsck_dent_path(struct fsck *f, uint64_t parent, const char *name, ch
 static int snapshot(void *arg, struct jrnl_emitter *e)
 {
 	struct fsck *f = arg;
-	struct jrec r = {.type = JR_META, .next_seg = f->next_seg};
-	struct fseg **segs;
-	size_t ns;
 	int ret;
 
-	if ((ret = fsck_scan(f)) < 0)
+	if ((ret = fsck_scan(f)) < 0 || (ret = segtab_emit(f->segs, e, idx_next_ino(f->idx))) != 0)
 		return ret;
-	r.next_ino = idx_next_ino(f->idx);
-	if ((ret = jrnl_emit(e, &r)) != 0)
-		return ret;
-	segs = (struct fseg **)fsck_ht_array(&f->segs, &ns);
-	if (f->segs.n && !segs)
-		return -ENOMEM;
-	if (segs)
-		qsort(segs, ns, sizeof(*segs), fsck_seg_cmp);
-	for (size_t i = 0; i < ns && ret == 0; i++) {
-		r = (struct jrec){.type = JR_SEG_ADD, .seg = segs[i]->seg};
-		ret = jrnl_emit(e, &r);
-	}
-	free(segs);
-	return ret ? ret : idx_snapshot(f->idx, e);
+	return idx_snapshot(f->idx, e);
 }
 
 int fsck_change(struct fsck *f, const struct jrec *r)
@@ -404,9 +356,11 @@ int fsck_change(struct fsck *f, const struct jrec *r)
 	return 0;
 }
 
-int fsck_change_meta(struct fsck *f, uint64_t next_ino)
+int fsck_change_meta(struct fsck *f, uint64_t next_ino, uint64_t next_seg)
 {
-	struct jrec r = {.type = JR_META, .next_ino = next_ino, .next_seg = f->next_seg};
+	struct jrec r = {.type = JR_META, .next_ino = next_ino, .next_seg = next_seg};
+	if (segtab_next_id(f->segs) > r.next_seg)
+		r.next_seg = segtab_next_id(f->segs);
 	return fsck_change(f, &r);
 }
 
@@ -418,10 +372,9 @@ int fsck_change_seg_add(struct fsck *f, struct found *fd)
 				 .payload = fd->payload,
 				 .dev = fd->dev,
 				 .store = (uint8_t)fd->store}};
-	struct fseg *s;
 	int ret = fsck_change(f, &r);
-	if (ret == 0 && (s = fsck_seg_get(f, fd->id)))
-		s->copy = fd;
+	if (ret == 0)
+		fd->bound = 1; /* fsck_apply unbound the one it replaced */
 	return ret;
 }
 
@@ -507,7 +460,7 @@ int fsck_lost_found(struct fsck *f, uint64_t *out)
 		a.uid = ra.uid;
 		a.gid = ra.gid;
 		a.atime_ns = a.mtime_ns = a.ctime_ns = now_ns();
-		if ((ret = fsck_change_meta(f, ino + 1)) < 0 ||
+		if ((ret = fsck_change_meta(f, ino + 1, 0)) < 0 ||
 		    (ret = fsck_change_inode(f, ino, &a, "", 0)) < 0 ||
 		    (ret = fsck_change_link(f, ROOT_INO, names[i], ino)) < 0)
 			return ret;
@@ -523,8 +476,7 @@ int fsck_lost_found(struct fsck *f, uint64_t *out)
 /* Is fd the copy the segment table points at? */
 int fsck_in_table(struct fsck *f, const struct found *fd)
 {
-	struct fseg *s = fsck_seg_get(f, fd->id);
-	return s && s->copy == fd;
+	return fd->bound;
 }
 
 struct inode_list {
@@ -584,12 +536,6 @@ int fsck_found_cmp(const void *a, const void *b)
 	if (x->id != y->id)
 		return x->id < y->id ? -1 : 1;
 	return x->dev < y->dev ? -1 : x->dev > y->dev;
-}
-
-int fsck_seg_cmp(const void *a, const void *b)
-{
-	const struct fseg *x = *(struct fseg *const *)a, *y = *(struct fseg *const *)b;
-	return x->seg.id < y->seg.id ? -1 : x->seg.id > y->seg.id;
 }
 
 /* ---- checkpoints ---- */

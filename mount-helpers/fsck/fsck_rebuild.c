@@ -88,28 +88,26 @@ struct rebuild_stats {
  * copy of a segment the table already has. 0 or -errno. */
 static int rebuild_segtab(struct fsck *f, struct found **fds, size_t n, struct rebuild_stats *st)
 {
-	size_t ns;
-	struct fseg **segs = (struct fseg **)fsck_ht_array(&f->segs, &ns);
+	struct seg_where w;
+	uint64_t id = 0;
 	int ret = 0;
 
-	for (size_t i = 0; i < ns && ret == 0; i++)
-		if (!segs[i]->copy) {
-			struct jrec r = {.type = JR_SEG_DEL, .seg = {.id = segs[i]->seg.id}};
+	while (ret == 0 && segtab_next(f->segs, &id, &w))
+		if (!fsck_seg_copy(f, id)) {
+			struct jrec r = {.type = JR_SEG_DEL, .seg = {.id = id}};
 			ret = fsck_change(f, &r);
 			st->dropped++;
 		}
-	free(segs);
 	for (size_t i = 0; i < n && ret == 0; i++) {
-		struct found *fd = fds[i];
-		struct fseg *s = fsck_seg_get(f, fd->id);
+		struct found *fd = fds[i], *copy = fsck_seg_copy(f, fd->id);
 		if (fd->mret < 0 || !fd->ours)
 			continue;
 		if (fd->id >= st->top_seg)
 			st->top_seg = fd->id + 1;
-		if (s && s->copy && s->copy != fd)
+		if (copy && copy != fd)
 			continue; /* a second copy of a segment the table has */
-		if (s && s->copy == fd && s->seg.len == fd->size && s->seg.dev == fd->dev &&
-		    s->seg.store == fd->store)
+		if (copy == fd && segtab_where(f->segs, fd->id, &w) == 0 && w.len == fd->size &&
+		    w.dev == fd->dev && w.store == fd->store)
 			continue;
 		ret = fsck_change_seg_add(f, fd);
 		st->added++;
@@ -258,14 +256,14 @@ static int rebuild_files(struct fsck *f, struct best **bs, size_t nb, struct reb
 	return ret;
 }
 
-/* Step 4: next_seg and next_ino above everything found. 0 or -errno. */
+/* Step 4: next_seg and next_ino above everything found, in a META record
+ * (the table's next id is above every entry already; the records say the
+ * same once one holds it). 0 or -errno. */
 static int raise_counters(struct fsck *f, uint64_t top_seg)
 {
-	if (top_seg <= f->next_seg && fsck_ino_ceiling(f) <= idx_next_ino(f->idx))
+	if (top_seg <= f->meta_next_seg && fsck_ino_ceiling(f) <= idx_next_ino(f->idx))
 		return 0;
-	if (top_seg > f->next_seg)
-		f->next_seg = top_seg;
-	return fsck_change_meta(f, fsck_ino_ceiling(f));
+	return fsck_change_meta(f, fsck_ino_ceiling(f), top_seg);
 }
 
 int fsck_rebuild(struct fsck *f)

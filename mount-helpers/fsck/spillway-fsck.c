@@ -437,13 +437,34 @@ static struct found *found_get(struct fsck *f, int store, uint64_t id, uint32_t 
 /* Bind each segment-table entry to its copy in the store. */
 static void bind_segments(struct fsck *f)
 {
-	for (size_t i = 0; i < f->segs.nb; i++)
-		for (struct hent *e = f->segs.b[i]; e; e = e->next) {
-			struct fseg *s = (struct fseg *)e;
-			s->copy = s->seg.store < 2
-				      ? found_get(f, s->seg.store, s->seg.id, s->seg.dev)
-				      : NULL;
-		}
+	struct seg_where w;
+	struct found *fd;
+
+	for (uint64_t id = 0; segtab_next(f->segs, &id, &w);)
+		if (w.store < 2 && (fd = found_get(f, w.store, id, w.dev)))
+			fd->bound = 1;
+}
+
+/* A file uses segment id, which the table has but the store lacks: it is
+ * reported with the file (check_segments says no more). 0, -ENOMEM. */
+static int seg_mark_reported(struct fsck *f, uint64_t id)
+{
+	if (id >= f->nseg_reported) {
+		uint64_t n = id + 1 > 2 * f->nseg_reported ? id + 1 : 2 * f->nseg_reported;
+		uint8_t *v = realloc(f->seg_reported, n);
+		if (!v)
+			return -ENOMEM;
+		memset(v + f->nseg_reported, 0, n - f->nseg_reported);
+		f->seg_reported = v;
+		f->nseg_reported = n;
+	}
+	f->seg_reported[id] = 1;
+	return 0;
+}
+
+static int seg_reported(struct fsck *f, uint64_t id)
+{
+	return id < f->nseg_reported && f->seg_reported[id];
 }
 
 static struct seg_entry *entry_for(struct found *fd, uint64_t ino, uint64_t chunk, uint64_t off)
@@ -532,10 +553,11 @@ static int bad_cmp(const void *a, const void *b)
 static int check_chunk(struct fsck *f, struct inode *in, uint64_t c, const struct jrec_loc *loc,
 		       struct badlist *l)
 {
-	struct fseg *s = fsck_seg_get(f, loc->seg_id);
+	struct seg_where w;
+	int in_table = segtab_where(f->segs, loc->seg_id, &w) == 0;
 	struct found *fd;
 	struct seg_entry *e;
-	int store = s ? s->seg.store : -1, ret;
+	int store = in_table ? w.store : -1, ret;
 
 	if (store < 0) { /* not in the table: look in every store */
 		for (int k = 0; k < 2 && store < 0; k++)
@@ -552,14 +574,14 @@ static int check_chunk(struct fsck *f, struct inode *in, uint64_t c, const struc
 		return bad_add(l, K_NOSTORE, loc->seg_id, c, 0);
 	if (!f->usable[store])
 		return 0;
-	fd = s ? s->copy : found_get(f, store, loc->seg_id, loc->dev);
+	fd = in_table ? fsck_seg_copy(f, loc->seg_id) : found_get(f, store, loc->seg_id, loc->dev);
 	if (!fd) {
-		if (s)
-			s->reported = 1;
+		if (in_table && (ret = seg_mark_reported(f, loc->seg_id)) < 0)
+			return ret;
 		return bad_add(l, K_MISSING, loc->seg_id, c, 0);
 	}
 	fd->chunk_refs++;
-	if (!s && (ret = bad_add(l, K_NOTABLE, loc->seg_id, c, 0)) < 0)
+	if (!in_table && (ret = bad_add(l, K_NOTABLE, loc->seg_id, c, 0)) < 0)
 		return ret;
 	if (fd->mret < 0)
 		return bad_add(l, K_UNREADABLE, loc->seg_id, c, fd->mret);
@@ -594,7 +616,8 @@ static struct copy *find_copy(struct fsck *f, struct inode *in, uint64_t c)
 		struct copy *cp = (struct copy *)h;
 		struct found *fd = cp->f;
 		struct seg_entry *e = &fd->ents[cp->ei];
-		struct fseg *s;
+		struct found *bound;
+		struct seg_where w;
 		if (h->key != k || e->ino != in->ino || e->chunk != c || cp->bad || fd->removed)
 			continue;
 		if (e->gen != loc->gen || e->len != loc->len || e->crc != loc->crc ||
@@ -602,8 +625,9 @@ static struct copy *find_copy(struct fsck *f, struct inode *in, uint64_t c)
 			continue;
 		if (fd->id == loc->seg_id && e->off == loc->off && fd->dev == loc->dev)
 			continue; /* the damaged one */
-		s = fsck_seg_get(f, fd->id);
-		if (s && (s->seg.store != fd->store || (s->copy && s->copy != fd)))
+		bound = fsck_seg_copy(f, fd->id);
+		if (segtab_where(f->segs, fd->id, &w) == 0 &&
+		    (w.store != fd->store || (bound && bound != fd)))
 			continue; /* the table means another segment by that id */
 		if (fsck_verify_chunk(f, fd, e) != 0) {
 			cp->bad = 1;
@@ -794,17 +818,16 @@ static int check_files(struct fsck *f)
 		}
 		/* segments used but missing from the table: add them first */
 		for (size_t k = 0; k < l.n && ret == 0; k++) {
-			struct fseg *s;
+			struct seg_where w;
 			struct found *fd = NULL;
-			if (l.b[k].kind != K_NOTABLE || fsck_seg_get(f, l.b[k].seg))
+			if (l.b[k].kind != K_NOTABLE || segtab_where(f->segs, l.b[k].seg, &w) == 0)
 				continue;
 			fsck_chunk_loc(in, l.b[k].chunk, &loc);
 			for (int st = 0; st < 2; st++)
 				if (f->usable[st] && (fd = found_get(f, st, l.b[k].seg, loc.dev)))
 					break;
-			if (fd && (ret = fsck_change_seg_add(f, fd)) == 0 &&
-			    (s = fsck_seg_get(f, fd->id)))
-				s->copy = fd;
+			if (fd)
+				ret = fsck_change_seg_add(f, fd);
 		}
 		if (damaged && !(repl = calloc(l.n, sizeof(*repl))))
 			ret = -ENOMEM;
@@ -832,8 +855,7 @@ static int check_files(struct fsck *f)
 					ret = fsck_change_loc(f, in->ino, c, fd,
 							      &fd->ents[repl[k]->ei]);
 				} else if (l.b[k].kind == K_DEV) {
-					struct fseg *s = fsck_seg_get(f, l.b[k].seg);
-					fd = s ? s->copy : NULL;
+					fd = fsck_seg_copy(f, l.b[k].seg);
 					if (fd && fsck_chunk_loc(in, c, &loc))
 						ret = fsck_change_loc(
 						    f, in->ino, c, fd,
@@ -966,47 +988,42 @@ static int check_namespace(struct fsck *f)
 static int check_segments(struct fsck *f)
 {
 	size_t n;
-	struct fseg **segs = (struct fseg **)fsck_ht_array(&f->segs, &n);
 	struct found **fds;
+	struct seg_where w;
 	char h1[32], h2[32];
 	int ret = 0;
 
-	if (f->segs.n && !segs)
-		return -ENOMEM;
-	if (segs)
-		qsort(segs, n, sizeof(*segs), fsck_seg_cmp);
-	for (size_t i = 0; i < n && ret == 0; i++) {
-		struct fseg *s = segs[i];
-		struct found *fd = s->copy;
-		int st = s->seg.store;
+	for (uint64_t id = 0; ret == 0 && segtab_next(f->segs, &id, &w);) {
+		struct found *fd = fsck_seg_copy(f, id);
+		int st = w.store;
 		if (st > 1 || !f->configured[st]) {
 			problem(f, f->repair,
-				"segment %" PRIu64 " is on a tier not configured here%s", s->seg.id,
+				"segment %" PRIu64 " is on a tier not configured here%s", id,
 				f->repair ? " -- dropped from the segment table" : "");
 		} else if (!f->usable[st]) {
 			continue;
 		} else if (!fd) {
-			if (!s->reported)
+			if (!seg_reported(f, id))
 				problem(f, f->repair,
-					"segment %" PRIu64 " missing (%s, no file uses it)%s",
-					s->seg.id, fsck_human(s->seg.len, h1, sizeof(h1)),
+					"segment %" PRIu64 " missing (%s, no file uses it)%s", id,
+					fsck_human(w.len, h1, sizeof(h1)),
 					f->repair ? " -- dropped from the segment table" : "");
 			else if (f->repair)
 				fsck_note(f, "segment %" PRIu64 " dropped from the segment table",
-					  s->seg.id);
-		} else if (fd->mret == 0 && fd->ours && s->seg.len != fd->size) {
+					  id);
+		} else if (fd->mret == 0 && fd->ours && w.len != fd->size) {
 			problem(f, f->repair,
 				"segment %" PRIu64 ": %s in the store, the segment table says %s%s",
-				s->seg.id, fsck_human(fd->size, h1, sizeof(h1)),
-				fsck_human(s->seg.len, h2, sizeof(h2)),
+				id, fsck_human(fd->size, h1, sizeof(h1)),
+				fsck_human(w.len, h2, sizeof(h2)),
 				f->repair ? " -- table updated" : "");
 			if (f->repair)
 				ret = fsck_change_seg_add(f, fd);
 			continue;
-		} else if (fd->mret == 0 && fd->ours && s->seg.dev != fd->dev) {
+		} else if (fd->mret == 0 && fd->ours && w.dev != fd->dev) {
 			problem(f, f->repair,
-				"segment %" PRIu64 " is in %s, the segment table says %s%s",
-				s->seg.id, dev_name(f, st, fd->dev), dev_name(f, st, s->seg.dev),
+				"segment %" PRIu64 " is in %s, the segment table says %s%s", id,
+				dev_name(f, st, fd->dev), dev_name(f, st, w.dev),
 				f->repair ? " -- table updated" : "");
 			if (f->repair)
 				ret = fsck_change_seg_add(f, fd);
@@ -1015,11 +1032,10 @@ static int check_segments(struct fsck *f)
 			continue;
 		}
 		if (f->repair) {
-			struct jrec r = {.type = JR_SEG_DEL, .seg = {.id = s->seg.id}};
+			struct jrec r = {.type = JR_SEG_DEL, .seg = {.id = id}};
 			ret = fsck_change(f, &r);
 		}
 	}
-	free(segs);
 	if (ret < 0)
 		return ret;
 	fds = (struct found **)fsck_ht_array(&f->found, &n);
@@ -1029,12 +1045,11 @@ static int check_segments(struct fsck *f)
 		qsort(fds, n, sizeof(*fds), fsck_found_cmp);
 	for (size_t i = 0; i < n; i++) {
 		struct found *fd = fds[i];
-		struct fseg *s = fsck_seg_get(f, fd->id);
 		char extra[PATH_MAX_OUT + 64] = "";
 		int r = 0;
 		if (fd->removed || fsck_in_table(f, fd) || fd->chunk_refs)
 			continue; /* used (chunk_refs without --repair: reported with the files) */
-		if (s && s->copy)
+		if (fsck_seg_copy(f, fd->id))
 			snprintf(extra, sizeof(extra), ", a second copy in %s",
 				 dev_name(f, fd->store, fd->dev));
 		else if (fd->mret < 0)

@@ -55,12 +55,10 @@ static void set_read_delay(struct fake_store *fs, unsigned ms)
 static void assert_live_matches(struct fx *f, struct inode **ins, size_t n)
 {
 	struct tier *t = f->t;
-	uint64_t cap, *want, total = 0, live_total = 0;
+	uint64_t cap = segtab_next_id(t->segtab), *want, total = 0, live_total, id, count, bytes;
+	struct seg_where w;
 
-	pthread_mutex_lock(&t->segtab.lock);
-	cap = t->segtab.cap;
-	pthread_mutex_unlock(&t->segtab.lock);
-	want = calloc(cap ? cap : 1, sizeof(*want));
+	want = calloc(cap, sizeof(*want));
 	assert_non_null(want);
 	for (size_t i = 0; i < n; i++) {
 		idx_inode_lock(ins[i]);
@@ -73,24 +71,21 @@ static void assert_live_matches(struct fx *f, struct inode **ins, size_t n)
 		}
 		idx_inode_unlock(ins[i]);
 	}
-	pthread_mutex_lock(&t->segtab.lock);
-	for (uint64_t id = 1; id < cap; id++) {
-		struct seg_info *s = &t->segtab.v[id];
-		if (!s->len) {
+	for (id = 1; id < cap; id++) {
+		if (segtab_where(t->segtab, id, &w) < 0) {
 			if (want[id])
 				fail_msg("chunks point at segment %llu, which is gone",
 					 (unsigned long long)id);
 			continue;
 		}
-		if (s->live != want[id])
+		if (w.live != want[id])
 			fail_msg("segment %llu: live %llu, its chunks hold %llu",
-				 (unsigned long long)id, (unsigned long long)s->live,
+				 (unsigned long long)id, (unsigned long long)w.live,
 				 (unsigned long long)want[id]);
-		assert_true(s->live <= s->payload);
-		total += s->live;
+		assert_true(w.live <= w.payload);
+		total += w.live;
 	}
-	live_total = t->segtab.live;
-	pthread_mutex_unlock(&t->segtab.lock);
+	segtab_totals(t->segtab, &count, &bytes, &live_total);
 	assert_int_equal(live_total, total);
 	free(want);
 }
@@ -344,10 +339,9 @@ static void test_chunks_changed_while_compacted(void **state)
 	assert_int_not_equal(nseg, 0);
 	assert_int_not_equal(nseg, seg);
 	assert_int_equal(a->chunks[2].seg_id, nseg);
-	pthread_mutex_lock(&f->t->segtab.lock);
-	uint64_t live = f->t->segtab.v[nseg].live;
-	pthread_mutex_unlock(&f->t->segtab.lock);
-	assert_int_equal(live, a->chunks[1].seg_len + a->chunks[2].seg_len);
+	struct seg_where w;
+	assert_int_equal(segtab_where(f->t->segtab, nseg, &w), 0);
+	assert_int_equal(w.live, a->chunks[1].seg_len + a->chunks[2].seg_len);
 	assert_int_equal(a->chunks[0].seg_id, aseg); /* not moved back to the old bytes */
 
 	assert_int_equal(fx_check_range(f, a, 11, 0, MiB), 0);
