@@ -266,6 +266,39 @@ class TestWritersAndReaders(PassthroughCase):
         m2 = self.mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-kill2")
         self.assertEqual(read_file(m2.path("k")), bytes(data))
 
+    def test_unmount_with_opens_held(self):
+        """A busy mount refuses a plain unmount (as tmpfs does); a lazy one
+        detaches it, the passed-through reader goes on reading, and when it
+        closes the daemon spills everything and exits; a remount reads it."""
+        base = self.tmpdir()
+        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+        cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
+        os.mkdir(cold)
+        opts = ["nvme=" + cold, "state_dir=" + sdir]
+        m = harness.Mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-umount")
+        self.addCleanup(m.stop)
+        m.start()
+        data = pattern(22, 3 * MiB + 1)
+        write_file(m.path("u"), data)
+        fd = os.open(m.path("u"), os.O_RDONLY)
+        try:
+            self.assertEqual(pt(m.mnt)["open"], 1)
+            r = subprocess.run(["fusermount3", "-u", m.mnt], capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0, "a busy mount was unmounted")
+            self.assertIn("busy", r.stderr.lower())
+            self.assertEqual(os.pread(fd, 4096, MiB), data[MiB:MiB + 4096])
+            subprocess.run(["umount", "-l", m.mnt], check=True)
+            self.assertFalse(harness.is_mounted(m.mnt))
+            self.assertEqual(os.pread(fd, len(data), 0), data)
+        finally:
+            os.close(fd)
+        m.proc.wait(timeout=60)
+        m.killed_by_watchdog = True  # the exit status is checked here
+        self.assertEqual(m.proc.returncode, 0, m.log_text(30))
+        m.stop()
+        m2 = self.mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-umount2")
+        self.assertEqual(read_file(m2.path("u")), data)
+
 
 class TestPressure(PassthroughCase):
     timeout = 300
