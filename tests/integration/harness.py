@@ -41,11 +41,11 @@ TIME_SCALE = 1  # timeouts are multiplied by this (sanitizers are slower)
 
 MOUNT_DEADLINE = 10.0  # seconds for a mount to appear
 # seconds for the daemon to exit after unmount: with a cold tier it spills
-# everything still dirty in RAM first (README "What the node gets back")
+# everything still dirty in RAM first (docs/ram.md)
 EXIT_DEADLINE = 60.0
 KILL_DEADLINE = 5.0  # seconds between SIGTERM and SIGKILL
 
-# Every wait in the daemon has a bound (README "Waits and their bounds"): a
+# Every wait in the daemon has a bound (docs/costs-and-waits.md): a
 # writer waits at most write_wait for room; a request to S3 at most
 # S3_REQUEST_BOUND (8 attempts, each ended by 30 s below 1 KiB/s, with backoff
 # capped at 20 s). A mount fails its test when any request took longer than

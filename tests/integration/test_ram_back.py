@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
-test_ram_back - spillway gives RAM back to the node (README "What the node
-gets back, and when"; issue #12).
+test_ram_back - spillway gives RAM back to the node (docs/ram.md, "What
+the node gets back, and when"; issue #12).
 
 1. Unmount: with a cold tier, a clean unmount (fusermount3 -u, or SIGTERM
    to the daemon) spills every dirty chunk, writes the last checkpoint and
