@@ -33,7 +33,7 @@ spw_s3_deps() {
 	fi
 }
 
-# The hardening build (docs/testing.md, "Hardening"): clang, ASan+UBSan, the libFuzzer
+# The hardening build (README "Hardening"): clang, ASan+UBSan, the libFuzzer
 # targets of tests/fuzz. Its own build dir; never installed.
 spw_build_asan() {
 	local top=$1 build=$2
