@@ -282,15 +282,20 @@ class Mount:
     """A spillway daemon in the foreground on a fresh temp mountpoint.
 
     hot_dir defaults to a not-yet-existing directory inside a fresh temp dir on
-    /dev/shm, so the daemon creates it. `opts` are extra -o options. Use as a
-    context manager; stop() is idempotent and runs on every exit path.
+    /dev/shm, so the daemon creates it. `opts` are extra -o options. `prefix`
+    goes before the program (a wrapper such as fiu-run), `env` replaces the
+    daemon's environment (None: this process's). Use as a context manager;
+    stop() is idempotent and runs on every exit path.
     """
 
-    def __init__(self, hot_size="512M", opts=(), hot_dir=None, args=(), tag="mnt"):
+    def __init__(self, hot_size="512M", opts=(), hot_dir=None, args=(), tag="mnt", prefix=(),
+                 env=None):
         self.hot_size = hot_size
         self.opts = list(opts)
         self.args = list(args)
         self.tag = tag
+        self.prefix = list(prefix)
+        self.env = env
         self.base = make_tmpdir()
         self.mnt = os.path.join(self.base, "mnt")
         os.mkdir(self.mnt)
@@ -328,12 +333,16 @@ class Mount:
             o.append("hot_size=" + str(self.hot_size))
         return ",".join(o + self.opts)
 
-    def start(self):
-        argv = [SPILLWAY, "-f"] + self.args
+    def argv(self):
+        """The command line start() runs."""
+        a = self.prefix + [SPILLWAY, "-f"] + self.args
         ostr = self.option_string()
         if ostr:
-            argv += ["-o", ostr]
-        argv.append(self.mnt)
+            a += ["-o", ostr]
+        return a + [self.mnt]
+
+    def start(self):
+        argv = self.argv()
         with _live_lock:
             _live.append(self)
         try:
@@ -342,7 +351,7 @@ class Mount:
                 logf.flush()
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
                                              stderr=logf, preexec_fn=_pdeathsig,
-                                             start_new_session=True)
+                                             start_new_session=True, env=self.env)
             deadline = time.monotonic() + MOUNT_DEADLINE
             while not is_mounted(self.mnt):
                 rc = self.proc.poll()
