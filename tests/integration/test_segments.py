@@ -14,7 +14,6 @@ Segments are parsed here from the wire format in tier/segment.h.
 Run: python3 test_segments.py --build BUILD_DIR [-k pattern]
 """
 
-import json
 import os
 import random
 import shutil
@@ -26,6 +25,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
+from lib.tier import FileOps, stats_of  # noqa: E402
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -58,7 +58,7 @@ def small_content(i, n):
     return struct.pack("<I", i) + r.randbytes(n - 4)
 
 
-class SegCase(SpwTestCase):
+class SegCase(FileOps, SpwTestCase):
     timeout = 300
 
     def cold_dir(self):
@@ -74,14 +74,7 @@ class SegCase(SpwTestCase):
         return self.m
 
     def stats(self):
-        return json.loads(os.getxattr(self.mnt, "user.spillway.stats"))
-
-    def state(self, path):
-        s = os.getxattr(path, "user.spillway.state").decode()
-        return {k: int(v) for k, v in (f.split("=") for f in s.split())}
-
-    def evict(self, path):
-        os.setxattr(path, "user.spillway.evict", b"1")
+        return stats_of(self.mnt)
 
 
 class TestSmallObjects(SegCase):
