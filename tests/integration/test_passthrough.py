@@ -21,25 +21,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from lib.tier import file_state, stats_of  # noqa: E402
 
 MiB = 1 << 20
 CG_ROOT = "/sys/fs/cgroup/memory"
 
 
-def stats(mnt):
-    out = subprocess.run(["getfattr", "--only-values", "-n", "user.spillway.stats", mnt],
-                         check=True, stdout=subprocess.PIPE).stdout
-    return json.loads(out)
-
-
 def pt(mnt):
-    return stats(mnt)["passthrough"]
-
-
-def state(path):
-    out = subprocess.run(["getfattr", "--only-values", "-n", "user.spillway.state", path],
-                         check=True, stdout=subprocess.PIPE).stdout.decode()
-    return dict(kv.split("=") for kv in out.split())
+    return stats_of(mnt)["passthrough"]
 
 
 def evict(path):
@@ -105,13 +94,13 @@ class TestReads(PassthroughCase):
         data = pattern(2, 9 * MiB)
         write_file(m.path("c"), data)
         evict(m.path("c"))
-        self.assertGreater(int(state(m.path("c"))["cold"]), 0)
+        self.assertGreater(file_state(m.path("c"))["cold"], 0)
         before = pt(m.mnt)
         self.assertEqual(read_file(m.path("c")), data)
         self.assertEqual(pt(m.mnt)["fallback"]["cold"], before["fallback"]["cold"] + 1)
         # restore=open brought it back: the next open is passed through
-        harness.wait_until(lambda: int(state(m.path("c"))["cold"]) == 0
-                           and int(state(m.path("c"))["restoring"]) == 0, 30, "restored")
+        harness.wait_until(lambda: file_state(m.path("c"))["cold"] == 0
+                           and file_state(m.path("c"))["restoring"] == 0, 30, "restored")
         opens = pt(m.mnt)["opens"]
         self.assertEqual(read_file(m.path("c")), data)
         self.assertEqual(pt(m.mnt)["opens"], opens + 1)
@@ -142,9 +131,9 @@ class TestReads(PassthroughCase):
         want = data[:MiB] + b"abcd" + data[MiB + 4:]
         self.assertEqual(read_file(m.path("m")), want)
         # what the mapping wrote is dirty: spilled by evict, read back cold
-        self.assertGreater(int(state(m.path("m"))["dirty"]), 0)
+        self.assertGreater(file_state(m.path("m"))["dirty"], 0)
         evict(m.path("m"))
-        self.assertGreater(int(state(m.path("m"))["cold"]), 0)
+        self.assertGreater(file_state(m.path("m"))["cold"], 0)
         self.assertEqual(read_file(m.path("m")), want)
 
     def test_unlink_truncate_rename_while_open(self):
@@ -218,8 +207,8 @@ class TestWritersAndReaders(PassthroughCase):
         self.assertEqual(os.stat(path).st_size, len(model))
         # nothing written was lost track of: spilled, dropped, read back
         evict(path)
-        st = state(path)
-        self.assertEqual(int(st["dirty"]), 0, st)
+        st = file_state(path)
+        self.assertEqual(st["dirty"], 0, st)
         self.assertEqual(read_file(path), bytes(model))
         return ops
 
@@ -321,17 +310,17 @@ class TestPressure(PassthroughCase):
                 others["o%d" % i] = hashlib.sha256(d).hexdigest()
                 # every page of the held file is still its bytes, never zeros
                 self.assertEqual(mm[:], held)
-            st = stats(m.mnt)
+            st = stats_of(m.mnt)
             self.assertEqual(st["enospc"], 0)
-            self.assertEqual(int(state(m.path("held"))["cold"]), 0)
-            self.assertGreater(int(state(m.path("o0"))["cold"]), 0)
+            self.assertEqual(file_state(m.path("held"))["cold"], 0)
+            self.assertGreater(file_state(m.path("o0"))["cold"], 0)
         finally:
             mm.close()
             f.close()
         for name, h in others.items():
             self.assertEqual(hashlib.sha256(read_file(m.path(name))).hexdigest(), h, name)
         evict(m.path("held"))  # closed: evictable again
-        self.assertGreater(int(state(m.path("held"))["cold"]), 0)
+        self.assertGreater(file_state(m.path("held"))["cold"], 0)
         self.assertEqual(read_file(m.path("held")), held)
 
 
