@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ThreadSanitizer run of the tiering and restore tests (test_tiering.py,
 # which drives the evictor, segment writers and restore workers at once).
-# Too slow for every CI run: see README "Hardening" for how long it takes.
+# Too slow for every CI run: see docs/testing.md ("Hardening") for how long it takes.
 # Its own build dir (build-tsan, clang, -DSPW_SANITIZE=thread); reports go
 # through the harness like ASan's, suppressions in tests/sanitizer/tsan.supp.
 #   tests/tsan.sh [unittest args, e.g. TestStraddleUnderPressure]
