@@ -26,6 +26,10 @@ struct spw {
 	double entry_timeout, attr_timeout;
 	unsigned max_read; /* the max_read mount option (0: none) */
 	int passthrough;   /* opens may be passed through (op_init decided) */
+	/* every open file handle, so that those the kernel never released (the
+	 * session ended first: SIGTERM, a lazy unmount) are freed at exit */
+	pthread_mutex_t files_lock;
+	struct spw_file *files;
 };
 
 static inline struct spw *spw_of(fuse_req_t req)
@@ -37,6 +41,7 @@ static inline struct spw *spw_of(fuse_req_t req)
  * pattern fields are hints, updated without a lock (relaxed atomics) by the
  * reads in flight on this handle. */
 struct spw_file {
+	struct spw_file *next, **pprev; /* spw.files, under spw.files_lock */
 	struct inode *in;
 	struct tier_open_out how; /* passed through or not (tier_open) */
 	uint64_t next_off; /* where the last read ended */
@@ -46,8 +51,10 @@ struct spw_file {
 };
 
 /* New handle for in (taking over the caller's ref); NULL without memory. */
-struct spw_file *fs_file_new(struct inode *in);
-void fs_file_free(struct spw_file *f);
+struct spw_file *fs_file_new(struct spw *s, struct inode *in);
+void fs_file_free(struct spw *s, struct spw_file *f);
+/* At exit, once no request runs: free the handles never released. */
+void fs_files_free_all(struct spw *s);
 
 static inline struct spw_file *fh_file(struct fuse_file_info *fi)
 {

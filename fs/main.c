@@ -247,7 +247,8 @@ int main(int argc, char *argv[])
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts opts = {0};
 	struct fuse_loop_config *lcfg = NULL;
-	struct spw s = {.entry_timeout = 10.0, .attr_timeout = 10.0};
+	struct spw s = {.entry_timeout = 10.0, .attr_timeout = 10.0,
+			.files_lock = PTHREAD_MUTEX_INITIALIZER};
 	sigset_t stop_sigs, old_mask;
 	char err[1024];
 	int ret = 1;
@@ -355,6 +356,7 @@ out_signals:
 	fuse_remove_signal_handlers(s.se);
 out_session:
 	fuse_session_destroy(s.se);
+	fs_files_free_all(&s);
 out_tier:
 	tier_stop(s.tier);
 	/* The flush to the cold tier is bounded; a stray SIGTERM now (systemd

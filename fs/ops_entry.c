@@ -280,12 +280,12 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	struct spw_file *f = fs_file_new(in);
+	struct spw_file *f = fs_file_new(s, in);
 	/* a new file is written through the daemon (tier.h) */
 	ret = f ? tier_open(s->tier, in, TIER_OPEN_WRITE, req, &f->how) : -ENOMEM;
 	if (ret < 0) {
 		/* the name exists; the kernel holds a lookup ref we must return */
-		fs_file_free(f);
+		fs_file_free(s, f);
 		idx_forget(s->idx, in->ino, 1);
 		idx_put(s->idx, in);
 		fuse_reply_err(req, -ret);
@@ -297,6 +297,6 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		tier_close(s->tier, in, &f->how, req);
 		idx_put(s->idx, in);
-		fs_file_free(f);
+		fs_file_free(s, f);
 	}
 }

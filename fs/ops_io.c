@@ -12,17 +12,36 @@
  * stream. */
 #define SEQ_SLACK (1u << 20)
 
-struct spw_file *fs_file_new(struct inode *in)
+struct spw_file *fs_file_new(struct spw *s, struct inode *in)
 {
 	struct spw_file *f = calloc(1, sizeof(*f));
-	if (f)
-		f->in = in;
+	if (!f)
+		return NULL;
+	f->in = in;
+	pthread_mutex_lock(&s->files_lock);
+	if ((f->next = s->files))
+		f->next->pprev = &f->next;
+	f->pprev = &s->files;
+	s->files = f;
+	pthread_mutex_unlock(&s->files_lock);
 	return f;
 }
 
-void fs_file_free(struct spw_file *f)
+void fs_file_free(struct spw *s, struct spw_file *f)
 {
+	if (!f)
+		return;
+	pthread_mutex_lock(&s->files_lock);
+	if ((*f->pprev = f->next))
+		f->next->pprev = f->pprev;
+	pthread_mutex_unlock(&s->files_lock);
 	free(f);
+}
+
+void fs_files_free_all(struct spw *s)
+{
+	while (s->files)
+		fs_file_free(s, s->files);
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -46,7 +65,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	struct spw_file *f = fs_file_new(in);
+	struct spw_file *f = fs_file_new(s, in);
 	if (!f) {
 		idx_put(s->idx, in);
 		fuse_reply_err(req, ENOMEM);
@@ -59,7 +78,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			    (s->passthrough ? TIER_OPEN_PASSTHROUGH : 0),
 			req, &f->how);
 	if (ret < 0) {
-		fs_file_free(f);
+		fs_file_free(s, f);
 		idx_put(s->idx, in);
 		fuse_reply_err(req, -ret);
 		return;
@@ -75,7 +94,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fuse_reply_open(req, fi) != 0) {
 		tier_close(s->tier, in, &f->how, req);
 		idx_put(s->idx, in);
-		fs_file_free(f);
+		fs_file_free(s, f);
 	}
 }
 
@@ -196,7 +215,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct spw_file *f = fh_file(fi);
 	tier_close(s->tier, f->in, &f->how, req);
 	idx_put(s->idx, f->in);
-	fs_file_free(f);
+	fs_file_free(s, f);
 	fuse_reply_err(req, 0);
 }
 
