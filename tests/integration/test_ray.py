@@ -53,6 +53,7 @@ import harness  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
 from test_s3 import BUCKET, S3Server  # noqa: E402
 from test_tiering import seg_files  # noqa: E402
+from venvpy import run_shell, venv_python  # noqa: E402
 
 MiB = 1 << 20
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -65,28 +66,6 @@ JOB_DEADLINE = 240.0  # seconds for one Ray job (init, produce, aggregate, shutd
 TOTAL = 400 * MiB
 OBJECT = 8 * MiB
 STORE = 96 * MiB
-
-
-def run_shell(script, *args, timeout):
-    return subprocess.run(["bash", "-c", script, "spw"] + list(args), stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-
-
-def venv_python():
-    """BUILD/pyenv/bin/python with tests/requirements-py.txt installed (made
-    by spw_py_deps now if missing or stale); fails loudly if it cannot be."""
-    r = run_shell('. "$1/tests/pydeps.sh" && spw_py_deps "$1" "$2"', TOP, harness.BUILD_DIR,
-                  timeout=1500)
-    out = r.stdout.decode(errors="replace")
-    if r.returncode != 0:
-        raise AssertionError("spw_py_deps failed (status %d):\n%s" % (r.returncode, out[-4000:]))
-    py = os.path.join(harness.BUILD_DIR, "pyenv", "bin", "python")
-    r = subprocess.run([py, "-c", "import ray, numpy; print(ray.__version__)"],
-                       capture_output=True, timeout=120)
-    if r.returncode != 0:
-        raise AssertionError("the venv's python cannot import ray and numpy:\n%s"
-                             % r.stderr.decode(errors="replace")[-3000:])
-    return py, r.stdout.decode().strip()
 
 
 def s3_deps():
@@ -259,7 +238,8 @@ class RayCase(SpwTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.py, cls.ray_version = venv_python()
+        cls.py, versions = venv_python(["ray", "numpy"])
+        cls.ray_version = versions["ray"]
 
     def cold_dir(self):
         d = tempfile.mkdtemp(prefix="spw-cold-", dir="/var/tmp")
