@@ -21,6 +21,10 @@ regenerated from its seed.
   then passes, and the mount's restored bytes grow (the read went through
   the restore path, not a cache).
 
+* examples/integrations/kv_offload.py (a server offloading idle sessions'
+  KV caches and resuming them) through a hot tier a third of its size, in
+  safetensors and, with every file evicted first, in torch.save format.
+
 Run: python3 test_torch.py --build BUILD_DIR [-k pattern]
 """
 
@@ -41,6 +45,8 @@ from venvpy import venv_python  # noqa: E402
 MiB = 1 << 20
 CHUNK = MiB
 TORCH_IO = os.path.join(HERE, "torch_io.py")
+KV_OFFLOAD = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "integrations",
+                          "kv_offload.py")
 FILES = ("kv.pt", "kv.safetensors", "kv.f16")
 
 
@@ -148,6 +154,51 @@ class TestTorchEvicted(TorchCase):
         s = stats(self.mnt)
         self.assertGreaterEqual(s["spilled"]["bytes"], total)
         self.assertEqual(s["errors"], {"io": 0, "crc": 0})
+
+
+class TestKvOffloadExample(SpwTestCase):
+    """examples/integrations/kv_offload.py on a mount whose hot tier holds a
+    third of the caches: offloaded caches spill, resumes restore them, every
+    cache verifies; once in safetensors as it is, once in torch.save format
+    with every file evicted before the resumes."""
+
+    timeout = 240
+
+    @classmethod
+    def setUpClass(cls):
+        cls.py, _ = venv_python(["torch", "safetensors"])
+
+    def run_example(self, *extra):
+        cold = tempfile.mkdtemp(prefix="spw-cold-", dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, cold, True)
+        m = self.mount(hot_size="32M", opts=["chunk_size=1M", "nvme=" + cold,
+                                             "min_spill_size=8M"])
+        out = os.path.join(self.tmpdir(), "res.json")
+        argv = [self.py, KV_OFFLOAD,
+                m.path("kv"), "--sessions", "12", "--layers", "4", "--tokens", "512",
+                "--json", out] + list(extra)
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=180)
+        text = (r.stdout + r.stderr).decode(errors="replace")
+        self.assertEqual(r.returncode, 0, text)
+        with open(out) as f:
+            res = json.load(f)
+        self.assertEqual(res["bad"], [])
+        total = res["sessions"] * res["cache_bytes"]
+        self.assertEqual(res["cache_bytes"], 8 * MiB)
+        self.assertGreaterEqual(res["spillway"]["spilled"], total - 32 * MiB, text)
+        self.assertGreater(res["spillway"]["restored"], 0, text)
+        self.assertIn("all 12 caches verified", text)
+        self.assertEqual(os.listdir(m.path("kv")), [])
+        sys.stderr.write("\n  " + "\n  ".join(text.strip().splitlines()[1:4]) + "\n")
+        return res
+
+    def test_safetensors(self):
+        self.run_example()
+
+    def test_torch_save_evicted(self):
+        res = self.run_example("--format", "pt", "--evict")
+        # every resume was a cold restore
+        self.assertGreaterEqual(res["spillway"]["restored"], 12 * 8 * MiB)
 
 
 if __name__ == "__main__":
