@@ -154,7 +154,7 @@ def run(args):
     temp_dir = args.temp_dir or tempfile.mkdtemp(prefix="ray-")
     res = {"ok": False, "objects": count, "object_size": size, "total": count * size,
            "object_store": args.object_store, "dirs": dirs, "temp_dir": temp_dir,
-           "spill_config": spill_cfg}
+           "spill_config": spill_cfg, "verified": 0, "bad": []}
     print("ray_spill: %d objects of %d MiB (%d MiB) through a %d MiB object store, "
           "spilling to %s" % (count, size // MiB, count * size // MiB,
                               args.object_store // MiB, ", ".join(dirs)), flush=True)
@@ -175,6 +175,7 @@ def run(args):
              include_dashboard=False, _temp_dir=temp_dir, log_to_driver=False,
              _system_config=system_config)
     res["init_s"] = round(time.monotonic() - t0, 2)
+    samp = None
     try:
         @ray.remote
         def produce(seed, nbytes):
@@ -192,7 +193,8 @@ def run(args):
                 del a
             return {"bad": bad, "bytes": total}
 
-        with Sampler(dirs) as samp:
+        samp = Sampler(dirs)
+        with samp:
             t1 = time.monotonic()
             refs = [produce.remote(i, size) for i in range(count)]
             ready, _ = ray.wait(refs, num_returns=len(refs), fetch_local=False,
@@ -211,8 +213,6 @@ def run(args):
         res["bad"] = out["bad"]
         res["read_bytes"] = out["bytes"]
         res["ray"] = ray_store_stats()
-        res["peak_spill_files"] = samp.max_files  # per dir
-        res["peak_spill_bytes"] = samp.max_bytes
         # dropping the refs frees the objects: Ray deletes their spill files
         del refs, ready
         t3 = time.monotonic()
@@ -221,7 +221,17 @@ def run(args):
             time.sleep(0.1)
         res["files_after_free"] = spill_files(dirs)[0]
         res["free_s"] = round(time.monotonic() - t3, 2)
+    except Exception as e:  # noqa: BLE001 - the job failed: say how, then shut down
+        lines = str(e).strip().splitlines()
+        res["error"] = "%s: %s" % (type(e).__name__, lines[0] if lines else "")
+        try:
+            res["ray"] = ray_store_stats()
+        except Exception:  # noqa: BLE001
+            pass
     finally:
+        if samp is not None:
+            res["peak_spill_files"] = samp.max_files  # per dir
+            res["peak_spill_bytes"] = samp.max_bytes
         t4 = time.monotonic()
         ray.shutdown()
         res["shutdown_s"] = round(time.monotonic() - t4, 2)
@@ -237,12 +247,14 @@ def run(args):
             "segments_written": a["segments"]["written"] - (b or a)["segments"]["written"],
             "cold": a["cold"], "tiers": a["tiers"], "hot_limit": a["hot"]["limit"]}
         for a, b in zip(after, before)]
-    res["ok"] = (not res["bad"] and res["verified"] == count
+    res["ok"] = ("error" not in res and not res["bad"] and res["verified"] == count
                  and res["files_after_shutdown"] == 0)
     return res
 
 
 def report(res):
+    if "error" in res:
+        print("ray_spill: the job FAILED: %s" % res["error"])
     r = res.get("ray") or {}
     print("produce: %.1fs, aggregate (ray.get of every object): %.1fs, wall %.1fs"
           % (res.get("produce_s", 0), res.get("aggregate_s", 0), res.get("wall_s", 0)))

@@ -28,6 +28,12 @@ that mount's two cold directories both receive segments); the cold tier on
 S3 alone (the s3rver the S3 tests use, on loopback), with the spilling
 config passed as raycluster.yaml passes it (RAY_object_spilling_config).
 
+Where Ray alone fails, spillway does not: Ray spilling straight to a 128 MiB
+tmpfs of the test's own hits ENOSPC, retries, and the job fails (asserted:
+non-zero exit, objects not verified, ENOSPC / OutOfDiskError in its output);
+the same job spilling into spillway with that tmpfs as nvme= and S3 below it
+completes, every object verifies, and segments were demoted to S3.
+
 Ray's processes (gcs_server, raylet, workers) carry a tag in their
 environment; every one of them is killed at cleanup, on every exit path, and
 the test fails if any outlives it.
@@ -53,6 +59,7 @@ import harness  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
 from test_s3 import BUCKET, S3Server  # noqa: E402
 from test_tiering import seg_files  # noqa: E402
+from test_tiering_faults import Tmpfs  # noqa: E402
 from venvpy import run_shell, venv_python  # noqa: E402
 
 MiB = 1 << 20
@@ -251,19 +258,26 @@ class RayCase(SpwTestCase):
         if left:
             raise AssertionError("Ray processes %s outlived SIGKILL" % left)
 
-    def run_job(self, dirs, tag, extra=()):
+    def run_job(self, dirs, tag, extra=(), expect_ok=True):
         job = RayJob(self.py, dirs, tag, extra)
         # registered after the mounts: runs (kills Ray) before they unmount
         self.addCleanup(self._stop_job, job)
         t0 = time.monotonic()
         rc, res, out = job.run()
         dt = time.monotonic() - t0
-        self.assertEqual(rc, 0, "ray_spill.py failed (status %s):\n%s" % (rc, out))
-        self.assertTrue(res.get("ok"), "ray_spill.py says not ok: %s\n%s"
-                        % (json.dumps(res), out))
         # the driver, gcs_server, raylet and workers at least
         self.assertGreaterEqual(job.peak_pids, 4, "the tag %s=%s reached only %d processes"
                                 % (TAG_VAR, job.tag, job.peak_pids))
+        if not expect_ok:
+            self._stop_job(job)  # no Ray of this job competes with the next one
+            with open(job.log, errors="replace") as f:
+                full = f.read()
+            sys.stderr.write("\n  [ray %s] %s: exit status %d after %.1fs: %s\n"
+                             % (self.ray_version, tag, rc, dt, res.get("error")))
+            return rc, res, full
+        self.assertEqual(rc, 0, "ray_spill.py failed (status %s):\n%s" % (rc, out))
+        self.assertTrue(res.get("ok"), "ray_spill.py says not ok: %s\n%s"
+                        % (json.dumps(res), out))
         if job.leftover:
             sys.stderr.write("\n  [ray] %d Ray processes were still running 20s after "
                              "ray.shutdown: %s (killed at cleanup)\n"
@@ -382,7 +396,7 @@ class TestRaySpill(RayCase):
                          % (s1 // MiB, [p // MiB for p in peak]))
 
 
-class TestRaySpillS3(RayCase):
+class S3RayCase(RayCase):
     def setUp(self):
         s3_deps()
         super().setUp()
@@ -396,18 +410,26 @@ class TestRaySpillS3(RayCase):
                     os.environ[k] = v
         self.addCleanup(restore)
 
-    def test_spill_onto_s3_tier(self):
-        """The cold tier on S3 alone (s3rver on loopback)."""
+    def s3server(self):
         srv = S3Server(tag="s3").start()
         self.addCleanup(srv.stop)
         # the daemon takes its credentials from the environment (harness.Mount
         # passes os.environ); the Ray job gets an environment without them
         os.environ["AWS_ACCESS_KEY_ID"] = srv.access_key
         os.environ["AWS_SECRET_ACCESS_KEY"] = srv.secret_key
-        o = ["chunk_size=1M", "min_spill_size=8M", "s3=s3://%s/ray" % BUCKET,
-             "s3_endpoint=" + srv.endpoint, "s3_path_style", "s3_part_size=5M",
-             "state_dir=none"]
-        m = self.mount(hot_size="64M", opts=o)
+        return srv
+
+    def s3_opts(self, srv):
+        return ["chunk_size=1M", "min_spill_size=8M", "s3=s3://%s/ray" % BUCKET,
+                "s3_endpoint=" + srv.endpoint, "s3_path_style", "s3_part_size=5M",
+                "state_dir=none"]
+
+
+class TestRaySpillS3(S3RayCase):
+    def test_spill_onto_s3_tier(self):
+        """The cold tier on S3 alone (s3rver on loopback)."""
+        srv = self.s3server()
+        m = self.mount(hot_size="64M", opts=self.s3_opts(srv))
         before = stats(m.mnt)
 
         def on_s3():
@@ -429,6 +451,53 @@ class TestRaySpillS3(RayCase):
                            "segment objects deleted from S3 (%s)" % srv.objects("ray"))
         sys.stderr.write("  [spillway] spilled %d MiB to S3, restored %d MiB, S3 peak %d MiB\n"
                          % (spilled // MiB, restored // MiB, peak // MiB))
+
+
+class TestRaySmallDisk(S3RayCase):
+    """Where Ray alone fails, spillway does not: a 128 MiB disk (a tmpfs of
+    the test's own) cannot take what the job spills."""
+
+    timeout = 480
+
+    def test_ray_alone_fails_spillway_completes(self):
+        disk = Tmpfs("128M")
+        self.addCleanup(disk.stop)  # registered before the mount: unmounted after it
+        # 1. Ray spilling straight to the small disk: the spill workers hit
+        # ENOSPC and retry (ray#17017); the aggregator never gets its objects
+        rc, res, log = self.run_job([os.path.join(disk.mnt, "ray")], "alone",
+                                    extra=["--timeout", "30"], expect_ok=False)
+        self.assertNotEqual(rc, 0, "Ray alone completed on a 128 MiB disk: %s" % res)
+        self.assertFalse(res.get("ok"), res)
+        self.assertIn("error", res, res)
+        self.assertLess(res["verified"], res["objects"], res)
+        self.assertTrue("No space left on device" in log or "OutOfDiskError" in log,
+                        "no sign of the full disk in the job's output:\n%s" % log[-3000:])
+        for n in os.listdir(disk.mnt):  # whatever the failed job left behind
+            shutil.rmtree(os.path.join(disk.mnt, n), ignore_errors=True)
+        self.assertEqual(os.listdir(disk.mnt), [])
+
+        # 2. The same job into spillway, with that disk as its nvme tier and
+        # S3 below it: segments are demoted to S3 as the disk fills
+        srv = self.s3server()
+        m = self.mount(hot_size="64M", opts=self.s3_opts(srv) + ["nvme=" + disk.mnt])
+        before = stats(m.mnt)
+        peak_s3 = Peak(lambda: stats(m.mnt)["tiers"]["s3"], interval=0.2)
+        try:
+            res = self.run_job([m.path("ray")], "spillway")
+        finally:
+            peak = peak_s3.stop()
+        self.check_ray(res)
+        s = stats(m.mnt)
+        self.assertGreater(s["segments"]["demoted"] - before["segments"]["demoted"], 0,
+                           json.dumps(s))
+        self.assertGreater(peak, 0, "nothing ever reached S3")
+        spilled, restored = self.check_mount(m, before, res)
+        harness.wait_until(lambda: sum(srv.objects("ray").values()) == 0, 30,
+                           "segment objects deleted from S3 (%s)" % srv.objects("ray"))
+        sys.stderr.write("  [spillway] spilled %d MiB (%d segments demoted to S3, S3 peak "
+                         "%d MiB), restored %d MiB\n"
+                         % (spilled // MiB, s["segments"]["demoted"], peak // MiB,
+                            restored // MiB))
 
 
 if __name__ == "__main__":
