@@ -327,6 +327,10 @@ class RayCase(SpwTestCase):
         self.assertEqual(s["errors"], {"io": 0, "crc": 0})
         self.assertEqual(s["enospc"], 0)
         self.assertEqual(files_under(m.mnt), [], "files left on the mount")
+        # ray.shutdown removes its ray_spilled_objects_<node> directories too
+        for d in res["dirs"]:
+            if d.startswith(m.mnt + "/"):
+                self.assertEqual(os.listdir(d), [], "left in Ray's spill dir %s" % d)
         # every spill file was deleted: spillway drops the segments that held
         # them (their live bytes are gone)
         harness.wait_until(lambda: stats(m.mnt)["segments"]["count"] == 0, 30,
