@@ -164,6 +164,8 @@ def run(args):
     t0 = time.monotonic()
     # spill in pieces smaller than the store (Ray's default is 100 MiB)
     system_config = {"min_spilling_size": args.min_spilling_size}
+    if args.no_spill:
+        system_config["automatic_object_spilling_enabled"] = False
     if args.config_env:
         # as a RayCluster sets it (raycluster.yaml): Ray reads any system
         # config entry from RAY_<name> in the raylet's environment
@@ -185,13 +187,16 @@ def run(args):
         def aggregate(refs, nbytes):
             bad = []
             total = 0
+            get_s = []
             for seed, ref in enumerate(refs):
+                t = time.monotonic()
                 a = ray.get(ref)
+                get_s.append(time.monotonic() - t)
                 if a.nbytes != nbytes or not np.array_equal(a, make_array(seed, nbytes)):
                     bad.append(seed)
                 total += a.nbytes
                 del a
-            return {"bad": bad, "bytes": total}
+            return {"bad": bad, "bytes": total, "get_s": get_s}
 
         samp = Sampler(dirs)
         with samp:
@@ -212,6 +217,7 @@ def run(args):
         res["verified"] = count - len(out["bad"])
         res["bad"] = out["bad"]
         res["read_bytes"] = out["bytes"]
+        res["get_ms"] = [round(x * 1e3, 2) for x in out["get_s"]]  # per object, in order
         res["ray"] = ray_store_stats()
         # dropping the refs frees the objects: Ray deletes their spill files
         del refs, ready
@@ -293,6 +299,8 @@ def main():
     ap.add_argument("--config-env", action="store_true",
                     help="pass object_spilling_config in RAY_object_spilling_config (as "
                          "raycluster.yaml does) instead of ray.init's _system_config")
+    ap.add_argument("--no-spill", action="store_true",
+                    help="turn Ray's object spilling off (the baseline that runs out of store)")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per phase")
     ap.add_argument("--temp-dir", help="Ray's session dir (default: a fresh temp dir)")

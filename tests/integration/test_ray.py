@@ -120,7 +120,7 @@ class Peak:
         while not self.ev.is_set():
             try:
                 self.value = max(self.value, self.fn())
-            except Exception as e:  # noqa: BLE001 - reported by stop()
+            except Exception as e:  # noqa: BLE001 - kept in .errors for the report
                 self.errors.append(repr(e))
             self.ev.wait(self.interval)
 
