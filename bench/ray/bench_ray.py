@@ -9,6 +9,8 @@ bench_ray - real Ray's object spilling, side by side in one run (issue 23):
   spillway-lazy  the same with restore=lazy
   spillway-s3    spillway with its cold tier on S3 alone (the tests' s3rver
                  on loopback, tests/s3)
+  ray-s3         Ray's own S3 spilling (type smart_open, boto3) to the same
+                 kind of s3rver
 
 Each target runs examples/integrations/ray_spill.py with the venv's Python
 (tests/pydeps.sh): producer tasks return NumPy arrays totalling --total
@@ -50,7 +52,7 @@ REPO = bl.REPO
 RAY_SPILL = os.path.join(REPO, "examples", "integrations", "ray_spill.py")
 S3RVER_JS = os.path.join(REPO, "tests", "s3", "s3rver.js")
 TAG_VAR = "SPW_RAY_BENCH_TAG"
-TARGETS = ("nospill", "plain", "spillway", "spillway-lazy", "spillway-s3")
+TARGETS = ("nospill", "plain", "spillway", "spillway-lazy", "spillway-s3", "ray-s3")
 CLK = os.sysconf("SC_CLK_TCK")
 MiB, GiB = bl.MiB, bl.GiB
 
@@ -175,6 +177,14 @@ def run_target(target, opts, py):
     daemon = None
     s3 = None
     env_daemon = dict(os.environ)
+    env_job = {}
+    if target == "ray-s3":
+        s3 = S3rver(opts.cold_root)
+        spill = None
+        # boto3 in Ray's IO workers: endpoint and credentials from the environment
+        env_job = {"AWS_ENDPOINT_URL": "http://127.0.0.1:%d" % s3.port,
+                   "AWS_ACCESS_KEY_ID": s3.key, "AWS_SECRET_ACCESS_KEY": s3.key,
+                   "AWS_DEFAULT_REGION": "us-east-1"}
     if target.startswith("spillway"):
         o = ["hot_dir=" + os.path.join(roots["shm"], "hot"), "hot_size=%d" % opts.hot_size]
         if target == "spillway-s3":
@@ -191,7 +201,18 @@ def run_target(target, opts, py):
                                  os.path.join(roots["logs"], "spillway.log"), env=env_daemon)
         spill = os.path.join(roots["mnt"], "ray")
     try:
-        return _run_job(target, opts, py, tag, roots, spill, daemon, s3)
+        res = _run_job(target, opts, py, tag, roots, spill, daemon, env_job)
+        if s3 is not None:
+            def left():
+                objs = [os.path.join(r, n) for r, _, ns in os.walk(s3.dir) for n in ns
+                        if n.endswith("._S3rver_object")]
+                return {"objects": len(objs), "bytes": sum(os.path.getsize(o) for o in objs)}
+            # spillway deletes a segment once Ray has deleted every file in it
+            end = time.monotonic() + (15 if daemon is not None else 0)
+            while left()["objects"] and time.monotonic() < end:
+                time.sleep(0.1)
+            res["s3_left"] = left()
+        return res
     finally:
         kill_tagged(tag)
         if s3 is not None:
@@ -199,10 +220,11 @@ def run_target(target, opts, py):
             s3.stop()
 
 
-def _run_job(target, opts, py, tag, roots, spill, daemon, s3):
+def _run_job(target, opts, py, tag, roots, spill, daemon, env_job):
     out = os.path.join(roots["logs"], "result.json")
     timeout = opts.timeout if target != "nospill" else opts.fail_timeout
-    argv = [py, RAY_SPILL, spill, "--total", str(opts.total), "--object-size",
+    where = ["--spill-uri", "s3://bench/ray"] if spill is None else [spill]
+    argv = [py, RAY_SPILL] + where + ["--total", str(opts.total), "--object-size",
             str(opts.object_size), "--object-store", str(opts.object_store),
             "--min-spilling-size", str(opts.min_spilling_size), "--cpus", str(opts.cpus),
             "--temp-dir", os.path.join(roots["logs"], "ray"), "--json", out,
@@ -211,6 +233,7 @@ def _run_job(target, opts, py, tag, roots, spill, daemon, s3):
         argv.append("--no-spill")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update({TAG_VAR: tag, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"})
+    env.update(env_job)
     bl.log("%s: %s" % (target, " ".join(argv[1:])))
     samp = Sampler(tag, daemon.pid if daemon else None)
     t0 = time.monotonic()
@@ -267,6 +290,7 @@ def row(res):
         "daemon_sys_s_per_GiB": per(cpu["daemon_sys_s"]) if res.get("spillway") else None,
         "spillway_restored_MiB": (res["spillway"]["restored"] / MiB
                                   if res.get("spillway") else None),
+        "s3_left_MiB": res["s3_left"]["bytes"] / MiB if res.get("s3_left") else None,
     }
 
 
@@ -275,7 +299,8 @@ COLS = [("wall_s", "wall s"), ("get_p50_ms", "get p50 ms"), ("get_p99_ms", "get 
         ("spilled_MiB", "spilled MiB"), ("mem_peak_MiB", "peak mem MiB"),
         ("user_s_per_GiB", "user s/GiB"), ("sys_s_per_GiB", "sys s/GiB"),
         ("daemon_sys_s_per_GiB", "daemon sys s/GiB"),
-        ("spillway_restored_MiB", "spw restored MiB")]
+        ("spillway_restored_MiB", "spw restored MiB"),
+        ("s3_left_MiB", "S3 left after job MiB")]
 
 
 def fmt(v):

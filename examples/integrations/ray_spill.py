@@ -147,8 +147,14 @@ def run(args):
         os.makedirs(d, exist_ok=True)
     count = max(1, -(-args.total // args.object_size))
     size = args.object_size // 8 * 8
-    spill_cfg = {"type": "filesystem",
-                 "params": {"directory_path": dirs if len(dirs) > 1 else dirs[0]}}
+    if args.spill_uri:
+        # Ray's own remote spilling (smart_open + boto3); for S3 the endpoint
+        # and credentials come from the AWS_* environment of the IO workers
+        spill_cfg = {"type": "smart_open", "params": {"uri": args.spill_uri}}
+        dirs = []
+    else:
+        spill_cfg = {"type": "filesystem",
+                     "params": {"directory_path": dirs if len(dirs) > 1 else dirs[0]}}
     if args.buffer_size:
         spill_cfg["params"]["buffer_size"] = args.buffer_size
     temp_dir = args.temp_dir or tempfile.mkdtemp(prefix="ray-")
@@ -157,7 +163,8 @@ def run(args):
            "spill_config": spill_cfg, "verified": 0, "bad": []}
     print("ray_spill: %d objects of %d MiB (%d MiB) through a %d MiB object store, "
           "spilling to %s" % (count, size // MiB, count * size // MiB,
-                              args.object_store // MiB, ", ".join(dirs)), flush=True)
+                              args.object_store // MiB, ", ".join(dirs) or args.spill_uri),
+          flush=True)
     mounts = sorted({mount_root(d) for d in dirs})
     res["mounts"] = mounts
     before = [spillway_stats(m) for m in mounts]
@@ -285,7 +292,9 @@ def report(res):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="+", help="spill directories (e.g. on a spillway mount)")
+    ap.add_argument("dirs", nargs="*", help="spill directories (e.g. on a spillway mount)")
+    ap.add_argument("--spill-uri", help="spill with Ray's smart_open storage to this URI "
+                    "instead (e.g. s3://bucket/prefix; needs smart_open[s3]), no DIR")
     ap.add_argument("--total", type=parse_size, default=400 * MiB,
                     help="bytes the producers return in all (default 400M)")
     ap.add_argument("--object-size", type=parse_size, default=8 * MiB,
@@ -306,6 +315,8 @@ def main():
     ap.add_argument("--temp-dir", help="Ray's session dir (default: a fresh temp dir)")
     ap.add_argument("--json", help="write the results here as JSON")
     args = ap.parse_args()
+    if bool(args.dirs) == bool(args.spill_uri):
+        ap.error("give spill directories or --spill-uri (one of them)")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     res = None
     try:
