@@ -9,6 +9,10 @@ spw_deps
 spw_s3_deps "$top"
 build="$top/build"
 spw_build "$top" "$build"
+# Python clients of the tests (Ray, PyTorch, safetensors, NumPy): a venv under
+# the build tree, made once from tests/requirements-py.txt
+. "$top/tests/pydeps.sh"
+spw_py_deps "$top" "$build"
 # mount -t fuse.spillway (tested) finds the program on the default PATH
 cmake --install "$build" >/dev/null
 (cd "$build" && ctest --output-on-failure --timeout 900 -j"$(nproc)" "$@")
