@@ -57,10 +57,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import harness  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
-from test_s3 import BUCKET, S3Server  # noqa: E402
-from test_tiering import seg_files  # noqa: E402
-from test_tiering_faults import Tmpfs  # noqa: E402
-from venvpy import run_shell, venv_python  # noqa: E402
+from lib.s3 import BUCKET, S3Server  # noqa: E402
+from lib.tier import Tmpfs, seg_files  # noqa: E402
+from lib.venvpy import run_shell, venv_python  # noqa: E402
 
 MiB = 1 << 20
 TOP = os.path.dirname(os.path.dirname(HERE))

@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import harness  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
-from venvpy import venv_python  # noqa: E402
+from lib.venvpy import venv_python  # noqa: E402
 
 MiB = 1 << 20
 CHUNK = MiB

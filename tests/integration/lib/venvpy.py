@@ -11,7 +11,7 @@ import subprocess
 
 import harness
 
-TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 INSTALL_DEADLINE = 1500  # seconds for spw_py_deps to make the venv from nothing
 
 
