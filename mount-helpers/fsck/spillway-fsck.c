@@ -270,23 +270,17 @@ static int list_cb(void *arg, uint64_t id, uint32_t dev, uint64_t size)
 static int lock_nvme_dirs(struct fsck *f)
 {
 	for (int i = 0; i < f->tiers.nnvme; i++) {
-		char lock[PATH_MAX_OUT];
 		struct stat sb;
-		int fd;
+		int fd, ret;
 		if (stat(f->tiers.nvme_dir[i], &sb) < 0 || !S_ISDIR(sb.st_mode)) {
 			fsck_oper_err(f, "cold directory %s: %s", f->tiers.nvme_dir[i],
 				      errno ? strerror(errno) : "not a directory");
 			return -ENOENT;
 		}
-		snprintf(lock, sizeof(lock), "%s/.spillway.lock", f->tiers.nvme_dir[i]);
-		fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
-			int e = errno;
-			if (fd >= 0)
-				close(fd);
+		if ((ret = store_nvme_lock(f->tiers.nvme_dir[i], &fd)) < 0) {
 			fsck_oper_err(f, "cold directory %s: %s", f->tiers.nvme_dir[i],
-				      e == EWOULDBLOCK ? "in use by a spillway mount"
-						       : strerror(e));
+				      ret == -EBUSY ? "in use by a spillway mount"
+						    : strerror(-ret));
 			return -EBUSY;
 		}
 		f->lockfds[f->nlocks++] = fd;
@@ -298,7 +292,6 @@ static int open_s3(struct fsck *f, struct store **out)
 {
 	char url[2048], why[512], us[33];
 	const char *base = f->tiers.s3;
-	size_t bl = strlen(base);
 	const char *last = strrchr(base, '/');
 	struct s3_config sc = {
 	    .endpoint = f->tiers.s3_endpoint,
@@ -310,14 +303,10 @@ static int open_s3(struct fsck *f, struct store **out)
 	};
 	int ret;
 
-	while (bl > 5 && base[bl - 1] == '/')
-		bl--;
 	uuid_str(f->uuid, us);
-	/* the daemon keeps its objects under <s3>/<uuid>/ */
-	if (last && !strcmp(last + 1, us))
-		snprintf(url, sizeof(url), "%.*s", (int)bl, base);
-	else
-		snprintf(url, sizeof(url), "%.*s/%s", (int)bl, base, us);
+	/* the daemon keeps its objects under <s3>/<uuid>/ (a base naming
+	 * the uuid already is taken as it is) */
+	store_s3_fs_url(url, sizeof(url), base, last && !strcmp(last + 1, us) ? NULL : f->uuid);
 	sc.url = url;
 	ret = store_s3_open(&sc, out, why, sizeof(why));
 	if (ret < 0)
