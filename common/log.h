@@ -1,7 +1,7 @@
 /*
  * log — the one log module.
  * Syslog levels; the level is checked before formatting. Writes to stderr in
- * the foreground, to syslog once log_to_syslog() was called. Identical
+ * the foreground, to syslog once spw_log_to_syslog() was called. Identical
  * messages repeated within a second are folded ("... repeated N times").
  * Thread-safe.
  */

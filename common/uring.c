@@ -2,7 +2,7 @@
  * DESIGN
  * A transfer is a state machine over up to URING_DEPTH slots (struct xfer).
  * Each slot owns one contiguous piece [start + done, start + len) of the
- * caller's buffer. xfer_fill() hands out new pieces in buffer order; a
+ * caller's buffer. xfer_take() hands out new pieces in buffer order; a
  * completion either finishes its slot, advances it (short transfer) and asks
  * to resubmit, or records EOF / an error. After the first error no new piece
  * is queued, but every submitted SQE is reaped before returning, so the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what is missing, build, mount spillway, run the long-document
-# pipeline through the mount, show the stats, unmount.
+# pipeline through the mount, show the mount's tiers (spillctl stats) and where
+# a few of its files are (spillctl status), unmount.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/tests/deps.sh"
@@ -34,8 +35,17 @@ for _ in $(seq 100); do mountpoint -q "$mnt" && break; kill -0 "$pid" || exit 1;
 mountpoint -q "$mnt" || { echo "mount did not appear" >&2; exit 1; }
 
 "$build/examples/longdoc_pipeline" "$mnt" -p 8 -t "${SPW_DEMO_TOTAL:-2G}" -s 64M
-echo "stats:"
-getfattr --only-values -n user.spillway.stats "$mnt" | python3 -m json.tool
+
+# The human view: the tiers of the mount, then where a few files are (chunk
+# counts per state). `spillctl stats --json` prints the daemon's raw JSON.
+spillctl="$top/mount-helpers/spillctl"
+echo
+"$spillctl" stats "$mnt"
+echo
+files=("$mnt"/tensor-*.bin)
+if [ "${#files[@]}" -gt 4 ]; then files=("${files[@]:0:2}" "${files[@]: -2}"); fi
+"$spillctl" status "${files[@]}"
+echo
 
 # Give the RAM back: unmount, wait for the daemon, and check that nothing of
 # this mount is left in /dev/shm (with a cold tier and without keep_hot).

@@ -1,4 +1,12 @@
-/* fs_i.h — private to fs/: the mount context and the ops tables' pieces. */
+/*
+ * fs_i.h — private to fs/: the mount context and the ops tables' pieces.
+ * Threading: the ops run on libfuse's worker threads (fuse_session_loop_mt,
+ * or one thread with -s), any number at once on the same inode or handle.
+ * struct spw is written only by main() before the session loop starts and
+ * read-only after; the index and the tier lock what they hold. A struct
+ * spw_file's hints are relaxed atomics (racy between parallel reads of one
+ * handle, on purpose: they only steer read-ahead).
+ */
 #ifndef SPW_FS_I_H
 #define SPW_FS_I_H
 

@@ -190,7 +190,7 @@ int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t ne
 
 /* readdir: calls fn for each entry with cookie > off, in cookie order,
  * with the index lock held ("." = 1, ".." = 2). fn returns non-zero to stop;
- * `child` is valid only during the call (use idx_ref_locked to keep it). */
+ * `child` is valid only during the call (use idx_get_locked to keep it). */
 typedef int (*idx_dirent_fn)(void *arg, const char *name, struct inode *child, uint64_t cookie);
 int idx_readdir(struct index *idx, uint64_t dir, uint64_t off, idx_dirent_fn fn, void *arg);
 /* Inside an idx_readdir/idx_for_each callback: take an internal ref

@@ -33,8 +33,7 @@ spw_s3_deps() {
 	fi
 }
 
-# libfuse 3.17 or newer, for FUSE passthrough (README "Hot files are passed
-# through"). The system's when it is new enough (Debian 13); otherwise (Debian
+# libfuse 3.17 or newer, for FUSE passthrough (docs/passthrough.md). The system's when it is new enough (Debian 13); otherwise (Debian
 # 12 ships 3.14) Debian 13's own source package, fetched with apt through a
 # private sources list (the machine's apt sources are never edited), built
 # once into $top/build/libfuse. Prints the prefix for CMAKE_PREFIX_PATH, or
@@ -71,7 +70,7 @@ spw_libfuse() {
 	echo "$prefix"
 }
 
-# The hardening build (README "Hardening"): clang, ASan+UBSan, the libFuzzer
+# The hardening build (docs/testing.md, "Hardening"): clang, ASan+UBSan, the libFuzzer
 # targets of tests/fuzz. Its own build dir; never installed.
 spw_build_asan() {
 	local top=$1 build=$2 fuse

@@ -3,7 +3,8 @@
 # clang, -DSPW_SANITIZE=address,undefined -DSPW_FUZZ=ON):
 #   1. every unit test under ASan+UBSan (LeakSanitizer at exit);
 #   2. each fuzz target for SPW_FUZZ_RUNS (20000) iterations on its corpus;
-#   3. integration tests under ASan+UBSan: POSIX parity, the racy tiering
+#   3. integration tests under ASan+UBSan: POSIX parity, passthrough opens
+#      (readers and writers mixed, pressure, kill -9), the racy tiering
 #      paths, small objects, the kill -9 durability rounds
 #      (SPW_CRASH_ROUNDS=4) and a short fsx. The harness
 #      fails a test when any program it started wrote a sanitizer report.
@@ -35,6 +36,7 @@ run() {
 # concurrent restores, GC, restores that cannot get room), kill -9 rounds
 # and fsx against a tiny hot tier
 run test_posix ""
+run test_passthrough ""
 run test_tiering "" TestWriteSpillRace TestConcurrentRestore TestGC TestStraddleUnderPressure
 run test_small_objects "" TestEvictFreesEverything TestNoWaitForRoomThatCannotCome
 run test_durability "SPW_CRASH_ROUNDS=4" TestCrash

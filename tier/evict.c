@@ -231,8 +231,10 @@ static uint32_t drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	uint32_t len = tier_chunk_len(t, in->size, c);
 	int fd;
 
-	/* the kernel reads a passthrough open's hot file itself: never punched */
-	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->seg_id || in->pt_opens)
+	/* the kernel reads a passthrough open's hot file itself: never punched
+	 * (t->pt is NULL once the session is gone: then no kernel does) */
+	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->seg_id ||
+	    (in->pt_opens && t->pt))
 		return 0;
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0)

@@ -4,6 +4,10 @@
  * the Prometheus text file (metrics.c). Each counter is read once per
  * snapshot, so the two views are built from the same reading and a new
  * figure is added in one place.
+ * Threading: tier_snapshot() may run on any thread, several at once (the
+ * stats xattr on FUSE threads, the metrics thread); it reads the counters
+ * as relaxed atomics and takes each lock it needs alone. A snapshot belongs
+ * to its caller (usually on the stack) and is formatted without a lock.
  */
 #ifndef SPW_TIER_STATS_H
 #define SPW_TIER_STATS_H

@@ -6,7 +6,10 @@
  * Format: "key=value" lines, '#' comments; keys uuid (32 hex digits),
  * chunk_size, nvme (dirs joined by ':'), s3, s3_endpoint, s3_region,
  * s3_path_style, s3_credentials, s3_ca_file, s3_part_size. Unknown keys are
- * ignored. No shared state: callers own their struct tiers_file.
+ * ignored.
+ * Threading: no shared state; callers own their struct tiers_file. The
+ * daemon writes the file once, at mount (recover.c, during recovery);
+ * fsck reads it with no daemon. A write is atomic (rename over the old).
  */
 #ifndef SPW_TIERS_FILE_H
 #define SPW_TIERS_FILE_H

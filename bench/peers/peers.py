@@ -364,6 +364,8 @@ class Instance:
         self.ram = self.tmpfs("hot", self.big_tmpfs())
         o = "hot_dir=%s/hot,hot_size=%s,min_spill_size=%s" % (
             self.ram, fmt_size(c.budget), fmt_size(c.min_spill))
+        if c.spillway_opts:
+            o += "," + c.spillway_opts
         env = {}
         if s3:
             url = self.s3(count_puts)
@@ -900,6 +902,8 @@ def parse_args(argv):
     p.add_argument("--cold-root", default="/var/tmp", help="cold disk dir (default /var/tmp)")
     p.add_argument("--tmpfs-root", default="/dev/shm")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--spillway-opts", default="",
+                   help="extra -o options for spillway (e.g. passthrough=off)")
     p.add_argument("--min-rate", type=int, default=30, metavar="MIB_S",
                    help="pipeline slower than this (write+read) is cut off as TIMEOUT"
                         " (default 30); small objects: 100 obj/s")

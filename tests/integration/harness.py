@@ -41,11 +41,11 @@ TIME_SCALE = 1  # timeouts are multiplied by this (sanitizers are slower)
 
 MOUNT_DEADLINE = 10.0  # seconds for a mount to appear
 # seconds for the daemon to exit after unmount: with a cold tier it spills
-# everything still dirty in RAM first (README "What the node gets back")
+# everything still dirty in RAM first (docs/ram.md)
 EXIT_DEADLINE = 60.0
 KILL_DEADLINE = 5.0  # seconds between SIGTERM and SIGKILL
 
-# Every wait in the daemon has a bound (README "Waits and their bounds"): a
+# Every wait in the daemon has a bound (docs/costs-and-waits.md): a
 # writer waits at most write_wait for room; a request to S3 at most
 # S3_REQUEST_BOUND (8 attempts, each ended by 30 s below 1 KiB/s, with backoff
 # capped at 20 s). A mount fails its test when any request took longer than
@@ -282,17 +282,20 @@ class Mount:
     """A spillway daemon in the foreground on a fresh temp mountpoint.
 
     hot_dir defaults to a not-yet-existing directory inside a fresh temp dir on
-    /dev/shm, so the daemon creates it. `opts` are extra -o options. Use as a
-    context manager; stop() is idempotent and runs on every exit path.
+    /dev/shm, so the daemon creates it. `opts` are extra -o options. `prefix`
+    goes before the program (a wrapper such as fiu-run), `env` replaces the
+    daemon's environment (None: this process's). Use as a context manager;
+    stop() is idempotent and runs on every exit path.
     """
 
-    def __init__(self, hot_size="512M", opts=(), hot_dir=None, args=(), tag="mnt", prefix=()):
+    def __init__(self, hot_size="512M", opts=(), hot_dir=None, args=(), tag="mnt", prefix=(),
+                 env=None):
         self.hot_size = hot_size
         self.opts = list(opts)
         self.args = list(args)
-        # a command the daemon runs under (e.g. setpriv, or a cgroup's sh -c)
-        self.prefix = list(prefix)
         self.tag = tag
+        self.prefix = list(prefix)
+        self.env = env
         self.base = make_tmpdir()
         self.mnt = os.path.join(self.base, "mnt")
         os.mkdir(self.mnt)
@@ -330,12 +333,16 @@ class Mount:
             o.append("hot_size=" + str(self.hot_size))
         return ",".join(o + self.opts)
 
-    def start(self):
-        argv = self.prefix + [SPILLWAY, "-f"] + self.args
+    def argv(self):
+        """The command line start() runs."""
+        a = self.prefix + [SPILLWAY, "-f"] + self.args
         ostr = self.option_string()
         if ostr:
-            argv += ["-o", ostr]
-        argv.append(self.mnt)
+            a += ["-o", ostr]
+        return a + [self.mnt]
+
+    def start(self):
+        argv = self.argv()
         with _live_lock:
             _live.append(self)
         try:
@@ -344,7 +351,7 @@ class Mount:
                 logf.flush()
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
                                              stderr=logf, preexec_fn=_pdeathsig,
-                                             start_new_session=True)
+                                             start_new_session=True, env=self.env)
             deadline = time.monotonic() + MOUNT_DEADLINE
             while not is_mounted(self.mnt):
                 rc = self.proc.poll()

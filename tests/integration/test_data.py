@@ -19,19 +19,15 @@ sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import MountedTestCase  # noqa: E402
+from lib.data import sha_file  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
 
 
-def sha256_file(path, bs=4 * MiB):
-    h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        while True:
-            b = f.read(bs)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
+def sha256_file(path):
+    """sha256 of a file read through the page cache."""
+    return sha_file(path, bs=4 * MiB, uncached=False)[0]
 
 
 def write_all(fd, data, off, sizes):

@@ -49,148 +49,10 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import SpwTestCase  # noqa: E402
-from test_tiering import (KiB, MiB, PAGE, content, content_sha, first_diff,  # noqa: E402
-                          open_uncached, write_content)
-
-HOT_SIZE = "64M"
-CHUNK = "1M"
-
-# --------------------------------------------------------------------------
-# a spillway daemon that can be killed, remounted on the same state, or run
-# under a wrapper (fiu-run); used by test_faults_fiu.py as well
-
-
-class CrashMount(harness.Mount):
-    """harness.Mount with a given hot_dir (kept across remounts), an argv
-    prefix (e.g. fiu-run ...), kill -9 and a clean unmount whose exit status
-    the test checks itself."""
-
-    def __init__(self, hot_dir, opts, tag, prefix=(), hot_size=HOT_SIZE, env=None):
-        super().__init__(hot_size=hot_size, opts=opts, hot_dir=hot_dir, tag=tag)
-        self.prefix = list(prefix)
-        self.env = env
-        self.exit_status = None
-
-    def argv(self):
-        a = self.prefix + [harness.SPILLWAY, "-f"] + self.args
-        ostr = self.option_string()
-        if ostr:
-            a += ["-o", ostr]
-        return a + [self.mnt]
-
-    def start(self):
-        # harness.Mount.start with an argv prefix and an environment
-        argv = self.argv()
-        with harness._live_lock:
-            harness._live.append(self)
-        try:
-            with open(self.log, "wb") as logf:
-                logf.write(("$ %s\n" % " ".join(argv)).encode())
-                logf.flush()
-                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
-                                             stderr=logf, preexec_fn=harness._pdeathsig,
-                                             start_new_session=True, env=self.env)
-            deadline = time.monotonic() + harness.MOUNT_DEADLINE
-            while not harness.is_mounted(self.mnt):
-                rc = self.proc.poll()
-                if rc is not None:
-                    raise harness.MountError(
-                        "spillway exited with status %d before mounting %s\n--- log %s ---\n%s"
-                        % (rc, self.mnt, self.log, self.log_text()))
-                if time.monotonic() > deadline:
-                    raise harness.MountError(
-                        "%s did not appear in /proc/mounts within %.0fs\n--- log %s ---\n%s"
-                        % (self.mnt, harness.MOUNT_DEADLINE, self.log, self.log_text()))
-                time.sleep(0.005)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def kill9(self):
-        """SIGKILL the daemon, wait for it, lazily unmount the dead mount."""
-        p = self.proc
-        if p.poll() is not None:
-            raise AssertionError("daemon on %s was already dead (status %s) before kill -9\n%s"
-                                 % (self.mnt, p.returncode, self.log_text(30)))
-        # the harness must not count this death as a crash
-        self.killed_by_watchdog = True
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(timeout=harness.EXIT_DEADLINE)
-        self.exit_status = p.returncode
-        lazy_unmount(self.mnt)
-        with open(self.log, "a") as f:
-            f.write("\n[test] killed with SIGKILL and lazily unmounted\n")
-
-    def unmount_clean(self):
-        """fusermount3 -u, wait for the daemon to exit; its exit status."""
-        p = self.proc
-        r = subprocess.run(["fusermount3", "-u", self.mnt], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=30)
-        if r.returncode != 0:
-            raise AssertionError("fusermount3 -u %s failed: %s\n%s"
-                                 % (self.mnt, r.stdout.decode(errors="replace"),
-                                    self.log_text(30)))
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            raise AssertionError("daemon still running 30s after a clean unmount of %s\n%s"
-                                 % (self.mnt, self.log_text(30)))
-        self.killed_by_watchdog = True  # its exit is checked by the caller
-        self.exit_status = p.returncode
-        return p.returncode
-
-    def log_all(self):
-        try:
-            with open(self.log, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-
-def lazy_unmount(mnt):
-    if not harness.is_mounted(mnt):
-        return
-    subprocess.run(["fusermount3", "-uz", mnt], stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=15)
-    if harness.is_mounted(mnt):
-        subprocess.run(["umount", "-l", mnt], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=15)
-    if harness.is_mounted(mnt):
-        raise AssertionError("could not lazily unmount the dead mount %s" % mnt)
-
-
-def stats_of(mnt):
-    return json.loads(os.getxattr(mnt, "user.spillway.stats"))
-
-
-def cold_scan(cold, skip=(".spillway",)):
-    """{relative path: size} of the files under a cold directory (segments,
-    temp segments), leaving out the state directory and lock files."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(cold):
-        if dirpath == cold:
-            dirnames[:] = [d for d in dirnames if d not in skip]
-        for n in filenames:
-            if n.endswith(".lock"):
-                continue
-            p = os.path.join(dirpath, n)
-            try:
-                out[os.path.relpath(p, cold)] = os.lstat(p).st_size
-            except FileNotFoundError:
-                pass
-    return out
-
-
-def segments_in(cold):
-    return {p: s for p, s in cold_scan(cold).items()
-            if os.path.basename(p).startswith("seg-")}
-
-
-def temps_in(cold):
-    return [p for p in cold_scan(cold) if os.path.basename(p).startswith(".tmp")]
-
+from lib.crash import CrashMount, DurCase  # noqa: E402
+from lib.data import (KiB, MiB, PAGE, content, first_diff, open_uncached,  # noqa: E402
+                      sha_file, write_content)
+from lib.tier import cold_scan, segments_in, stats_of, temps_in  # noqa: E402
 
 # --------------------------------------------------------------------------
 # a full description of a tree, for before/after comparisons
@@ -213,18 +75,7 @@ def _xattrs(path, follow):
 
 
 def sha_of(path):
-    h = hashlib.sha256()
-    n = 0
-    fd = open_uncached(path)
-    try:
-        while True:
-            b = os.read(fd, MiB)
-            if not b:
-                return "%s/%d" % (h.hexdigest(), n)
-            h.update(b)
-            n += len(b)
-    finally:
-        os.close(fd)
+    return "%s/%d" % sha_file(path)
 
 
 def walk_tree(root):
@@ -271,60 +122,6 @@ def diff_trees(a, b):
                 if a[k].get(f) != b[k].get(f):
                     lines.append("! %s: %s was %r, now %r" % (k, f, a[k].get(f), b[k].get(f)))
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------
-# base class
-
-
-class DurCase(SpwTestCase):
-    timeout = 120
-
-    def make_state(self):
-        """Fresh hot_dir (not yet existing, on /dev/shm), cold dir (disk) and
-        state_dir path (not yet existing)."""
-        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
-        cold = tempfile.mkdtemp(prefix="spw-cold-", dir="/var/tmp")
-        self.addCleanup(shutil.rmtree, cold, True)
-        state = os.path.join(self.tmpdir(), "state")
-        return hot, cold, state
-
-    def cmount(self, hot, opts, tag, **kw):
-        m = CrashMount(hot, opts, tag, **kw)
-        m.start()
-        self.addCleanup(self._stop_mount, m)
-        return m
-
-    def opts(self, cold, state=None, **extra):
-        o = ["chunk_size=" + CHUNK, "nvme=" + cold]
-        if "min_spill_size" not in extra:
-            o.append("min_spill_size=4M")
-        if state is not None:
-            o.append("state_dir=" + state)
-        o += ["%s=%s" % (k, v) for k, v in extra.items()]
-        return o
-
-    def evict(self, path):
-        os.setxattr(path, "user.spillway.evict", b"1")
-
-    def state(self, path):
-        s = os.getxattr(path, "user.spillway.state").decode()
-        return {k: int(v) for k, v in (f.split("=") for f in s.split())}
-
-    def assertContent(self, path, tag, size, msg=""):
-        fd = open_uncached(path)
-        try:
-            self.assertEqual(os.fstat(fd).st_size, size, "%s: size %s" % (path, msg))
-            for off in range(0, size, 4 * MiB):
-                n = min(4 * MiB, size - off)
-                got = os.pread(fd, n, off)
-                exp = content(tag, off, n)
-                if got != exp:
-                    d = first_diff(got, exp)
-                    self.fail("%s: wrong data at offset %d %s (zeros there: %s)"
-                              % (path, off + d, msg, got[d:d + 16].count(0) == 16))
-        finally:
-            os.close(fd)
 
 
 # --------------------------------------------------------------------------
@@ -741,13 +538,6 @@ def replay(model, lines):
     return pending, open_files, fsynced, writes, error
 
 
-def file_sha(path):
-    """(sha256 hex, size) read uncached."""
-    s = sha_of(path)
-    h, n = s.split("/")
-    return h, int(n)
-
-
 class TestCrash(DurCase):
     timeout = 420
 
@@ -955,7 +745,7 @@ class TestCrash(DurCase):
         def check_closed(rel, v, why):
             p = os.path.join(mnt, rel)
             try:
-                h, n = file_sha(p)
+                h, n = sha_file(p)
             except OSError as e:
                 problems.append("%s (%s, %d bytes): %s" % (rel, why, v["size"], e))
                 return

@@ -24,8 +24,8 @@ sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import harness  # noqa: E402
-from test_s3 import BUCKET, OBJ_SUFFIX, S3Case  # noqa: E402
-from test_tiering import MiB, content  # noqa: E402
+from lib.data import MiB, content  # noqa: E402
+from lib.s3 import BUCKET, OBJ_SUFFIX, S3Case  # noqa: E402
 
 
 class DurS3Case(S3Case):

@@ -23,8 +23,8 @@ import unittest
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_tiering import (KiB, MiB, TierCase, content, first_diff, open_uncached,  # noqa: E402
-                          seg_files, write_content)
+from lib.data import KiB, MiB, content, first_diff, open_uncached, write_content  # noqa: E402
+from lib.tier import TierCase, seg_files  # noqa: E402
 
 BLOCK = 64 * KiB
 
@@ -368,8 +368,8 @@ class TestPublished(FaultinCase):
 
 
 def _load_fsx():
-    import test_fsx
-    return test_fsx
+    import lib.fsx
+    return lib.fsx
 
 
 class TestFsxTinyHot(harness.SpwTestCase):
@@ -411,7 +411,7 @@ class TestFsxTinyHot(harness.SpwTestCase):
 
 
 try:
-    from test_s3 import S3Case  # noqa: E402
+    from lib.s3 import S3Case  # noqa: E402
 except Exception:  # noqa: BLE001 - no node: the S3 case skips itself
     S3Case = None
 

@@ -37,8 +37,9 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_durability import DurCase, segments_in, stats_of  # noqa: E402
-from test_tiering import MiB, PAGE, content, first_diff, open_uncached, write_content  # noqa: E402
+from lib.crash import DurCase  # noqa: E402
+from lib.data import MiB, PAGE, content, first_diff, open_uncached, write_content  # noqa: E402
+from lib.tier import segments_in, stats_of  # noqa: E402
 
 FIU_RUN = shutil.which("fiu-run")
 FIU_CTRL = shutil.which("fiu-ctrl")

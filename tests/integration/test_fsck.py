@@ -38,7 +38,8 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
-from test_tiering import MiB, content, sha_file, write_content  # noqa: E402
+from lib.data import MiB, content, sha_file, write_content  # noqa: E402
+from lib.tier import file_state  # noqa: E402
 
 SEG_HDR = 4096
 
@@ -144,8 +145,7 @@ class FsckCase(SpwTestCase):
         self.m = None
 
     def state(self, path):
-        s = os.getxattr(path, "user.spillway.state").decode()
-        return {k: int(v) for k, v in (f.split("=") for f in s.split())}
+        return file_state(path)
 
     def spill(self, path):
         """Evict path; wait until all its bytes are in the cold tier only."""

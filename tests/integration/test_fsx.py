@@ -25,9 +25,7 @@ import errno
 import json
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,26 +34,24 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from lib.fsx import CHUNK_SIZE, FsxRun, find_fsx  # noqa: E402
 
 # The tiny hot tier. Extra options come from this one variable; COLD_TIER
 # (on by default; SPW_FSX_COLD=0 turns it off) adds a fresh cold directory per
 # mount, so the files together exceed hot_size and every operation races the
 # evictor and restore.
 HOT_SIZE = "16M"
-CHUNK_SIZE = "1M"
 EXTRA_OPTS = [o for o in os.environ.get("SPW_FSX_EXTRA_OPTS", "").split(",") if o]
 COLD_TIER = os.environ.get("SPW_FSX_COLD", "1") not in ("", "0")
 COLD_OPTS = ["min_spill_size=2M"]
 
-NFILES = 4
-# Without a cold tier the model must fit the hot tier: 4 files x 3 MiB =
+# Without a cold tier the model must fit the hot tier: 4 files (lib.fsx NFILES) x 3 MiB =
 # 12 MiB < 16M (and 2 runs x 4 files x 1.5 MiB when two run at once). With
 # one (EXTRA_OPTS names nvme= or s3=) the files together exceed hot_size, so
 # the evictor and restore paths are exercised.
 HAS_COLD = COLD_TIER or any(o.startswith(("nvme=", "s3=")) for o in EXTRA_OPTS)
 MAXLEN = "8M" if HAS_COLD else "3M"
 MAXLEN_CONCURRENT = "8M" if HAS_COLD else "1536K"
-FSX_ARGS = shlex.split(os.environ.get("SPW_FSX_ARGS", ""))
 
 QUICK = {"seeds": [1, 2, 3, 4], "ops": 25000, "concurrent_seeds": [5, 6],
          "concurrent_ops": 12500, "run_timeout": 150, "timeout": 400,
@@ -75,65 +71,6 @@ if os.environ.get("SPW_FSX_SEEDS"):
 if os.environ.get("SPW_FSX_OPS"):
     PLAN["ops"] = PLAN["concurrent_ops"] = int(os.environ["SPW_FSX_OPS"])
 CUSTOM = bool(os.environ.get("SPW_FSX_SEEDS") or os.environ.get("SPW_FSX_OPS"))
-
-
-def find_fsx():
-    for p in (os.path.join(harness.BUILD_DIR, "tests", "spw_fsx"),
-              os.path.join(harness.BUILD_DIR, "spw_fsx")):
-        if os.access(p, os.X_OK):
-            return p
-    return None
-
-
-class FsxRun:
-    """One spw_fsx process on its own directory under the mount."""
-
-    def __init__(self, test, fsx, mnt, seed, ops, maxlen, use_mmap, good_dir, extra=()):
-        self.seed, self.ops = seed, ops
-        self.dir = os.path.join(mnt, "fsx-%d" % seed)
-        os.mkdir(self.dir)
-        self.cmd = [fsx, "-q", "-S", str(seed), "-N", str(ops), "-f", str(NFILES), "-l",
-                    maxlen, "-b", CHUNK_SIZE] + (["-m"] if use_mmap else []) + list(extra)
-        self.cmd += FSX_ARGS
-        self.cmd.append(self.dir)
-        print("\n$ %s" % " ".join(self.cmd), flush=True)
-        self.good_dir = good_dir
-        env = dict(os.environ, TMPDIR=good_dir)  # where failure images go
-        self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-        # registered after the mount's cleanup, so it runs before it
-        test.addCleanup(self.kill)
-        self.test = test
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout and not self.proc.stdout.closed:
-            self.proc.stdout.close()
-
-    def finish(self, timeout):
-        """Wait for the run; fail the test unless it printed its ok line."""
-        try:
-            out, _ = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            out, _ = self.proc.communicate()
-            self.test.fail("spw_fsx seed %d did not finish within %ds:\n%s"
-                           % (self.seed, timeout, out.decode(errors="replace")))
-        out = out.decode(errors="replace")
-        dt = time.monotonic() - self.t0
-        ok_line = "spw_fsx: %d ops ok, seed %d" % (self.ops, self.seed)
-        if self.proc.returncode != 0 or ok_line not in out:
-            self.test.fail("spw_fsx seed %d failed (exit %d after %.1fs; expected images, if "
-                           "any, in %s):\n%s" % (self.seed, self.proc.returncode, dt,
-                                                self.good_dir, out))
-        print("seed %d: %d ops ok in %.1fs" % (self.seed, self.ops, dt), flush=True)
-        # spw_fsx unlinks its files at the end; nothing may be left.
-        self.test.assertEqual(os.listdir(self.dir), [], "files left in %s" % self.dir)
-        os.rmdir(self.dir)
-        return self.ops
 
 
 class TestFsx(harness.SpwTestCase):

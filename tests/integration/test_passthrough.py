@@ -16,30 +16,20 @@ import json
 import mmap
 import os
 import random
+import signal
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from lib.tier import file_state, stats_of  # noqa: E402
 
 MiB = 1 << 20
 CG_ROOT = "/sys/fs/cgroup/memory"
 
 
-def stats(mnt):
-    out = subprocess.run(["getfattr", "--only-values", "-n", "user.spillway.stats", mnt],
-                         check=True, stdout=subprocess.PIPE).stdout
-    return json.loads(out)
-
-
 def pt(mnt):
-    return stats(mnt)["passthrough"]
-
-
-def state(path):
-    out = subprocess.run(["getfattr", "--only-values", "-n", "user.spillway.state", path],
-                         check=True, stdout=subprocess.PIPE).stdout.decode()
-    return dict(kv.split("=") for kv in out.split())
+    return stats_of(mnt)["passthrough"]
 
 
 def evict(path):
@@ -105,13 +95,13 @@ class TestReads(PassthroughCase):
         data = pattern(2, 9 * MiB)
         write_file(m.path("c"), data)
         evict(m.path("c"))
-        self.assertGreater(int(state(m.path("c"))["cold"]), 0)
+        self.assertGreater(file_state(m.path("c"))["cold"], 0)
         before = pt(m.mnt)
         self.assertEqual(read_file(m.path("c")), data)
         self.assertEqual(pt(m.mnt)["fallback"]["cold"], before["fallback"]["cold"] + 1)
         # restore=open brought it back: the next open is passed through
-        harness.wait_until(lambda: int(state(m.path("c"))["cold"]) == 0
-                           and int(state(m.path("c"))["restoring"]) == 0, 30, "restored")
+        harness.wait_until(lambda: file_state(m.path("c"))["cold"] == 0
+                           and file_state(m.path("c"))["restoring"] == 0, 30, "restored")
         opens = pt(m.mnt)["opens"]
         self.assertEqual(read_file(m.path("c")), data)
         self.assertEqual(pt(m.mnt)["opens"], opens + 1)
@@ -142,9 +132,9 @@ class TestReads(PassthroughCase):
         want = data[:MiB] + b"abcd" + data[MiB + 4:]
         self.assertEqual(read_file(m.path("m")), want)
         # what the mapping wrote is dirty: spilled by evict, read back cold
-        self.assertGreater(int(state(m.path("m"))["dirty"]), 0)
+        self.assertGreater(file_state(m.path("m"))["dirty"], 0)
         evict(m.path("m"))
-        self.assertGreater(int(state(m.path("m"))["cold"]), 0)
+        self.assertGreater(file_state(m.path("m"))["cold"], 0)
         self.assertEqual(read_file(m.path("m")), want)
 
     def test_unlink_truncate_rename_while_open(self):
@@ -218,8 +208,8 @@ class TestWritersAndReaders(PassthroughCase):
         self.assertEqual(os.stat(path).st_size, len(model))
         # nothing written was lost track of: spilled, dropped, read back
         evict(path)
-        st = state(path)
-        self.assertEqual(int(st["dirty"]), 0, st)
+        st = file_state(path)
+        self.assertEqual(st["dirty"], 0, st)
         self.assertEqual(read_file(path), bytes(model))
         return ops
 
@@ -266,6 +256,72 @@ class TestWritersAndReaders(PassthroughCase):
         m2 = self.mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-kill2")
         self.assertEqual(read_file(m2.path("k")), bytes(data))
 
+    def test_unmount_with_opens_held(self):
+        """A busy mount refuses a plain unmount (as tmpfs does); a lazy one
+        detaches it, the passed-through reader goes on reading, and when it
+        closes the daemon spills everything and exits; a remount reads it."""
+        base = self.tmpdir()
+        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+        cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
+        os.mkdir(cold)
+        opts = ["nvme=" + cold, "state_dir=" + sdir]
+        m = harness.Mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-umount")
+        self.addCleanup(m.stop)
+        m.start()
+        data = pattern(22, 3 * MiB + 1)
+        write_file(m.path("u"), data)
+        fd = os.open(m.path("u"), os.O_RDONLY)
+        try:
+            self.assertEqual(pt(m.mnt)["open"], 1)
+            r = subprocess.run(["fusermount3", "-u", m.mnt], capture_output=True, text=True)
+            self.assertNotEqual(r.returncode, 0, "a busy mount was unmounted")
+            self.assertIn("busy", r.stderr.lower())
+            self.assertEqual(os.pread(fd, 4096, MiB), data[MiB:MiB + 4096])
+            subprocess.run(["umount", "-l", m.mnt], check=True)
+            self.assertFalse(harness.is_mounted(m.mnt))
+            self.assertEqual(os.pread(fd, len(data), 0), data)
+        finally:
+            os.close(fd)
+        m.proc.wait(timeout=60)
+        m.killed_by_watchdog = True  # the exit status is checked here
+        self.assertEqual(m.proc.returncode, 0, m.log_text(30))
+        m.stop()
+        m2 = self.mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-umount2")
+        self.assertEqual(read_file(m2.path("u")), data)
+
+    def test_sigterm_with_opens_held(self):
+        """SIGTERM unmounts as umount does, passed-through opens or not: every
+        byte spilled, nothing left in RAM, a remount reads it."""
+        base = self.tmpdir()
+        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+        cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
+        os.mkdir(cold)
+        opts = ["nvme=" + cold, "state_dir=" + sdir]
+        m = harness.Mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-term")
+        self.addCleanup(m.stop)
+        m.start()
+        data = pattern(23, 5 * MiB + 3)
+        write_file(m.path("t"), data)
+        fd = os.open(m.path("t"), os.O_RDONLY)
+        try:
+            self.assertEqual(pt(m.mnt)["open"], 1)
+            os.kill(m.pid, signal.SIGTERM)
+            m.proc.wait(timeout=60)
+        finally:
+            try:
+                os.close(fd)  # its flush finds no daemon: ENOTCONN
+            except OSError:
+                pass
+        m.killed_by_watchdog = True  # the exit status is checked here
+        self.assertEqual(m.proc.returncode, 0, m.log_text(30))
+        harness.wait_until(lambda: not harness.is_mounted(m.mnt), 10, "mount gone")
+        m.stop()
+        left = os.listdir(hot) if os.path.isdir(hot) else []  # a made hot_dir goes too
+        self.assertEqual([n for n in left if n not in harness.DAEMON_FILES], [],
+                         "hot files left in RAM")
+        m2 = self.mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-term2")
+        self.assertEqual(read_file(m2.path("t")), data)
+
 
 class TestPressure(PassthroughCase):
     timeout = 300
@@ -288,17 +344,17 @@ class TestPressure(PassthroughCase):
                 others["o%d" % i] = hashlib.sha256(d).hexdigest()
                 # every page of the held file is still its bytes, never zeros
                 self.assertEqual(mm[:], held)
-            st = stats(m.mnt)
+            st = stats_of(m.mnt)
             self.assertEqual(st["enospc"], 0)
-            self.assertEqual(int(state(m.path("held"))["cold"]), 0)
-            self.assertGreater(int(state(m.path("o0"))["cold"]), 0)
+            self.assertEqual(file_state(m.path("held"))["cold"], 0)
+            self.assertGreater(file_state(m.path("o0"))["cold"], 0)
         finally:
             mm.close()
             f.close()
         for name, h in others.items():
             self.assertEqual(hashlib.sha256(read_file(m.path(name))).hexdigest(), h, name)
         evict(m.path("held"))  # closed: evictable again
-        self.assertGreater(int(state(m.path("held"))["cold"]), 0)
+        self.assertGreater(file_state(m.path("held"))["cold"], 0)
         self.assertEqual(read_file(m.path("held")), held)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
-test_ram_back - spillway gives RAM back to the node (README "What the node
-gets back, and when"; issue #12).
+test_ram_back - spillway gives RAM back to the node (docs/ram.md, "What
+the node gets back, and when"; issue #12).
 
 1. Unmount: with a cold tier, a clean unmount (fusermount3 -u, or SIGTERM
    to the daemon) spills every dirty chunk, writes the last checkpoint and
@@ -27,15 +27,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import SpwTestCase  # noqa: E402
-from test_durability import CrashMount, stats_of  # noqa: E402
-from test_tiering import MiB, content, open_uncached, first_diff, write_content  # noqa: E402
+from lib.crash import CrashCase  # noqa: E402
+from lib.data import MiB, content, write_content  # noqa: E402
+from lib.tier import file_state, stats_of  # noqa: E402
 
 
 def hot_names(hot):
@@ -46,40 +45,8 @@ def hot_names(hot):
         return []
 
 
-def file_state(path):
-    s = os.getxattr(path, "user.spillway.state").decode()
-    return {k: int(v) for k, v in (f.split("=") for f in s.split())}
-
-
-class RamCase(SpwTestCase):
+class RamCase(CrashCase):
     timeout = 180
-
-    def make_state(self):
-        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
-        cold = tempfile.mkdtemp(prefix="spw-cold-", dir="/var/tmp")
-        self.addCleanup(shutil.rmtree, cold, True)
-        state = os.path.join(self.tmpdir(), "state")
-        return hot, cold, state
-
-    def cmount(self, hot, opts, tag, **kw):
-        m = CrashMount(hot, opts, tag, **kw)
-        m.start()
-        self.addCleanup(self._stop_mount, m)
-        return m
-
-    def assertContent(self, path, tag, size, msg=""):
-        fd = open_uncached(path)
-        try:
-            self.assertEqual(os.fstat(fd).st_size, size, "%s: size %s" % (path, msg))
-            for off in range(0, size, 4 * MiB):
-                n = min(4 * MiB, size - off)
-                got = os.pread(fd, n, off)
-                exp = content(tag, off, n)
-                if got != exp:
-                    d = first_diff(got, exp)
-                    self.fail("%s: wrong data at offset %d %s" % (path, off + d, msg))
-        finally:
-            os.close(fd)
 
 
 # --------------------------------------------------------------------------

@@ -14,18 +14,15 @@ Segments are parsed here from the wire format in tier/segment.h.
 Run: python3 test_segments.py --build BUILD_DIR [-k pattern]
 """
 
-import json
 import os
 import random
-import shutil
 import struct
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import SpwTestCase  # noqa: E402
+from lib.tier import TierCase  # noqa: E402
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -58,13 +55,11 @@ def small_content(i, n):
     return struct.pack("<I", i) + r.randbytes(n - 4)
 
 
-class SegCase(SpwTestCase):
-    timeout = 300
+class SegCase(TierCase):
+    """TierCase with one cold directory (self.cold, a path) and the
+    daemon's default chunk_size unless given."""
 
-    def cold_dir(self):
-        d = tempfile.mkdtemp(prefix="spw-cold-", dir="/var/tmp")
-        self.addCleanup(shutil.rmtree, d, True)
-        return d
+    timeout = 300
 
     def tier_mount(self, hot_size, **opts):
         self.cold = self.cold_dir()
@@ -72,16 +67,6 @@ class SegCase(SpwTestCase):
         self.m = self.mount(hot_size=hot_size, opts=o)
         self.mnt = self.m.mnt
         return self.m
-
-    def stats(self):
-        return json.loads(os.getxattr(self.mnt, "user.spillway.stats"))
-
-    def state(self, path):
-        s = os.getxattr(path, "user.spillway.state").decode()
-        return {k: int(v) for k, v in (f.split("=") for f in s.split())}
-
-    def evict(self, path):
-        os.setxattr(path, "user.spillway.evict", b"1")
 
 
 class TestSmallObjects(SegCase):

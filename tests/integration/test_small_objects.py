@@ -26,12 +26,9 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_tiering import (TierCase, content, hot_alloc, open_uncached,  # noqa: E402
-                          run_threads, write_content)
-
-KiB = 1 << 10
-MiB = 1 << 20
-PAGE = 4096
+from lib.data import (KiB, MiB, PAGE, content, open_uncached, run_threads,  # noqa: E402
+                      write_content)
+from lib.tier import TierCase, hot_alloc  # noqa: E402
 
 
 def small_content(i, n):

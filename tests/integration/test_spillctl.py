@@ -31,6 +31,8 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
+from lib.data import sha_file  # noqa: E402
+from lib.tier import file_state as state  # noqa: E402
 
 MiB = 1 << 20
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,25 +52,6 @@ def fill(path, size, seed):
             h.update(b)
             left -= len(b)
     return h.hexdigest()
-
-
-def sha(path):
-    h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        while True:
-            b = os.read(fd, MiB)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
-    finally:
-        os.close(fd)
-
-
-def state(path):
-    s = os.getxattr(path, "user.spillway.state").decode()
-    return {k: int(v) for k, v in (f.split("=") for f in s.split())}
 
 
 class Result:
@@ -358,7 +341,7 @@ class TestEvictWarm(CtlCase):
         for rel, n in (("a", 3), ("d/b", 2), ("d/e/c", 1)):
             st = state(self.p(rel))
             self.assertEqual((st["hot"], st["cold"], st["restoring"]), (n, 0, 0), (rel, st))
-            self.assertEqual(sha(self.p(rel)), self.sums[rel], rel)
+            self.assertEqual(sha_file(self.p(rel))[0], self.sums[rel], rel)
         self.assertGreaterEqual(self.stats()["restored"]["bytes"], 5 * MiB)
 
     def test_pinned_file_fails_others_done(self):

@@ -16,51 +16,18 @@ import errno
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
-from test_tiering import (MiB, TierCase, content, first_diff, open_uncached,  # noqa: E402
-                          seg_files, write_content)
+from lib.data import MiB, content, first_diff, open_uncached, write_content  # noqa: E402
+from lib.tier import TierCase, Tmpfs, seg_files  # noqa: E402
 
 # --------------------------------------------------------------------------
-# small tmpfs mounts for cold directories that fill up
-
-
-class Tmpfs:
-    """A tmpfs of `size` on a fresh directory. Registered with the harness
-    like a mount, so signals and the watchdog unmount it too."""
-
-    def __init__(self, size):
-        self.mnt = tempfile.mkdtemp(prefix="spw-cold-tmpfs-")
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "tmpfs",
-                            self.mnt], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        if r.returncode != 0:
-            os.rmdir(self.mnt)
-            raise AssertionError("mount -t tmpfs failed: %s" % r.stdout.decode(errors="replace"))
-        with harness._live_lock:
-            harness._live.append(self)
-
-    def abort(self):
-        pass
-
-    def stop(self):
-        if harness.is_mounted(self.mnt):
-            if subprocess.run(["umount", self.mnt], stderr=subprocess.DEVNULL).returncode != 0:
-                subprocess.run(["umount", "-l", self.mnt], stderr=subprocess.DEVNULL)
-        if not harness.is_mounted(self.mnt):
-            try:
-                os.rmdir(self.mnt)
-            except OSError:
-                pass
-        with harness._live_lock:
-            if self in harness._live:
-                harness._live.remove(self)
+# cold directories that fill up (Tmpfs: lib/tier.py)
 
 
 def fill_up(d, leave=0):

@@ -19,17 +19,14 @@
 
 #include "common/log.h"
 #include "tier/store/store_s3.h"
+#include "tests/unit/fake_s3.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -441,226 +438,26 @@ static void test_open_config_errors(void **state)
 
 /* ---- a scripted S3 server on loopback, for retries and protocol paths ---- */
 
-struct fake_resp {
-	int status;
-	char headers[512]; /* extra "Name: value\r\n" lines */
-	const void *body;
-	size_t len;
-	long send_only; /* < 0: the whole body; else send this many body bytes and close */
-};
-
-struct fake_req {
-	int n; /* index among all requests */
-	char method[16];
-	char target[512];
-	char headers[4096];
-	const char *body;
-	size_t len;
-};
-
-typedef void (*fake_fn)(const struct fake_req *rq, struct fake_resp *r);
-
-#define FAKE_LOG 128
-
+/* The server (fake_s3.c) and what a test keeps beside it. */
 struct fake {
-	int lfd, port;
-	pthread_t acceptor;
-	pthread_t conn[64];
-	int nconn;
-	pthread_mutex_t lock;
-	int n;			    /* protected by lock */
-	char log[FAKE_LOG][600];    /* protected by lock: "METHOD target" */
-	char complete_body[4096];   /* protected by lock: last CompleteMultipartUpload body */
-	int hash_bad, auth_missing; /* protected by lock */
-	fake_fn fn;
+	struct fake_s3 *srv;
+	int port;
 	struct store *st;
 	uint8_t data[16384]; /* the object served by GETs */
 };
 
 static struct fake *FK;
 
-struct fake_conn {
-	struct fake *f;
-	int fd;
-};
-
-static const char *hdr_get(const char *headers, const char *name, char *out, size_t outlen)
-{
-	size_t n = strlen(name);
-
-	for (const char *l = headers; l && *l;
-	     l = strstr(l, "\r\n") ? strstr(l, "\r\n") + 2 : NULL) {
-		if (!strncasecmp(l, name, n) && l[n] == ':') {
-			const char *v = l + n + 1, *e = strstr(v, "\r\n");
-
-			while (*v == ' ')
-				v++;
-			snprintf(out, outlen, "%.*s", (int)(e ? e - v : (long)strlen(v)), v);
-			return out;
-		}
-	}
-	return NULL;
-}
-
-static int send_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-/* Default answers: the bucket exists, no stale uploads. */
-static void fake_default(const struct fake_req *rq, struct fake_resp *r)
-{
-	static const char empty_uploads[] =
-	    "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListMultipartUploadsResult>"
-	    "<Bucket>bkt</Bucket><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>";
-
-	if (!strcmp(rq->method, "HEAD") && !strcmp(rq->target, "/bkt")) {
-		r->status = 200;
-	} else if (!strcmp(rq->method, "GET") && strstr(rq->target, "/bkt?") &&
-		   strstr(rq->target, "uploads=")) {
-		r->status = 200;
-		r->body = empty_uploads;
-		r->len = sizeof(empty_uploads) - 1;
-	} else {
-		r->status = 500;
-	}
-}
-
-static void *fake_conn_thread(void *arg)
-{
-	struct fake_conn *c = arg;
-	struct fake *f = c->f;
-	char *buf = malloc(65536);
-	size_t have = 0;
-
-	while (buf) {
-		struct fake_req rq = {0};
-		struct fake_resp r = {.send_only = -1};
-		char *end, cl[32], hash[80], head[1024], want[SIGV4_HASH_HEX];
-		size_t hlen, blen = 0;
-		char *body = NULL;
-		ssize_t n;
-
-		while (!(end = memmem(buf, have, "\r\n\r\n", 4))) {
-			n = recv(c->fd, buf + have, 65535 - have, 0);
-			if (n <= 0)
-				goto out;
-			have += (size_t)n;
-		}
-		hlen = (size_t)(end - buf) + 4;
-		buf[hlen - 2] = 0;
-		sscanf(buf, "%15s %511s", rq.method, rq.target);
-		snprintf(rq.headers, sizeof(rq.headers), "%s", strstr(buf, "\r\n") + 2);
-		if (hdr_get(rq.headers, "Content-Length", cl, sizeof(cl)))
-			blen = strtoul(cl, NULL, 10);
-		body = malloc(blen + 1);
-		if (!body)
-			goto out;
-		memcpy(body, buf + hlen, have - hlen < blen ? have - hlen : blen);
-		for (size_t got = have - hlen < blen ? have - hlen : blen; got < blen;) {
-			n = recv(c->fd, body + got, blen - got, 0);
-			if (n <= 0) {
-				free(body);
-				goto out;
-			}
-			got += (size_t)n;
-		}
-		body[blen] = 0;
-		if (have - hlen > blen)
-			memmove(buf, buf + hlen + blen, have - hlen - blen);
-		have = have - hlen > blen ? have - hlen - blen : 0;
-		rq.body = body;
-		rq.len = blen;
-		sigv4_sha256_hex(body, blen, want);
-		pthread_mutex_lock(&f->lock);
-		rq.n = f->n++;
-		if (rq.n < FAKE_LOG)
-			snprintf(f->log[rq.n], sizeof(f->log[0]), "%s %s", rq.method, rq.target);
-		if (!hdr_get(rq.headers, "x-amz-content-sha256", hash, sizeof(hash)) ||
-		    strcmp(hash, want))
-			f->hash_bad++;
-		if (!hdr_get(rq.headers, "Authorization", head, sizeof(head)) ||
-		    strncmp(head, "AWS4-HMAC-SHA256 Credential=AK/", 31))
-			f->auth_missing++;
-		if (strstr(rq.target, "uploadId=") && !strcmp(rq.method, "POST"))
-			snprintf(f->complete_body, sizeof(f->complete_body), "%s", body);
-		pthread_mutex_unlock(&f->lock);
-		f->fn(&rq, &r);
-		if (!r.status)
-			fake_default(&rq, &r);
-		snprintf(head, sizeof(head),
-			 "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: keep-alive\r\n%s\r\n",
-			 r.status, r.len, r.headers);
-		if (send_all(c->fd, head, strlen(head)) ||
-		    (strcmp(rq.method, "HEAD") &&
-		     send_all(c->fd, r.body, r.send_only < 0 ? r.len : (size_t)r.send_only)) ||
-		    r.send_only >= 0) {
-			free(body);
-			goto out;
-		}
-		free(body);
-	}
-out:
-	free(buf);
-	close(c->fd);
-	free(c);
-	return NULL;
-}
-
-static void *fake_accept_thread(void *arg)
-{
-	struct fake *f = arg;
-
-	for (;;) {
-		int fd = accept(f->lfd, NULL, NULL);
-		struct fake_conn *c;
-
-		if (fd < 0)
-			break;
-		c = malloc(sizeof(*c));
-		c->f = f;
-		c->fd = fd;
-		pthread_mutex_lock(&f->lock);
-		if (f->nconn < 64 &&
-		    pthread_create(&f->conn[f->nconn], NULL, fake_conn_thread, c) == 0)
-			f->nconn++;
-		else
-			close(fd), free(c);
-		pthread_mutex_unlock(&f->lock);
-	}
-	return NULL;
-}
-
 static int fake_setup(void **state)
 {
 	struct fake *f = calloc(1, sizeof(*f));
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t alen = sizeof(a);
 
 	assert_non_null(f);
-	pthread_mutex_init(&f->lock, NULL);
-	f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(f->lfd >= 0);
-	assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(f->lfd, 16), 0);
-	assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &alen), 0);
-	f->port = ntohs(a.sin_port);
+	f->srv = fake_s3_start();
+	assert_non_null(f->srv);
+	f->port = fake_s3_port(f->srv);
 	for (size_t i = 0; i < sizeof(f->data); i++)
 		f->data[i] = (uint8_t)(i * 7 + i / 4096);
-	f->fn = fake_default;
-	assert_int_equal(pthread_create(&f->acceptor, NULL, fake_accept_thread, f), 0);
-	setenv("AWS_ACCESS_KEY_ID", "AK", 1);
-	setenv("AWS_SECRET_ACCESS_KEY", "SK", 1);
 	FK = f;
 	*state = f;
 	return 0;
@@ -671,21 +468,14 @@ static int fake_teardown(void **state)
 	struct fake *f = *state;
 
 	store_close(f->st); /* closes the client connections: the conn threads end */
-	shutdown(f->lfd, SHUT_RDWR);
-	close(f->lfd);
-	pthread_join(f->acceptor, NULL);
-	for (int i = 0; i < f->nconn; i++)
-		pthread_join(f->conn[i], NULL);
-	pthread_mutex_destroy(&f->lock);
-	unsetenv("AWS_ACCESS_KEY_ID");
-	unsetenv("AWS_SECRET_ACCESS_KEY");
+	fake_s3_stop(f->srv);
 	spw_log_level = LOG_INFO;
 	free(f);
 	FK = NULL;
 	return 0;
 }
 
-static void fake_open(struct fake *f, fake_fn fn)
+static void fake_open(struct fake *f, fake_s3_fn fn)
 {
 	char ep[64], err[256];
 	struct s3_config cfg = {.url = "s3://bkt/p",
@@ -695,33 +485,14 @@ static void fake_open(struct fake *f, fake_fn fn)
 				.io_workers = 2};
 
 	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", f->port);
-	f->fn = fn;
+	fake_s3_set_handler(f->srv, fn);
 	spw_log_level = LOG_EMERG; /* retries are expected here; keep the output clean */
 	assert_int_equal(store_s3_open(&cfg, &f->st, err, sizeof(err)), 0);
 }
 
-/* Requests so far whose "METHOD target" starts with prefix. */
-static int fake_count(struct fake *f, const char *prefix)
-{
-	int n = 0;
-
-	pthread_mutex_lock(&f->lock);
-	for (int i = 0; i < f->n && i < FAKE_LOG; i++)
-		n += !strncmp(f->log[i], prefix, strlen(prefix));
-	pthread_mutex_unlock(&f->lock);
-	return n;
-}
-
 static int count_of(const char *method, const char *target_part)
 {
-	int n = 0;
-
-	pthread_mutex_lock(&FK->lock);
-	for (int i = 0; i < FK->n && i < FAKE_LOG; i++)
-		n += !strncmp(FK->log[i], method, strlen(method)) &&
-		     FK->log[i][strlen(method)] == ' ' && strstr(FK->log[i], target_part);
-	pthread_mutex_unlock(&FK->lock);
-	return n;
+	return fake_s3_count_of(FK->srv, method, target_part);
 }
 
 static void put_bytes(struct store *st, uint64_t id, size_t len, int expect)
@@ -746,7 +517,7 @@ static void put_bytes(struct store *st, uint64_t id, size_t len, int expect)
 #define SLOWDOWN                                                                                   \
 	"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
 
-static void fn_put_throttled(const struct fake_req *rq, struct fake_resp *r)
+static void fn_put_throttled(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
 	if (strcmp(rq->method, "PUT"))
 		return;
@@ -767,20 +538,20 @@ static void test_fake_put_retried_on_slowdown(void **state)
 
 	fake_open(f, fn_put_throttled);
 	put_bytes(f->st, 1, 8192, 0);
-	assert_int_equal(fake_count(f, "PUT /bkt/p/seg-0000000000000001.spw"), 3);
-	assert_int_equal(f->hash_bad, 0);
-	assert_int_equal(f->auth_missing, 0);
+	assert_int_equal(fake_s3_count(f->srv, "PUT /bkt/p/seg-0000000000000001.spw"), 3);
+	assert_int_equal(fake_s3_hash_bad(f->srv), 0);
+	assert_int_equal(fake_s3_auth_missing(f->srv), 0);
 }
 
 /* GETs: the requested range of f->data; the first one is cut short (truncated body). */
-static void fn_get_truncated_once(const struct fake_req *rq, struct fake_resp *r)
+static void fn_get_truncated_once(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
 	char range[64];
 	unsigned long a, b;
 
 	if (strcmp(rq->method, "GET") || !strstr(rq->target, "/seg-"))
 		return;
-	if (!hdr_get(rq->headers, "Range", range, sizeof(range)) ||
+	if (!fake_s3_header(rq->headers, "Range", range, sizeof(range)) ||
 	    sscanf(range, "bytes=%lu-%lu", &a, &b) != 2 || b >= sizeof(FK->data)) {
 		r->status = 416;
 		return;
@@ -808,7 +579,7 @@ static void test_fake_read_truncated_retried(void **state)
 	assert_int_equal(count_of("GET", "/bkt/p/seg-0000000000000002.spw"), 3);
 }
 
-static void fn_get_short_206(const struct fake_req *rq, struct fake_resp *r)
+static void fn_get_short_206(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
 	if (strcmp(rq->method, "GET") || !strstr(rq->target, "/seg-"))
 		return;
@@ -832,7 +603,7 @@ static void test_fake_short_object_not_retried(void **state)
 #define ACCESS_DENIED "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
 #define BAD_ARG	      "<Error><Code>InvalidArgument</Code><Message>nope</Message></Error>"
 
-static void fn_4xx(const struct fake_req *rq, struct fake_resp *r)
+static void fn_4xx(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
 	if (!strcmp(rq->method, "GET") && strstr(rq->target, "/seg-")) {
 		r->status = 403;
@@ -860,7 +631,7 @@ static void test_fake_4xx_fail_fast(void **state)
 static int
     complete_mode; /* 0: Error AccessDenied; 1: InternalError once then OK; 2: part 2 fails */
 
-static void fn_multipart(const struct fake_req *rq, struct fake_resp *r)
+static void fn_multipart(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
 	static const char init[] = "<InitiateMultipartUploadResult><Bucket>bkt</Bucket>"
 				   "<Key>k</Key><UploadId>up/1</UploadId>"
@@ -906,6 +677,7 @@ static void fn_multipart(const struct fake_req *rq, struct fake_resp *r)
 static void test_fake_complete_error_aborts(void **state)
 {
 	struct fake *f = *state;
+	char complete[4096];
 
 	complete_mode = 0;
 	fake_open(f, fn_multipart);
@@ -919,9 +691,10 @@ static void test_fake_complete_error_aborts(void **state)
 	}
 	assert_int_equal(count_of("POST", "?uploadId=up%2F1"), 1); /* not retried */
 	assert_int_equal(count_of("DELETE", "/bkt/p/seg-0000000000000005.spw?uploadId=up%2F1"), 1);
-	assert_non_null(strstr(f->complete_body, "<Part><PartNumber>3</PartNumber>"
-						 "<ETag>\"e3&amp;\"</ETag></Part>"));
-	assert_int_equal(f->hash_bad, 0);
+	fake_s3_complete_body(f->srv, complete, sizeof(complete));
+	assert_non_null(strstr(complete, "<Part><PartNumber>3</PartNumber>"
+					 "<ETag>\"e3&amp;\"</ETag></Part>"));
+	assert_int_equal(fake_s3_hash_bad(f->srv), 0);
 }
 
 static void test_fake_complete_internal_error_retried(void **state)
@@ -950,7 +723,7 @@ static void test_fake_part_failure_aborts(void **state)
 	assert_int_equal(count_of("DELETE", "?uploadId=up%2F1"), 1);
 }
 
-static void fn_list_pages(const struct fake_req *rq, struct fake_resp *r)
+static void fn_list_pages(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
 	static const char page1[] =
 	    "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>bkt</Name>"
@@ -998,7 +771,7 @@ static void test_fake_list_pagination(void **state)
 	assert_int_equal(count_of("GET", "continuation-token=t%2F1%2B%3D"), 1);
 }
 
-static void fn_stale_uploads(const struct fake_req *rq, struct fake_resp *r)
+static void fn_stale_uploads(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
 	static const char uploads[] =
 	    "<ListMultipartUploadsResult><Bucket>bkt</Bucket><IsTruncated>false</IsTruncated>"
@@ -1025,7 +798,7 @@ static void test_fake_open_aborts_stale_uploads(void **state)
 	assert_int_equal(count_of("DELETE", ""), 1);
 }
 
-static void fn_head_delete(const struct fake_req *rq, struct fake_resp *r)
+static void fn_head_delete(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
 	static const char none[] = "";
 
@@ -1050,7 +823,7 @@ static void test_fake_remove(void **state)
 	assert_int_equal(store_remove(f->st, 8, 1), -EINVAL);
 }
 
-static void fn_head_500(const struct fake_req *rq, struct fake_resp *r)
+static void fn_head_500(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
 	if (!strcmp(rq->method, "HEAD"))
 		r->status = 500;
@@ -1064,7 +837,7 @@ static void test_fake_open_gives_up(void **state)
 	struct store *st = NULL;
 
 	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", f->port);
-	f->fn = fn_head_500;
+	fake_s3_set_handler(f->srv, fn_head_500);
 	spw_log_level = LOG_EMERG;
 	assert_int_equal(store_s3_open(&cfg, &st, err, sizeof(err)), -EIO);
 	assert_null(st);

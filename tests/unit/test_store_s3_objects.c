@@ -9,7 +9,7 @@
  * delete, paged listing with and without a sub-prefix, the segment list
  * ignoring named objects, discovery from a base prefix, traffic next to
  * segment puts from other threads, and refused names.
- * Scripted half, against a small HTTP server in this file, for what s3rver
+ * Scripted half, against the scripted server of fake_s3.c, for what s3rver
  * cannot show: the parts of a multipart object put, a failed put that
  * keeps the key, a read of an object replaced mid-way, an empty object
  * as S3 answers it (416 to a ranged GET), and which
@@ -23,6 +23,7 @@
 
 #include "common/log.h"
 #include "tier/store/store_s3.h"
+#include "tests/unit/fake_s3.h"
 #include "tests/unit/s3rver_fixture.h"
 
 #include <arpa/inet.h>
@@ -523,18 +524,11 @@ static void test_bad_names(void **state)
 	store_close(st);
 }
 
-/* ---- a scripted S3 server on loopback ---- */
-
-#define FAKE_LOG 256
+/* ---- a scripted S3 server on loopback (fake_s3.c), and its script ---- */
 
 struct fake {
-	int lfd, port;
-	pthread_t acceptor;
-	pthread_t conn[32];
-	int nconn;
-	pthread_mutex_t lock;
-	int n;			 /* protected by lock: requests so far */
-	char log[FAKE_LOG][300]; /* protected by lock: "METHOD target" */
+	struct fake_s3 *srv;
+	pthread_mutex_t lock; /* the script's counters below */
 	/* script, set while no request is in flight */
 	const char *uploads_xml; /* the ListMultipartUploads answer (filtered by prefix) */
 	int complete_status;	 /* status of CompleteMultipartUpload, 0: 200 */
@@ -552,43 +546,6 @@ struct fake {
 };
 
 static struct fake F;
-
-struct fake_conn {
-	int fd;
-};
-
-static const char *hdr_get(const char *headers, const char *name, char *out, size_t outlen)
-{
-	size_t n = strlen(name);
-
-	for (const char *l = headers; l && *l;
-	     l = strstr(l, "\r\n") ? strstr(l, "\r\n") + 2 : NULL) {
-		if (!strncasecmp(l, name, n) && l[n] == ':') {
-			const char *v = l + n + 1, *e = strstr(v, "\r\n");
-
-			while (*v == ' ')
-				v++;
-			snprintf(out, outlen, "%.*s", (int)(e ? e - v : (long)strlen(v)), v);
-			return out;
-		}
-	}
-	return NULL;
-}
-
-static int send_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 /* The uploads of F.uploads_xml whose key starts with the request's prefix= (decoded). */
 static char *fake_uploads(const char *target)
@@ -692,14 +649,14 @@ static int fake_answer(const char *method, const char *target, const char *heade
 		snprintf(hdrs, hlen, "ETag: \"s\"\r\n");
 		return 200;
 	}
-	if (!strcmp(method, "GET") && F.empty && hdr_get(headers, "Range", range, sizeof(range))) {
+	if (!strcmp(method, "GET") && F.empty && fake_s3_header(headers, "Range", range, sizeof(range))) {
 		static const char bad_range[] = "<Error><Code>InvalidRange</Code></Error>";
 
 		*resp = strdup(bad_range);
 		*rlen = strlen(bad_range);
 		return 416;
 	}
-	if (!strcmp(method, "GET") && F.vlen && hdr_get(headers, "Range", range, sizeof(range))) {
+	if (!strcmp(method, "GET") && F.vlen && fake_s3_header(headers, "Range", range, sizeof(range))) {
 		unsigned long long a = 0, b = 0;
 		int g, ver;
 
@@ -721,113 +678,31 @@ static int fake_answer(const char *method, const char *target, const char *heade
 	return 500;
 }
 
-static void *fake_conn_thread(void *arg)
+/* The script as a fake_s3 handler. */
+static void fake_handler(const struct fake_s3_req *rq, struct fake_s3_resp *r)
 {
-	struct fake_conn *c = arg;
-	char *buf = malloc(65536);
-	size_t have = 0;
+	char *resp;
+	size_t rlen;
 
-	while (buf) {
-		char method[16] = "", target[256] = "", headers[4096], cl[32], hdrs[256], head[512];
-		char *end, *body, *resp;
-		size_t hlen, blen = 0, rlen;
-		ssize_t n;
-		int status;
-
-		while (!(end = memmem(buf, have, "\r\n\r\n", 4))) {
-			n = recv(c->fd, buf + have, 65535 - have, 0);
-			if (n <= 0)
-				goto out;
-			have += (size_t)n;
-		}
-		hlen = (size_t)(end - buf) + 4;
-		buf[hlen - 2] = 0;
-		sscanf(buf, "%15s %255s", method, target);
-		snprintf(headers, sizeof(headers), "%s", strstr(buf, "\r\n") + 2);
-		if (hdr_get(headers, "Content-Length", cl, sizeof(cl)))
-			blen = strtoul(cl, NULL, 10);
-		body = malloc(blen + 1);
-		if (!body)
-			goto out;
-		memcpy(body, buf + hlen, have - hlen < blen ? have - hlen : blen);
-		for (size_t got = have - hlen < blen ? have - hlen : blen; got < blen;) {
-			n = recv(c->fd, body + got, blen - got, 0);
-			if (n <= 0) {
-				free(body);
-				goto out;
-			}
-			got += (size_t)n;
-		}
-		if (have - hlen > blen)
-			memmove(buf, buf + hlen + blen, have - hlen - blen);
-		have = have - hlen > blen ? have - hlen - blen : 0;
-		pthread_mutex_lock(&F.lock);
-		if (F.n < FAKE_LOG)
-			snprintf(F.log[F.n], sizeof(F.log[0]), "%s %s", method, target);
-		F.n++;
-		pthread_mutex_unlock(&F.lock);
-		status = fake_answer(method, target, headers, body, blen, hdrs, sizeof(hdrs), &resp,
-				     &rlen);
-		free(body);
-		snprintf(head, sizeof(head),
-			 "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: keep-alive\r\n%s\r\n",
-			 status, rlen, hdrs);
-		if (send_all(c->fd, head, strlen(head)) ||
-		    (strcmp(method, "HEAD") && rlen && send_all(c->fd, resp, rlen))) {
-			free(resp);
-			goto out;
-		}
-		free(resp);
-	}
-out:
-	free(buf);
-	close(c->fd);
-	free(c);
-	return NULL;
-}
-
-static void *fake_accept_thread(void *arg)
-{
-	for (;;) {
-		int fd = accept(F.lfd, NULL, NULL);
-		struct fake_conn *c;
-
-		if (fd < 0)
-			break;
-		c = malloc(sizeof(*c));
-		c->fd = fd;
-		pthread_mutex_lock(&F.lock);
-		if (F.nconn < 32 &&
-		    pthread_create(&F.conn[F.nconn], NULL, fake_conn_thread, c) == 0)
-			F.nconn++;
-		else
-			close(fd), free(c);
-		pthread_mutex_unlock(&F.lock);
-	}
-	return NULL;
+	r->status = fake_answer(rq->method, rq->target, rq->headers, rq->body, rq->len,
+				r->headers, sizeof(r->headers), &resp, &rlen);
+	r->body = resp;
+	r->len = rlen;
+	r->owned = resp;
 }
 
 static int fake_setup(void **state)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t alen = sizeof(a);
-
 	memset(&F, 0, sizeof(F));
 	pthread_mutex_init(&F.lock, NULL);
 	F.asm_cap = 16 * PART;
 	F.asm_buf = malloc(F.asm_cap);
-	F.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (!F.asm_buf || F.lfd < 0 || bind(F.lfd, (struct sockaddr *)&a, sizeof(a)) ||
-	    listen(F.lfd, 16) || getsockname(F.lfd, (struct sockaddr *)&a, &alen) ||
-	    pthread_create(&F.acceptor, NULL, fake_accept_thread, NULL)) {
-		if (F.lfd >= 0)
-			close(F.lfd);
+	F.srv = F.asm_buf ? fake_s3_start() : NULL;
+	if (!F.srv) {
 		free(F.asm_buf);
 		return -1;
 	}
-	F.port = ntohs(a.sin_port);
-	setenv("AWS_ACCESS_KEY_ID", "AK", 1);
-	setenv("AWS_SECRET_ACCESS_KEY", "SK", 1);
+	fake_s3_set_handler(F.srv, fake_handler);
 	return 0;
 }
 
@@ -835,15 +710,9 @@ static int fake_teardown(void **state)
 {
 	store_close(F.st); /* closes the client connections: the conn threads end */
 	F.st = NULL;
-	shutdown(F.lfd, SHUT_RDWR);
-	close(F.lfd);
-	pthread_join(F.acceptor, NULL);
-	for (int i = 0; i < F.nconn; i++)
-		pthread_join(F.conn[i], NULL);
+	fake_s3_stop(F.srv);
 	pthread_mutex_destroy(&F.lock);
 	free(F.asm_buf);
-	unsetenv("AWS_ACCESS_KEY_ID");
-	unsetenv("AWS_SECRET_ACCESS_KEY");
 	spw_log_level = LOG_INFO;
 	return 0;
 }
@@ -856,49 +725,31 @@ static struct store *fake_open(const char *prefix)
 	struct store *st = NULL;
 
 	snprintf(url, sizeof(url), "s3://bkt/%s", prefix);
-	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", F.port);
+	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", fake_s3_port(F.srv));
 	assert_int_equal(store_s3_open(&cfg, &st, err, sizeof(err)), 0);
 	return st;
 }
 
-/* Requests so far whose "METHOD target" starts with prefix. */
 static int fake_count(const char *prefix)
 {
-	int n = 0;
-
-	pthread_mutex_lock(&F.lock);
-	for (int i = 0; i < F.n && i < FAKE_LOG; i++)
-		n += !strncmp(F.log[i], prefix, strlen(prefix));
-	pthread_mutex_unlock(&F.lock);
-	return n;
+	return fake_s3_count(F.srv, prefix);
 }
 
-/* Requests so far that are exactly "METHOD target". */
 static int fake_count_exact(const char *req)
 {
-	int n = 0;
-
-	pthread_mutex_lock(&F.lock);
-	for (int i = 0; i < F.n && i < FAKE_LOG; i++)
-		n += !strcmp(F.log[i], req);
-	pthread_mutex_unlock(&F.lock);
-	return n;
+	return fake_s3_count_exact(F.srv, req);
 }
 
 static int fake_total(void)
 {
-	int n;
-
-	pthread_mutex_lock(&F.lock);
-	n = F.n;
-	pthread_mutex_unlock(&F.lock);
-	return n;
+	return fake_s3_total(F.srv);
 }
 
+/* Forget the requests so far and what the script saw of them. */
 static void fake_reset_log(void)
 {
+	fake_s3_reset_log(F.srv);
 	pthread_mutex_lock(&F.lock);
-	F.n = 0;
 	F.gets = 0;
 	F.asm_len = 0;
 	memset(F.part_len, 0, sizeof(F.part_len));

@@ -23,7 +23,7 @@
 enum { XS_IDLE, XS_WAITING, XS_RUNNING, XS_DONE };
 
 struct s3_xfer {
-	/* request, set before xfer_submit() */
+	/* request, set before s3_xfer_submit() or s3_xfer_run() */
 	const char *method;
 	const char *key; /* NULL: the bucket */
 	struct sigv4_kv q[4];

@@ -1,7 +1,7 @@
 /*
  * store — the cold store interface: put a segment, read a byte range of it,
  * delete it, report capacity, list what is there. One const struct store_ops
- * per backend (nvme now, s3 later), called through the store_*() helpers.
+ * per backend (store_nvme.c, store_s3.c), called through the store_*() helpers.
  * Guarantees: a segment is visible (read/list) under its id only after
  * put_finish returned 0, and then it is durable; a failed or aborted put
  * leaves nothing behind under the final name.

@@ -1,0 +1,211 @@
+"""
+lib.tier - fixtures for mounts with a cold tier: what is in a cold directory
+(seg_files, segments_in, temps_in) and in hot_dir (hot_alloc), the virtual
+xattrs (stats_of, file_state, and FileOps for test cases), TierCase (a mount
+with one or more NVMe cold directories) and Tmpfs (a small tmpfs, for cold
+directories that fill up).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import harness
+from lib.data import MiB, content, first_diff, open_uncached
+
+# --------------------------------------------------------------------------
+# cold directories and hot_dir
+
+
+def hot_alloc(hot_dir):
+    """Bytes the hot files really allocate (independent of the daemon's count)."""
+    total = 0
+    try:
+        with os.scandir(hot_dir) as it:
+            for e in it:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if not e.name.startswith("."):
+                    total += st.st_blocks * 512
+    except FileNotFoundError:
+        pass
+    return total
+
+
+def seg_files(d):
+    """{name: size} of the finished segments in cold directory d."""
+    out = {}
+    for n in os.listdir(d):
+        if n.startswith("seg-") and n.endswith(".spw"):
+            try:
+                out[n] = os.stat(os.path.join(d, n)).st_size
+            except FileNotFoundError:
+                pass
+    return out
+
+
+def cold_scan(cold, skip=(".spillway",)):
+    """{relative path: size} of the files under a cold directory (segments,
+    temp segments), leaving out the state directory and lock files."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(cold):
+        if dirpath == cold:
+            dirnames[:] = [d for d in dirnames if d not in skip]
+        for n in filenames:
+            if n.endswith(".lock"):
+                continue
+            p = os.path.join(dirpath, n)
+            try:
+                out[os.path.relpath(p, cold)] = os.lstat(p).st_size
+            except FileNotFoundError:
+                pass
+    return out
+
+
+def segments_in(cold):
+    return {p: s for p, s in cold_scan(cold).items()
+            if os.path.basename(p).startswith("seg-")}
+
+
+def temps_in(cold):
+    return [p for p in cold_scan(cold) if os.path.basename(p).startswith(".tmp")]
+
+
+
+# --------------------------------------------------------------------------
+# the virtual xattrs
+
+
+def stats_of(mnt):
+    """The mount's user.spillway.stats, parsed."""
+    return json.loads(os.getxattr(mnt, "user.spillway.stats"))
+
+
+def file_state(path):
+    """A file's user.spillway.state as {"hot": n, "cold": n, ...}."""
+    s = os.getxattr(path, "user.spillway.state").decode()
+    return {k: int(v) for k, v in (f.split("=") for f in s.split())}
+
+
+class FileOps:
+    """Mixin for test cases: the per-file xattrs, and assertContent."""
+
+    def state(self, path):
+        return file_state(path)
+
+    def evict(self, path):
+        os.setxattr(path, "user.spillway.evict", b"1")
+
+    def warm(self, path):
+        os.setxattr(path, "user.spillway.warm", b"1")
+
+    def pin(self, path, on):
+        os.setxattr(path, "user.spillway.pin", b"1" if on else b"0")
+
+    def content_log(self):
+        """What a content mismatch adds to its message (a log tail, or "")."""
+        return ""
+
+    def assertContent(self, path, tag, size, msg=""):
+        """The whole file equals content(tag, 0, size), read uncached."""
+        fd = open_uncached(path)
+        try:
+            self.assertEqual(os.fstat(fd).st_size, size, "%s: size %s" % (path, msg))
+            for off in range(0, size, 4 * MiB):
+                n = min(4 * MiB, size - off)
+                got = os.pread(fd, n, off)
+                exp = content(tag, off, n)
+                if got != exp:
+                    d = first_diff(got, exp)
+                    self.fail("%s: wrong data at offset %d (in the read at %d, which got %d "
+                              "bytes; zeros there: %s) %s\n%s"
+                              % (path, off + d, off, len(got), got[d:d + 16].count(0) == 16,
+                                 msg, self.content_log()))
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# a mount with a cold tier
+
+
+class TierCase(FileOps, harness.SpwTestCase):
+    """A mount with a cold tier; helpers for the virtual xattrs."""
+
+    timeout = 90
+
+    def cold_dir(self, parent="/var/tmp"):
+        d = tempfile.mkdtemp(prefix="spw-cold-", dir=parent)
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
+    def tier_mount(self, hot_size="64M", chunk_size="1M", cold=None, **opts):
+        """Mount with cold directories `cold` (default: one fresh dir).
+        Extra options as keywords (min_spill_size="16M", restore="lazy")."""
+        if cold is None:
+            cold = [self.cold_dir()]
+        self.cold = list(cold)
+        o = ["chunk_size=" + chunk_size, "nvme=" + ":".join(self.cold)]
+        o += ["%s=%s" % (k, v) for k, v in opts.items()]
+        self.m = self.mount(hot_size=hot_size, opts=o)
+        self.mnt = self.m.mnt
+        return self.m
+
+    def p(self, name):
+        return self.m.path(name)
+
+    def stats(self):
+        return stats_of(self.mnt)
+
+    def poll(self, pred, timeout, what):
+        return harness.wait_until(pred, timeout, what, interval=0.02)
+
+    def all_segs(self):
+        out = set()
+        for d in self.cold:
+            out |= {os.path.join(d, n) for n in seg_files(d)}
+        return out
+
+    def content_log(self):
+        return self.m.log_text(20)
+
+
+# --------------------------------------------------------------------------
+# small tmpfs mounts for cold directories that fill up
+
+
+class Tmpfs:
+    """A tmpfs of `size` on a fresh directory. Registered with the harness
+    like a mount, so signals and the watchdog unmount it too."""
+
+    def __init__(self, size):
+        self.mnt = tempfile.mkdtemp(prefix="spw-cold-tmpfs-")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "tmpfs",
+                            self.mnt], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if r.returncode != 0:
+            os.rmdir(self.mnt)
+            raise AssertionError("mount -t tmpfs failed: %s" % r.stdout.decode(errors="replace"))
+        with harness._live_lock:
+            harness._live.append(self)
+
+    def abort(self):
+        pass
+
+    def stop(self):
+        if harness.is_mounted(self.mnt):
+            if subprocess.run(["umount", self.mnt], stderr=subprocess.DEVNULL).returncode != 0:
+                subprocess.run(["umount", "-l", self.mnt], stderr=subprocess.DEVNULL)
+        if not harness.is_mounted(self.mnt):
+            try:
+                os.rmdir(self.mnt)
+            except OSError:
+                pass
+        with harness._live_lock:
+            if self in harness._live:
+                harness._live.remove(self)
+
+
