@@ -241,47 +241,68 @@ static int write_file(struct tier *t)
 	return 0;
 }
 
+/* The writer thread's own state (t->metrics). */
+struct metrics {
+	pthread_t th;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int stop; /* under lock */
+};
+
 static void *metrics_thread(void *arg)
 {
 	struct tier *t = arg;
-	pthread_mutex_lock(&t->mlock);
-	while (!t->mstop) {
+	struct metrics *m = t->metrics;
+	pthread_mutex_lock(&m->lock);
+	while (!m->stop) {
 		struct timespec dl;
 		int ret;
-		pthread_mutex_unlock(&t->mlock);
+		pthread_mutex_unlock(&m->lock);
 		if ((ret = write_file(t)) < 0)
 			log_warn("metrics: cannot write %s: %s", t->cfg->metrics, strerror(-ret));
-		pthread_mutex_lock(&t->mlock);
+		pthread_mutex_lock(&m->lock);
 		dl = clock_deadline_ms(t->cfg->metrics_interval_ms);
-		while (!t->mstop && pthread_cond_timedwait(&t->mcond, &t->mlock, &dl) == 0)
+		while (!m->stop && pthread_cond_timedwait(&m->cond, &m->lock, &dl) == 0)
 			;
 	}
-	pthread_mutex_unlock(&t->mlock);
+	pthread_mutex_unlock(&m->lock);
 	write_file(t); /* the last word */
 	return NULL;
 }
 
 int metrics_start(struct tier *t)
 {
+	struct metrics *m;
 	int ret;
 	if (!t->cfg->metrics)
 		return 0;
-	pthread_mutex_init(&t->mlock, NULL);
-	pthread_cond_init(&t->mcond, NULL);
-	if ((ret = pthread_create(&t->metrics_th, NULL, metrics_thread, t)) != 0)
+	if (!(m = calloc(1, sizeof(*m))))
+		return -ENOMEM;
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->cond, NULL);
+	t->metrics = m;
+	if ((ret = pthread_create(&m->th, NULL, metrics_thread, t)) != 0) {
+		t->metrics = NULL;
+		pthread_cond_destroy(&m->cond);
+		pthread_mutex_destroy(&m->lock);
+		free(m);
 		return -ret;
-	t->metrics_started = 1;
+	}
 	return 0;
 }
 
 void metrics_stop(struct tier *t)
 {
-	if (!t->metrics_started)
+	struct metrics *m = t->metrics;
+	if (!m)
 		return;
-	pthread_mutex_lock(&t->mlock);
-	t->mstop = 1;
-	pthread_cond_signal(&t->mcond);
-	pthread_mutex_unlock(&t->mlock);
-	pthread_join(t->metrics_th, NULL);
-	t->metrics_started = 0;
+	pthread_mutex_lock(&m->lock);
+	m->stop = 1;
+	pthread_cond_signal(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	pthread_join(m->th, NULL);
+	pthread_cond_destroy(&m->cond);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+	t->metrics = NULL;
 }

@@ -79,14 +79,18 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	pthread_mutex_init(&t->rlock, NULL);
 	pthread_mutex_init(&t->plock, NULL);
 	pthread_cond_init(&t->rcond, NULL);
-	pthread_mutex_init(&t->ilock, NULL);
-	pthread_cond_init(&t->icond, NULL);
+	if ((ret = inval_new(t)) < 0) {
+		segtab_free(t->segtab);
+		free(t);
+		return ret;
+	}
 	if (cfg->io_psync)
 		uring_disable();
 	if (getrandom(t->uuid, sizeof(t->uuid), 0) != sizeof(t->uuid))
 		memset(t->uuid, 0x5a, sizeof(t->uuid));
 	/* the state first: it has the filesystem's uuid the stores are named by */
 	if ((ret = recover_open(t, err, errlen)) < 0) {
+		inval_free(t);
 		segtab_free(t->segtab);
 		free(t);
 		return ret;
@@ -119,6 +123,7 @@ fail:
 		close(t->nvme_locks[i]);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
+	inval_free(t);
 	segtab_free(t->segtab);
 	free(t);
 	return ret;
@@ -230,7 +235,7 @@ void tier_detach(struct tier *t)
 	int flush;
 	if (!t || !t->jrnl)
 		return; /* volatile: the index drops every hot file as it is freed */
-	t->inval = NULL; /* the FUSE session is gone: no page cache to drop, */
+	inval_set(t, NULL, NULL); /* the FUSE session is gone: no page cache to drop, */
 	t->pt = NULL;	 /* and no kernel reads a hot file any more */
 	flush = t->store && !t->cfg->keep_hot;
 	if (flush && t->cold_failing) {
@@ -281,10 +286,11 @@ int tier_start(struct tier *t)
 		return ret;
 	if ((ret = pressure_start(t->pressure)) < 0)
 		return ret;
-	if (!t->store)
-		return 0;
+	/* with or without a cold tier: the last close drops the kernel's copy */
 	if ((ret = inval_start(t)) < 0)
 		return ret;
+	if (!t->store)
+		return 0;
 	if ((ret = restore_start(t)) < 0)
 		return ret;
 	if ((ret = maint_start(t)) < 0)
@@ -296,11 +302,11 @@ void tier_stop(struct tier *t)
 {
 	pressure_stop(t->pressure);
 	metrics_stop(t);
-	if (!t->store)
-		return;
-	evict_stop(t);
-	maint_stop(t);
-	restore_stop(t);
+	if (t->store) {
+		evict_stop(t);
+		maint_stop(t);
+		restore_stop(t);
+	}
 	inval_stop(t);
 }
 
@@ -323,6 +329,7 @@ void tier_free(struct tier *t)
 	segtab_free(t->segtab);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
+	inval_free(t);
 	pthread_cond_destroy(&t->room);
 	pthread_cond_destroy(&t->wake);
 	pthread_cond_destroy(&t->rcond);
@@ -334,8 +341,7 @@ void tier_free(struct tier *t)
 
 void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg)
 {
-	t->inval = fn;
-	t->inval_arg = arg;
+	inval_set(t, fn, arg);
 }
 
 

@@ -19,7 +19,8 @@ struct store;
 struct pressure;
 struct restore_job;
 struct rst_part;
-struct inval_job;
+struct inval;
+struct metrics;
 struct spill_pool;
 struct maint;
 struct tier_pt_ops;
@@ -79,9 +80,8 @@ struct tier {
 	int nvme_locks[64];  /* flock'ed .spillway.lock in each cold directory */
 	int nvme_nlocks;
 	uint64_t chunk_size;
-	/* tier_inval_fn (tier.h), spelled out: this header needs no module's API */
-	void (*inval)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
-	void *inval_arg;
+	struct inval *inval;	 /* page-cache invalidations (inval.c) */
+	struct metrics *metrics; /* the metrics file's writer (metrics.c); NULL: none */
 	/* passthrough (tier_set_passthrough): NULL, off; set before serving */
 	const struct tier_pt_ops *pt;
 	struct tier_stats st;
@@ -117,22 +117,6 @@ struct tier {
 
 	/* the maintenance worker: delete, compact, demote jobs (maint.c) */
 	struct maint *maint;
-
-	/* page-cache invalidations, sent by their own thread: the kernel may
-	 * wait on page locks held by reads that wait for us */
-	pthread_mutex_t ilock;
-	pthread_cond_t icond;
-	struct inval_job *iq; /* protected by ilock */
-	int istop;	      /* protected by ilock */
-	pthread_t inval_th;
-	int inval_started;
-
-	/* metrics file writer */
-	pthread_t metrics_th;
-	int metrics_started;
-	pthread_mutex_t mlock;
-	pthread_cond_t mcond;
-	int mstop; /* protected by mlock */
 
 	/* restore workers; queues protected by rlock */
 	pthread_mutex_t rlock;
@@ -199,9 +183,15 @@ size_t demote_pick(struct tier *t, uint64_t *ids, size_t max);
 int demote_segment(struct tier *t, uint64_t id);
 
 /* inval.c */
-/* Queue a page-cache invalidation of [off, off+len) of ino (never blocks). */
+/* Queue a page-cache invalidation of [off, off+len) of ino (len 0: to the
+ * end; never blocks). */
 void inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len);
-/* The sending thread (needs t->inval set to send anything). 0 or -errno. */
+/* t->inval made (tier_new) and freed (tier_free, after inval_stop). */
+int inval_new(struct tier *t);
+void inval_free(struct tier *t);
+/* The fs layer's sender (tier_inval_fn; NULL: send nothing). */
+void inval_set(struct tier *t, void (*fn)(void *, uint64_t, uint64_t, uint64_t), void *arg);
+/* The sending thread (sends only once inval_set named a sender). 0 or -errno. */
 int inval_start(struct tier *t);
 void inval_stop(struct tier *t);
 
