@@ -3,7 +3,8 @@
  * _end, tier_write_begin / _end, read-ahead), opens and closes (FUSE
  * passthrough of files all in RAM), truncate, fallocate, lseek, fsync, and
  * the per-file controls (state, pin, evict, warm). The handle's lifecycle
- * is tier.c.
+ * is tier.c. Threading: every call is thread-safe; callers hold no inode
+ * lock (tier.h).
  *
  * DESIGN
  * - The data path: fs/ brackets every read and write with tier_*_begin and tier_*_end.

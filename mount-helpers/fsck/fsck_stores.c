@@ -5,7 +5,7 @@
  * (struct found) with its header and footer read once, the footers indexed
  * by (ino, chunk), and chunk records read back and verified.
  * Guarantees: a segment is read only through tier/'s segment readers (every
- * byte crc-checked); nothing here changes a store.
+ * byte crc-checked); no segment is written or removed here.
  * Single-threaded.
  */
 #include "mount-helpers/fsck/fsck_i.h"
