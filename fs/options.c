@@ -1,4 +1,9 @@
 /*
+ * options.c — the mount options' table, their parsing (steps 1-3 below),
+ * the rules between options, and the option lists rendered as --help, man
+ * page and README text. The checks that look at the world (step 4) are in
+ * options_check.c; options_i.h carries what the two share.
+ *
  * DESIGN. Every mount option is one row of opt_table[] below: its name, its
  * kind (how the value is spelled), the field of struct spw_config it fills,
  * its bounds, its default, and its help, README and man text. opt_parse
@@ -9,56 +14,27 @@
  *   3. values: each given value parsed and bounded by its kind (pure);
  *   4. world: rows with a check hook look at the filesystem in table order
  *      (hot_dir first: it may be created, and is removed on any failure);
- *      then computed defaults and the cross-field rules (opt_cross).
+ *      then computed defaults (those two: options_check.c) and the
+ *      cross-field rules (opt_cross).
  * A failure is one line: "option 'NAME': invalid value 'VALUE': ACCEPTED".
  * --help, the man page's option list and the README's options table are
  * rendered from the same rows by opt_doc().
  */
-#include "fs/options.h"
+#include "fs/options_i.h"
 
 #include "common/log.h"
 #include "common/size.h"
 #include "tier/hot.h"
 #include "tier/store/store_s3.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <mntent.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
-
-/* What opt_parse carries between its steps. */
-struct opt_ctx {
-	struct spw_config *cfg;
-	char *raw[OPT_COUNT_MAX]; /* the value given for each row, or NULL */
-	int given[OPT_COUNT_MAX]; /* the row was named (flags: set) */
-	char *bad;		  /* first unknown option */
-	char *created;		  /* hot_dir made here: removed again on failure */
-	char *default_dir;	  /* the default hot_dir's name, when it existed */
-	char *err;
-	size_t errlen;
-};
-
-static int check_hot_dir(struct opt_ctx *c, const char *v);
-static char *spillway_mount_of(const char *path);
-static int check_nvme(struct opt_ctx *c, const char *v);
-static int check_s3(struct opt_ctx *c, const char *v);
-static int check_s3_endpoint(struct opt_ctx *c, const char *v);
-static int check_s3_region(struct opt_ctx *c, const char *v);
-static int check_s3_credentials(struct opt_ctx *c, const char *v);
-static int check_s3_ca_file(struct opt_ctx *c, const char *v);
-static int check_metrics(struct opt_ctx *c, const char *v);
-static int check_state_dir(struct opt_ctx *c, const char *v);
 
 #define FIELD(f) .off = offsetof(struct spw_config, f), .width = sizeof(((struct spw_config *)0)->f)
 #define WORDS(...)                                                                                 \
@@ -72,16 +48,13 @@ static int check_state_dir(struct opt_ctx *c, const char *v);
 
 /* The fraction kind's range is fixed: (0, 1]. */
 #define FRACTION_ACCEPTED "expected a fraction above 0 and at most 1"
-#define KiB		  1024ULL
-#define MiB		  (1024ULL * KiB)
-#define GiB		  (1024ULL * MiB)
 
 const struct opt_spec opt_table[] = {
     /* ---- hot tier ---- */
     {.name = "hot_dir",
      .kind = OPT_PATH,
      FIELD(hot_dir),
-     .check = check_hot_dir,
+     .check = opt_check_hot_dir,
      .section = "Hot tier",
      .meta = "DIR",
      .def_doc = "/dev/shm/spillway-<uid>-<hash>",
@@ -196,7 +169,7 @@ const struct opt_spec opt_table[] = {
     {.name = "nvme",
      .kind = OPT_PATH,
      FIELD(nvme),
-     .check = check_nvme,
+     .check = opt_check_nvme,
      .section = "Cold tier",
      .meta = "DIR[:DIR...]",
      .def_doc = "none",
@@ -209,7 +182,7 @@ const struct opt_spec opt_table[] = {
     {.name = "s3",
      .kind = OPT_STRING,
      FIELD(s3),
-     .check = check_s3,
+     .check = opt_check_s3,
      .meta = "s3://BUCKET/PREFIX",
      .def_doc = "none",
      .help = "S3 cold tier (alone, or below nvme)",
@@ -220,7 +193,7 @@ const struct opt_spec opt_table[] = {
     {.name = "s3_endpoint",
      .kind = OPT_STRING,
      FIELD(s3_endpoint),
-     .check = check_s3_endpoint,
+     .check = opt_check_s3_endpoint,
      .meta = "URL",
      .def_doc = "AWS for s3_region",
      .help = "http(s)://host[:port]",
@@ -232,7 +205,7 @@ const struct opt_spec opt_table[] = {
     {.name = "s3_region",
      .kind = OPT_STRING,
      FIELD(s3_region),
-     .check = check_s3_region,
+     .check = opt_check_s3_region,
      .meta = "REGION",
      .def_doc = "us-east-1",
      .help = "signing region (SigV4)",
@@ -281,7 +254,7 @@ const struct opt_spec opt_table[] = {
     {.name = "s3_credentials",
      .kind = OPT_PATH,
      FIELD(s3_credentials),
-     .check = check_s3_credentials,
+     .check = opt_check_s3_credentials,
      .meta = "FILE",
      .def_doc = "the AWS_* environment",
      .help = "AWS credentials file, mode 0600",
@@ -295,7 +268,7 @@ const struct opt_spec opt_table[] = {
     {.name = "s3_ca_file",
      .kind = OPT_PATH,
      FIELD(s3_ca_file),
-     .check = check_s3_ca_file,
+     .check = opt_check_s3_ca_file,
      .meta = "FILE",
      .def_doc = "the system's CA store",
      .help = "CA bundle for a private TLS endpoint",
@@ -410,7 +383,7 @@ const struct opt_spec opt_table[] = {
     {.name = "metrics",
      .kind = OPT_PATH,
      FIELD(metrics),
-     .check = check_metrics,
+     .check = opt_check_metrics,
      .section = "Metrics and logging",
      .meta = "FILE",
      .def_doc = "none",
@@ -438,7 +411,7 @@ const struct opt_spec opt_table[] = {
     {.name = "state_dir",
      .kind = OPT_PATH,
      FIELD(state_dir),
-     .check = check_state_dir,
+     .check = opt_check_state_dir,
      .meta = "DIR|none",
      .def_doc = "<first nvme>/.spillway",
      .help = "journal + checkpoints (0700, locked); required with s3 alone; none: volatile",
@@ -616,17 +589,17 @@ static int row_of(const char *name)
 }
 
 /* The value given for an option, or NULL. */
-static const char *raw(const struct opt_ctx *c, const char *name)
+const char *opt_raw(const struct opt_ctx *c, const char *name)
 {
 	return c->raw[row_of(name)];
 }
 
-static int given(const struct opt_ctx *c, const char *name)
+int opt_given(const struct opt_ctx *c, const char *name)
 {
 	return c->given[row_of(name)];
 }
 
-static int __attribute__((format(printf, 2, 3))) fail(struct opt_ctx *c, const char *fmt, ...)
+int __attribute__((format(printf, 2, 3))) opt_fail(struct opt_ctx *c, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -675,7 +648,7 @@ static int reject(struct opt_ctx *c, const struct opt_spec *s, const char *v)
 {
 	char why[256];
 	accepted(s, why, sizeof(why));
-	return fail(c, "option '%s': invalid value '%s': %s", s->name, v, why);
+	return opt_fail(c, "option '%s': invalid value '%s': %s", s->name, v, why);
 }
 
 static void store_u64(struct spw_config *cfg, const struct opt_spec *s, uint64_t v)
@@ -699,7 +672,7 @@ static int parse_value(struct opt_ctx *c, const struct opt_spec *s, const char *
 	case OPT_SIZE:
 		if (!(s->flags & OPT_OFF_IS_ZERO) || strcmp(v, "off")) {
 			if (size_parse(v, &u) < 0)
-				return fail(c,
+				return opt_fail(c,
 					    "option '%s': invalid value '%s': expected a size like "
 					    "512M or 8G (K/M/G/T suffixes)",
 					    s->name, v);
@@ -761,321 +734,6 @@ static void one_line(char *s)
 			*s = '?';
 }
 
-static uint32_t fnv(const char *s)
-{
-	uint32_t h = 2166136261u;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	return h;
-}
-
-static int dir_is_empty(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *de;
-	int empty = 1;
-	if (!d)
-		return -errno;
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-			empty = 0;
-			break;
-		}
-	closedir(d);
-	return empty;
-}
-
-/* path is dir itself or lies below it */
-static int inside(const char *path, const char *dir)
-{
-	size_t l = strlen(dir);
-	return !strncmp(path, dir, l) && (path[l] == '/' || !path[l]);
-}
-
-/* The cold directory of a live spillway mount that dir lies inside (its
- * .spillway.lock is held, tier/stores.c), malloc'ed; NULL when none. */
-static char *live_cold_dir_above(const char *dir)
-{
-	char *up = strdup(dir), *slash;
-	while (up && (slash = strrchr(up, '/')) && slash != up) {
-		char lock[PATH_MAX + 32];
-		int fd;
-		*slash = 0;
-		snprintf(lock, sizeof(lock), "%s/.spillway.lock", up);
-		if ((fd = open(lock, O_RDONLY | O_CLOEXEC)) < 0)
-			continue;
-		/* held exclusively by the mount that uses the directory */
-		if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
-			close(fd);
-			return up;
-		}
-		flock(fd, LOCK_UN);
-		close(fd);
-	}
-	free(up);
-	return NULL;
-}
-
-/* ---- the checks that look at the world, in table order ---- */
-
-/* hot_dir: absolute; created 0700 if missing; an existing directory only
- * when it is spillway's or empty (tier/hot.h, HOT_MARKER). */
-static int check_hot_dir(struct opt_ctx *c, const char *v)
-{
-	struct spw_config *cfg = c->cfg;
-	char buf[PATH_MAX + 64];
-	const char *why;
-	struct stat st;
-	int ret;
-
-	if (!v) {
-		snprintf(buf, sizeof(buf), "/dev/shm/spillway-%u-%08x", (unsigned)getuid(),
-			 fnv(cfg->mountpoint));
-		v = buf;
-	} else if (v[0] != '/')
-		return fail(c, "option 'hot_dir': invalid value '%s': must be an absolute path", v);
-	if ((ret = hot_dir_make(v)) == 0)
-		c->created = strdup(v);
-	else if (ret != -EEXIST)
-		return fail(c, "option 'hot_dir': cannot create '%s': %s", v, strerror(-ret));
-	if (v == buf && !(v = c->created ? c->created : (c->default_dir = strdup(buf))))
-		return fail(c, "option 'hot_dir': %s", strerror(ENOMEM));
-	if (!realpath(v, buf))
-		return fail(c, "option 'hot_dir': '%s': %s", v, strerror(errno));
-	if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
-		return fail(c, "option 'hot_dir': '%s' is not a directory", v);
-	if (inside(buf, cfg->mountpoint))
-		return fail(c, "option 'hot_dir': '%s' lies inside the mountpoint", v);
-	if (hot_dir_check(buf, &why) < 0)
-		return fail(c, "option 'hot_dir': invalid value '%s': %s", v, why);
-	free(cfg->hot_dir);
-	cfg->hot_dir = strdup(buf);
-	cfg->hot_dir_made = c->created != NULL;
-	return 0;
-}
-
-/* nvme: a colon-separated list of cold directories. */
-static int check_nvme(struct opt_ctx *c, const char *list)
-{
-	char *copy, *save = NULL, *d, *seen[64], *onmnt = NULL;
-	int ret = 0, n = 0, nseen = 0;
-	if (!list)
-		return 0;
-	if (!(copy = strdup(list)))
-		return fail(c, "option 'nvme': %s", strerror(ENOMEM));
-	for (d = strtok_r(copy, ":", &save); d && !ret; d = strtok_r(NULL, ":", &save)) {
-		char real[PATH_MAX];
-		struct stat st;
-		n++;
-		if (d[0] != '/')
-			ret = fail(
-			    c, "option 'nvme': invalid value '%s': '%s' is not an absolute path",
-			    list, d);
-		else if (stat(d, &st) < 0 || !realpath(d, real))
-			ret = fail(c, "option 'nvme': invalid value '%s': '%s': %s", list, d,
-				   strerror(errno));
-		else if (!S_ISDIR(st.st_mode))
-			ret = fail(c, "option 'nvme': invalid value '%s': '%s' is not a directory",
-				   list, d);
-		else if (strcmp(real, c->cfg->hot_dir) == 0)
-			ret =
-			    fail(c, "option 'nvme': invalid value '%s': '%s' is the hot_dir itself",
-				 list, d);
-		else if (strcmp(real, c->cfg->mountpoint) == 0)
-			ret = fail(
-			    c, "option 'nvme': invalid value '%s': '%s' is the mountpoint itself",
-			    list, d);
-		else if (access(real, W_OK) < 0)
-			ret = fail(c, "option 'nvme': invalid value '%s': '%s' is not writable",
-				   list, d);
-		else if ((onmnt = spillway_mount_of(real)))
-			ret = fail(c,
-				   "option 'nvme': invalid value '%s': '%s' lies on the spillway mount "
-				   "%s (cold data must be on a disk)",
-				   list, d, onmnt);
-		else if ((onmnt = live_cold_dir_above(real)))
-			ret = fail(c,
-				   "option 'nvme': invalid value '%s': '%s' lies inside '%s', the "
-				   "cold directory of another spillway mount",
-				   list, d, onmnt);
-		for (int j = 0; !ret && j < nseen; j++)
-			if (inside(real, seen[j]) || inside(seen[j], real))
-				ret = fail(c,
-					   "option 'nvme': invalid value '%s': '%s' is named twice "
-					   "(the same directory, or one inside the other)",
-					   list, d);
-		free(onmnt);
-		onmnt = NULL;
-		if (!ret && nseen < (int)(sizeof(seen) / sizeof(seen[0])))
-			seen[nseen++] = strdup(real);
-	}
-	for (int j = 0; j < nseen; j++)
-		free(seen[j]);
-	if (!ret && n == 0)
-		ret = fail(c, "option 'nvme': invalid value '%s': expected DIR[:DIR...]", list);
-	free(copy);
-	return ret;
-}
-
-static int check_s3(struct opt_ctx *c, const char *v)
-{
-	char *bucket = NULL, *prefix = NULL, why[256];
-	int r;
-	if (!v)
-		return 0;
-	r = s3_url_parse_err(v, &bucket, &prefix, why, sizeof(why));
-	free(bucket);
-	free(prefix);
-	return r < 0 ? fail(c, "option 's3': invalid value '%s': %s", v, why) : 0;
-}
-
-static int check_s3_endpoint(struct opt_ctx *c, const char *v)
-{
-	if (v && strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
-		return fail(c,
-			    "option 's3_endpoint': invalid value '%s': expected http://HOST[:PORT] "
-			    "or https://HOST[:PORT]",
-			    v);
-	return 0;
-}
-
-static int check_s3_region(struct opt_ctx *c, const char *v)
-{
-	for (const char *p = v; p && *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
-			return fail(
-			    c,
-			    "option 's3_region': invalid value '%s': expected a region name "
-			    "like us-east-1",
-			    v);
-	return 0;
-}
-
-static int check_s3_credentials(struct opt_ctx *c, const char *v)
-{
-	struct s3_creds cr;
-	char why[512];
-	if (!v)
-		return 0;
-	if (v[0] != '/')
-		return fail(
-		    c, "option 's3_credentials': invalid value '%s': must be an absolute path", v);
-	if (s3_credentials_load(v, &cr, why, sizeof(why)) < 0)
-		return fail(c, "option 's3_credentials': '%s': %s", v, why);
-	s3_credentials_free(&cr);
-	return 0;
-}
-
-static int check_s3_ca_file(struct opt_ctx *c, const char *v)
-{
-	if (v && access(v, R_OK) < 0)
-		return fail(c, "option 's3_ca_file': '%s': %s", v, strerror(errno));
-	return 0;
-}
-
-static int check_metrics(struct opt_ctx *c, const char *v)
-{
-	char *dir, *slash;
-	struct stat st;
-	int r;
-	if (!v)
-		return 0;
-	slash = strrchr(v, '/');
-	if (v[0] != '/' || !slash || !slash[1])
-		return fail(
-		    c, "option 'metrics': invalid value '%s': expected an absolute file path", v);
-	if (!(dir = strndup(v, slash == v ? 1 : (size_t)(slash - v))))
-		return fail(c, "option 'metrics': %s", strerror(ENOMEM));
-	r = stat(dir, &st);
-	if (r < 0 || !S_ISDIR(st.st_mode)) {
-		free(dir);
-		return fail(c, "option 'metrics': invalid value '%s': its directory does not exist",
-			    v);
-	}
-	/* the file is replaced atomically (a temporary file beside it, then
-	 * rename): prove now that a file can be made there */
-	{
-		char tmp[PATH_MAX];
-		int fd;
-		snprintf(tmp, sizeof(tmp), "%s/.spillway-metrics-XXXXXX", dir);
-		fd = mkstemp(tmp);
-		free(dir);
-		if (fd < 0)
-			return fail(c,
-				    "option 'metrics': invalid value '%s': cannot create a file in its "
-				    "directory: %s",
-				    v, strerror(errno));
-		close(fd);
-		unlink(tmp);
-	}
-	return 0;
-}
-
-/* state_dir: absolute, or none; default in the first nvme directory. */
-static int check_state_dir(struct opt_ctx *c, const char *v)
-{
-	struct spw_config *cfg = c->cfg;
-	if (v && !strcmp(v, "none")) {
-		free(cfg->state_dir);
-		cfg->state_dir = NULL;
-	} else if (v) {
-		if (v[0] != '/')
-			return fail(
-			    c,
-			    "option 'state_dir': invalid value '%s': must be an absolute path "
-			    "or none",
-			    v);
-		if (inside(v, cfg->hot_dir))
-			return fail(
-			    c,
-			    "option 'state_dir': invalid value '%s': must not be inside hot_dir "
-			    "(RAM does not survive a reboot)",
-			    v);
-		if (inside(v, cfg->mountpoint))
-			return fail(
-			    c,
-			    "option 'state_dir': invalid value '%s': must not be inside the "
-			    "mountpoint",
-			    v);
-	} else if (cfg->nvme) {
-		size_t n = strcspn(cfg->nvme, ":");
-		if (asprintf(&cfg->state_dir, "%.*s/.spillway", (int)n, cfg->nvme) < 0)
-			cfg->state_dir = NULL;
-	}
-	return 0;
-}
-
-/* ---- defaults computed from the machine and from other options ---- */
-static int computed_defaults(struct opt_ctx *c)
-{
-	struct spw_config *cfg = c->cfg;
-	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-	struct statvfs sv;
-
-	if (statvfs(cfg->hot_dir, &sv) < 0)
-		return fail(c, "option 'hot_dir': '%s': %s", cfg->hot_dir, strerror(errno));
-	if (!given(c, "hot_size"))
-		cfg->hot_size = (uint64_t)sv.f_blocks * sv.f_frsize / 2;
-	else if (cfg->hot_size > (uint64_t)sv.f_blocks * sv.f_frsize)
-		return fail(
-		    c,
-		    "option 'hot_size': invalid value '%s': larger than hot_dir's filesystem "
-		    "(%lluM)",
-		    raw(c, "hot_size"),
-		    (unsigned long long)((uint64_t)sv.f_blocks * sv.f_frsize >> 20));
-	if (!given(c, "hot_min"))
-		cfg->hot_min = cfg->hot_size / 8 > cfg->chunk_size * 2 ? cfg->hot_size / 8
-								       : cfg->chunk_size * 2;
-	if (!given(c, "mem_reserve"))
-		cfg->mem_reserve = ram / 20 < 1 * GiB ? ram / 20 : 1 * GiB;
-	else if (cfg->mem_reserve >= ram)
-		return fail(c,
-			    "option 'mem_reserve': invalid value '%s': must be below the node's "
-			    "memory (%lluM), or 0/off",
-			    raw(c, "mem_reserve"), (unsigned long long)(ram >> 20));
-	return 0;
-}
-
 /* ---- the rules between options ---- */
 static int opt_cross(struct opt_ctx *c)
 {
@@ -1083,93 +741,42 @@ static int opt_cross(struct opt_ctx *c)
 	unsigned long long two_chunks = cfg->chunk_size * 2;
 
 	if (cfg->allow_other && !cfg->default_permissions)
-		return fail(c,
+		return opt_fail(c,
 			    "option 'allow_other' requires 'default_permissions' (otherwise every "
 			    "user could read every file)");
-	if (given(c, "hot_size") && cfg->hot_size < two_chunks)
-		return fail(c,
+	if (opt_given(c, "hot_size") && cfg->hot_size < two_chunks)
+		return opt_fail(c,
 			    "option 'hot_size': invalid value '%s': must be at least two chunks "
 			    "(%lluM)",
-			    raw(c, "hot_size"), two_chunks >> 20);
+			    opt_raw(c, "hot_size"), two_chunks >> 20);
 	if (cfg->hot_min < two_chunks || cfg->hot_min > cfg->hot_size)
-		return fail(c,
+		return opt_fail(c,
 			    "option 'hot_min': invalid value '%s': must be between two chunks "
 			    "(%lluM) and hot_size (%lluM)",
-			    raw(c, "hot_min"), two_chunks >> 20,
+			    opt_raw(c, "hot_min"), two_chunks >> 20,
 			    (unsigned long long)(cfg->hot_size >> 20));
 	if (cfg->low_watermark >= cfg->spill_threshold)
-		return fail(c,
+		return opt_fail(c,
 			    "option 'low_watermark': invalid value '%g': must be below "
 			    "spill_threshold (%g)",
 			    cfg->low_watermark, cfg->spill_threshold);
 	if (cfg->hard_watermark < cfg->spill_threshold)
-		return fail(c,
+		return opt_fail(c,
 			    "option 'hard_watermark': invalid value '%g': must be at least "
 			    "spill_threshold (%g)",
 			    cfg->hard_watermark, cfg->spill_threshold);
 	if (cfg->min_spill_size < cfg->chunk_size)
-		return reject(c, &opt_table[row_of("min_spill_size")], raw(c, "min_spill_size"));
-	if (given(c, "s3_buffers") && cfg->s3_buffers < cfg->s3_part_size)
-		return reject(c, &opt_table[row_of("s3_buffers")], raw(c, "s3_buffers"));
-	if (!cfg->s3 && (cfg->s3_endpoint || cfg->s3_region || given(c, "s3_part_size") ||
-			 given(c, "s3_buffers") || cfg->s3_credentials || cfg->s3_ca_file))
-		return fail(c, "option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
+		return reject(c, &opt_table[row_of("min_spill_size")], opt_raw(c, "min_spill_size"));
+	if (opt_given(c, "s3_buffers") && cfg->s3_buffers < cfg->s3_part_size)
+		return reject(c, &opt_table[row_of("s3_buffers")], opt_raw(c, "s3_buffers"));
+	if (!cfg->s3 && (cfg->s3_endpoint || cfg->s3_region || opt_given(c, "s3_part_size") ||
+			 opt_given(c, "s3_buffers") || cfg->s3_credentials || cfg->s3_ca_file))
+		return opt_fail(c, "option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
 	if (cfg->takeover && !cfg->s3)
-		return fail(c, "option 'takeover' needs 's3=s3://BUCKET/PREFIX'");
-	if (cfg->s3 && !cfg->nvme && !given(c, "state_dir"))
-		return fail(c, "option 's3' alone needs 'state_dir=DIR' on a local disk for the "
+		return opt_fail(c, "option 'takeover' needs 's3=s3://BUCKET/PREFIX'");
+	if (cfg->s3 && !cfg->nvme && !opt_given(c, "state_dir"))
+		return opt_fail(c, "option 's3' alone needs 'state_dir=DIR' on a local disk for the "
 			       "journal (or state_dir=none: nothing survives an unmount)");
-	return 0;
-}
-
-/* The spillway mount (its mountpoint) that path lies on or inside, from
- * /proc/self/mounts; NULL when none. Malloc'ed. */
-static char *spillway_mount_of(const char *path)
-{
-	FILE *f = setmntent("/proc/self/mounts", "r");
-	struct mntent *m;
-	char *hit = NULL;
-
-	if (!f)
-		return NULL;
-	while ((m = getmntent(f)))
-		if ((!strcmp(m->mnt_type, "fuse.spillway") ||
-		     (!strncmp(m->mnt_type, "fuse", 4) && !strcmp(m->mnt_fsname, "spillway"))) &&
-		    inside(path, m->mnt_dir)) {
-			free(hit);
-			hit = strdup(m->mnt_dir);
-		}
-	endmntent(f);
-	return hit;
-}
-
-/* The mountpoint: must exist, be a directory, be empty, and not be served
- * by a spillway already (a second daemon would hide the first). */
-static int check_mountpoint(struct opt_ctx *c, const char *mountpoint)
-{
-	char real[PATH_MAX];
-	struct stat st;
-	int r;
-
-	if (!mountpoint)
-		return fail(c, "no mountpoint given (usage: spillway [options] MOUNTPOINT)");
-	if (!realpath(mountpoint, real))
-		return fail(c, "mountpoint '%s': %s", mountpoint, strerror(errno));
-	if (stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
-		return fail(c, "mountpoint '%s': not a directory", mountpoint);
-	{
-		char *m = spillway_mount_of(real);
-		if (m) {
-			fail(c, "mountpoint '%s': %s is a spillway mount already", mountpoint,
-			     !strcmp(m, real) ? "it" : m);
-			free(m);
-			return -1;
-		}
-	}
-	if ((r = dir_is_empty(real)) <= 0)
-		return fail(c, "mountpoint '%s': %s", mountpoint,
-			    r < 0 ? strerror(-r) : "not empty");
-	c->cfg->mountpoint = strdup(real);
 	return 0;
 }
 
@@ -1187,14 +794,14 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 		if (opt_table[i].def && parse_value(&c, &opt_table[i], opt_table[i].def) < 0)
 			goto out;
 	if (fuse_opt_parse(args, &c, none, opt_proc) < 0) {
-		fail(&c, "cannot parse options");
+		opt_fail(&c, "cannot parse options");
 		goto out;
 	}
 	if (c.bad) {
-		fail(&c, "unknown option '%s' (see spillway --help)", c.bad);
+		opt_fail(&c, "unknown option '%s' (see spillway --help)", c.bad);
 		goto out;
 	}
-	if (check_mountpoint(&c, mountpoint) < 0)
+	if (opt_check_mountpoint(&c, mountpoint) < 0)
 		goto out;
 	for (i = 0; i < opt_count; i++)
 		if (c.given[i] && parse_value(&c, &opt_table[i], c.raw[i]) < 0)
@@ -1202,7 +809,7 @@ int opt_parse(struct fuse_args *args, const char *mountpoint, struct spw_config 
 	for (i = 0; i < opt_count; i++)
 		if (opt_table[i].check && opt_table[i].check(&c, c.raw[i]) < 0)
 			goto out;
-	if (computed_defaults(&c) < 0 || opt_cross(&c) < 0)
+	if (opt_computed_defaults(&c) < 0 || opt_cross(&c) < 0)
 		goto out;
 	ret = 0;
 out:

@@ -1,4 +1,10 @@
 /*
+ * index.c — the index's tables: the handle, inodes (allocation, lifecycle,
+ * references, striped locks), the name hash and directory arrays, the
+ * journal records of an inode, attributes, xattrs and chunk maps. The POSIX
+ * namespace operations are in index_names.c, recovery and checkpoints in
+ * index_replay.c; the three share index_i.h.
+ *
  * DESIGN
  * - Inodes live in a chained hash keyed by number; numbers come from a
  *   counter that only grows, so the kernel never sees a number reused.
@@ -17,9 +23,7 @@
  *   the kernel's hashed wait queues: several indexes in one process only
  *   share stripes. Debug builds assert a thread holds one inode lock at most.
  */
-#include "index/index.h"
-
-#include "index/journal.h"
+#include "index/index_i.h"
 
 #include "common/slab.h"
 
@@ -31,71 +35,6 @@
 #include <string.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-
-struct dirent_node {
-	struct dirent_node *hash_next;
-	uint64_t parent;
-	uint64_t ino;
-	uint64_t cookie;
-	uint32_t hash;
-	char name[];
-};
-
-/* A regular file's inode carries its first chunk: the whole map of a file
- * of one chunk (most files), no separate allocation. */
-struct idx_file {
-	struct inode in;
-	struct chunk chunk0;
-};
-
-/* Bytes of an inode of this type (a regular file carries its first chunk). */
-static size_t inode_size(mode_t mode)
-{
-	return S_ISREG(mode) ? sizeof(struct idx_file) : sizeof(struct inode);
-}
-
-static struct chunk *inline_chunk(struct inode *in)
-{
-	return &((struct idx_file *)in)->chunk0;
-}
-
-struct idx_dir {
-	/* ordered by cookie. A slot holds its entry, or, once the entry is
-	 * removed, its cookie tagged (cookie << 1 | 1: entries are aligned, so
-	 * the low bit tells them apart): no second array of cookies */
-	uintptr_t *slots;
-	uint64_t n, cap, live;
-	uint64_t next_cookie;
-	uint64_t parent; /* ino of '..' (index lock) */
-};
-
-/* Slot i's entry; NULL where it was removed. */
-static struct dirent_node *dir_ent(const struct idx_dir *dir, uint64_t i)
-{
-	return dir->slots[i] & 1 ? NULL : (struct dirent_node *)dir->slots[i];
-}
-
-static uint64_t slot_cookie(const struct idx_dir *dir, uint64_t i)
-{
-	return dir->slots[i] & 1 ? dir->slots[i] >> 1 : ((struct dirent_node *)dir->slots[i])->cookie;
-}
-
-struct index {
-	pthread_mutex_t lock;
-	uint64_t chunk_size;
-	uint64_t next_ino;   /* protected by lock */
-	uint64_t tick;	     /* atomic */
-	struct inode **itab; /* protected by lock */
-	uint64_t itab_size, ninodes, nfiles;
-	struct dirent_node **dtab; /* protected by lock */
-	uint64_t dtab_size, ndents;
-	idx_release_fn release;
-	void *release_arg;
-	struct journal *jrnl; /* NULL: volatile (no state_dir) */
-	struct slab *slab;    /* inodes and names (common/slab.h) */
-	idx_anomaly_fn anomaly; /* recovery only (single-threaded) */
-	void *anomaly_arg;
-};
 
 #define IDX_LOCK_STRIPES 1024 /* power of two */
 
@@ -216,7 +155,7 @@ static int rehash_dents(struct index *idx)
 
 /* Walk of every inode in table order: the first (in == NULL) or the one
  * after in. Taking the next before dropping in lets a walk unhook it. */
-static struct inode *inode_next(const struct index *idx, const struct inode *in)
+struct inode *idx_inode_next(const struct index *idx, const struct inode *in)
 {
 	uint64_t b = 0;
 	if (in) {
@@ -230,7 +169,7 @@ static struct inode *inode_next(const struct index *idx, const struct inode *in)
 	return NULL;
 }
 
-static struct inode *ino_find(struct index *idx, uint64_t ino)
+struct inode *idx_ino_find(struct index *idx, uint64_t ino)
 {
 	struct inode *in = idx->itab[ino & (idx->itab_size - 1)];
 	while (in && in->ino != ino)
@@ -253,7 +192,7 @@ static void dent_free(struct index *idx, struct dirent_node *d)
 	slab_free(idx->slab, d, sizeof(*d) + strlen(d->name) + 1);
 }
 
-static struct dirent_node *dent_find(struct index *idx, uint64_t parent, const char *name)
+struct dirent_node *idx_dent_find(struct index *idx, uint64_t parent, const char *name)
 {
 	return *dent_slot(idx, parent, name, name_hash(parent, name));
 }
@@ -287,7 +226,7 @@ void idx_touch(int64_t *ns)
 }
 
 /* JR_INODE for in; caller holds in->lock (symlink is immutable). */
-static void attr_rec_locked(struct inode *in, struct jrec *r)
+void idx_attr_rec_locked(struct inode *in, struct jrec *r)
 {
 	memset(r, 0, sizeof(*r));
 	r->type = JR_INODE;
@@ -306,14 +245,14 @@ static void attr_rec_locked(struct inode *in, struct jrec *r)
 	}
 }
 
-static void attr_rec(struct inode *in, struct jrec *r)
+void idx_attr_rec(struct inode *in, struct jrec *r)
 {
 	idx_inode_lock(in);
-	attr_rec_locked(in, r);
+	idx_attr_rec_locked(in, r);
 	idx_inode_unlock(in);
 }
 
-static void name_rec(struct jrec *r, uint8_t type, uint64_t parent, const char *name, uint64_t ino)
+void idx_name_rec(struct jrec *r, uint8_t type, uint64_t parent, const char *name, uint64_t ino)
 {
 	memset(r, 0, sizeof(*r));
 	r->type = type;
@@ -324,12 +263,12 @@ static void name_rec(struct jrec *r, uint8_t type, uint64_t parent, const char *
 }
 
 /* Refuse changes once the journal is read-only. */
-static int jcheck(struct index *idx)
+int idx_jcheck(struct index *idx)
 {
 	return idx->jrnl && jrnl_failed(idx->jrnl) ? -EIO : 0;
 }
 
-static int jlog(struct index *idx, const struct jrec *rs, int n)
+int idx_jlog(struct index *idx, const struct jrec *rs, int n)
 {
 	return idx->jrnl ? jrnl_append_tx(idx->jrnl, rs, n) : 0;
 }
@@ -346,7 +285,7 @@ struct journal *idx_journal(struct index *idx)
 
 int idx_check_writable(struct index *idx)
 {
-	return jcheck(idx);
+	return idx_jcheck(idx);
 }
 
 int idx_journal_attr_locked(struct index *idx, struct inode *in)
@@ -354,7 +293,7 @@ int idx_journal_attr_locked(struct index *idx, struct inode *in)
 	struct jrec r;
 	if (!idx->jrnl)
 		return 0;
-	attr_rec_locked(in, &r);
+	idx_attr_rec_locked(in, &r);
 	return jrnl_append(idx->jrnl, &r);
 }
 
@@ -378,7 +317,7 @@ _Static_assert(CHUNK_LOC_MAP == JRNL_LOC_MAP, "chunk and journal location flags 
 
 /* The residency record of chunk c (caller holds in->lock): its cold
  * location when it has a valid one, RAM-only when dirty, else a hole. */
-static void chunk_rec(struct inode *in, uint64_t c, struct jrec *r)
+void idx_chunk_rec_locked(struct inode *in, uint64_t c, struct jrec *r)
 {
 	struct chunk *ch = c < in->nchunks ? &in->chunks[c] : NULL;
 	memset(r, 0, sizeof(*r));
@@ -406,7 +345,7 @@ int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, ui
 	struct jrec r;
 	if (!idx->jrnl)
 		return 0;
-	chunk_rec(in, c, &r);
+	idx_chunk_rec_locked(in, c, &r);
 	if (count > 0) {
 		r.type = JR_CHUNK_ABSENT;
 		r.count = count;
@@ -414,7 +353,7 @@ int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, ui
 	return jrnl_append(idx->jrnl, &r);
 }
 
-static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *nn)
+struct inode *idx_inode_alloc(struct index *idx, const struct idx_new_node *nn)
 {
 	struct inode *in = slab_alloc(idx->slab, inode_size(nn->mode));
 	if (!in)
@@ -443,7 +382,7 @@ static struct inode *inode_alloc(struct index *idx, const struct idx_new_node *n
 	return in;
 }
 
-static int inode_insert(struct index *idx, struct inode *in)
+int idx_inode_insert(struct index *idx, struct inode *in)
 {
 	if (idx->ninodes + 1 > idx->itab_size && rehash_inodes(idx) < 0)
 		return -ENOMEM;
@@ -455,7 +394,7 @@ static int inode_insert(struct index *idx, struct inode *in)
 	return 0;
 }
 
-static void inode_destroy(struct index *idx, struct inode *in)
+void idx_inode_destroy(struct index *idx, struct inode *in)
 {
 	struct xattr *x, *next;
 	for (x = in->xattrs; x; x = next) {
@@ -477,7 +416,7 @@ static void inode_destroy(struct index *idx, struct inode *in)
 
 /* Unhook an inode that has no names and no references; called with idx->lock.
  * Returns it when the caller must destroy it (after dropping the lock). */
-static struct inode *inode_maybe_unhook(struct index *idx, struct inode *in)
+struct inode *idx_inode_maybe_unhook(struct index *idx, struct inode *in)
 {
 	struct inode **pp;
 	if (in->nlink > 0 || in->nlookup > 0 || in->refs > 0 || in->ino == IDX_ROOT_INO)
@@ -491,13 +430,13 @@ static struct inode *inode_maybe_unhook(struct index *idx, struct inode *in)
 	return in;
 }
 
-static void inode_release(struct index *idx, struct inode *dead)
+void idx_inode_release(struct index *idx, struct inode *dead)
 {
 	if (!dead)
 		return;
 	if (idx->release)
 		idx->release(idx->release_arg, dead);
-	inode_destroy(idx, dead);
+	idx_inode_destroy(idx, dead);
 }
 
 int idx_new(uint64_t chunk_size, struct index **out)
@@ -513,14 +452,14 @@ int idx_new(uint64_t chunk_size, struct index **out)
 	idx->next_ino = IDX_ROOT_INO;
 	if (slab_new(&idx->slab) < 0 || rehash_inodes(idx) < 0 || rehash_dents(idx) < 0)
 		goto fail;
-	r = inode_alloc(idx, &root);
+	r = idx_inode_alloc(idx, &root);
 	if (!r)
 		goto fail;
 	r->nlink = 2;
 	idx_dir(r)->parent = IDX_ROOT_INO;
 	r->uid = getuid();
 	r->gid = getgid();
-	inode_insert(idx, r);
+	idx_inode_insert(idx, r);
 	*out = idx;
 	return 0;
 fail:
@@ -536,11 +475,11 @@ void idx_free(struct index *idx)
 	struct inode *in, *next;
 	if (!idx)
 		return;
-	for (in = inode_next(idx, NULL); in; in = next) {
-		next = inode_next(idx, in);
+	for (in = idx_inode_next(idx, NULL); in; in = next) {
+		next = idx_inode_next(idx, in);
 		if (idx->release)
 			idx->release(idx->release_arg, in);
-		inode_destroy(idx, in);
+		idx_inode_destroy(idx, in);
 	}
 	for (uint64_t i = 0; i < idx->dtab_size; i++) {
 		struct dirent_node *d = idx->dtab[i], *dn;
@@ -586,7 +525,7 @@ struct inode *idx_get(struct index *idx, uint64_t ino)
 {
 	struct inode *in;
 	pthread_mutex_lock(&idx->lock);
-	in = ino_find(idx, ino);
+	in = idx_ino_find(idx, ino);
 	if (in)
 		in->refs++;
 	pthread_mutex_unlock(&idx->lock);
@@ -609,22 +548,22 @@ void idx_put(struct index *idx, struct inode *in)
 	if (in->refs == 0)
 		abort(); /* refcount underflow */
 	in->refs--;
-	dead = inode_maybe_unhook(idx, in);
+	dead = idx_inode_maybe_unhook(idx, in);
 	pthread_mutex_unlock(&idx->lock);
-	inode_release(idx, dead);
+	idx_inode_release(idx, dead);
 }
 
 void idx_forget(struct index *idx, uint64_t ino, uint64_t n)
 {
 	struct inode *in, *dead = NULL;
 	pthread_mutex_lock(&idx->lock);
-	in = ino_find(idx, ino);
+	in = idx_ino_find(idx, ino);
 	if (in) {
 		in->nlookup = in->nlookup > n ? in->nlookup - n : 0;
-		dead = inode_maybe_unhook(idx, in);
+		dead = idx_inode_maybe_unhook(idx, in);
 	}
 	pthread_mutex_unlock(&idx->lock);
-	inode_release(idx, dead);
+	idx_inode_release(idx, dead);
 }
 
 void idx_get_locked(struct inode *in)
@@ -635,46 +574,6 @@ void idx_get_locked(struct inode *in)
 void idx_kernel_ref_locked(struct inode *child)
 {
 	child->nlookup++;
-}
-
-int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_ref,
-	       struct inode **out)
-{
-	struct inode *p, *in = NULL;
-	struct dirent_node *d;
-	int ret = 0;
-
-	pthread_mutex_lock(&idx->lock);
-	p = ino_find(idx, parent);
-	if (!p) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if (!idx_dir(p)) {
-		ret = -ENOTDIR;
-		goto out;
-	}
-	if (strlen(name) > 255) {
-		ret = -ENAMETOOLONG;
-		goto out;
-	}
-	if (strcmp(name, ".") == 0)
-		in = p;
-	else if (strcmp(name, "..") == 0)
-		in = ino_find(idx, idx_dir(p)->parent);
-	else if ((d = dent_find(idx, parent, name)))
-		in = ino_find(idx, d->ino);
-	if (!in) {
-		ret = -ENOENT;
-		goto out;
-	}
-	in->refs++;
-	if (kernel_ref)
-		in->nlookup++;
-	*out = in;
-out:
-	pthread_mutex_unlock(&idx->lock);
-	return ret;
 }
 
 static int dir_append(struct idx_dir *dir, struct dirent_node *d)
@@ -695,7 +594,7 @@ static int dir_append(struct idx_dir *dir, struct dirent_node *d)
 
 /* Index of the first slot whose cookie is > off (a removed slot keeps its
  * cookie, so this is a plain binary search). */
-static uint64_t dir_search(const struct idx_dir *dir, uint64_t off)
+uint64_t idx_dir_search(const struct idx_dir *dir, uint64_t off)
 {
 	uint64_t lo = 0, hi = dir->n;
 	while (lo < hi) {
@@ -710,7 +609,7 @@ static uint64_t dir_search(const struct idx_dir *dir, uint64_t off)
 
 static void dir_remove(struct idx_dir *dir, struct dirent_node *d)
 {
-	uint64_t i = dir_search(dir, d->cookie - 1);
+	uint64_t i = idx_dir_search(dir, d->cookie - 1);
 	if (i < dir->n && dir_ent(dir, i) == d)
 		dir->slots[i] = (uintptr_t)d->cookie << 1 | 1;
 	dir->live--;
@@ -723,7 +622,7 @@ static void dir_remove(struct idx_dir *dir, struct dirent_node *d)
 	}
 }
 
-static int dent_add(struct index *idx, struct inode *parent, const char *name, uint64_t ino)
+int idx_dent_add(struct index *idx, struct inode *parent, const char *name, uint64_t ino)
 {
 	size_t len = strlen(name);
 	struct dirent_node *d;
@@ -748,412 +647,13 @@ static int dent_add(struct index *idx, struct inode *parent, const char *name, u
 	return 0;
 }
 
-static void dent_del(struct index *idx, struct inode *parent, struct dirent_node *d)
+void idx_dent_del(struct index *idx, struct inode *parent, struct dirent_node *d)
 {
 	struct dirent_node **pp = dent_slot(idx, d->parent, d->name, d->hash);
 	*pp = d->hash_next;
 	dir_remove(idx_dir(parent), d);
 	idx->ndents--;
 	dent_free(idx, d);
-}
-
-static void parent_changed(struct inode *p)
-{
-	idx_inode_lock(p);
-	idx_touch(&p->mtime);
-	p->ctime = p->mtime;
-	idx_inode_unlock(p);
-}
-
-static void nlink_add(struct inode *in, int delta)
-{
-	idx_inode_lock(in);
-	in->nlink += delta;
-	idx_touch(&in->ctime);
-	idx_inode_unlock(in);
-}
-
-static int check_name(const char *name)
-{
-	size_t len = strlen(name);
-	if (len == 0)
-		return -ENOENT;
-	if (len > 255)
-		return -ENAMETOOLONG;
-	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-		return -EEXIST;
-	return 0;
-}
-
-static struct inode *dir_of(struct index *idx, uint64_t ino, int *err)
-{
-	struct inode *p = ino_find(idx, ino);
-	if (!p)
-		*err = -ENOENT;
-	else if (!idx_dir(p))
-		*err = -ENOTDIR;
-	else if (p->nlink == 0)
-		*err = -ENOENT; /* removed directory */
-	else
-		return p;
-	return NULL;
-}
-
-int idx_create(struct index *idx, uint64_t parent, const char *name, const struct idx_new_node *nn,
-	       struct inode **out)
-{
-	struct inode *p, *in;
-	int ret = 0;
-
-	pthread_mutex_lock(&idx->lock);
-	if ((ret = jcheck(idx)) < 0 || !(p = dir_of(idx, parent, &ret)))
-		goto out;
-	if ((ret = check_name(name)) < 0)
-		goto out;
-	if (dent_find(idx, parent, name)) {
-		ret = -EEXIST;
-		goto out;
-	}
-	if (!(in = inode_alloc(idx, nn))) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	if ((ret = inode_insert(idx, in)) < 0 || (ret = dent_add(idx, p, name, in->ino)) < 0) {
-		/* inode_insert failure leaves nothing behind; undo insert otherwise */
-		if (ino_find(idx, in->ino))
-			inode_maybe_unhook(idx, in);
-		inode_destroy(idx, in);
-		goto out;
-	}
-	in->nlink = idx_dir(in) ? 2 : 1;
-	if (idx_dir(in)) {
-		idx_dir(in)->parent = parent;
-		nlink_add(p, 1);
-	}
-	parent_changed(p);
-	in->refs = 1;
-	in->nlookup = 1;
-	*out = in;
-	if (idx->jrnl) {
-		/* the new inode is not reachable yet: its record can be built here */
-		struct jrec rs[2];
-		attr_rec(in, &rs[0]);
-		name_rec(&rs[1], JR_LINK, parent, name, in->ino);
-		if ((ret = jlog(idx, rs, 2)) == 0)
-			ret = idx_journal_attr(idx, p);
-	}
-out:
-	pthread_mutex_unlock(&idx->lock);
-	return ret;
-}
-
-int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *newname,
-	     struct inode **out)
-{
-	struct inode *p, *in;
-	int ret = 0;
-
-	pthread_mutex_lock(&idx->lock);
-	if ((ret = jcheck(idx)) < 0 || !(p = dir_of(idx, newparent, &ret)))
-		goto out;
-	if (!(in = ino_find(idx, ino))) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if (idx_dir(in)) {
-		ret = -EPERM;
-		goto out;
-	}
-	if ((ret = check_name(newname)) < 0)
-		goto out;
-	if (dent_find(idx, newparent, newname)) {
-		ret = -EEXIST;
-		goto out;
-	}
-	if ((ret = dent_add(idx, p, newname, ino)) < 0)
-		goto out;
-	nlink_add(in, 1);
-	parent_changed(p);
-	in->refs++;
-	in->nlookup++;
-	*out = in;
-	if (idx->jrnl) {
-		struct jrec r;
-		name_rec(&r, JR_LINK, newparent, newname, ino);
-		if ((ret = jlog(idx, &r, 1)) == 0 && (ret = idx_journal_attr(idx, in)) == 0)
-			ret = idx_journal_attr(idx, p);
-	}
-out:
-	pthread_mutex_unlock(&idx->lock);
-	return ret;
-}
-
-static int do_remove(struct index *idx, uint64_t parent, const char *name, int want_dir)
-{
-	struct inode *p, *in, *dead = NULL;
-	struct dirent_node *d;
-	int ret = 0;
-
-	pthread_mutex_lock(&idx->lock);
-	if ((ret = jcheck(idx)) < 0 || !(p = dir_of(idx, parent, &ret)))
-		goto out;
-	if (want_dir && strcmp(name, ".") == 0) {
-		ret = -EINVAL;
-		goto out;
-	}
-	if (want_dir && strcmp(name, "..") == 0) {
-		ret = -ENOTEMPTY;
-		goto out;
-	}
-	if (!(d = dent_find(idx, parent, name)) || !(in = ino_find(idx, d->ino))) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if (want_dir && !idx_dir(in)) {
-		ret = -ENOTDIR;
-		goto out;
-	}
-	if (!want_dir && idx_dir(in)) {
-		ret = -EISDIR;
-		goto out;
-	}
-	if (idx_dir(in) && idx_dir(in)->live > 0) {
-		ret = -ENOTEMPTY;
-		goto out;
-	}
-	dent_del(idx, p, d);
-	if (idx_dir(in)) {
-		nlink_add(in, -2);
-		nlink_add(p, -1);
-	} else {
-		nlink_add(in, -1);
-	}
-	parent_changed(p);
-	if (idx->jrnl) {
-		struct jrec r;
-		name_rec(&r, JR_UNLINK, parent, name, 0);
-		if ((ret = jlog(idx, &r, 1)) == 0)
-			ret = idx_journal_attr(idx, p);
-		if (ret == 0 && in->nlink > 0)
-			ret = idx_journal_attr(idx, in); /* other names remain: ctime moved */
-	}
-	dead = inode_maybe_unhook(idx, in);
-out:
-	pthread_mutex_unlock(&idx->lock);
-	inode_release(idx, dead);
-	return ret;
-}
-
-int idx_unlink(struct index *idx, uint64_t parent, const char *name)
-{
-	return do_remove(idx, parent, name, 0);
-}
-
-int idx_rmdir(struct index *idx, uint64_t parent, const char *name)
-{
-	return do_remove(idx, parent, name, 1);
-}
-
-/* A rename's names as one record (both or neither), then the attributes of
- * the inodes it touched, each built and appended under its own lock so a
- * racing write's newer size is never followed by an older one. */
-static int journal_renamed(struct index *idx, const struct jrec *names, int n, struct inode *src,
-			   struct inode *dst, struct inode *p, struct inode *np)
-{
-	int ret = jlog(idx, names, n);
-	if (ret == 0)
-		ret = idx_journal_attr(idx, src);
-	if (ret == 0 && dst)
-		ret = idx_journal_attr(idx, dst);
-	if (ret == 0)
-		ret = idx_journal_attr(idx, p);
-	if (ret == 0 && np != p)
-		ret = idx_journal_attr(idx, np);
-	return ret;
-}
-
-/* Is `anc` an ancestor of (or equal to) directory `ino`? */
-static int is_ancestor(struct index *idx, uint64_t anc, uint64_t ino)
-{
-	while (1) {
-		struct inode *in;
-		if (ino == anc)
-			return 1;
-		if (ino == IDX_ROOT_INO)
-			return 0;
-		in = ino_find(idx, ino);
-		if (!in || !idx_dir(in))
-			return 0;
-		ino = idx_dir(in)->parent;
-	}
-}
-
-int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t newparent,
-	       const char *newname, unsigned flags)
-{
-	struct inode *p, *np, *src, *dst = NULL, *dead = NULL;
-	struct dirent_node *sd, *dd;
-	int ret = 0;
-
-	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
-		return -EINVAL;
-	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
-		return -EINVAL;
-	pthread_mutex_lock(&idx->lock);
-	if ((ret = jcheck(idx)) < 0 || !(p = dir_of(idx, parent, &ret)) ||
-	    !(np = dir_of(idx, newparent, &ret)))
-		goto out;
-	if (!(sd = dent_find(idx, parent, name)) || !(src = ino_find(idx, sd->ino))) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if ((ret = check_name(newname)) < 0) {
-		ret = -EBUSY;
-		goto out;
-	}
-	dd = dent_find(idx, newparent, newname);
-	if (dd)
-		dst = ino_find(idx, dd->ino);
-	if ((flags & RENAME_EXCHANGE) && !dst) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if (dst && (flags & RENAME_NOREPLACE)) {
-		ret = -EEXIST;
-		goto out;
-	}
-	if (dst == src)
-		goto out; /* same inode: POSIX says do nothing */
-	/* moving a directory into its own subtree */
-	if (idx_dir(src) && newparent != parent && is_ancestor(idx, src->ino, newparent)) {
-		ret = -EINVAL;
-		goto out;
-	}
-	if ((flags & RENAME_EXCHANGE) && idx_dir(dst) && newparent != parent &&
-	    is_ancestor(idx, dst->ino, parent)) {
-		ret = -EINVAL;
-		goto out;
-	}
-	if (flags & RENAME_EXCHANGE) {
-		sd->ino = dst->ino;
-		dd->ino = src->ino;
-		if (idx_dir(src))
-			idx_dir(src)->parent = newparent;
-		if (idx_dir(dst))
-			idx_dir(dst)->parent = parent;
-		if (idx_dir(src) && !idx_dir(dst)) {
-			nlink_add(p, -1);
-			nlink_add(np, 1);
-		} else if (!idx_dir(src) && idx_dir(dst)) {
-			nlink_add(p, 1);
-			nlink_add(np, -1);
-		}
-		nlink_add(src, 0);
-		nlink_add(dst, 0);
-		parent_changed(p);
-		parent_changed(np);
-		if (idx->jrnl) {
-			struct jrec rs[2];
-			name_rec(&rs[0], JR_LINK, parent, name, dst->ino);
-			name_rec(&rs[1], JR_LINK, newparent, newname, src->ino);
-			ret = journal_renamed(idx, rs, 2, src, dst, p, np);
-		}
-		goto out;
-	}
-	if (dst) {
-		if (idx_dir(src) && !idx_dir(dst)) {
-			ret = -ENOTDIR;
-			goto out;
-		}
-		if (!idx_dir(src) && idx_dir(dst)) {
-			ret = -EISDIR;
-			goto out;
-		}
-		if (idx_dir(dst) && idx_dir(dst)->live > 0) {
-			ret = -ENOTEMPTY;
-			goto out;
-		}
-	}
-	/* add the new name first so an allocation failure changes nothing */
-	if (dd) {
-		dd->ino = src->ino;
-	} else if ((ret = dent_add(idx, np, newname, src->ino)) < 0) {
-		goto out;
-	}
-	/* sd may have moved? no: dent_add never frees nodes; dir_remove only clears slots */
-	dent_del(idx, p, sd);
-	if (dst) {
-		if (idx_dir(dst)) {
-			nlink_add(dst, -2);
-			nlink_add(np, -1);
-		} else {
-			nlink_add(dst, -1);
-		}
-		dead = inode_maybe_unhook(idx, dst);
-	}
-	if (idx_dir(src) && parent != newparent) {
-		idx_dir(src)->parent = newparent;
-		nlink_add(p, -1);
-		nlink_add(np, 1);
-	}
-	nlink_add(src, 0); /* ctime */
-	parent_changed(p);
-	if (np != p)
-		parent_changed(np);
-	if (idx->jrnl) {
-		struct jrec rs[2];
-		name_rec(&rs[0], JR_LINK, newparent, newname, src->ino);
-		name_rec(&rs[1], JR_UNLINK, parent, name, 0);
-		ret = journal_renamed(idx, rs, 2, src, NULL, p, np);
-	}
-out:
-	pthread_mutex_unlock(&idx->lock);
-	inode_release(idx, dead);
-	return ret;
-}
-
-int idx_readdir(struct index *idx, uint64_t dir, uint64_t off, idx_dirent_fn fn, void *arg)
-{
-	struct inode *p, *c;
-	uint64_t i;
-	int ret = 0;
-
-	pthread_mutex_lock(&idx->lock);
-	p = ino_find(idx, dir);
-	if (!p) {
-		ret = -ENOENT;
-		goto out;
-	}
-	if (!idx_dir(p)) {
-		ret = -ENOTDIR;
-		goto out;
-	}
-	if (off < 1 && fn(arg, ".", p, 1))
-		goto out;
-	if (off < 2 && (c = ino_find(idx, idx_dir(p)->parent)) && fn(arg, "..", c, 2))
-		goto out;
-	for (i = dir_search(idx_dir(p), off); i < idx_dir(p)->n; i++) {
-		struct dirent_node *d = dir_ent(idx_dir(p), i);
-		if (!d || !(c = ino_find(idx, d->ino)))
-			continue;
-		if (fn(arg, d->name, c, d->cookie))
-			break;
-	}
-out:
-	pthread_mutex_unlock(&idx->lock);
-	return ret;
-}
-
-uint64_t idx_dir_entries(struct index *idx, uint64_t dir)
-{
-	struct inode *p;
-	uint64_t n = 0;
-	pthread_mutex_lock(&idx->lock);
-	p = ino_find(idx, dir);
-	if (p && idx_dir(p))
-		n = idx_dir(p)->live;
-	pthread_mutex_unlock(&idx->lock);
-	return n;
 }
 
 void idx_stat(struct index *idx, struct inode *in, struct stat *st)
@@ -1188,7 +688,7 @@ int idx_for_each(struct index *idx, int (*fn)(void *arg, struct inode *ino), voi
 {
 	int ret = 0;
 	pthread_mutex_lock(&idx->lock);
-	for (struct inode *in = inode_next(idx, NULL); in; in = inode_next(idx, in))
+	for (struct inode *in = idx_inode_next(idx, NULL); in; in = idx_inode_next(idx, in))
 		if ((ret = fn(arg, in)) != 0)
 			break;
 	pthread_mutex_unlock(&idx->lock);
@@ -1218,7 +718,7 @@ int idx_xattr_set(struct index *idx, struct inode *in, const char *name, const v
 	void *v;
 	int ret = 0;
 
-	if ((ret = jcheck(idx)) < 0)
+	if ((ret = idx_jcheck(idx)) < 0)
 		return ret;
 	if (strlen(name) > 255)
 		return -ERANGE;
@@ -1262,7 +762,7 @@ int idx_xattr_set(struct index *idx, struct inode *in, const char *name, const v
 				      .name_len = (uint32_t)strlen(name),
 				      .value = value,
 				      .value_len = (uint32_t)size}};
-		attr_rec_locked(in, &rs[1]);
+		idx_attr_rec_locked(in, &rs[1]);
 		ret = jrnl_append_tx(idx->jrnl, rs, 2);
 	}
 	idx_inode_unlock(in);
@@ -1321,7 +821,7 @@ int idx_xattr_remove(struct index *idx, struct inode *in, const char *name)
 {
 	struct xattr **pp, *x;
 	int ret;
-	if ((ret = jcheck(idx)) < 0)
+	if ((ret = idx_jcheck(idx)) < 0)
 		return ret;
 	idx_inode_lock(in);
 	pp = xattr_find(in, name);
@@ -1338,7 +838,7 @@ int idx_xattr_remove(struct index *idx, struct inode *in, const char *name)
 					      .ino = in->ino,
 					      .name = name,
 					      .name_len = (uint32_t)strlen(name)}};
-			attr_rec_locked(in, &rs[1]);
+			idx_attr_rec_locked(in, &rs[1]);
 			ret = jrnl_append_tx(idx->jrnl, rs, 2);
 		}
 	}
@@ -1358,7 +858,7 @@ int idx_chunks_reserve(struct inode *in, uint64_t n)
 	if (n > SIZE_MAX / 2 / sizeof(*nc))
 		return -EFBIG;
 	if (n == 1 && !in->nchunks && S_ISREG(in->mode)) {
-		in->chunks = inline_chunk(in); /* zeroed by inode_alloc */
+		in->chunks = inline_chunk(in); /* zeroed by idx_inode_alloc */
 		in->nchunks = 1;
 		return 0;
 	}
@@ -1379,288 +879,18 @@ int idx_chunks_reserve(struct inode *in, uint64_t n)
 	return 0;
 }
 
-/* ---- recovery and checkpoints ---- */
-
-/* An inode with a given number (recovery): found, or created bare. */
-static struct inode *replay_inode(struct index *idx, uint64_t ino, uint32_t mode)
-{
-	struct inode *in = ino_find(idx, ino);
-	struct idx_new_node nn = {.mode = mode};
-	uint64_t save;
-	if (in)
-		return in;
-	save = idx->next_ino;
-	idx->next_ino = ino;
-	in = inode_alloc(idx, &nn);
-	idx->next_ino = save > ino + 1 ? save : ino + 1;
-	if (in && inode_insert(idx, in) < 0) {
-		inode_destroy(idx, in);
-		in = NULL;
-	}
-	return in;
-}
-
-void idx_set_anomaly_hook(struct index *idx, idx_anomaly_fn fn, void *arg)
-{
-	idx->anomaly = fn;
-	idx->anomaly_arg = arg;
-}
-
-/* Tell the anomaly hook (if any); returns its answer. */
-static int anomaly(struct index *idx, enum idx_anomaly_kind kind, const struct jrec *r,
-		   uint64_t ino, uint64_t parent, const char *name)
-{
-	struct idx_anomaly a = {.kind = kind, .ino = ino, .parent = parent, .name = name};
-	if (!idx->anomaly)
-		return 0;
-	if (r) {
-		a.rec_type = r->type;
-		a.chunk = r->chunk;
-	}
-	return idx->anomaly(idx->anomaly_arg, &a);
-}
-
-int idx_replay(struct index *idx, const struct jrec *r)
-{
-	struct inode *in, *p;
-	struct dirent_node *d;
-	char name[256];
-	int ret = 0;
-
-	switch (r->type) {
-	case JR_META:
-		if (r->next_ino > idx->next_ino)
-			idx->next_ino = r->next_ino;
-		return 1;
-	case JR_INODE:
-		in = ino_find(idx, r->ino);
-		if (in && (in->mode & S_IFMT) != (r->attr.mode & S_IFMT))
-			return 0; /* never happens: numbers are not reused */
-		if (!in && !(in = replay_inode(idx, r->ino, r->attr.mode)))
-			return -ENOMEM;
-		in->mode = r->attr.mode;
-		in->uid = r->attr.uid;
-		in->gid = r->attr.gid;
-		if (idx_is_dev(in))
-			in->rdev_ = (uint32_t)r->attr.rdev;
-		in->size = r->attr.size;
-		in->atime = r->attr.atime_ns;
-		in->mtime = r->attr.mtime_ns;
-		in->ctime = r->attr.ctime_ns;
-		if (S_ISLNK(in->mode) && r->name_len && !in->symlink_) {
-			if (!(in->symlink_ = strndup(r->name, r->name_len)))
-				return -ENOMEM;
-		}
-		return 0;
-	case JR_LINK:
-	case JR_UNLINK:
-		memcpy(name, r->name, r->name_len);
-		name[r->name_len] = '\0';
-		d = dent_find(idx, r->parent, name);
-		if (r->type == JR_UNLINK) {
-			if (d && (p = ino_find(idx, r->parent)))
-				dent_del(idx, p, d);
-			return 0;
-		}
-		/* a name in a directory that is gone by the end: harmless to skip */
-		if (!(p = ino_find(idx, r->parent)) || !idx_dir(p) || !ino_find(idx, r->ino)) {
-			anomaly(idx, IDX_AN_LINK_SKIPPED, r, r->ino, r->parent, name);
-			return 0;
-		}
-		if (d)
-			d->ino = r->ino;
-		else
-			ret = dent_add(idx, p, name, r->ino);
-		return ret;
-	case JR_XATTR_SET:
-	case JR_XATTR_DEL:
-		/* idx->jrnl is not set yet: nothing is journaled again */
-		if (!(in = ino_find(idx, r->ino))) {
-			anomaly(idx, IDX_AN_NO_INODE, r, r->ino, 0, NULL);
-			return 0;
-		}
-		memcpy(name, r->name, r->name_len);
-		name[r->name_len] = '\0';
-		{
-			/* the INODE records carry ctime: replaying must not touch it */
-			int64_t ct = in->ctime;
-			int ret2 = 0;
-			if (r->type == JR_XATTR_SET)
-				ret2 = idx_xattr_set(idx, in, name, r->value, r->value_len, 0);
-			else
-				idx_xattr_remove(idx, in, name); /* -ENODATA is fine */
-			in->ctime = ct;
-			return ret2;
-		}
-	case JR_CHUNK_LOC:
-	case JR_CHUNK_DIRTY:
-	case JR_CHUNK_ABSENT: {
-		struct chunk *ch;
-		if (!(in = ino_find(idx, r->ino))) {
-			anomaly(idx, IDX_AN_NO_INODE, r, r->ino, 0, NULL);
-			return 0;
-		}
-		if (!S_ISREG(in->mode)) {
-			if (r->type != JR_CHUNK_ABSENT)
-				anomaly(idx, IDX_AN_NOT_FILE, r, r->ino, 0, NULL);
-			return 0;
-		}
-		if (r->type != JR_CHUNK_ABSENT && !jrnl_rec_fits(r, idx->chunk_size)) {
-			/* the decoder bounds what it reads; this bounds every caller */
-			anomaly(idx, IDX_AN_CHUNK_RANGE, r, r->ino, 0, NULL);
-			return 0;
-		}
-		if (r->type == JR_CHUNK_ABSENT) {
-			for (uint64_t c = r->chunk; c < in->nchunks && c - r->chunk < r->count; c++)
-				memset(&in->chunks[c], 0, sizeof(in->chunks[c]));
-			return 0;
-		}
-		if ((ret = idx_chunks_reserve(in, r->chunk + 1)) < 0)
-			return ret;
-		ch = &in->chunks[r->chunk];
-		memset(ch, 0, sizeof(*ch));
-		if (r->type == JR_CHUNK_DIRTY) {
-			ch->state = CHUNK_HOT_DIRTY;
-		} else {
-			ch->state = CHUNK_COLD;
-			ch->seg_id = r->loc.seg_id;
-			ch->seg_off = r->loc.off;
-			ch->seg_len = r->loc.len;
-			ch->seg_crc = r->loc.crc;
-			ch->seg_dev = (uint16_t)r->loc.dev;
-			ch->seg_flags = (uint16_t)r->loc.flags;
-			ch->seg_gen = r->loc.gen;
-			ch->gen = r->loc.gen;
-		}
-		return 0;
-	}
-	default:
-		return 1;
-	}
-}
-
-/* marks during idx_replay_finish */
-#define MARK_NONE 0
-#define MARK_REACHED 1
-#define MARK_KEPT 3 /* unreachable, kept by the anomaly hook */
-
-/* Unreachable inodes: count their names, ask the hook whether to keep them. */
-static void finish_unreachable(struct index *idx, struct inode *root)
-{
-	struct inode *in;
-	for (uint64_t b = 0; b < idx->dtab_size; b++)
-		for (struct dirent_node *d = idx->dtab[b]; d; d = d->hash_next) {
-			struct inode *c = ino_find(idx, d->ino);
-			if (c && c->mark == MARK_NONE && ino_find(idx, d->parent))
-				c->nlink++; /* a name count for now; reset below */
-		}
-	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in)) {
-		struct idx_anomaly a = {.kind = IDX_AN_UNREACHABLE,
-					.ino = in->ino,
-					.names = in->nlink - (idx_dir(in) ? 2 : 0),
-					.is_dir = idx_dir(in) != NULL};
-		if (in->mark != MARK_NONE || in == root)
-			continue;
-		if (idx->anomaly(idx->anomaly_arg, &a))
-			in->mark = MARK_KEPT;
-	}
-}
-
-uint64_t idx_replay_finish(struct index *idx)
-{
-	struct inode *in, *next, *root = ino_find(idx, IDX_ROOT_INO);
-	struct inode **stack = NULL;
-	size_t sp = 0, cap = 0;
-	uint64_t dropped = 0;
-
-	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in)) {
-		in->nlink = idx_dir(in) ? 2 : 0;
-		in->mark = MARK_NONE;
-	}
-	/* walk from the root: only names in reachable directories count */
-	root->mark = MARK_REACHED;
-	idx_dir(root)->parent = IDX_ROOT_INO;
-	if ((stack = malloc(sizeof(*stack) * (cap = 64))))
-		stack[sp++] = root;
-	while (sp > 0) {
-		struct inode *dir = stack[--sp];
-		for (uint64_t i = 0; i < idx_dir(dir)->n; i++) {
-			struct dirent_node *d = dir_ent(idx_dir(dir), i);
-			struct inode *c;
-			if (!d || !(c = ino_find(idx, d->ino)))
-				continue;
-			if (idx_dir(c)) {
-				if (c->mark || c == root)
-					continue; /* a second name for a directory: ignored */
-				idx_dir(c)->parent = dir->ino;
-				dir->nlink++;
-				if (sp == cap) {
-					struct inode **ns = realloc(stack, sizeof(*ns) * (cap *= 2));
-					if (!ns)
-						continue;
-					stack = ns;
-				}
-				stack[sp++] = c;
-			} else {
-				c->nlink++;
-			}
-			c->mark = MARK_REACHED;
-		}
-	}
-	free(stack);
-	if (idx->anomaly)
-		finish_unreachable(idx, root);
-	/* names whose target or directory is gone (a kept directory keeps its
-	 * names; a kept directory's `parent` means nothing) */
-	for (uint64_t b = 0; b < idx->dtab_size; b++) {
-		struct dirent_node *d = idx->dtab[b], *dn;
-		for (; d; d = dn) {
-			struct inode *p = ino_find(idx, d->parent), *c = ino_find(idx, d->ino);
-			enum idx_anomaly_kind kind = 0;
-			dn = d->hash_next;
-			if (!c)
-				kind = IDX_AN_NAME_DANGLING;
-			else if (!p || p->mark == MARK_NONE)
-				kind = IDX_AN_NAME_ORPHAN;
-			else if (c->mark == MARK_NONE)
-				kind = IDX_AN_NAME_DANGLING; /* its inode is dropped below */
-			else if (idx_dir(c) && c->mark == MARK_REACHED && idx_dir(c)->parent != d->parent)
-				kind = IDX_AN_DIR_ALIAS;
-			if (!kind)
-				continue;
-			anomaly(idx, kind, NULL, d->ino, d->parent, d->name);
-			dent_del(idx, p && idx_dir(p) ? p : root, d);
-		}
-	}
-	for (in = inode_next(idx, NULL); in; in = next) {
-		next = inode_next(idx, in);
-		if (in->mark == MARK_REACHED || in == root)
-			continue;
-		in->nlink = 0;
-		if (in->mark == MARK_KEPT)
-			continue;
-		if (inode_maybe_unhook(idx, in)) {
-			inode_destroy(idx, in);
-			dropped++;
-		}
-	}
-	for (in = inode_next(idx, NULL); in; in = inode_next(idx, in))
-		in->mark = MARK_NONE;
-	return dropped;
-}
-
 struct inode *idx_find(struct index *idx, uint64_t ino)
 {
 	struct inode *in;
 	pthread_mutex_lock(&idx->lock);
-	in = ino_find(idx, ino);
+	in = idx_ino_find(idx, ino);
 	pthread_mutex_unlock(&idx->lock);
 	return in;
 }
 
 void idx_inode_rec(struct inode *in, struct jrec *r)
 {
-	attr_rec(in, r);
+	idx_attr_rec(in, r);
 }
 
 uint64_t idx_nchunks(struct inode *in)
@@ -1675,7 +905,7 @@ uint64_t idx_nchunks(struct inode *in)
 void idx_chunk_rec(struct inode *in, uint64_t c, struct jrec *r)
 {
 	idx_inode_lock(in);
-	chunk_rec(in, c, r);
+	idx_chunk_rec_locked(in, c, r);
 	idx_inode_unlock(in);
 }
 
@@ -1701,123 +931,3 @@ uint64_t idx_next_ino(struct index *idx)
 	return n;
 }
 
-static int snap_inode(struct jrnl_emitter *e, struct inode *in)
-{
-	struct jrec r;
-	int ret;
-	idx_inode_lock(in);
-	attr_rec_locked(in, &r);
-	ret = jrnl_emit(e, &r);
-	for (struct xattr *x = in->xattrs; x && !ret; x = x->next) {
-		struct jrec xr = {.type = JR_XATTR_SET,
-				  .ino = in->ino,
-				  .name = x->name,
-				  .name_len = (uint32_t)strlen(x->name),
-				  .value = x->value,
-				  .value_len = (uint32_t)x->size};
-		ret = jrnl_emit(e, &xr);
-	}
-	for (uint64_t c = 0; c < in->nchunks && !ret; c++) {
-		struct jrec cr;
-		if (in->chunks[c].state == CHUNK_ABSENT)
-			continue;
-		chunk_rec(in, c, &cr);
-		ret = jrnl_emit(e, &cr);
-	}
-	idx_inode_unlock(in);
-	return ret;
-}
-
-int idx_snapshot(struct index *idx, struct jrnl_emitter *e)
-{
-	struct inode *in;
-	int ret = 0;
-
-	pthread_mutex_lock(&idx->lock);
-	for (in = inode_next(idx, NULL); in && !ret; in = inode_next(idx, in))
-		if (in->nlink > 0 || in->ino == IDX_ROOT_INO)
-			ret = snap_inode(e, in);
-	for (in = inode_next(idx, NULL); in && !ret; in = inode_next(idx, in)) {
-		if (!idx_dir(in) || in->nlink == 0)
-			continue;
-		for (uint64_t i = 0; i < idx_dir(in)->n && !ret; i++) {
-			struct dirent_node *d = dir_ent(idx_dir(in), i);
-			struct jrec r;
-			if (!d)
-				continue;
-			name_rec(&r, JR_LINK, d->parent, d->name, d->ino);
-			ret = jrnl_emit(e, &r);
-		}
-	}
-	pthread_mutex_unlock(&idx->lock);
-	return ret;
-}
-
-/* Path of a name: "/" + names of the directories up to the root. */
-static void dent_path(struct index *idx, struct dirent_node *d, char *buf, size_t len)
-{
-	char tmp[4096];
-	size_t pos = sizeof(tmp) - 1;
-	tmp[pos] = '\0';
-	for (int depth = 0; d && depth < 256; depth++) {
-		size_t nl = strlen(d->name);
-		struct inode *p;
-		if (nl + 1 > pos)
-			break;
-		pos -= nl;
-		memcpy(tmp + pos, d->name, nl);
-		tmp[--pos] = '/';
-		if (d->parent == IDX_ROOT_INO || !(p = ino_find(idx, d->parent)) || !idx_dir(p))
-			break;
-		/* a directory's own name: the entry in its parent pointing to it */
-		struct inode *gp = ino_find(idx, idx_dir(p)->parent);
-		struct dirent_node *up = NULL;
-		for (uint64_t i = 0; gp && idx_dir(gp) && i < idx_dir(gp)->n; i++)
-			if (dir_ent(idx_dir(gp), i) && dir_ent(idx_dir(gp), i)->ino == p->ino) {
-				up = dir_ent(idx_dir(gp), i);
-				break;
-			}
-		d = up;
-	}
-	snprintf(buf, len, "%s", tmp + pos);
-}
-
-uint64_t idx_remove_marked(struct index *idx,
-			   void (*report)(void *arg, const char *path, struct inode *in), void *arg)
-{
-	struct {
-		uint64_t parent;
-		char *name;
-	} *v = NULL;
-	size_t n = 0, cap = 0;
-	uint64_t removed = 0;
-	char path[4096];
-
-	pthread_mutex_lock(&idx->lock);
-	for (uint64_t b = 0; b < idx->dtab_size; b++)
-		for (struct dirent_node *d = idx->dtab[b]; d; d = d->hash_next) {
-			struct inode *c = ino_find(idx, d->ino);
-			if (!c || c->mark != 2)
-				continue;
-			if (n == cap) {
-				void *nv = realloc(v, sizeof(*v) * (cap = cap ? cap * 2 : 16));
-				if (!nv)
-					continue;
-				v = nv;
-			}
-			dent_path(idx, d, path, sizeof(path));
-			if (report)
-				report(arg, path, c);
-			v[n].parent = d->parent;
-			v[n].name = strdup(d->name);
-			n++;
-		}
-	pthread_mutex_unlock(&idx->lock);
-	for (size_t i = 0; i < n; i++) {
-		if (v[i].name && idx_unlink(idx, v[i].parent, v[i].name) == 0)
-			removed++;
-		free(v[i].name);
-	}
-	free(v);
-	return removed;
-}

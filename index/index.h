@@ -97,7 +97,7 @@ struct inode {
 	/* hot.c's list of inodes that have a hot file: slot + 1, 0 = not
 	 * listed (guarded by hot.c's lock, so in a word of its own) */
 	uint32_t hot_slot;
-	/* passthrough opens (tier.h), owned by tier.c, under the inode lock:
+	/* passthrough opens (tier.h), owned by tier_io.c, under the inode lock:
 	 * opens the kernel serves from the hot file itself, the writers among
 	 * them, and the id the kernel knows the hot file by while there are
 	 * any (0: none) */

@@ -1,8 +1,8 @@
 /*
  * stores — open the cold stores a mount's options name: the NVMe
- * directories (one mount per directory, enforced by a flock'ed
- * .spillway.lock; leftovers of interrupted puts swept) and the S3 bucket
- * (under <prefix>/<uuid>/, or the prefix itself for the state's copy).
+ * directories (one mount per directory: store_nvme_lock; leftovers of
+ * interrupted puts swept) and the S3 bucket (store_s3_fs_url: under
+ * <prefix>/<uuid>/, or the prefix itself for the state's copy).
  * Threading: mount and unmount only (single-threaded).
  */
 #include "tier/tier_i.h"
@@ -13,11 +13,9 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 static int remove_seg(void *arg, uint64_t id, uint32_t dev, uint64_t size)
@@ -55,11 +53,7 @@ int stores_open_nvme(struct tier *t, char *err, size_t errlen)
 	/* One mount per cold directory: the earlier-mount clean-up below would
 	 * otherwise delete a live neighbour's segments. */
 	for (int i = 0; i < n; i++) {
-		char lock[4200];
-		snprintf(lock, sizeof(lock), "%s/.spillway.lock", dirs[i]);
-		t->nvme_locks[i] = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-		if (t->nvme_locks[i] < 0 || flock(t->nvme_locks[i], LOCK_EX | LOCK_NB) < 0) {
-			ret = t->nvme_locks[i] < 0 ? -errno : -EBUSY;
+		if ((ret = store_nvme_lock(dirs[i], &t->nvme_locks[i])) < 0) {
 			snprintf(err, errlen, "option 'nvme': '%s': %s", dirs[i],
 				 ret == -EBUSY ? "in use by another spillway mount"
 					       : strerror(-ret));
@@ -105,7 +99,6 @@ int stores_open_s3(struct tier *t, int with_uuid, struct store **out, char *err,
 {
 	char url[2048], why[512];
 	const char *base = t->cfg->s3;
-	size_t bl = strlen(base);
 	struct s3_config sc = {
 	    .endpoint = t->cfg->s3_endpoint,
 	    .region = t->cfg->s3_region,
@@ -118,10 +111,7 @@ int stores_open_s3(struct tier *t, int with_uuid, struct store **out, char *err,
 	};
 	int ret;
 
-	snprintf(url, sizeof(url), "%.*s%s", (int)(base[bl - 1] == '/' ? bl - 1 : bl), base,
-		 with_uuid ? "/" : "");
-	for (int i = 0; with_uuid && i < 16; i++)
-		snprintf(url + strlen(url), sizeof(url) - strlen(url), "%02x", t->uuid[i]);
+	store_s3_fs_url(url, sizeof(url), base, with_uuid ? t->uuid : NULL);
 	sc.url = url;
 	ret = store_s3_open(&sc, out, why, sizeof(why));
 	if (ret < 0)

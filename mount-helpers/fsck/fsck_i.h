@@ -1,10 +1,15 @@
 /*
- * fsck_i.h — private to spillway-fsck (spillway-fsck.c, fsck_model.c,
- * fsck_rebuild.c): the index it checks (a struct index of index/) and the
+ * fsck_i.h — private to spillway-fsck: the index it checks (a struct index of index/) and the
  * segment table (a struct segtab of tier/), both replayed by their own
  * code, what fsck keeps beside them (paths, anomalies), the segments found
- * in the stores, and the calls between those files. Everything hangs off one
+ * in the stores, and the calls between its files. Everything hangs off one
  * struct fsck that main() builds; functions take it first.
+ * Files, each calling only those below it: spillway-fsck.c (main, the
+ * options, STATE_DIR, the order of the passes); fsck_rebuild.c (--rebuild);
+ * fsck_check.c (the checks and their report); fsck_stores.c (the cold
+ * stores, the segments found in them, chunk reads); fsck_model.c (the
+ * replay into the index, changes, paths, checkpoints); fsck_out.c (what is
+ * printed).
  * Single-threaded: nothing here takes a lock (the segment table takes its
  * own, never contended).
  */
@@ -185,22 +190,23 @@ static inline int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* ---- spillway-fsck.c: output, segment reads, checks ---- */
+/* ---- fsck_out.c: what is printed ---- */
 
 /* An operational error on stderr (exit 8). */
 void fsck_oper_err(struct fsck *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A problem line on stdout, counted; `fixed`: 1 repaired, 0 left. */
+void fsck_problem(struct fsck *f, int fixed, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* An information line on stdout, unless --quiet. */
 void fsck_note(struct fsck *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "what done/total (n%)" on a terminal's stderr, at most once a second. */
 void fsck_progress(struct fsck *f, const char *what, uint64_t done, uint64_t total);
 /* "64 MiB", "1.5 GiB", "512 bytes" into buf. */
 const char *fsck_human(uint64_t v, char *buf, size_t len);
-/* Read a chunk and check its crc32c (once per footer entry). 0, 1 crc
- * mismatch, or -errno (read). */
-int fsck_verify_chunk(struct fsck *f, struct found *fd, const struct seg_entry *e);
-/* The root directory, created with --repair when missing. 0 (fine or
- * created), 1 (missing, left), -errno. */
-int fsck_check_root(struct fsck *f);
+/* "chunk 3" / "chunks 0-3,7" from sorted chunk numbers (duplicates allowed). */
+const char *fsck_chunk_list(const uint64_t *c, size_t n, char *buf, size_t len);
+/* A uuid as 32 lowercase hex digits. */
+void fsck_uuid_str(const uint8_t u[16], char out[33]);
 
 /* ---- fsck_model.c: replay into the index, changes, paths, checkpoints ---- */
 
@@ -254,6 +260,44 @@ int fsck_found_cmp(const void *a, const void *b);
 int fsck_write_checkpoint(struct fsck *f, uint64_t gen);
 /* Free what fsck_index_open and fsck_scan made. */
 void fsck_index_close(struct fsck *f);
+
+/* ---- fsck_stores.c: the cold stores and the segments in them ---- */
+
+/* Lock the cold directories (store_nvme_lock), open the stores STATE_DIR/tiers
+ * names and list their segments into f->found. 0 or -errno (reported); an
+ * S3 store that does not open is reported and left unusable. */
+int fsck_open_stores(struct fsck *f);
+/* Read every listed segment's header and footer; index the footers. */
+int fsck_read_manifests(struct fsck *f);
+/* Bind each segment-table entry to its copy in the store. */
+void fsck_bind_segments(struct fsck *f);
+/* A device's name for messages (a cold directory, or the store's). */
+const char *fsck_dev_name(struct fsck *f, int store, uint32_t dev);
+/* The copy of segment id in `store` (preferring dev), or NULL. */
+struct found *fsck_found_get(struct fsck *f, int store, uint64_t id, uint32_t dev);
+/* A file uses segment id, which the table has but the store lacks: it is
+ * reported with the file (fsck_check_segments says no more). 0, -ENOMEM. */
+int fsck_seg_mark_reported(struct fsck *f, uint64_t id);
+int fsck_seg_reported(struct fsck *f, uint64_t id);
+/* fd's footer entry for (ino, chunk) at offset off, or NULL. */
+struct seg_entry *fsck_entry_for(struct found *fd, uint64_t ino, uint64_t chunk, uint64_t off);
+/* Read a chunk and check its crc32c (once per footer entry). 0, 1 crc
+ * mismatch, or -errno (read). */
+int fsck_verify_chunk(struct fsck *f, struct found *fd, const struct seg_entry *e);
+
+/* ---- fsck_check.c: the checks ---- */
+
+/* Check (and with --repair fix) the chunks of every reachable file. */
+int fsck_check_files(struct fsck *f);
+/* The root directory, created with --repair when missing. 0 (fine or
+ * created), 1 (missing, left), -errno. */
+int fsck_check_root(struct fsck *f);
+/* Root, names of missing inodes or in missing directories (dropped by the
+ * first scan), inodes named but unreachable from / (cycles). */
+int fsck_check_namespace(struct fsck *f);
+/* Segment table against the stores: missing entries, wrong length or
+ * device, and segments nobody references (deleted by --repair). */
+int fsck_check_segments(struct fsck *f);
 
 /* ---- fsck_rebuild.c ---- */
 

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """tier_cycles.py — file-level dependency cycles among tier/'s modules.
 
-Usage: tier_cycles.py [SRCDIR]   (SRCDIR: the repository root, default: ../..)
+Usage: tier_cycles.py [-v] [SRCDIR [FOLDER]]
+  SRCDIR: the repository root (default: ../..); FOLDER: the folder under it
+  whose files are checked (default: tier; mount-helpers/fsck for
+  spillway-fsck's files, run as test_fsck_layers). Below, "tier/" stands
+  for FOLDER.
 Prints each module's dependencies when -v is given, then every cycle found
 (each strongly connected component of more than one module, with its edges
 and, for each, the include or name that makes it); exit 1 if there is any,
@@ -69,14 +73,14 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 IDENT = re.compile(r"\b([A-Za-z_]\w*)\b")
 
 
-def load(root):
-    tier = os.path.join(root, "tier")
+def load(root, folder="tier"):
+    tier = os.path.join(root, folder)
     files = {}
     for dirpath, _, names in os.walk(tier):
         for name in names:
             if name.endswith((".c", ".h")):
                 path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root)
+                rel = os.path.join("tier", os.path.relpath(path, tier))
                 with open(path, encoding="utf-8", errors="replace") as f:
                     raw = f.read()
                 files[rel] = (raw, strip_c(raw))
@@ -94,8 +98,8 @@ def module_of(rel, files):
     return parts[1]
 
 
-def graph(root):
-    files = load(root)
+def graph(root, folder="tier"):
+    files = load(root, folder)
     mods = {}
     for rel in files:
         m = module_of(rel, files)
@@ -182,7 +186,8 @@ def main(argv):
     verbose = "-v" in argv
     args = [a for a in argv[1:] if a != "-v"]
     root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-    deps, why = graph(root)
+    folder = args[1] if len(args) > 1 else "tier"
+    deps, why = graph(root, folder)
     if verbose:
         for m in sorted(deps):
             print("%s -> %s" % (m, ", ".join(sorted(deps[m])) or "-"))
@@ -192,7 +197,7 @@ def main(argv):
                  for a in comp for b in comp if b in deps[a]]
         print("cycle: %s\n  %s" % (" ".join(comp), "\n  ".join(sorted(pairs))))
     if not cycles:
-        print("tier/: no file-level cycles among %d modules" % len(deps))
+        print("%s/: no file-level cycles among %d modules" % (folder, len(deps)))
     return 1 if cycles else 0
 
 

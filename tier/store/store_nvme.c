@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -715,4 +716,22 @@ err_dir:
 err:
 	nvme_close(&ns->base);
 	return ret;
+}
+
+int store_nvme_lock(const char *dir, int *fd)
+{
+	char lock[4200];
+	int lfd, ret;
+
+	snprintf(lock, sizeof(lock), "%s/.spillway.lock", dir);
+	lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lfd < 0)
+		return -errno;
+	if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+		ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		close(lfd);
+		return ret;
+	}
+	*fd = lfd;
+	return 0;
 }

@@ -59,6 +59,15 @@ struct s3_config {
  * (no such bucket), -EHOSTUNREACH (endpoint unreachable), -EIO, -ENOMEM.
  */
 int store_s3_open(const struct s3_config *cfg, struct store **out, char *err, size_t errlen);
+/*
+ * Where one filesystem's objects live in the bucket: base (an s3= URL, one
+ * trailing '/' dropped) + "/" + uuid as 32 lowercase hex digits, so two
+ * filesystems sharing a prefix never touch each other's segments; uuid
+ * NULL: base itself (the state's copy, "<uuid>/state/...", is found there).
+ * Into url (len bytes, cut short if too small). The daemon and
+ * spillway-fsck both open their S3 store at this URL.
+ */
+void store_s3_fs_url(char *url, size_t len, const char *base, const uint8_t *uuid);
 
 /* The part-buffer pool's budget and use (see store_s3.c DESIGN, Writes).
  * 0, or -EINVAL when st is not an S3 store. */

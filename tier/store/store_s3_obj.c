@@ -2,7 +2,8 @@
  * store_s3_obj — the named (non-segment) objects of the S3 store:
  * store_s3_put_object, _get_object, _delete_object, _list_objects (contract
  * in store_s3.h), on the transfer, put, ranged-read and listing machinery
- * of store_s3.c, shared through store_s3_i.h.
+ * of store_s3.c, shared through store_s3_i.h; and store_s3_fs_url, where a
+ * filesystem's objects live.
  *
  * DESIGN
  * Objects (journal, checkpoints: <prefix>/<name>). A put up to
@@ -294,4 +295,14 @@ int store_s3_list_objects(struct store *st, const char *sub,
 	free(lp);
 	free(prefix);
 	return ret;
+}
+
+void store_s3_fs_url(char *url, size_t len, const char *base, const uint8_t *uuid)
+{
+	size_t bl = strlen(base);
+
+	snprintf(url, len, "%.*s%s", (int)(bl && base[bl - 1] == '/' ? bl - 1 : bl), base,
+		 uuid ? "/" : "");
+	for (int i = 0; uuid && i < 16; i++)
+		snprintf(url + strlen(url), len - strlen(url), "%02x", uuid[i]);
 }

@@ -1,0 +1,829 @@
+/*
+ * tier_io.c — file I/O through the tier: the data path (tier_read_begin /
+ * _end, tier_write_begin / _end, read-ahead), opens and closes (FUSE
+ * passthrough of files all in RAM), truncate, fallocate, lseek, fsync, and
+ * the per-file controls (state, pin, evict, warm). The handle's lifecycle
+ * is tier.c. Threading: every call is thread-safe; callers hold no inode
+ * lock (tier.h).
+ *
+ * DESIGN
+ * - The data path: fs/ brackets every read and write with tier_*_begin and tier_*_end.
+ *   begin pins the chunks it touches (chunk->pins) so the evictor never
+ *   punches a range a request is copying, makes cold chunks hot first, and
+ *   (writes) reserves hot room; end marks written chunks HOT_DIRTY with a new
+ *   generation, updates size and times and the hot usage, then unpins.
+ * - A write that finds no hot room waits (bounded by write_wait) for the
+ *   evictor when a cold tier exists; without one it fails with ENOSPC at once.
+ *   Nothing is acknowledged before its bytes are in the hot file.
+ * - Lock order: index lock, inode lock, tier lock.
+ */
+#include "tier/tier_i.h"
+#include "tier/tier.h"
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "index/journal.h"
+#include "tier/segment.h"
+#include "tier/store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Wait until no chunk in [first, last] is RESTORING, all at once: a wait
+ * drops the lock, and a reader may start on a chunk already looked at (a
+ * direct read sets RESTORING, then COLD), so every wait starts over.
+ * in->lock held. */
+static void wait_restoring_locked(struct inode *in, uint64_t first, uint64_t last)
+{
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++)
+		if (in->chunks[c].state == CHUNK_RESTORING) {
+			idx_inode_wait(in);
+			c = first - 1; /* wraps to first at the c++ */
+		}
+}
+
+static void pin(struct inode *in, uint64_t first, uint64_t last, int delta)
+{
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++)
+		in->chunks[c].pins += delta;
+}
+
+/* Finish the partial restores io started (after the reply). in->lock held. */
+static void read_rest_locked(struct tier *t, struct inode *in, struct tier_io *io)
+{
+	for (uint64_t i = 0; io->rest >> i; i++)
+		if ((io->rest >> i) & 1)
+			restore_rest_locked(t, in, io->first + i);
+	io->rest = 0;
+}
+
+int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
+		    struct tier_io *io)
+{
+	uint64_t size, t0 = clock_now_ns();
+	int ret, waited = -1;
+
+	io->rest = 0;
+	io->mem = NULL;
+	io->own = NULL;
+	idx_inode_lock(in);
+	size = in->size;
+	if (off >= size || len == 0) {
+		io->first = 1;
+		io->last = 0; /* nothing pinned */
+		len = 0;
+	} else {
+		if (off + len > size)
+			len = size - off;
+		tier_chunk_range(t, off, len, &io->first, &io->last);
+		if (io->last >= in->nchunks)
+			io->last = in->nchunks ? in->nchunks - 1 : 0;
+		/* one chunk: a random reader's cold range is read directly; any
+		 * reader but a stream reads blocks of a chunk being restored
+		 * rather than wait for their turn (a stream's are next anyway) */
+		unsigned how = 0;
+		if (io->first == io->last && io->first < in->nchunks) {
+			if ((flags & TIER_READ_RANDOM) && in->chunks[io->first].state == CHUNK_COLD &&
+			    !in->chunks[io->first].queued)
+				how |= RR_DIRECT;
+			if (!(flags & TIER_READ_STREAM))
+				how |= RR_BESIDE;
+		}
+		/* each chunk: only the reader's blocks first when it is cold */
+		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++) {
+			uint64_t cs = c * t->chunk_size, lo = off > cs ? off - cs : 0;
+			uint64_t hi = off + len - cs < t->chunk_size ? off + len - cs : t->chunk_size;
+			int rest = 0, tier;
+
+			/* one chunk: a cold range may be answered from memory */
+			ret = restore_read_locked(t, in, c, lo, hi, c - io->first < 64 ? &rest : NULL,
+						  &tier, io->first == io->last ? &io->mem : NULL,
+						  &io->own, how);
+			if (ret < 0) {
+				if (c > io->first)
+					pin(in, io->first, c - 1, -1);
+				read_rest_locked(t, in, io);
+				idx_inode_unlock(in);
+				return ret;
+			}
+			if (rest)
+				io->rest |= 1ull << (c - io->first);
+			if (tier > waited)
+				waited = tier;
+		}
+		uint64_t tick = idx_tick(t->idx);
+		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
+			in->chunks[c].atime = tick;
+	}
+	io->fd = in->hot_fd;
+	io->off = off;
+	io->len = len;
+	idx_inode_unlock(in);
+	if (waited >= 0) /* a cold range: request .. bytes in RAM */
+		lhist_observe(&t->st.h_first[waited], clock_now_ns() - t0);
+	return io->fd < 0 ? -EBADF : 0;
+}
+
+void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)
+{
+	seg_buf_free(io->own);
+	io->own = NULL;
+	if (io->first > io->last)
+		return;
+	idx_inode_lock(in);
+	pin(in, io->first, io->last, -1);
+	/* a failed partial restore waits for its readers, an evict for readers
+	 * that still held a chunk (tier_evict_file) */
+	idx_inode_wake(in);
+	read_rest_locked(t, in, io);
+	idx_inode_unlock(in);
+}
+
+void tier_read_ahead(struct tier *t, struct inode *in, uint64_t off, uint64_t *next_chunk)
+{
+	uint64_t c = off / t->chunk_size + 1, last = c + t->cfg->io_workers - 1;
+
+	if (!t->store)
+		return;
+	if (*next_chunk > c)
+		c = *next_chunk;
+	if (c > last)
+		return;
+	restore_ahead(t, in, c, last);
+	*next_chunk = last + 1;
+}
+
+/* Chunks claimed by a write that did not complete go back to COLD. */
+static void unclaim_locked(struct inode *in, struct tier_io *io)
+{
+	for (uint64_t i = 0; io->claimed >> i; i++)
+		if ((io->claimed >> i) & 1 && in->chunks[io->first + i].state == CHUNK_RESTORING)
+			in->chunks[io->first + i].state = CHUNK_COLD;
+	if (io->claimed)
+		idx_inode_wake(in);
+	io->claimed = 0;
+}
+
+int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io)
+{
+	int ret = 0;
+	int64_t r;
+
+	if ((ret = idx_check_writable(t->idx)) < 0)
+		return ret;
+	io->off = off;
+	io->len = len;
+	io->reserved = 0;
+	io->claimed = 0;
+	tier_chunk_range(t, off, len, &io->first, &io->last);
+	idx_inode_lock(in);
+	if ((ret = idx_chunks_reserve(in, io->last + 1)) < 0)
+		goto out_unclaim;
+	/* A partial overwrite of a cold chunk needs its old bytes first; a whole
+	 * overwrite claims it (RESTORING, so no restore races the new bytes). */
+	for (uint64_t c = io->first; c <= io->last; c++) {
+		uint64_t cs = c * t->chunk_size, ce = cs + t->chunk_size;
+		int full = off <= cs && off + len >= ce && c - io->first < 64;
+		wait_restoring_locked(in, c, c);
+		if (in->chunks[c].state == CHUNK_COLD && full) {
+			in->chunks[c].state = CHUNK_RESTORING;
+			io->claimed |= 1ULL << (c - io->first);
+			in->chunks[c].pins++;
+		} else if ((ret = restore_make_hot_locked(t, in, c, c, 1)) < 0) {
+			/* unpin what this loop pinned so far */
+			if (c > io->first)
+				pin(in, io->first, c - 1, -1);
+			goto out_unclaim;
+		}
+	}
+	io->fd = in->hot_fd;
+	idx_inode_unlock(in);
+	if (io->fd < 0) {
+		ret = -EBADF;
+		goto out_unpin;
+	}
+	r = evict_wait_room(t, io->fd, off, len);
+	if (r < 0) {
+		ret = (int)r;
+		goto out_unpin;
+	}
+	io->reserved = r;
+	return 0;
+out_unpin:
+	idx_inode_lock(in);
+	pin(in, io->first, io->last, -1);
+out_unclaim:
+	unclaim_locked(in, io);
+	idx_inode_unlock(in);
+	return ret;
+}
+
+/* Chunks [first,last] were written: new generation, dirty, recently used. */
+static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+{
+	uint64_t tick = idx_tick(t->idx);
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		int was_dirty = ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING;
+		ch->state = CHUNK_HOT_DIRTY;
+		ch->gen++;
+		ch->atime = tick;
+		/* journaled before the old cold copy is let go: GC may delete its
+		 * segment as soon as its live bytes drop */
+		if (!was_dirty)
+			idx_journal_chunk_locked(t->idx, in, c, 0);
+		/* the old cold copy is stale now (a spill in flight sees the new gen) */
+		segtab_release_chunk(t->segtab, ch);
+	}
+}
+
+/* ---- opens, and passthrough (the rules: tier.h) ---- */
+
+void tier_set_passthrough(struct tier *t, const struct tier_pt_ops *ops)
+{
+	t->pt = ops;
+}
+
+/* Chunks [0, n) that hold the file's bytes. */
+static uint64_t size_chunks(const struct tier *t, const struct inode *in)
+{
+	return (in->size + t->chunk_size - 1) / t->chunk_size;
+}
+
+/* An open or a close is an access: the evictor takes the file last. */
+static void touch_all_locked(struct tier *t, struct inode *in)
+{
+	uint32_t tick = (uint32_t)idx_tick(t->idx);
+	for (uint64_t c = 0; c < in->nchunks; c++)
+		in->chunks[c].atime = tick;
+}
+
+/* Is every byte of the file in RAM (no chunk COLD or RESTORING)? A
+ * restore job queued for a chunk that is hot meanwhile does nothing. */
+static int all_hot_locked(const struct inode *in)
+{
+	for (uint64_t c = 0; c < in->nchunks; c++) {
+		const struct chunk *ch = &in->chunks[c];
+		if (ch->state == CHUNK_COLD || ch->state == CHUNK_RESTORING)
+			return 0;
+	}
+	return 1;
+}
+
+/* Passthrough writers wrote into the hot file behind the daemon's back:
+ * take its size, mtime and allocation from it; with all_dirty, every chunk
+ * of it becomes dirty (any may have changed). in->lock held. */
+static void pt_refresh_locked(struct tier *t, struct inode *in, int all_dirty)
+{
+	struct stat st;
+	int64_t mt;
+
+	if (in->hot_fd < 0 || fstat(in->hot_fd, &st) < 0)
+		return;
+	if ((uint64_t)st.st_size > in->size) {
+		uint64_t n = ((uint64_t)st.st_size + t->chunk_size - 1) / t->chunk_size;
+		uint64_t first = in->size / t->chunk_size;
+		if (idx_chunks_reserve(in, n) == 0) {
+			in->size = (uint64_t)st.st_size;
+			mark_dirty_locked(t, in, first, n - 1);
+			idx_journal_attr_locked(t->idx, in);
+		}
+	}
+	mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	if (mt > in->mtime) {
+		in->mtime = in->ctime = mt;
+		in->attr_dirty = 1;
+	}
+	if (all_dirty && size_chunks(t, in))
+		mark_dirty_locked(t, in, 0, size_chunks(t, in) - 1);
+	hot_account_locked(t->hot, in);
+}
+
+void tier_refresh(struct tier *t, struct inode *in)
+{
+	if (!__atomic_load_n(&in->pt_writers, __ATOMIC_RELAXED))
+		return;
+	idx_inode_lock(in);
+	if (in->pt_writers)
+		pt_refresh_locked(t, in, 0);
+	idx_inode_unlock(in);
+}
+
+/* Decide whether this open is passed through (out->backing_id set) and
+ * count it. fd: the hot file, held for the open. in->lock held. */
+static int pt_open_locked(struct tier *t, struct inode *in, int fd, unsigned flags, void *ctx,
+			  struct tier_open_out *out)
+{
+	static int warned;
+	int why = -1, id;
+	struct stat st;
+
+	if (in->pt_opens) {
+		/* the kernel takes only passthrough opens of this inode now */
+		if (in->pt_opens == UINT16_MAX || in->pt_writers == UINT16_MAX)
+			return -EMFILE;
+		if ((flags & TIER_OPEN_WRITE) && in->pt_writers++ == 0)
+			pt_refresh_locked(t, in, 1);
+		in->pt_opens++;
+		out->backing_id = in->backing_id;
+	} else if (in->open_count > 0) {
+		why = TIER_PT_SHARED;
+	} else if (flags & TIER_OPEN_WRITE) {
+		why = TIER_PT_WRITE;
+	} else if (!all_hot_locked(in)) {
+		why = TIER_PT_COLD;
+	} else if (hot_pinned(t->hot) + in->hot_bytes > hot_limit(t->hot) / 2) {
+		/* RAM the evictor cannot take: at most half of it, so that the
+		 * rest still turns over for writers */
+		why = TIER_PT_ROOM;
+	} else if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != in->size) {
+		/* the hot file mirrors the size (hot.c): never seen otherwise */
+		log_warn("passthrough: inode %llu's hot file is not its size: through the daemon",
+			 (unsigned long long)in->ino);
+		why = TIER_PT_ERROR;
+	} else if ((id = t->pt->open(ctx, fd)) <= 0) {
+		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+			log_warn("passthrough: the kernel refused a hot file (%s): such opens go "
+				 "through the daemon",
+				 strerror(id < 0 ? -id : EIO));
+		why = TIER_PT_ERROR;
+	} else {
+		in->backing_id = id;
+		in->pt_opens = 1;
+		hot_pin_locked(t->hot, in, 1);
+		out->backing_id = id;
+	}
+	if (why >= 0) {
+		__atomic_add_fetch(&t->st.pt_fallback[why], 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	__atomic_add_fetch(&t->st.pt_opens, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
+	touch_all_locked(t, in);
+	return 0;
+}
+
+int tier_open(struct tier *t, struct inode *in, unsigned flags, void *ctx,
+	      struct tier_open_out *out)
+{
+	int fd, ret = 0;
+
+	out->backing_id = 0;
+	out->flags = flags;
+	idx_inode_lock(in);
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd >= 0 && t->pt && (flags & TIER_OPEN_PASSTHROUGH))
+		ret = pt_open_locked(t, in, fd, flags, ctx, out);
+	if (fd >= 0 && ret == 0)
+		in->open_count++;
+	else if (fd >= 0)
+		hot_fd_put_locked(t->hot, in);
+	idx_inode_unlock(in);
+	if (fd < 0 || ret < 0)
+		return fd < 0 ? fd : ret;
+	if (!out->backing_id && t->store && t->cfg->restore == RESTORE_OPEN)
+		restore_file_async(t, in);
+	return 0;
+}
+
+void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *how, void *ctx)
+{
+	int drop_cache = 0;
+
+	idx_inode_lock(in);
+	if (how->backing_id) {
+		if (how->flags & TIER_OPEN_WRITE) {
+			in->pt_writers--;
+			pt_refresh_locked(t, in, 1);
+		}
+		if (in->pt_opens == 1) {
+			hot_pin_locked(t->hot, in, 0);
+			t->pt->close(ctx, in->backing_id);
+			in->backing_id = 0;
+		}
+		in->pt_opens--;
+		touch_all_locked(t, in);
+		__atomic_sub_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
+	} else if (in->open_count == 1 && t->pt) {
+		/* the last open served through the daemon: the kernel's copy of
+		 * the file goes, the hot file holds the bytes */
+		drop_cache = 1;
+	}
+	if (in->attr_dirty) {
+		in->attr_dirty = 0;
+		idx_journal_attr_locked(t->idx, in);
+	}
+	in->open_count--;
+	hot_fd_put_locked(t->hot, in);
+	idx_inode_unlock(in);
+	if (drop_cache) {
+		inval_async(t, in->ino, 0, 0);
+		__atomic_add_fetch(&t->st.cache_drops, 1, __ATOMIC_RELAXED);
+	}
+}
+
+ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written)
+{
+	idx_inode_lock(in);
+	/* A claimed (cold, wholly overwritten) chunk the copy did not finish
+	 * keeps its cold copy: acknowledge only the bytes before it. */
+	for (uint64_t i = 0; written > 0 && io->claimed >> i; i++) {
+		uint64_t cs = (io->first + i) * t->chunk_size;
+		if (((io->claimed >> i) & 1) && io->off + (uint64_t)written < cs + t->chunk_size)
+			written = cs > io->off ? (ssize_t)(cs - io->off) : -EIO;
+	}
+	if (written > 0) {
+		uint64_t first, last;
+		int grew = io->off + (uint64_t)written > in->size;
+		tier_chunk_range(t, io->off, (uint64_t)written, &first, &last);
+		mark_dirty_locked(t, in, first, last);
+		if (grew)
+			in->size = io->off + (uint64_t)written;
+		idx_touch(&in->mtime);
+		in->ctime = in->mtime;
+		/* POSIX: a write by a non-owner clears set-user/group-ID */
+		in->mode &= ~(S_ISUID | S_ISGID);
+		/* the size before the reply; mtime alone waits for close or fsync */
+		in->attr_dirty = !grew;
+		if (grew && idx_journal_attr_locked(t->idx, in) < 0)
+			written = -EIO;
+	}
+	pin(in, io->first, io->last, -1);
+	if (io->claimed) {
+		/* claimed chunks the write did not fully cover keep their cold copy */
+		uint64_t done_end = io->off + (written > 0 ? (uint64_t)written : 0);
+		for (uint64_t i = 0; io->claimed >> i; i++) {
+			uint64_t c = io->first + i;
+			if (((io->claimed >> i) & 1) && (c + 1) * t->chunk_size <= done_end)
+				io->claimed &= ~(1ULL << i);
+		}
+		if (io->claimed && in->hot_fd >= 0)
+			for (uint64_t i = 0; io->claimed >> i; i++)
+				if ((io->claimed >> i) & 1)
+					fallocate(in->hot_fd,
+						  FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+						  (off_t)((io->first + i) * t->chunk_size),
+						  (off_t)t->chunk_size);
+		unclaim_locked(in, io);
+		idx_inode_wake(in);
+	}
+	hot_account_locked(t->hot, in);
+	idx_inode_unlock(in);
+	hot_unreserve(t->hot, (uint64_t)io->reserved);
+	if (t->store && hot_used(t->hot) > t->cfg->spill_threshold * hot_limit(t->hot))
+		pthread_cond_signal(&t->wake);
+	return written;
+}
+
+/* Drop chunks wholly past `size`; the boundary chunk stays. in->lock held. */
+static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t size)
+{
+	uint64_t keep = (size + t->chunk_size - 1) / t->chunk_size;
+	int any = 0;
+	for (uint64_t c = keep; c < in->nchunks && !any; c++)
+		any = in->chunks[c].state != CHUNK_ABSENT;
+	/* journaled before the cold copies are let go (GC may delete them) */
+	if (any)
+		idx_journal_chunk_locked(t->idx, in, keep, in->nchunks - keep);
+	for (uint64_t c = keep; c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		if (ch->state == CHUNK_ABSENT)
+			continue;
+		segtab_release_chunk(t->segtab, ch);
+		ch->state = CHUNK_ABSENT;
+		ch->gen++;
+	}
+}
+
+int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
+{
+	int fd, ret;
+
+	tier_refresh(t, in); /* passthrough writers' size first */
+
+	if ((ret = idx_check_writable(t->idx)) < 0)
+		return ret;
+	idx_inode_lock(in);
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0) {
+		ret = fd;
+		goto out;
+	}
+	if (size < in->size)
+		wait_restoring_locked(in, size / t->chunk_size, in->nchunks);
+	if (size < in->size && size % t->chunk_size) {
+		/* the boundary chunk keeps its head: it must be hot to cut it */
+		uint64_t c = size / t->chunk_size;
+		if (c < in->nchunks && (ret = restore_make_hot_locked(t, in, c, c, 0)) < 0)
+			goto out_put;
+		if (c < in->nchunks && in->chunks[c].state != CHUNK_ABSENT)
+			mark_dirty_locked(t, in, c, c);
+		/* that restore dropped the lock: none may be restoring past it */
+		wait_restoring_locked(in, c + 1, in->nchunks);
+	}
+	if (ftruncate(fd, (off_t)size) < 0) {
+		ret = -errno;
+		goto out_put;
+	}
+	if (size < in->size)
+		drop_chunks_past_locked(t, in, size);
+	in->size = size;
+	idx_touch(&in->mtime);
+	in->ctime = in->mtime;
+	ret = idx_journal_attr_locked(t->idx, in);
+	hot_account_locked(t->hot, in);
+out_put:
+	hot_fd_put_locked(t->hot, in);
+out:
+	idx_inode_unlock(in);
+	return ret;
+}
+
+/* Does [off, off+len) cover every byte chunk c holds (its range, cut at
+ * EOF)? Then a punch or zeroing replaces the chunk whole. */
+static int covers_chunk(const struct tier *t, const struct inode *in, uint64_t c, uint64_t off,
+			uint64_t len)
+{
+	uint64_t cs = c * t->chunk_size, ce = cs + t->chunk_size;
+	if (in->size > cs && in->size < ce)
+		ce = in->size;
+	return off <= cs && off + len >= ce;
+}
+
+int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
+{
+	int replaces = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE);
+	uint64_t first, last, punch_len = len;
+	int64_t r = 0;
+	int fd, ret = 0;
+
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
+		return -EOPNOTSUPP;
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
+		return -EOPNOTSUPP;
+	if (len == 0)
+		return -EINVAL;
+	if ((ret = idx_check_writable(t->idx)) < 0)
+		return ret;
+	tier_chunk_range(t, off, len, &first, &last);
+	tier_refresh(t, in); /* passthrough writers' size first */
+	idx_inode_lock(in);
+	if ((ret = idx_chunks_reserve(in, last + 1)) < 0)
+		goto out;
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0) {
+		ret = fd;
+		goto out;
+	}
+	/* Cold chunks keep their bytes through an allocation, so they must be
+	 * hot first; only a punch or zeroing of a whole chunk replaces it. */
+	wait_restoring_locked(in, first, last);
+	for (uint64_t c = first; c <= last; c++) {
+		int full = covers_chunk(t, in, c, off, len);
+		if (replaces && full) {
+			in->chunks[c].pins++;
+		} else if ((ret = restore_make_hot_locked(t, in, c, c, 1)) < 0) {
+			if (c > first)
+				pin(in, first, c - 1, -1);
+			goto out_put;
+		}
+	}
+	if (!(mode & FALLOC_FL_PUNCH_HOLE)) {
+		idx_inode_unlock(in);
+		r = evict_wait_room(t, fd, off, len); /* may wait for the evictor */
+		idx_inode_lock(in);
+		if (r < 0) {
+			ret = -ENOSPC;
+			r = 0;
+			goto out_unpin;
+		}
+	}
+	wait_restoring_locked(in, first, last);
+	/* a punch through EOF takes the last partial page too (tmpfs frees
+	 * only whole pages; past EOF there is nothing to keep) */
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && off + len >= in->size) {
+		uint64_t end = (in->size + 4095) & ~4095ULL;
+		if (end > off + len)
+			punch_len = end - off;
+	}
+	if (fallocate(fd, mode, (off_t)off, (off_t)punch_len) < 0) {
+		ret = -errno;
+		goto out_unpin;
+	}
+	for (uint64_t c = first; c <= last; c++) {
+		struct chunk *ch = &in->chunks[c];
+		uint64_t cs = c * t->chunk_size;
+		int full = covers_chunk(t, in, c, off, len);
+		if ((mode & FALLOC_FL_PUNCH_HOLE) && full) {
+			ch->state = CHUNK_ABSENT;
+			ch->gen++;
+			idx_journal_chunk_locked(t->idx, in, c, 1);
+			segtab_release_chunk(t->segtab, ch);
+		} else if (replaces || ch->state == CHUNK_COLD) {
+			mark_dirty_locked(t, in, c, c);
+		} else if (ch->state == CHUNK_ABSENT &&
+			   (cs < in->size || !(mode & FALLOC_FL_KEEP_SIZE))) {
+			mark_dirty_locked(t, in, c, c); /* allocated zeros are data now */
+		}
+	}
+	if (!(mode & FALLOC_FL_KEEP_SIZE) && off + len > in->size)
+		in->size = off + len;
+	idx_touch(&in->mtime);
+	in->ctime = in->mtime;
+	ret = idx_journal_attr_locked(t->idx, in);
+	hot_account_locked(t->hot, in);
+out_unpin:
+	pin(in, first, last, -1);
+	if (r > 0)
+		hot_unreserve(t->hot, (uint64_t)r);
+out_put:
+	hot_fd_put_locked(t->hot, in);
+out:
+	idx_inode_unlock(in);
+	return ret;
+}
+
+int64_t tier_lseek(struct tier *t, struct inode *in, uint64_t off, int whence)
+{
+	int64_t ret;
+	uint64_t pos = off;
+	int fd;
+
+	tier_refresh(t, in); /* passthrough writers' size first */
+
+	idx_inode_lock(in);
+	if (off >= in->size) {
+		ret = -ENXIO;
+		goto out;
+	}
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0) {
+		ret = fd;
+		goto out;
+	}
+	ret = whence == SEEK_DATA ? -ENXIO : (int64_t)in->size;
+	while (pos < in->size) {
+		uint64_t c = pos / t->chunk_size, ce = (c + 1) * t->chunk_size;
+		uint8_t s = c < in->nchunks ? in->chunks[c].state : CHUNK_ABSENT;
+		if (s == CHUNK_COLD || s == CHUNK_RESTORING) {
+			/* a cold chunk counts as data throughout */
+			if (whence == SEEK_DATA) {
+				ret = (int64_t)pos;
+				break;
+			}
+		} else if (s != CHUNK_ABSENT) {
+			off_t r = lseek(fd, (off_t)pos, whence);
+			if (r >= 0 && (uint64_t)r < ce && (uint64_t)r < in->size) {
+				ret = r;
+				break;
+			}
+		} else if (whence == SEEK_HOLE) {
+			ret = (int64_t)pos;
+			break;
+		}
+		pos = ce;
+	}
+	hot_fd_put_locked(t->hot, in);
+out:
+	idx_inode_unlock(in);
+	return ret;
+}
+
+int tier_fsync(struct tier *t, struct inode *in)
+{
+	int ret = 0;
+	if (!t->jrnl)
+		return 0; /* nothing outlives the mount: nothing to make durable */
+	/* passthrough writers: what they wrote so far is dirty now */
+	if (__atomic_load_n(&in->pt_writers, __ATOMIC_RELAXED)) {
+		idx_inode_lock(in);
+		if (in->pt_writers)
+			pt_refresh_locked(t, in, 1);
+		idx_inode_unlock(in);
+	}
+	/* every chunk dirty now must be in a durable segment: spill them, wait
+	 * for the evictor's spills of this file in flight, and go again for
+	 * chunks a racing write re-dirtied (bounded: writes after the fsync
+	 * began are not its business) */
+	for (int round = 0; t->store && S_ISREG(in->mode) && round < 8; round++) {
+		int dirty = 0;
+		if ((ret = evict_file(t, in, 0)) < 0)
+			return ret;
+		idx_inode_lock(in);
+		for (;;) {
+			int spilling = 0;
+			dirty = 0;
+			for (uint64_t c = 0; c < in->nchunks; c++) {
+				spilling |= in->chunks[c].state == CHUNK_SPILLING;
+				dirty |= in->chunks[c].state == CHUNK_HOT_DIRTY &&
+					 tier_chunk_len(t, in->size, c) > 0;
+			}
+			if (!spilling)
+				break;
+			idx_inode_wait(in);
+		}
+		idx_inode_unlock(in);
+		if (!dirty)
+			break;
+	}
+	idx_inode_lock(in);
+	in->attr_dirty = 0;
+	ret = idx_journal_attr_locked(t->idx, in);
+	idx_inode_unlock(in);
+	if (ret == 0)
+		ret = jrnl_sync(t->jrnl);
+	return ret < 0 ? ret : state_s3_push(t);
+}
+
+int tier_sync(struct tier *t)
+{
+	int ret = t->jrnl ? jrnl_sync(t->jrnl) : 0;
+	return ret < 0 ? ret : (t->jrnl ? state_s3_push(t) : 0);
+}
+
+int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
+{
+	uint64_t n[CHUNK_RESTORING + 1] = {0}, segs = 0, last = 0;
+	int pinned;
+	idx_inode_lock(in);
+	for (uint64_t c = 0; c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		n[ch->state]++;
+		/* distinct segments (chunks of a file are mostly contiguous) */
+		if (ch->seg_id && ch->seg_id != last) {
+			segs++;
+			last = ch->seg_id;
+		}
+	}
+	pinned = in->pinned;
+	idx_inode_unlock(in);
+	return snprintf(
+	    buf, len,
+	    "hot=%llu dirty=%llu cold=%llu restoring=%llu spilling=%llu pinned=%d "
+	    "segments=%llu",
+	    (unsigned long long)(n[CHUNK_HOT_DIRTY] + n[CHUNK_HOT_CLEAN] + n[CHUNK_SPILLING]),
+	    (unsigned long long)n[CHUNK_HOT_DIRTY], (unsigned long long)n[CHUNK_COLD],
+	    (unsigned long long)n[CHUNK_RESTORING], (unsigned long long)n[CHUNK_SPILLING], pinned,
+	    (unsigned long long)segs);
+}
+
+int tier_pin(struct tier *t, struct inode *in, int on)
+{
+	idx_inode_lock(in);
+	in->pinned = on ? 1 : 0;
+	idx_inode_unlock(in);
+	return 0;
+}
+
+int tier_evict_file(struct tier *t, struct inode *in)
+{
+	if (!t->store)
+		return -ENOTSUP;
+	/* the rest of a chunk a reader just faulted in is still arriving (it
+	 * is restored after the reply): evict the whole file, not around it */
+	struct timespec dl;
+	int ret;
+
+	idx_inode_lock(in);
+	wait_restoring_locked(in, 0, in->nchunks);
+	idx_inode_unlock(in);
+	if ((ret = evict_file(t, in, 1)) < 0)
+		return ret;
+	/* a reader still in flight (its reply sent, its pin not yet dropped,
+	 * the rest of its chunk about to come in) kept a chunk hot: wait for
+	 * it, at most 2 s, and drop what it left */
+	dl = clock_deadline_ms(2000);
+	idx_inode_lock(in);
+	for (;;) {
+		int busy = 0;
+		for (uint64_t c = 0; c < in->nchunks && !busy; c++) {
+			uint8_t st = in->chunks[c].state;
+			busy = st == CHUNK_RESTORING ||
+			       ((st == CHUNK_HOT_CLEAN || st == CHUNK_HOT_DIRTY) && in->chunks[c].pins);
+		}
+		if (!busy || idx_inode_timedwait(in, &dl) == -ETIMEDOUT)
+			break;
+	}
+	idx_inode_unlock(in);
+	return evict_file(t, in, 1);
+}
+
+int tier_warm_file(struct tier *t, struct inode *in)
+{
+	int ret;
+	if (!t->store)
+		return 0;
+	/* the restore workers fetch in parallel; this thread takes what is left
+	 * and waits for the rest */
+	restore_file_async(t, in);
+	idx_inode_lock(in);
+	ret = in->nchunks ? restore_make_hot_locked(t, in, 0, in->nchunks - 1, 0) : 0;
+	idx_inode_unlock(in);
+	return ret;
+}
