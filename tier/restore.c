@@ -868,7 +868,10 @@ static void *restore_worker(void *arg)
 				ch->queued = 0;
 				/* prefetch only while there is room to spare; a
 				 * sequential reader will need its chunks anyway */
+				/* not while a truncate, fallocate or write waits
+				 * for the file's restores (tier.c): prefetch can go */
 				if (ch->state == CHUNK_COLD && in->nlink + in->open_count > 0 &&
+				    !in->rst_hold &&
 				    (j->ahead ||
 				     hot_used(t->hot) + hot_reserved(t->hot) < threshold)) {
 					/* the head of a file is what its reader asks for

@@ -5,7 +5,7 @@
  * and idx_inode_wait is wrapped (-Wl,--wrap=idx_inode_wait) so the test
  * knows when a thread has dropped the lock to wait. No sleep stands in for
  * an ordering: each step waits for the event it needs (a timeout there is a
- * failure).
+ * failure). Also the bound for truncate against a stream of random readers.
  * A real hot tier and index, the in-memory store (tier_fixture.c).
  */
 #include <setjmp.h>
@@ -295,12 +295,13 @@ static void expect_bytes(struct fx *f, struct inode *in, int data, uint64_t off,
 }
 
 /*
- * 9fe90d8, first half. truncate waits for chunk 2 (a random reader's direct
- * read, RESTORING); while it waits, another random reader starts a direct
- * read of chunk 0, which truncate had already looked at. Without "every
- * wait starts over" truncate drops chunk 0 under that reader, which then
- * sets it back to COLD with its old segment: the bytes from before the
- * truncate come back.
+ * 9fe90d8, first half. truncate to 1 MiB waits for chunk 2 (a random
+ * reader's direct read, RESTORING), having looked at chunk 1; while it
+ * waits, a read already under way (across chunks 0 and 1: it restored
+ * chunk 0 first) starts restoring chunk 1. Without "every wait starts
+ * over" truncate drops chunk 1 under that restore, which then sets it
+ * HOT_CLEAN with the bytes from before the truncate. (A read that starts
+ * while truncate waits no longer gets that far: see the next test.)
  */
 static void test_truncate_looks_again_after_each_wait(void **state)
 {
@@ -311,37 +312,91 @@ static void test_truncate_looks_again_after_each_wait(void **state)
 	fx_start(f);
 	in = mk_cold(f, "a", 4 * MiB, 3);
 
-	static struct op r1, r2;
+	static struct op r1, r2, tr;
 	r1 = mk_op(f, in, OP_READ, 1);
 	r2 = mk_op(f, in, OP_READ, 2);
-	static struct op tr;
+	tr = mk_op(f, in, OP_TRUNCATE, 3);
+	r1.flags = TIER_READ_RANDOM;
+	r1.off = 2 * MiB + 8192, r1.len = 4096, r1.data = 3;
+	r2.off = MiB / 2, r2.len = MiB; /* chunk 0's tail, chunk 1's head */
+	tr.len = MiB;
+
+	fake_gate_arm(FAKE_GATE_READ, 1);
+	op_start(&r2);
+	gate(1); /* r2 restores chunk 0 (outside truncate's range) */
+	fake_gate_arm(FAKE_GATE_READ, 1);
+	op_start(&r1);
+	gate(2); /* chunk 2 RESTORING, its reader in the store */
+	op_start(&tr);
+	assert_true(until(waiting, &(struct waited){&tr, 1, 0})); /* at chunk 2 */
+	fake_gate_arm(FAKE_GATE_READ, 1);
+	fake_gate_release(1, 0);
+	gate(3); /* r2 goes on to chunk 1: RESTORING, behind truncate's scan */
+	fake_gate_release(2, 0);
+	assert_int_equal(op_join(&r1), 0);
+	/* truncate is through (without the fix), or waits for chunk 1: a wait
+	 * after r1's wake-up (r1's chunk 2 was COLD again by then) */
+	assert_true(until(done_or_waiting, &(struct waited){&tr, UINT32_MAX, 1}));
+	fake_gate_release(3, 0);
+	assert_int_equal(op_join(&r2), 0);
+	assert_int_equal(op_join(&tr), 0);
+
+	assert_int_equal(fx_chunk_state(in, 1), CHUNK_ABSENT);
+	assert_int_equal(tier_truncate(f->t, in, 4 * MiB), 0);
+	expect_bytes(f, in, 3, 0, MiB);
+	expect_bytes(f, in, -1, MiB, 3 * MiB);
+	idx_put(f->idx, in);
+}
+
+static int waiting_or_in_store(void *arg)
+{
+	struct waited *w = arg;
+	unsigned tickets = fake_gate_tickets(); /* fake_mu after ev_mu: nowhere the other way */
+	return w->o->done || ev_waits[w->o->tag] >= w->n || tickets >= 2;
+}
+
+/*
+ * The bound for truncate against random readers: while truncate waits for
+ * chunk 2's direct read, a random reader of chunk 0 that starts then waits
+ * for the truncate instead of starting a direct read (and then finds the
+ * file empty), so a stream of them cannot keep truncate waiting.
+ */
+static void test_truncate_holds_off_new_restores(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in;
+
+	fx_cfg_defaults(f, 64 * MiB);
+	fx_start(f);
+	in = mk_cold(f, "a", 4 * MiB, 3);
+
+	static struct op r1, r2, tr;
+	r1 = mk_op(f, in, OP_READ, 1);
+	r2 = mk_op(f, in, OP_READ, 2);
 	tr = mk_op(f, in, OP_TRUNCATE, 3);
 	r1.flags = r2.flags = TIER_READ_RANDOM;
 	r1.off = 2 * MiB + 8192, r1.len = 4096, r1.data = 3;
-	r2.off = 4096, r2.len = 4096, r2.data = 3;
+	r2.off = 4096, r2.len = 4096;
 	tr.len = 0;
 
-	fake_gate_arm(FAKE_GATE_READ, 1);
+	fake_gate_arm(FAKE_GATE_READ, 2);
 	op_start(&r1);
 	gate(1); /* chunk 2 RESTORING, its reader in the store */
 	op_start(&tr);
 	assert_true(until(waiting, &(struct waited){&tr, 1, 0}));
-	fake_gate_arm(FAKE_GATE_READ, 1);
 	op_start(&r2);
-	gate(2); /* chunk 0 RESTORING, behind truncate's scan */
+	assert_true(until(waiting_or_in_store, &(struct waited){&r2, 1, 0}));
+	if (fake_gate_tickets() >= 2 || r2.done)
+		fail_msg("a random read started while truncate waited for the file's restores");
+	fake_gate_arm(FAKE_GATE_READ, 0);
 	fake_gate_release(1, 0);
 	assert_int_equal(op_join(&r1), 0);
-	/* truncate is through (without the fix), or waits for chunk 0: a wait
-	 * after r1's wake-up (r1's chunk 2 was COLD again by then) */
-	assert_true(until(done_or_waiting, &(struct waited){&tr, UINT32_MAX, 1}));
-	fake_gate_release(2, 0);
-	assert_int_equal(op_join(&r2), 0); /* it began before the truncate */
 	assert_int_equal(op_join(&tr), 0);
-
+	assert_int_equal(op_join(&r2), 0); /* nothing: the file is empty */
 	assert_int_equal(fx_chunk_state(in, 0), CHUNK_ABSENT);
+	assert_int_equal(f->t->st.direct_reads, 1);
 	assert_int_equal(tier_truncate(f->t, in, 4 * MiB), 0);
-	expect_bytes(f, in, -1, 0, MiB);
-	expect_bytes(f, in, -1, 2 * MiB, MiB);
+	expect_bytes(f, in, -1, 0, 4 * MiB);
 	idx_put(f->idx, in);
 }
 
@@ -681,6 +736,114 @@ static void test_restore_end_waits_for_readers_beside(void **state)
 	idx_put(f->idx, g_big);
 }
 
+/* ---- fairness: truncate against a stream of random readers ---- */
+
+#define NREADERS  3
+#define READ_CAP  400 /* reads each reader does at most */
+
+struct stream {
+	struct fx *f;
+	struct inode *in;
+	int id;
+	unsigned reads, after; /* reads started, those after the truncate began */
+	int stop;	       /* (ev_mu) */
+	int err;
+};
+
+static int g_truncating; /* (ev_mu) */
+
+static int streaming(void *arg)
+{
+	struct fx *f = arg;
+	return __atomic_load_n(&f->t->st.direct_reads, __ATOMIC_RELAXED) >= 4 * NREADERS;
+}
+
+static void *stream_main(void *arg)
+{
+	struct stream *s = arg;
+	uint64_t x = 0x9E3779B97F4A7C15ull * (unsigned)(s->id + 1);
+
+	my_tag = 4;
+	for (unsigned i = 0; i < READ_CAP; i++) {
+		struct op o = mk_op(s->f, s->in, OP_READ, 4);
+		int stop, during;
+		pthread_mutex_lock(&ev_mu);
+		stop = s->stop;
+		during = g_truncating;
+		pthread_mutex_unlock(&ev_mu);
+		if (stop)
+			break;
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		o.flags = TIER_READ_RANDOM;
+		/* chunks of its own (i, i + NREADERS): always a direct read */
+		o.off = (uint64_t)(s->id + NREADERS * (x & 1)) * MiB + ((x >> 1) % (MiB - 4096) & ~4095ull);
+		o.len = 4096;
+		s->reads++;
+		s->after += during;
+		int ret = op_read(&o);
+		if (ret < 0)
+			s->err = ret;
+	}
+	return NULL;
+}
+
+/*
+ * Random readers keep the chunks of a file RESTORING (direct reads, one
+ * store read of 1 ms each, back to back) while a truncate to 0 waits for
+ * all of them to be out of its range at once. The bound: the truncate
+ * waits for the reads in flight when it began waiting, not for the stream
+ * (no new restore of the file starts while it waits).
+ */
+static void test_truncate_is_not_starved_by_random_readers(void **state)
+{
+	struct fx *f = *state;
+	struct stream s[NREADERS];
+	pthread_t th[NREADERS];
+	struct inode *in;
+
+	fx_cfg_defaults(f, 64 * MiB);
+	fx_start(f);
+	in = mk_cold(f, "a", 2 * NREADERS * MiB, 1);
+	fake_lock();
+	fake_current->read_delay_ms = 1;
+	fake_unlock();
+	for (int i = 0; i < NREADERS; i++) {
+		s[i] = (struct stream){.f = f, .in = in, .id = i};
+		assert_int_equal(pthread_create(&th[i], NULL, stream_main, &s[i]), 0);
+	}
+	/* the stream is going: direct reads done by now */
+	assert_true(until(streaming, f));
+	pthread_mutex_lock(&ev_mu);
+	g_truncating = 1;
+	pthread_mutex_unlock(&ev_mu);
+	uint64_t d0 = __atomic_load_n(&f->t->st.direct_reads, __ATOMIC_RELAXED);
+	uint64_t t0 = clock_now_ns();
+	assert_int_equal(tier_truncate(f->t, in, 0), 0);
+	uint64_t ns = clock_now_ns() - t0;
+	uint64_t overtook = __atomic_load_n(&f->t->st.direct_reads, __ATOMIC_RELAXED) - d0;
+	pthread_mutex_lock(&ev_mu);
+	for (int i = 0; i < NREADERS; i++)
+		s[i].stop = 1;
+	pthread_mutex_unlock(&ev_mu);
+	unsigned reads = 0;
+	for (int i = 0; i < NREADERS; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(s[i].err, 0);
+		reads += s[i].reads;
+	}
+	print_message("truncate waited %.1f ms; %llu direct reads ended meanwhile "
+		      "(%u readers, %u reads in all)\n",
+		      ns / 1e6, (unsigned long long)overtook, NREADERS, reads);
+	/* at most the reads in flight when it began waiting, and those past
+	 * their start while it took the lock: two per reader */
+	if (overtook > 2 * NREADERS)
+		fail_msg("truncate waited for %llu random reads (%.1f ms), more than the %d "
+			 "in flight when it began",
+			 (unsigned long long)overtook, ns / 1e6, 2 * NREADERS);
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_ABSENT);
+	idx_put(f->idx, in);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -700,6 +863,10 @@ int main(void)
 					    fx_setup, race_teardown),
 	    cmocka_unit_test_setup_teardown(test_restore_end_waits_for_readers_beside, fx_setup,
 					    race_teardown),
+	    cmocka_unit_test_setup_teardown(test_truncate_holds_off_new_restores, fx_setup,
+					    race_teardown),
+	    cmocka_unit_test_setup_teardown(test_truncate_is_not_starved_by_random_readers,
+					    fx_setup, race_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
