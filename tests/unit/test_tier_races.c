@@ -44,8 +44,29 @@ static uint64_t ev_wait_seq[8]; /* the event number of each tag's last wait */
 static uint64_t ev_wake1[8];	/* the event number of each tag's first wake-up */
 static __thread int my_tag;	/* the tier's own threads: 0 */
 
+static unsigned ev_timeouts[8]; /* idx_inode_timedwait calls that timed out, by tag */
 void __real_idx_inode_wait(struct inode *in);
 void __real_idx_inode_wake(struct inode *in);
+int __real_idx_inode_timedwait(struct inode *in, const struct timespec *deadline);
+
+/* The bounded waits: counted as waits, and their timeouts noted. */
+int __wrap_idx_inode_timedwait(struct inode *in, const struct timespec *deadline)
+{
+	int ret;
+
+	pthread_mutex_lock(&ev_mu);
+	ev_waits[my_tag]++;
+	ev_wait_seq[my_tag] = ++ev_seq;
+	pthread_cond_broadcast(&ev_cond);
+	pthread_mutex_unlock(&ev_mu);
+	ret = __real_idx_inode_timedwait(in, deadline);
+	if (ret == -ETIMEDOUT) {
+		pthread_mutex_lock(&ev_mu);
+		ev_timeouts[my_tag]++;
+		pthread_mutex_unlock(&ev_mu);
+	}
+	return ret;
+}
 
 /* The tier's wake-ups: the first of each tag noted, then done as usual
  * (in->lock held: a thread it wakes waits after this event). */
@@ -106,7 +127,7 @@ static int until(int (*pred)(void *), void *arg)
 
 /* ---- operations on their own threads ---- */
 
-enum { OP_READ, OP_TRUNCATE, OP_FALLOCATE, OP_FSYNC, OP_WRITE, OP_WARM };
+enum { OP_READ, OP_TRUNCATE, OP_FALLOCATE, OP_FSYNC, OP_WRITE, OP_WARM, OP_EVICT };
 
 struct op {
 	struct fx *f;
@@ -201,6 +222,9 @@ static void *op_main(void *arg)
 	case OP_WARM:
 		ret = tier_warm_file(o->f->t, o->in);
 		break;
+	case OP_EVICT:
+		ret = tier_evict_file(o->f->t, o->in);
+		break;
 	}
 	pthread_mutex_lock(&ev_mu);
 	o->ret = ret;
@@ -288,6 +312,7 @@ static void reset_events(void)
 	memset(ev_waits, 0, sizeof(ev_waits));
 	memset(ev_wait_seq, 0, sizeof(ev_wait_seq));
 	memset(ev_wake1, 0, sizeof(ev_wake1));
+	memset(ev_timeouts, 0, sizeof(ev_timeouts));
 	pthread_mutex_unlock(&ev_mu);
 }
 
@@ -765,6 +790,85 @@ static void test_restore_end_waits_for_readers_beside(void **state)
 	idx_put(f->idx, g_big);
 }
 
+static unsigned timeouts_of(int tag)
+{
+	unsigned n;
+	pthread_mutex_lock(&ev_mu);
+	n = ev_timeouts[tag];
+	pthread_mutex_unlock(&ev_mu);
+	return n;
+}
+
+/*
+ * user.spillway.evict waits (at most 2 s) for a reader still holding a
+ * chunk; the reader's end wakes it and it looks again: the chunk goes at
+ * once, not when the 2 s are up.
+ */
+static void test_evict_looks_again_when_a_reader_lets_go(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in;
+	struct tier_io io;
+
+	fx_cfg_defaults(f, 64 * MiB);
+	fx_start(f);
+	in = fx_mk(f, "a", MiB, 4);
+	reset_events();
+	assert_int_equal(tier_open(f->t, in, 0, NULL, &(struct tier_open_out){0}), 0);
+	assert_int_equal(tier_read_begin(f->t, in, 0, 4096, 0, &io), 0); /* holds chunk 0 */
+
+	static struct op ev;
+	ev = mk_op(f, in, OP_EVICT, 3);
+	op_start(&ev);
+	assert_true(until(waiting, &(struct waited){&ev, 1, 0})); /* spilled, waits for us */
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_HOT_CLEAN);
+	tier_read_end(f->t, in, &io);
+	assert_int_equal(op_join(&ev), 0);
+	assert_int_equal(timeouts_of(3), 0);
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_COLD);
+	tier_close(f->t, in, &(struct tier_open_out){0}, NULL);
+	fx_check_all(f, in, 4, MiB);
+	idx_put(f->idx, in);
+}
+
+/*
+ * A partial restore whose rest fails waits (at most 10 s) for the readers
+ * of its blocks already in RAM before punching them; the last reader's
+ * end wakes it and it looks again: the chunk is COLD at once.
+ */
+static void test_failed_partial_restore_looks_again_when_readers_let_go(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in;
+	struct tier_io io;
+
+	fx_cfg_defaults(f, 64 * MiB);
+	f->cfg.chunk_size = 4 * MiB;
+	fx_start(f);
+	in = mk_cold(f, "a", 4 * MiB, 6);
+
+	static struct op a;
+	a = mk_op(f, in, OP_READ, 1);
+	a.off = 8192, a.len = 4096, a.data = 6;
+	fake_gate_arm(FAKE_GATE_READ, 2);
+	op_start(&a);
+	gate(1); /* its blocks */
+	fake_gate_release(1, 0);
+	gate(2); /* after its reply: the rest, its blocks published meanwhile */
+	assert_int_equal(tier_open(f->t, in, 0, NULL, &(struct tier_open_out){0}), 0);
+	assert_int_equal(tier_read_begin(f->t, in, 8192, 4096, 0, &io), 0); /* a published block */
+	fake_gate_release(2, EIO); /* the rest fails */
+	assert_true(until(waiting, &(struct waited){&a, 1, 0}));
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_RESTORING);
+	tier_read_end(f->t, in, &io);
+	assert_int_equal(op_join(&a), 0);
+	assert_int_equal(timeouts_of(1), 0);
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_COLD);
+	tier_close(f->t, in, &(struct tier_open_out){0}, NULL);
+	fx_check_all(f, in, 6, 4 * MiB);
+	idx_put(f->idx, in);
+}
+
 /* ---- fairness: truncate against a stream of random readers ---- */
 
 #define NREADERS  3
@@ -892,6 +996,10 @@ int main(void)
 					    fx_setup, race_teardown),
 	    cmocka_unit_test_setup_teardown(test_restore_end_waits_for_readers_beside, fx_setup,
 					    race_teardown),
+	    cmocka_unit_test_setup_teardown(test_evict_looks_again_when_a_reader_lets_go, fx_setup,
+					    race_teardown),
+	    cmocka_unit_test_setup_teardown(test_failed_partial_restore_looks_again_when_readers_let_go,
+					    fx_setup, race_teardown),
 	    cmocka_unit_test_setup_teardown(test_truncate_holds_off_new_restores, fx_setup,
 					    race_teardown),
 	    cmocka_unit_test_setup_teardown(test_truncate_is_not_starved_by_random_readers,
