@@ -8,6 +8,13 @@
  * - A write that finds no hot room waits (bounded by write_wait) for the
  *   evictor when a cold tier exists; without one it fails with ENOSPC at once.
  *   Nothing is acknowledged before its bytes are in the hot file.
+ * - A truncate, fallocate or write waits for every chunk of its range to
+ *   leave RESTORING at once, looking at the whole range again after each
+ *   wait. Meanwhile in->rst_hold stops reads, writes, warms and prefetch
+ *   from starting a restore of the file, so its bound is the restores in
+ *   flight when it began waiting plus those of operations already under
+ *   way: one segment read each (a partial restore's rest: its chunk), never
+ *   a stream of random readers (test_tier_races measures it).
  * - Lock order: index lock, inode lock, tier lock.
  */
 #include "tier/tier_i.h"
