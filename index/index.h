@@ -90,7 +90,10 @@ struct inode {
 	int hot_fd;	    /* -1 when closed */
 	uint32_t hot_users; /* opens + internal users of hot_fd */
 	uint32_t nchunks;   /* < JRNL_MAX_CHUNKS (2^24) */
-	uint32_t open_count : 28;
+	uint32_t open_count : 27;
+	/* tier.c: a truncate, fallocate or write waits for the restores in
+	 * flight in the file; no new one starts meanwhile */
+	uint32_t rst_hold : 1;
 	uint32_t mark : 2;	 /* recovery only: reachable / lost */
 	uint32_t pinned : 1;	 /* user.spillway.pin */
 	uint32_t attr_dirty : 1; /* mtime changed since its last journal record */

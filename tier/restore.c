@@ -866,9 +866,12 @@ static void *restore_worker(void *arg)
 			if (j->c < in->nchunks) {
 				struct chunk *ch = &in->chunks[j->c];
 				ch->queued = 0;
-				/* prefetch only while there is room to spare; a
-				 * sequential reader will need its chunks anyway */
+				/* prefetch only while there is room to spare (a
+				 * sequential reader will need its chunks anyway),
+				 * and not while a truncate, fallocate or write waits
+				 * for the file's restores (rst_hold, tier.c) */
 				if (ch->state == CHUNK_COLD && in->nlink + in->open_count > 0 &&
+				    !in->rst_hold &&
 				    (j->ahead ||
 				     hot_used(t->hot) + hot_reserved(t->hot) < threshold)) {
 					/* the head of a file is what its reader asks for

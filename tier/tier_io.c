@@ -15,6 +15,13 @@
  * - A write that finds no hot room waits (bounded by write_wait) for the
  *   evictor when a cold tier exists; without one it fails with ENOSPC at once.
  *   Nothing is acknowledged before its bytes are in the hot file.
+ * - A truncate, fallocate or write waits for every chunk of its range to
+ *   leave RESTORING at once, looking at the whole range again after each
+ *   wait. Meanwhile in->rst_hold stops reads, writes, warms and prefetch
+ *   from starting a restore of the file, so its bound is the restores in
+ *   flight when it began waiting plus those of operations already under
+ *   way: one segment read each (a partial restore's rest: its chunk), never
+ *   a stream of random readers (test_tier_races measures it).
  * - Lock order: index lock, inode lock, tier lock.
  */
 #include "tier/tier_i.h"
@@ -36,13 +43,40 @@
 #include <unistd.h>
 
 /* Wait until no chunk in [first, last] is RESTORING, all at once: a wait
- * drops the lock, and a reader may start on a chunk already looked at (a
- * direct read sets RESTORING, then COLD), so every wait starts over.
- * in->lock held. */
+ * drops the lock, and a restore may start on a chunk already looked at (a
+ * direct read sets RESTORING, then COLD; a read or write already under way
+ * goes on to its next chunk), so every wait starts over.
+ * Fair: while it waits, in->rst_hold keeps new operations from starting a
+ * restore of the file (hold_wait_locked), so the bound is the restores in
+ * flight when it began waiting and those of the operations already under
+ * way (one segment read each; a partial restore's rest: its chunk), not a
+ * stream of random readers. Of two such waiters, the first one done clears
+ * the hold; the other sets it again as it looks again. in->lock held. */
 static void wait_restoring_locked(struct inode *in, uint64_t first, uint64_t last)
 {
+	int held = 0;
+
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++)
 		if (in->chunks[c].state == CHUNK_RESTORING) {
+			in->rst_hold = 1;
+			held = 1;
+			idx_inode_wait(in);
+			c = first - 1; /* wraps to first at the c++ */
+		}
+	if (held) {
+		in->rst_hold = 0;
+		idx_inode_wake(in); /* the operations hold_wait_locked held off */
+	}
+}
+
+/* An operation that may restore (or read directly) a cold chunk of
+ * [first, last] waits, at its start, for a wait_restoring_locked of the
+ * file to end: it holds no chunk RESTORING yet, so the waiter never waits
+ * for it. in->lock held. */
+static void hold_wait_locked(struct inode *in, uint64_t first, uint64_t last)
+{
+	for (uint64_t c = first; in->rst_hold && c <= last && c < in->nchunks; c++)
+		if (in->chunks[c].state == CHUNK_COLD || in->chunks[c].state == CHUNK_RESTORING) {
 			idx_inode_wait(in);
 			c = first - 1; /* wraps to first at the c++ */
 		}
@@ -72,7 +106,9 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 	io->rest = 0;
 	io->mem = NULL;
 	io->own = NULL;
+	tier_chunk_range(t, off, len ? len : 1, &io->first, &io->last);
 	idx_inode_lock(in);
+	hold_wait_locked(in, io->first, io->last);
 	size = in->size;
 	if (off >= size || len == 0) {
 		io->first = 1;
@@ -185,6 +221,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 	idx_inode_lock(in);
 	if ((ret = idx_chunks_reserve(in, io->last + 1)) < 0)
 		goto out_unclaim;
+	hold_wait_locked(in, io->first, io->last);
 	/* A partial overwrite of a cold chunk needs its old bytes first; a whole
 	 * overwrite claims it (RESTORING, so no restore races the new bytes). */
 	for (uint64_t c = io->first; c <= io->last; c++) {
@@ -823,6 +860,7 @@ int tier_warm_file(struct tier *t, struct inode *in)
 	 * and waits for the rest */
 	restore_file_async(t, in);
 	idx_inode_lock(in);
+	hold_wait_locked(in, 0, in->nchunks);
 	ret = in->nchunks ? restore_make_hot_locked(t, in, 0, in->nchunks - 1, 0) : 0;
 	idx_inode_unlock(in);
 	return ret;

@@ -10,6 +10,91 @@
 struct fake_store *fake_current;
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Gates (fake_gate_*): protected by fake_mu. */
+#define GATE_MAX 256
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static unsigned gate_armed[2];	      /* calls of each kind still to block */
+static unsigned gate_next;	      /* tickets given */
+static uint8_t gate_blocked[GATE_MAX]; /* by ticket: at the gate now */
+static uint8_t gate_released[GATE_MAX];
+static int gate_err[GATE_MAX];
+
+/* A call of kind arriving: when armed, block until released. Returns 0 or
+ * the -errno the test released it with. fake_mu held. */
+static int gate_pass_locked(int kind)
+{
+	unsigned tk;
+
+	if (!gate_armed[kind] || gate_next + 1 >= GATE_MAX)
+		return 0;
+	gate_armed[kind]--;
+	tk = ++gate_next;
+	gate_blocked[tk] = 1;
+	pthread_cond_broadcast(&gate_cond);
+	while (!gate_released[tk])
+		pthread_cond_wait(&gate_cond, &fake_mu);
+	gate_blocked[tk] = 0;
+	return gate_err[tk] ? -gate_err[tk] : 0;
+}
+
+void fake_gate_arm(int kind, unsigned n)
+{
+	fake_lock();
+	gate_armed[kind] = n;
+	fake_unlock();
+}
+
+int fake_gate_wait(unsigned ticket, unsigned ms)
+{
+	struct timespec dl;
+	int ret = 0;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += ms / 1000;
+	dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	fake_lock();
+	while (ticket < GATE_MAX && !gate_blocked[ticket] && ret == 0)
+		if (pthread_cond_timedwait(&gate_cond, &fake_mu, &dl) == ETIMEDOUT)
+			ret = -ETIMEDOUT;
+	if (ticket < GATE_MAX && gate_blocked[ticket])
+		ret = 0;
+	fake_unlock();
+	return ticket < GATE_MAX ? ret : -ETIMEDOUT;
+}
+
+void fake_gate_release(unsigned ticket, int err)
+{
+	fake_lock();
+	if (ticket < GATE_MAX) {
+		gate_err[ticket] = err;
+		gate_released[ticket] = 1;
+		pthread_cond_broadcast(&gate_cond);
+	}
+	fake_unlock();
+}
+
+void fake_gate_open_all(void)
+{
+	fake_lock();
+	gate_armed[0] = gate_armed[1] = 0;
+	memset(gate_released, 1, sizeof(gate_released));
+	pthread_cond_broadcast(&gate_cond);
+	fake_unlock();
+}
+
+unsigned fake_gate_tickets(void)
+{
+	unsigned n;
+	fake_lock();
+	n = gate_next;
+	fake_unlock();
+	return n;
+}
+
 struct fake_put {
 	struct store_put base;
 	uint64_t id;
@@ -75,7 +160,10 @@ static int f_put_finish(struct store_put *put, uint32_t *dev)
 	int ret = 0;
 
 	fake_lock();
-	if (f->fail_puts) {
+	if ((ret = gate_pass_locked(FAKE_GATE_PUT)) < 0) {
+		f->puts_failed++;
+		free(p->data);
+	} else if (f->fail_puts) {
 		f->fail_puts--;
 		f->puts_failed++;
 		ret = -(f->fail_errno ? f->fail_errno : EIO);
@@ -110,7 +198,9 @@ static int f_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off,
 		return -EINVAL;
 	fake_lock();
 	delay = f->read_delay_ms;
-	if (seg_id >= FAKE_MAX_SEGS || !f->segs[seg_id].live) {
+	if ((ret = gate_pass_locked(FAKE_GATE_READ)) < 0) {
+		; /* released with an error */
+	} else if (seg_id >= FAKE_MAX_SEGS || !f->segs[seg_id].live) {
 		ret = -ENOENT;
 	} else if (off + len > f->segs[seg_id].len) {
 		ret = -EIO;
@@ -211,7 +301,14 @@ int fake_store_open(struct store **out)
 	if (!f)
 		return -ENOMEM;
 	f->base.ops = &fake_ops;
+	fake_lock();
 	fake_current = f;
+	gate_armed[0] = gate_armed[1] = 0;
+	gate_next = 0;
+	memset(gate_blocked, 0, sizeof(gate_blocked));
+	memset(gate_released, 0, sizeof(gate_released));
+	memset(gate_err, 0, sizeof(gate_err));
+	fake_unlock();
 	*out = &f->base;
 	return 0;
 }

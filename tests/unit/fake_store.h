@@ -4,7 +4,9 @@
  * are byte arrays; every put, read and remove is logged; faults are
  * scripted: the next N put_finish calls fail with an errno, reads sleep a
  * while, a byte of a stored segment can be flipped, the device can be made
- * small (stat_total, for demotion).
+ * small (stat_total, for demotion). Gates (fake_gate_*) hold the next reads or
+ * segment finishes until the test lets each go, so a test drives an
+ * interleaving of the tier's threads on purpose instead of sleeping.
  * Threading: every call takes the store's lock; the tests read the log and
  * set the script under fake_lock()/fake_unlock().
  */
@@ -54,5 +56,21 @@ void fake_unlock(void);
 unsigned fake_live_segments(void);
 /* Flip one byte of segment id at off. 0 or -ENOENT. */
 int fake_flip(uint64_t id, uint64_t off);
+
+/* Gates. The next n calls of a kind (reads, or put_finish: a segment made
+ * durable) block in the store, each with a ticket numbered from 1 in the
+ * order they arrive (across kinds, since the last fake_store_open). */
+enum { FAKE_GATE_READ, FAKE_GATE_PUT };
+void fake_gate_arm(int kind, unsigned n);
+/* Wait until the call holding ticket is blocked at its gate: 0, or
+ * -ETIMEDOUT after ms (a test failure, never a way to synchronise). */
+int fake_gate_wait(unsigned ticket, unsigned ms);
+/* Let ticket go; err > 0: the call fails with -err instead (a read before
+ * reading anything; a put without keeping the segment). */
+void fake_gate_release(unsigned ticket, int err);
+/* Calls that arrived at a gate so far (the last ticket given). */
+unsigned fake_gate_tickets(void);
+/* Disarm, and let every call held go (a failed test's teardown). */
+void fake_gate_open_all(void);
 
 #endif
