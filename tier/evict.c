@@ -275,11 +275,18 @@ int64_t evict_wait_room(struct tier *t, int fd, uint64_t off, uint64_t len)
 	pthread_mutex_lock(&t->lock);
 	t->writers_waiting++;
 	while ((r = hot_try_reserve(t->hot, fd, off, len)) < 0 && !t->stopping) {
+		uint64_t rounds = t->evict_rounds;
 		pthread_cond_broadcast(&t->wake);
 		if (pthread_cond_timedwait(&t->room, &t->lock, &deadline) == ETIMEDOUT) {
 			r = hot_try_reserve(t->hot, fd, off, len);
 			break;
 		}
+		/* a round freed nothing while passed-through files hold RAM the
+		 * evictor may not take (tier.h): overshoot by those, never
+		 * ENOSPC for want of RAM that only a close gives back */
+		if (t->evict_rounds != rounds && t->evict_stuck &&
+		    (r = hot_reserve_beside_pinned(t->hot, off, len)) >= 0)
+			break;
 	}
 	t->writers_waiting--;
 	pthread_mutex_unlock(&t->lock);

@@ -524,6 +524,17 @@ int64_t hot_try_reserve(struct hot *hot, int fd, uint64_t off, uint64_t len)
 	return -ENOSPC;
 }
 
+int64_t hot_reserve_beside_pinned(struct hot *hot, uint64_t off, uint64_t len)
+{
+	uint64_t worst = ((off + len + PAGE - 1) & ~(PAGE - 1)) - (off & ~(PAGE - 1));
+	uint64_t r = __atomic_add_fetch(&hot->reserved, worst, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&hot->used, __ATOMIC_RELAXED) + r <=
+	    __atomic_load_n(&hot->limit, __ATOMIC_RELAXED) + __atomic_load_n(&hot->pinned, __ATOMIC_RELAXED))
+		return (int64_t)worst;
+	__atomic_sub_fetch(&hot->reserved, worst, __ATOMIC_RELAXED);
+	return -ENOSPC;
+}
+
 int64_t hot_force_reserve(struct hot *hot, uint64_t off, uint64_t len)
 {
 	uint64_t worst = ((off + len + PAGE - 1) & ~(PAGE - 1)) - (off & ~(PAGE - 1));

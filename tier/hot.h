@@ -73,6 +73,11 @@ void hot_account_locked(struct hot *hot, struct inode *in);
  * becomes zero; hot_account_locked keeps the figure while it is. */
 void hot_pin_locked(struct hot *hot, struct inode *in, int pin);
 uint64_t hot_pinned(const struct hot *hot);
+/* Reserve as hot_try_reserve, but with the pinned bytes left out of the
+ * count: a writer that would otherwise wait for room nothing can free
+ * (RAM held by passed-through files) overshoots the budget by at most the
+ * pinned bytes. Bytes reserved, or -ENOSPC. */
+int64_t hot_reserve_beside_pinned(struct hot *hot, uint64_t off, uint64_t len);
 
 uint64_t hot_used(const struct hot *hot);
 uint64_t hot_reserved(const struct hot *hot);

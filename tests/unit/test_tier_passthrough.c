@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "fake_store.h"
 #include "tier_fixture.h"
@@ -270,6 +271,34 @@ static void test_pinned_at_most_half(void **state)
 	idx_put(f->idx, y);
 }
 
+/* The budget shrinks (memory pressure) below what passed-through files
+ * hold: the evictor cannot take their RAM, so a writer overshoots the
+ * budget by the pinned bytes rather than wait for room only a close gives
+ * back and get ENOSPC. */
+static void test_writer_overshoots_by_pinned_only(void **state)
+{
+	struct fx *f = *state;
+	struct tier_open_out a;
+	struct inode *x, *y;
+	uint64_t t0;
+
+	start(f, 8 * MiB);
+	x = fx_mk(f, "x", 4 * MiB, 1);
+	assert_int_equal(tier_open(f->t, x, TIER_OPEN_PASSTHROUGH, CTX, &a), 0);
+	assert_true(a.backing_id > 0);
+	hot_set_limit(f->t->hot, 4 * MiB); /* what pressure.c does */
+	t0 = clock_now_ns();
+	y = fx_mk(f, "y", 2 * MiB, 2);
+	assert_true(clock_now_ns() - t0 < f->cfg.write_wait_ms * 1000000ull);
+	assert_int_equal(st(f, &f->t->st.enospc), 0);
+	assert_true(hot_used(f->t->hot) <= 4 * MiB + hot_pinned(f->t->hot) + MiB);
+	fx_check_all(f, y, 2, 2 * MiB);
+	tier_close(f->t, x, &a, CTX);
+	fx_check_all(f, x, 1, 4 * MiB);
+	idx_put(f->idx, x);
+	idx_put(f->idx, y);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -279,6 +308,8 @@ int main(void)
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_passthrough_writer_tracked, setup, fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_pinned_at_most_half, setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_writer_overshoots_by_pinned_only, setup,
+					    fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
