@@ -47,9 +47,16 @@ def pattern(seed, size):
     return bytes(out[:size])
 
 
-def write_file(path, data):
+def write_file(path, data, mnt=None):
+    """Write path; with mnt, also wait for the daemon to see the close (the
+    kernel sends a release after close() returns: an open before it would
+    find the writer still there and go through the daemon, as it should)."""
+    before = pt(mnt)["cache_drops"] if mnt else 0
     with open(path, "wb") as f:
         f.write(data)
+    if mnt:
+        harness.wait_until(lambda: pt(mnt)["cache_drops"] > before, 10,
+                           "the daemon saw the writer's close")
 
 
 def read_file(path):
@@ -62,7 +69,8 @@ class PassthroughCase(harness.SpwTestCase):
 
     def cold_mount(self, hot_size="256M", opts=(), **kw):
         cold = self.tmpdir()
-        return self.mount(hot_size=hot_size, opts=["nvme=" + cold] + list(opts), **kw)
+        return self.mount(hot_size=hot_size, opts=["nvme=" + cold, "mem_pressure=off"] + list(opts),
+                          **kw)
 
 
 class TestReads(PassthroughCase):
@@ -72,7 +80,7 @@ class TestReads(PassthroughCase):
         self.assertEqual(pt(m.mnt)["on"], 1, m.log_text(20))
         self.assertIn("passthrough on", m.log_text(40))
         data = pattern(1, 5 * MiB + 123)
-        write_file(m.path("a"), data)
+        write_file(m.path("a"), data, m.mnt)
         before = pt(m.mnt)
         fd = os.open(m.path("a"), os.O_RDONLY)
         try:
@@ -93,7 +101,7 @@ class TestReads(PassthroughCase):
     def test_cold_file_goes_through_the_daemon_then_passes_through(self):
         m = self.cold_mount()
         data = pattern(2, 9 * MiB)
-        write_file(m.path("c"), data)
+        write_file(m.path("c"), data, m.mnt)
         evict(m.path("c"))
         self.assertGreater(file_state(m.path("c"))["cold"], 0)
         before = pt(m.mnt)
@@ -109,7 +117,7 @@ class TestReads(PassthroughCase):
     def test_mmap_shared_and_private(self):
         m = self.cold_mount()
         data = pattern(3, 3 * MiB + 5)
-        write_file(m.path("m"), data)
+        write_file(m.path("m"), data, m.mnt)
         with open(m.path("m"), "rb") as f:
             with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
                 self.assertEqual(pt(m.mnt)["open"], 1)
@@ -140,7 +148,7 @@ class TestReads(PassthroughCase):
     def test_unlink_truncate_rename_while_open(self):
         m = self.cold_mount()
         data = pattern(4, 6 * MiB)
-        write_file(m.path("u"), data)
+        write_file(m.path("u"), data, m.mnt)
         fd = os.open(m.path("u"), os.O_RDONLY)
         try:
             self.assertEqual(pt(m.mnt)["open"], 1)
@@ -165,7 +173,7 @@ class TestWritersAndReaders(PassthroughCase):
         r = random.Random(seed)
         path = m.path("f%d" % seed)
         model = bytearray(pattern(seed, 2 * MiB + 333))
-        write_file(path, bytes(model))
+        write_file(path, bytes(model), m.mnt)
         fds = {}
 
         def open_(kind):
@@ -237,12 +245,12 @@ class TestWritersAndReaders(PassthroughCase):
         hot = os.path.join(self.tmpdir(on_shm=True), "hot")
         cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
         os.mkdir(cold)
-        opts = ["nvme=" + cold, "state_dir=" + sdir]
+        opts = ["nvme=" + cold, "state_dir=" + sdir, "mem_pressure=off"]
         m = harness.Mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-kill")
         m.start()
         try:
             data = bytearray(pattern(21, 4 * MiB))
-            write_file(m.path("k"), bytes(data))
+            write_file(m.path("k"), bytes(data), m.mnt)
             fr = os.open(m.path("k"), os.O_RDONLY)
             fw = os.open(m.path("k"), os.O_RDWR)
             self.assertEqual(pt(m.mnt)["open"], 2)
@@ -267,12 +275,12 @@ class TestWritersAndReaders(PassthroughCase):
         hot = os.path.join(self.tmpdir(on_shm=True), "hot")
         cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
         os.mkdir(cold)
-        opts = ["nvme=" + cold, "state_dir=" + sdir]
+        opts = ["nvme=" + cold, "state_dir=" + sdir, "mem_pressure=off"]
         m = harness.Mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-umount")
         self.addCleanup(m.stop)
         m.start()
         data = pattern(22, 3 * MiB + 1)
-        write_file(m.path("u"), data)
+        write_file(m.path("u"), data, m.mnt)
         fd = os.open(m.path("u"), os.O_RDONLY)
         try:
             self.assertEqual(pt(m.mnt)["open"], 1)
@@ -299,12 +307,12 @@ class TestWritersAndReaders(PassthroughCase):
         hot = os.path.join(self.tmpdir(on_shm=True), "hot")
         cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
         os.mkdir(cold)
-        opts = ["nvme=" + cold, "state_dir=" + sdir]
+        opts = ["nvme=" + cold, "state_dir=" + sdir, "mem_pressure=off"]
         m = harness.Mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-term")
         self.addCleanup(m.stop)
         m.start()
         data = pattern(23, 5 * MiB + 3)
-        write_file(m.path("t"), data)
+        write_file(m.path("t"), data, m.mnt)
         fd = os.open(m.path("t"), os.O_RDONLY)
         try:
             self.assertEqual(pt(m.mnt)["open"], 1)
@@ -332,7 +340,7 @@ class TestPressure(PassthroughCase):
     def test_never_punched_under_pressure(self):
         m = self.cold_mount(hot_size="48M", opts=["write_wait=30s", "min_spill_size=8M"])
         held = pattern(31, 16 * MiB)
-        write_file(m.path("held"), held)
+        write_file(m.path("held"), held, m.mnt)
         f = open(m.path("held"), "rb")
         mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
         try:
@@ -343,7 +351,7 @@ class TestPressure(PassthroughCase):
             others = {}
             for i in range(12):  # 96 MiB through a 48 MiB tier
                 d = pattern(40 + i, 8 * MiB)
-                write_file(m.path("o%d" % i), d)
+                write_file(m.path("o%d" % i), d, m.mnt)
                 others["o%d" % i] = hashlib.sha256(d).hexdigest()
                 # every page of the held file is still its bytes, never zeros
                 self.assertEqual(mm[:], held)
@@ -460,7 +468,7 @@ class TestOneCopyInRam(PassthroughCase):
         self.addCleanup(rm_cgroup, dcg)
         self.addCleanup(rm_cgroup, ccg)
         enter = ["sh", "-c", 'echo $$ > "%s/cgroup.procs" && exec "$@"' % dcg, "sh"]
-        m = self.mount(hot_size="1G", prefix=enter)
+        m = self.mount(hot_size="1G", prefix=enter, opts=["mem_pressure=off"])
         size = 512 * MiB
         path = m.path("big")
         script = (
