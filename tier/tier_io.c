@@ -109,6 +109,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 	tier_chunk_range(t, off, len ? len : 1, &io->first, &io->last);
 	idx_inode_lock(in);
 	hold_wait_locked(in, io->first, io->last);
+	in->kcached = 1;
 	size = in->size;
 	if (off >= size || len == 0) {
 		io->first = 1;
@@ -222,6 +223,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 	if ((ret = idx_chunks_reserve(in, io->last + 1)) < 0)
 		goto out_unclaim;
 	hold_wait_locked(in, io->first, io->last);
+	in->kcached = 1;
 	/* A partial overwrite of a cold chunk needs its old bytes first; a whole
 	 * overwrite claims it (RESTORING, so no restore races the new bytes). */
 	for (uint64_t c = io->first; c <= io->last; c++) {
@@ -447,9 +449,12 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 		in->pt_opens--;
 		touch_all_locked(t, in);
 		__atomic_sub_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
-	} else if (in->open_count == 1 && t->pt) {
+	} else if (in->open_count == 1 && t->pt && in->kcached) {
 		/* the last open served through the daemon: the kernel's copy of
-		 * the file goes, the hot file holds the bytes */
+		 * the file goes, the hot file holds the bytes. Only when a read
+		 * or write put pages there: the drop takes the kernel's cached
+		 * attributes too (a create-and-close stats at cache speed) */
+		in->kcached = 0;
 		drop_cache = 1;
 	}
 	if (in->attr_dirty) {
