@@ -67,6 +67,15 @@ def read_file(path):
 class PassthroughCase(harness.SpwTestCase):
     timeout = 180
 
+    def durable_state(self):
+        """A hot_dir that outlives one mount, and the options of a mount
+        whose files survive it (a cold dir and a state_dir)."""
+        base = self.tmpdir()
+        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+        cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
+        os.mkdir(cold)
+        return hot, ["nvme=" + cold, "state_dir=" + sdir, "mem_pressure=off"]
+
     def cold_mount(self, hot_size="256M", opts=(), **kw):
         cold = self.tmpdir()
         return self.mount(hot_size=hot_size, opts=["nvme=" + cold, "mem_pressure=off"] + list(opts),
@@ -241,11 +250,7 @@ class TestWritersAndReaders(PassthroughCase):
         self.assertGreater(pt(m.mnt)["fallback"]["write"], 0)
 
     def test_kill9_with_passthrough_writer_and_remount(self):
-        base = self.tmpdir()
-        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
-        cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
-        os.mkdir(cold)
-        opts = ["nvme=" + cold, "state_dir=" + sdir, "mem_pressure=off"]
+        hot, opts = self.durable_state()
         m = harness.Mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-kill")
         m.start()
         try:
@@ -271,11 +276,7 @@ class TestWritersAndReaders(PassthroughCase):
         """A busy mount refuses a plain unmount (as tmpfs does); a lazy one
         detaches it, the passed-through reader goes on reading, and when it
         closes the daemon spills everything and exits; a remount reads it."""
-        base = self.tmpdir()
-        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
-        cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
-        os.mkdir(cold)
-        opts = ["nvme=" + cold, "state_dir=" + sdir, "mem_pressure=off"]
+        hot, opts = self.durable_state()
         m = harness.Mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-umount")
         self.addCleanup(m.stop)
         m.start()
@@ -303,11 +304,7 @@ class TestWritersAndReaders(PassthroughCase):
     def test_sigterm_with_opens_held(self):
         """SIGTERM unmounts as umount does, passed-through opens or not: every
         byte spilled, nothing left in RAM, a remount reads it."""
-        base = self.tmpdir()
-        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
-        cold, sdir = os.path.join(base, "cold"), os.path.join(base, "state")
-        os.mkdir(cold)
-        opts = ["nvme=" + cold, "state_dir=" + sdir, "mem_pressure=off"]
+        hot, opts = self.durable_state()
         m = harness.Mount(hot_size="256M", opts=opts, hot_dir=hot, tag="pt-term")
         self.addCleanup(m.stop)
         m.start()
