@@ -43,6 +43,7 @@ struct spw_config {
 	int io_psync;		  /* io_engine=psync */
 	int keep_hot;		  /* unmount keeps the hot files (fast remount) */
 	int passthrough;	  /* hand hot files to the kernel (FUSE passthrough) */
+	int cold_writes;	  /* 1: writes go over cold data (overlays), 0: restore first */
 	/* elastic hot tier (tier/pressure.c) */
 	uint64_t hot_min;     /* the budget never shrinks below this */
 	uint64_t mem_reserve; /* keep this much of the node's/cgroup's memory available */

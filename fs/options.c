@@ -142,6 +142,19 @@ const struct opt_spec opt_table[] = {
 	    "or with\n"
 	    ".BR off ,\n"
 	    "every read goes through the daemon (said once at mount).\n"},
+    {.name = "cold_writes",
+     .kind = OPT_ENUM,
+     FIELD(cold_writes),
+     WORDS({"overlay", 1, 0}, {"restore", 0, 0}),
+     .def = "overlay",
+     .meta = "overlay|restore",
+     .help = "overlay: a write into cold data goes over it, not restoring the chunk first",
+     .man_tag = ".BR %s= overlay | restore",
+     .man = "A write into a chunk that is in the cold tier goes into RAM over its cold\n"
+	    "copy (overlay): only the written 4 KiB blocks are held and spilled, and a read\n"
+	    "takes each block from RAM or from the newest record that has it. With\n"
+	    ".BR restore ,\n"
+	    "the whole chunk is read back first (the pre-0.3 behaviour).\n"},
     {.name = "keep_hot",
      .kind = OPT_FLAG,
      FIELD(keep_hot),

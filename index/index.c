@@ -308,10 +308,13 @@ int idx_journal_attr(struct index *idx, struct inode *in)
 	return ret;
 }
 
-/* Per-file memory: a chunk is 40 bytes (a 32-bit LRU tick and segment id;
- * format v2's flags took spare bits of the device field). Its flags are the
- * journal's, bit for bit; its segment id holds any the journal accepts. */
-_Static_assert(sizeof(struct chunk) == 40, "struct chunk grew");
+/* Per-file memory: a chunk is 48 bytes (a 32-bit LRU tick and segment id;
+ * format v2's flags took spare bits of the device field; 8 for the pointer
+ * to an overlay chain). Its flags are the journal's, bit for bit; its
+ * segment id holds any the journal accepts. */
+_Static_assert(sizeof(struct chunk) == 48, "struct chunk grew");
+/* an overlay's bitmap is journaled as the bytes of its words */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "chain bitmaps are little-endian");
 _Static_assert(JRNL_MAX_SEG_ID <= UINT32_MAX, "segment ids do not fit struct chunk");
 _Static_assert(CHUNK_LOC_MAP == JRNL_LOC_MAP, "chunk and journal location flags differ");
 
@@ -342,15 +345,18 @@ void idx_chunk_rec_locked(struct inode *in, uint64_t c, struct jrec *r)
 
 int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count)
 {
-	struct jrec r;
+	struct jrec rs[CHAIN_MAX + 2];
+	int n;
 	if (!idx->jrnl)
 		return 0;
-	idx_chunk_rec_locked(in, c, &r);
 	if (count > 0) {
-		r.type = JR_CHUNK_ABSENT;
-		r.count = count;
+		idx_chunk_rec_locked(in, c, &rs[0]);
+		rs[0].type = JR_CHUNK_ABSENT;
+		rs[0].count = count;
+		return jrnl_append(idx->jrnl, &rs[0]);
 	}
-	return jrnl_append(idx->jrnl, &r);
+	n = idx_chunk_recs_locked(in, c, rs);
+	return n == 1 ? jrnl_append(idx->jrnl, &rs[0]) : jrnl_append_tx(idx->jrnl, rs, n);
 }
 
 struct inode *idx_inode_alloc(struct index *idx, const struct idx_new_node *nn)
@@ -407,6 +413,8 @@ void idx_inode_destroy(struct index *idx, struct inode *in)
 		free(idx_dir(in)->slots);
 		free(idx_dir(in));
 	}
+	for (uint64_t c = 0; S_ISREG(in->mode) && c < in->nchunks; c++)
+		idx_chain_free(&in->chunks[c]);
 	if (S_ISREG(in->mode) && in->chunks != inline_chunk(in))
 		free(in->chunks);
 	if (S_ISLNK(in->mode))
@@ -898,6 +906,15 @@ uint64_t idx_nchunks(struct inode *in)
 	uint64_t n;
 	idx_inode_lock(in);
 	n = in->nchunks;
+	idx_inode_unlock(in);
+	return n;
+}
+
+int idx_chunk_recs(struct inode *in, uint64_t c, struct jrec *rs)
+{
+	int n;
+	idx_inode_lock(in);
+	n = idx_chunk_recs_locked(in, c, rs);
 	idx_inode_unlock(in);
 	return n;
 }

@@ -48,6 +48,38 @@ struct chunk {
 	uint16_t seg_dev;   /* device index (< 64) */
 	uint16_t seg_flags; /* CHUNK_LOC_*: how to read the record */
 	uint32_t seg_gen;   /* generation stored in the segment */
+	/* overlays: NULL, or the records over the cold copy above (its base)
+	 * and which blocks of the chunk RAM holds (struct chunk_chain) */
+	struct chunk_chain *chain;
+};
+
+/*
+ * A chunk written over its cold copy without restoring it (overlays).
+ * Its cold copy is a chain: the base (the chunk's own seg_* fields) and
+ * up to CHAIN_MAX records over it, oldest first, each holding some
+ * CHAIN_BLK-byte blocks of the chunk (bits); a block reads from the newest
+ * record that holds it, else from the base. While the chunk is in RAM
+ * (HOT_*, SPILLING), `partial` says the hot file holds only the blocks in
+ * `have` (the rest is read from the chain); `dirty` are the blocks written
+ * since the newest record, a subset of have when partial. A chain is only
+ * ever in a chunk with a base (seg_id != 0). Under the inode lock.
+ */
+#define CHAIN_BLK 4096u
+#define CHAIN_MAX 16
+struct chain_rec {
+	uint32_t seg_id, len, crc, gen;
+	uint64_t off;
+	uint16_t dev, flags;
+	uint64_t *bits;
+};
+struct chunk_chain {
+	uint32_t nbits;	 /* blocks of a whole chunk */
+	uint16_t nrec;	 /* records over the base */
+	uint8_t partial; /* RAM holds only `have` */
+	uint16_t wr;	 /* writes in flight into the chunk (tier/chain.c) */
+	uint64_t *have, *dirty;
+	struct chain_rec rec[CHAIN_MAX];
+	uint64_t bm[]; /* the bitmaps: have, dirty, one per record */
 };
 
 /* seg_flags: the record is data + extent map (segment format v2, SEG_F_MAP);
@@ -247,6 +279,33 @@ int idx_check_writable(struct index *idx);
  * holds in->lock. 0 or -EIO. */
 int idx_journal_attr(struct index *idx, struct inode *in);
 int idx_journal_attr_locked(struct index *idx, struct inode *in);
+/* Chains (index_chain.c). Words of a bitmap of a chain of chunk_size. */
+static inline uint32_t chain_words(uint64_t chunk_size)
+{
+	return (uint32_t)((chunk_size / CHAIN_BLK + 63) / 64);
+}
+/* The chain of chunk c, made (empty, partial, nothing in RAM) when it has
+ * none. NULL without memory. Caller holds the inode lock. */
+struct chunk_chain *idx_chain_get(struct index *idx, struct inode *in, uint64_t c);
+/* Free chunk c's chain (its records' bytes are the caller's to release). */
+void idx_chain_free(struct chunk *ch);
+static inline int chain_test(const uint64_t *bm, uint32_t b)
+{
+	return (int)(bm[b / 64] >> (b % 64) & 1);
+}
+/* Set or clear bits [b0, b1) */
+void chain_set(uint64_t *bm, uint32_t b0, uint32_t b1, int on);
+/* Any bit set in [b0, b1)? All set? */
+int chain_any(const uint64_t *bm, uint32_t b0, uint32_t b1);
+int chain_all(const uint64_t *bm, uint32_t b0, uint32_t b1);
+uint32_t chain_count(const uint64_t *bm, uint32_t nbits);
+/* The records of chunk c's residency, for the journal or a checkpoint: the
+ * base and every overlay (JR_CHUNK_LOC, JR_CHUNK_OVL...), then
+ * JR_CHUNK_PART when written blocks are only in RAM; or one record as
+ * idx_chunk_rec. rs holds CHAIN_MAX + 2; values point into the chain
+ * (valid under the lock). Returns the count. Caller holds the inode lock. */
+int idx_chunk_recs_locked(struct inode *in, uint64_t c, struct jrec *rs);
+
 /* Journal the residency of chunk c — its cold location, RAM-only (dirty) or
  * a hole — or, with count > 0, that chunks [c, c+count) are holes now.
  * Caller holds in->lock. 0 or -EIO. */
@@ -306,6 +365,8 @@ struct inode *idx_find(struct index *idx, uint64_t ino);
 void idx_inode_rec(struct inode *in, struct jrec *r);
 uint64_t idx_nchunks(struct inode *in);
 void idx_chunk_rec(struct inode *in, uint64_t c, struct jrec *r);
+/* Every record of chunk c's residency (idx_chunk_recs_locked, locked). */
+int idx_chunk_recs(struct inode *in, uint64_t c, struct jrec *rs);
 /* Every directory entry (hash order, index lock held): fn(arg, parent, name,
  * ino) returns non-zero to stop (returned). */
 int idx_for_each_name(struct index *idx,

@@ -55,6 +55,41 @@ static int anomaly(struct index *idx, enum idx_anomaly_kind kind, const struct j
 	return idx->anomaly(idx->anomaly_arg, &a);
 }
 
+/* JR_CHUNK_OVL (a record pushed on the chain over the base a JR_CHUNK_LOC
+ * set) or JR_CHUNK_PART (blocks written over the chain, only in RAM). A
+ * chunk without a base, a chain past CHAIN_MAX or a bitmap of another
+ * chunk size is a record that does not fit. */
+static int replay_chain(struct index *idx, struct inode *in, const struct jrec *r)
+{
+	struct chunk *ch = &in->chunks[r->chunk];
+	struct chunk_chain *k;
+
+	if (!ch->seg_id || (ch->state != CHUNK_COLD && ch->state != CHUNK_HOT_DIRTY) ||
+	    (r->type == JR_CHUNK_OVL &&
+	     (r->value_len != (idx->chunk_size / CHAIN_BLK + 7) / 8 ||
+	      (ch->chain && ch->chain->nrec == CHAIN_MAX)))) {
+		anomaly(idx, IDX_AN_CHUNK_RANGE, r, r->ino, 0, NULL);
+		return 0;
+	}
+	if (!(k = idx_chain_get(idx, in, r->chunk)))
+		return -ENOMEM;
+	if (r->type == JR_CHUNK_PART) {
+		ch->state = CHUNK_HOT_DIRTY;
+		return 0;
+	}
+	struct chain_rec *o = &k->rec[k->nrec++];
+	o->seg_id = (uint32_t)r->loc.seg_id;
+	o->off = r->loc.off;
+	o->len = r->loc.len;
+	o->crc = r->loc.crc;
+	o->dev = (uint16_t)r->loc.dev;
+	o->flags = (uint16_t)r->loc.flags;
+	o->gen = r->loc.gen;
+	memcpy(o->bits, r->value, r->value_len);
+	ch->gen = r->loc.gen;
+	return 0;
+}
+
 int idx_replay(struct index *idx, const struct jrec *r)
 {
 	struct inode *in, *p;
@@ -128,6 +163,8 @@ int idx_replay(struct index *idx, const struct jrec *r)
 			return ret2;
 		}
 	case JR_CHUNK_LOC:
+	case JR_CHUNK_OVL:
+	case JR_CHUNK_PART:
 	case JR_CHUNK_DIRTY:
 	case JR_CHUNK_ABSENT: {
 		struct chunk *ch;
@@ -146,13 +183,18 @@ int idx_replay(struct index *idx, const struct jrec *r)
 			return 0;
 		}
 		if (r->type == JR_CHUNK_ABSENT) {
-			for (uint64_t c = r->chunk; c < in->nchunks && c - r->chunk < r->count; c++)
+			for (uint64_t c = r->chunk; c < in->nchunks && c - r->chunk < r->count; c++) {
+				idx_chain_free(&in->chunks[c]);
 				memset(&in->chunks[c], 0, sizeof(in->chunks[c]));
+			}
 			return 0;
 		}
 		if ((ret = idx_chunks_reserve(in, r->chunk + 1)) < 0)
 			return ret;
 		ch = &in->chunks[r->chunk];
+		if (r->type == JR_CHUNK_OVL || r->type == JR_CHUNK_PART)
+			return replay_chain(idx, in, r);
+		idx_chain_free(ch);
 		memset(ch, 0, sizeof(*ch));
 		if (r->type == JR_CHUNK_DIRTY) {
 			ch->state = CHUNK_HOT_DIRTY;
@@ -301,11 +343,13 @@ static int snap_inode(struct jrnl_emitter *e, struct inode *in)
 		ret = jrnl_emit(e, &xr);
 	}
 	for (uint64_t c = 0; c < in->nchunks && !ret; c++) {
-		struct jrec cr;
+		struct jrec cr[CHAIN_MAX + 2];
+		int n;
 		if (in->chunks[c].state == CHUNK_ABSENT)
 			continue;
-		idx_chunk_rec_locked(in, c, &cr);
-		ret = jrnl_emit(e, &cr);
+		n = idx_chunk_recs_locked(in, c, cr);
+		for (int i = 0; i < n && !ret; i++)
+			ret = jrnl_emit(e, &cr[i]);
 	}
 	idx_inode_unlock(in);
 	return ret;

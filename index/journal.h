@@ -41,7 +41,10 @@ enum jrec_type {
 	JR_SEG_ADD = 12,      /* seg: segment durable (or moved: same id, new store/dev) */
 	JR_SEG_DEL = 13,      /* seg.id */
 	JR_TX = 14,	      /* internal: several records at once (see top) */
-	JR_TYPE_MAX = 14,
+	/* version 2: overlays (index.h, struct chunk_chain) */
+	JR_CHUNK_OVL = 15, /* ino, chunk, loc, value = block bitmap: a record over the chunk's chain */
+	JR_CHUNK_PART = 16, /* ino, chunk: blocks written over the chain only in RAM (chain kept) */
+	JR_TYPE_MAX = 16,
 };
 
 #define JRNL_KIND_JOURNAL 1
@@ -111,7 +114,13 @@ struct jrec {
 	uint64_t next_ino, next_seg;
 };
 
-#define JRNL_VERSION 1
+/* 2: JR_CHUNK_OVL and JR_CHUNK_PART. Files of version 1 are read as they
+ * are (a subset); new files are written as 2, which older daemons refuse. */
+#define JRNL_VERSION 2
+#define JRNL_VERSION_MIN 1
+/* An overlay's bitmap: one bit per JRNL_OVL_BLOCK bytes of its chunk. */
+#define JRNL_OVL_BLOCK 4096u
+#define JRNL_MAX_OVL_BITMAP (JRNL_MAX_CHUNK_SIZE / JRNL_OVL_BLOCK / 8)
 
 /* ---- codec (pure functions, for the journal, fsck and tests) ---- */
 

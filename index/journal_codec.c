@@ -59,7 +59,10 @@ static size_t payload_size(const struct jrec *r)
 		return 8 + r->name_len;
 	case JR_CHUNK_LOC:
 		return 32 + 16;
+	case JR_CHUNK_OVL:
+		return 32 + 16 + r->value_len;
 	case JR_CHUNK_DIRTY:
+	case JR_CHUNK_PART:
 		return 16;
 	case JR_CHUNK_ABSENT:
 		return 24;
@@ -120,6 +123,7 @@ static void encode_payload(const struct jrec *r, uint8_t *p)
 		putb(&p, r->name, r->name_len);
 		break;
 	case JR_CHUNK_LOC:
+	case JR_CHUNK_OVL:
 		put64(&p, r->ino);
 		put64(&p, r->chunk);
 		put64(&p, r->loc.seg_id);
@@ -128,8 +132,11 @@ static void encode_payload(const struct jrec *r, uint8_t *p)
 		put32(&p, r->loc.crc);
 		put32(&p, (r->loc.dev & 0xffff) | r->loc.flags << 16);
 		put32(&p, r->loc.gen);
+		if (r->type == JR_CHUNK_OVL)
+			putb(&p, r->value, r->value_len);
 		break;
 	case JR_CHUNK_DIRTY:
+	case JR_CHUNK_PART:
 		put64(&p, r->ino);
 		put64(&p, r->chunk);
 		break;
@@ -234,8 +241,13 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 			return -EBADMSG;
 		break;
 	case JR_CHUNK_LOC:
-		if (n != fixed)
+	case JR_CHUNK_OVL:
+		if (type == JR_CHUNK_LOC ? n != fixed : n == fixed || n - fixed > JRNL_MAX_OVL_BITMAP)
 			return -EBADMSG;
+		if (type == JR_CHUNK_OVL) {
+			r->value = p + fixed;
+			r->value_len = (uint32_t)(n - fixed);
+		}
 		r->ino = le_get64(p);
 		r->chunk = le_get64(p + 8);
 		r->loc.seg_id = le_get64(p + 16);
@@ -251,6 +263,7 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 			return -EBADMSG;
 		break;
 	case JR_CHUNK_DIRTY:
+	case JR_CHUNK_PART:
 		if (n != fixed)
 			return -EBADMSG;
 		r->ino = le_get64(p);
@@ -294,7 +307,9 @@ int jrnl_rec_fits(const struct jrec *r, uint64_t chunk_size)
 	uint64_t max = chunk_size ? JRNL_MAX_FILE_SIZE / chunk_size : JRNL_MAX_CHUNKS;
 	switch (r->type) {
 	case JR_CHUNK_LOC:
+	case JR_CHUNK_OVL:
 	case JR_CHUNK_DIRTY:
+	case JR_CHUNK_PART:
 		return r->chunk < max;
 	case JR_CHUNK_ABSENT:
 		return r->chunk < max && r->count <= max - r->chunk;

@@ -113,7 +113,7 @@ static int checkpoint_valid(struct journal *j, const struct mapped *m, uint64_t 
 
 	n = jrnl_decode(m->map, m->len, &r);
 	if (n <= 0 || r.type != JR_HEADER || r.hdr.kind != JRNL_KIND_CHECKPOINT ||
-	    r.hdr.version != JRNL_VERSION || r.hdr.gen != gen)
+	    r.hdr.version < JRNL_VERSION_MIN || r.hdr.version > JRNL_VERSION || r.hdr.gen != gen)
 		return 0;
 	memcpy(uuid, r.hdr.uuid, 16);
 	/* its own chunk size: a mismatch with the mount's is reported later */
@@ -250,6 +250,7 @@ static int replay_journal(struct journal *j, uint64_t g, const char *name, const
 		}
 		if (pos == 0) {
 			if (r.type != JR_HEADER || r.hdr.kind != JRNL_KIND_JOURNAL ||
+			    r.hdr.version < JRNL_VERSION_MIN || r.hdr.version > JRNL_VERSION ||
 			    r.hdr.gen != g || memcmp(r.hdr.uuid, j->uuid, 16) != 0) {
 				log_warn("journal: %s/%s: bad header; ignored", j->dir, name);
 				info->truncated += m->len;

@@ -249,6 +249,11 @@ static uint32_t drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 		return 0;
 	}
 	ch->state = CHUNK_COLD;
+	if (ch->chain) {
+		/* RAM holds none of it now (no write is in flight: unpinned) */
+		ch->chain->partial = 1;
+		memset(ch->chain->have, 0, chain_words(t->chunk_size) * sizeof(uint64_t));
+	}
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);
 	return len;
@@ -390,7 +395,65 @@ struct spilled {
 	struct seg_entry e;
 	struct inode *in;
 	uint64_t c;
+	uint64_t *bits; /* an overlay of these blocks (chain.c), or NULL: whole */
 };
+
+/* The blocks `bits` of chunk bytes [0, len) at fd_off of fd, as one
+ * overlay record: runs of blocks, the smallest gaps between them stored
+ * too when there are more than a record takes (the bitmap, not the
+ * record, says which blocks it holds). */
+static int add_overlay(struct seg_writer *w, uint64_t ino, uint64_t c, uint64_t gen, int fd,
+		       uint64_t fd_off, uint32_t len, const uint64_t *bits, struct seg_entry *e)
+{
+	uint32_t nb = (len + CHAIN_BLK - 1) / CHAIN_BLK, n = 0, total = 0;
+	struct seg_extent *x = malloc(((size_t)nb / 2 + 1) * sizeof(*x));
+	uint8_t *data = NULL;
+	int ret = 0;
+
+	if (!x)
+		return -ENOMEM;
+	for (uint32_t b = 0; b < nb;) {
+		if (!chain_test(bits, b)) {
+			b++;
+			continue;
+		}
+		uint32_t z = b;
+		while (z < nb && chain_test(bits, z))
+			z++;
+		x[n].off = b * CHAIN_BLK;
+		x[n].len = (z * CHAIN_BLK < len ? z * CHAIN_BLK : len) - x[n].off;
+		n++;
+		b = z;
+	}
+	for (uint32_t gap = CHAIN_BLK; n > SEG_MAX_EXTENTS; gap *= 2) {
+		uint32_t m = 0;
+		for (uint32_t i = 1; i < n; i++) {
+			if (x[i].off - (x[m].off + x[m].len) < gap)
+				x[m].len = x[i].off + x[i].len - x[m].off;
+			else
+				x[++m] = x[i];
+		}
+		n = m + 1;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		total += x[i].len;
+	if (!(data = malloc(total ? total : 1)))
+		ret = -ENOMEM;
+	for (uint32_t i = 0, pos = 0; ret == 0 && i < n; pos += x[i].len, i++) {
+		ssize_t r = pread(fd, data + pos, x[i].len, (off_t)(fd_off + x[i].off));
+		if (r < 0)
+			ret = -errno;
+		else if ((uint32_t)r < x[i].len)
+			ret = -ENODATA; /* truncated meanwhile */
+	}
+	if (ret == 0)
+		ret = seg_writer_add_extents(w, ino, c, gen, len, x, n, data, e);
+	if (ret == 0)
+		seg_writer_mark_overlay(w);
+	free(data);
+	free(x);
+	return ret;
+}
 
 static void spill_segment(struct spill_job *job)
 {
@@ -434,16 +497,31 @@ static void spill_segment(struct spill_job *job)
 			idx_inode_unlock(in);
 			continue;
 		}
+		/* a chunk written over its cold copy: only what is dirty */
+		uint64_t *bits = NULL;
+		int plan = ch->chain ? chain_spill_plan_locked(t, in, cd->c, len, &bits) : 0;
+		ch = &in->chunks[cd->c];
+		if (plan < 0 || ch->state != CHUNK_HOT_DIRTY) {
+			free(bits);
+			hot_fd_put_locked(t->hot, in);
+			idx_inode_unlock(in);
+			continue;
+		}
 		ch->state = CHUNK_SPILLING;
 		gen = ch->gen;
 		idx_inode_unlock(in);
 
-		ret = seg_writer_add_fd(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size, len,
-					&done[nd].e);
+		if (bits)
+			ret = add_overlay(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size, len,
+					  bits, &done[nd].e);
+		else
+			ret = seg_writer_add_fd(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size,
+						len, &done[nd].e);
 		idx_inode_lock(in);
 		ch = &in->chunks[cd->c]; /* the map may have grown (moved) meanwhile */
 		hot_fd_put_locked(t->hot, in);
 		if (ret < 0) {
+			free(bits);
 			/* truncated meanwhile (-ENODATA) or a read error: stays dirty */
 			if (ch->state == CHUNK_SPILLING)
 				ch->state = CHUNK_HOT_DIRTY;
@@ -456,6 +534,7 @@ static void spill_segment(struct spill_job *job)
 		idx_inode_unlock(in);
 		done[nd].in = in;
 		done[nd].c = cd->c;
+		done[nd].bits = bits;
 		payload += done[nd].e.len; /* stored bytes: what live counts */
 		nd++;
 	}
@@ -481,7 +560,21 @@ static void spill_segment(struct spill_job *job)
 		uint32_t n = 0;
 		idx_inode_lock(in);
 		ch = &in->chunks[done[i].c];
-		if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen) {
+		if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen && done[i].bits) {
+			/* an overlay: pushed on the chain (journaled there) */
+			int r = chain_spill_commit_locked(t, in, done[i].c, &done[i].e, id, dev,
+							  done[i].bits);
+			done[i].bits = NULL;
+			ch = &in->chunks[done[i].c];
+			if (r < 0 && ch->state == CHUNK_SPILLING)
+				ch->state = CHUNK_HOT_DIRTY;
+			if (r == 0 && job->drop && !in->pinned)
+				n = drop_chunk_locked(t, in, done[i].c);
+		} else if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen) {
+			/* whole: the new record replaces the chunk's chain, which
+			 * is let go once the journal says so */
+			struct chunk old = *ch;
+			ch->chain = NULL;
 			ch->seg_id = id;
 			ch->seg_off = done[i].e.off;
 			ch->seg_len = done[i].e.len;
@@ -492,14 +585,19 @@ static void spill_segment(struct spill_job *job)
 			ch->state = CHUNK_HOT_CLEAN;
 			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
 				/* not recorded: the RAM copy stays the only one */
-				ch->state = CHUNK_HOT_DIRTY;
 				segtab_release_chunk(t->segtab, ch);
-			} else if (job->drop && !in->pinned) {
-				n = drop_chunk_locked(t, in, done[i].c);
+				*ch = old;
+				ch->state = CHUNK_HOT_DIRTY;
+			} else {
+				chain_forget_cold(t, &old);
+				if (job->drop && !in->pinned)
+					n = drop_chunk_locked(t, in, done[i].c);
 			}
 		} else {
 			/* rewritten meanwhile */
 			segtab_release_bytes(t->segtab, id, done[i].e.len);
+			free(done[i].bits);
+			done[i].bits = NULL;
 		}
 		idx_inode_wake(in); /* fsync waits for spills */
 		idx_inode_unlock(in);
@@ -515,6 +613,7 @@ out:
 	/* failure: every chunk taken goes back to HOT_DIRTY, its RAM copy intact */
 	for (size_t i = 0; i < nd; i++) {
 		struct inode *in = done[i].in;
+		free(done[i].bits);
 		idx_inode_lock(in);
 		if (in->chunks[done[i].c].state == CHUNK_SPILLING)
 			in->chunks[done[i].c].state = CHUNK_HOT_DIRTY;

@@ -65,6 +65,18 @@ static void seg_delete(struct tier *t, uint64_t id)
 	}
 }
 
+/* Which record of chunk ch is at offset off of segment id: -1 its base,
+ * i >= 0 overlay i of its chain, -2 none. */
+static int chain_rec_of(const struct chunk *ch, uint64_t id, uint64_t off)
+{
+	if (ch->seg_id == id && ch->seg_off == off)
+		return -1;
+	for (uint16_t i = 0; ch->chain && i < ch->chain->nrec; i++)
+		if (ch->chain->rec[i].seg_id == id && ch->chain->rec[i].off == off)
+			return i;
+	return -2;
+}
+
 /* Is entry e of segment id still what its chunk points at? */
 static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, struct inode **out)
 {
@@ -75,8 +87,7 @@ static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, st
 	if (!in)
 		return 0;
 	idx_inode_lock(in);
-	live = e->chunk < in->nchunks && in->chunks[e->chunk].seg_id == id &&
-	       in->chunks[e->chunk].seg_off == e->off;
+	live = e->chunk < in->nchunks && chain_rec_of(&in->chunks[e->chunk], id, e->off) >= -1;
 	idx_inode_unlock(in);
 	return live;
 }
@@ -164,6 +175,8 @@ static int seg_compact(struct tier *t, uint64_t id)
 			ret = seg_writer_add_extents(w, ents[i].ino, ents[i].chunk, ents[i].gen,
 						     ents[i].chunk_len, sc.ext, sc.next, sc.data,
 						     &moved[nm].e);
+			if (ret == 0 && (ents[i].flags & SEG_F_OVL))
+				seg_writer_mark_overlay(w); /* still one */
 			seg_chunk_free(&sc);
 		}
 		if (ret < 0) {
@@ -193,8 +206,25 @@ static int seg_compact(struct tier *t, uint64_t id)
 		 * it (and its segment cleared). A RESTORING chunk is being read
 		 * from the old segment right now: it stays there (the old segment
 		 * stays live) */
-		if (ch && ch->seg_id == id && ch->seg_off == moved[i].old_off &&
-		    (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN)) {
+		int r = ch ? chain_rec_of(ch, id, moved[i].old_off) : -2;
+		if (r >= 0 && ch->state != CHUNK_RESTORING) {
+			/* an overlay of a chain moves the same way */
+			struct chain_rec *o = &ch->chain->rec[r], was = *o;
+			o->seg_id = (uint32_t)newid;
+			o->off = moved[i].e.off;
+			o->len = moved[i].e.len;
+			o->crc = moved[i].e.crc;
+			o->flags = (uint16_t)(moved[i].e.flags & SEG_F_MAP);
+			o->dev = (uint16_t)newdev;
+			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
+				*o = was;
+				segtab_release_bytes(t->segtab, newid, moved[i].e.len);
+			} else {
+				segtab_release_bytes(t->segtab, id, was.len);
+			}
+		} else if (r == -1 &&
+			   (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN ||
+			    (ch->chain && ch->state != CHUNK_RESTORING))) {
 			struct chunk old = *ch;
 			ch->seg_id = newid;
 			ch->seg_off = moved[i].e.off;

@@ -132,6 +132,35 @@ static int hot_seen(void *arg, uint64_t ino, uint64_t size, uint64_t bytes)
 	return 0;
 }
 
+/* Chunk c was written over its chain (JR_CHUNK_PART) and the hot file
+ * survived: the blocks it holds are the written ones (a fill wrote the
+ * chain's own bytes: the same), the rest is the chain's. */
+static void reconcile_chain(struct tier *t, struct inode *in, uint64_t c, int fd)
+{
+	struct chunk *ch = &in->chunks[c];
+	struct chunk_chain *k = ch->chain;
+	uint64_t cs = c * t->chunk_size, ce = cs + tier_chunk_len(t, in->size, c);
+	uint32_t w = chain_words(t->chunk_size);
+	off_t pos = (off_t)cs;
+
+	memset(k->have, 0, w * sizeof(uint64_t));
+	k->partial = 1;
+	while ((uint64_t)pos < ce) {
+		off_t d = lseek(fd, pos, SEEK_DATA), h;
+		if (d < 0 || (uint64_t)d >= ce)
+			break;
+		h = lseek(fd, d, SEEK_HOLE);
+		if (h < 0 || (uint64_t)h > ce)
+			h = (off_t)ce;
+		chain_set(k->have, (uint32_t)(((uint64_t)d - cs) / CHAIN_BLK),
+			  (uint32_t)(((uint64_t)h - cs + CHAIN_BLK - 1) / CHAIN_BLK), 1);
+		pos = h;
+	}
+	memcpy(k->dirty, k->have, w * sizeof(uint64_t));
+	if (!chain_any(k->have, 0, k->nbits))
+		ch->state = CHUNK_COLD; /* nothing written reached the hot file */
+}
+
 /* One regular file: fix its hot file, count its cold bytes, find if lost. */
 static void reconcile_file(struct tier *t, struct inode *in)
 {
@@ -140,12 +169,17 @@ static void reconcile_file(struct tier *t, struct inode *in)
 	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
+		int bad = 0;
 		if (ch->state == CHUNK_HOT_DIRTY)
 			dirty = 1;
-		if (ch->state != CHUNK_COLD)
+		if (ch->state != CHUNK_COLD && !ch->chain)
 			continue;
 		cold = 1;
-		if (segtab_add_live(t->segtab, ch->seg_id, ch->seg_len) < 0) {
+		/* a chain (written over its cold copy): every record holds bytes */
+		for (uint16_t i = 0; ch->chain && i < ch->chain->nrec; i++)
+			bad |= segtab_add_live(t->segtab, ch->chain->rec[i].seg_id,
+					       ch->chain->rec[i].len) < 0;
+		if (segtab_add_live(t->segtab, ch->seg_id, ch->seg_len) < 0 || bad) {
 			t->rec.damaged_chunks++;
 			log_err("recovery: inode %llu chunk %llu: segment %llu is not in the index "
 				"(reads of it fail with EIO; see spillway-fsck)",
@@ -168,6 +202,8 @@ static void reconcile_file(struct tier *t, struct inode *in)
 				if (in->chunks[c].state == CHUNK_COLD)
 					fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 						  (off_t)(c * t->chunk_size), (off_t)t->chunk_size);
+				else if (in->chunks[c].chain)
+					reconcile_chain(t, in, c, fd);
 			hot_account_locked(t->hot, in);
 			hot_fd_put_locked(t->hot, in);
 		}

@@ -183,12 +183,6 @@ static void part_set(struct rst_part *p, uint32_t b0, uint32_t b1)
 		p->have[b / 64] |= 1ull << (b % 64);
 }
 
-/* 1 when st is the s3 store (the second histogram of h_first/h_rst). */
-static int tier_of(const struct store *st)
-{
-	return st && strcmp(store_name(st), "s3") == 0;
-}
-
 /* The segment entry of chunk c's cold copy. in->lock held. */
 static struct seg_entry entry_of(const struct inode *in, uint64_t c)
 {
@@ -201,38 +195,6 @@ static struct seg_entry entry_of(const struct inode *in, uint64_t c)
 				  .len = ch->seg_len,
 				  .crc = ch->seg_crc,
 				  .flags = ch->seg_flags & CHUNK_LOC_MAP};
-}
-
-/*
- * Read chunk bytes [off, off + len) of e from segment seg (whole: the whole
- * record), wherever the segment is now; *tier gets its tier. A crc mismatch
- * is -EIO (counted in errors_crc). 0 or -errno; sc owned on success only.
- */
-static int chunk_read(struct tier *t, uint64_t seg, const struct seg_entry *e, uint64_t off,
-		      uint64_t len, int whole, struct seg_chunk *sc, int *tier)
-{
-	struct store *st = NULL;
-	uint32_t dev;
-	int ret = -ENOENT;
-
-	for (int tries = 0; tries < 2; tries++) {
-		/* the segment may have moved to s3 since: look it up each time */
-		ret = segtab_locate(t->segtab, seg, &st, &dev);
-		if (ret == 0)
-			ret = whole ? seg_read_chunk(st, seg, dev, e, sc)
-				    : seg_read_part(st, seg, dev, e, off, len, sc);
-		if (ret != -ENOENT)
-			break;
-	}
-	if (tier)
-		*tier = tier_of(st);
-	if (ret == -EBADMSG) {
-		__atomic_add_fetch(&t->st.errors_crc, 1, __ATOMIC_RELAXED);
-		ret = -EIO; /* the caller sees an I/O error, never wrong bytes */
-	} else if (ret < 0) {
-		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
-	}
-	return ret;
 }
 
 /*
@@ -287,8 +249,82 @@ static int write_extents(int fd, uint64_t base, const struct seg_chunk *sc, uint
 	return ret;
 }
 
+/* restore_chunk_locked of a chunk with a chain (tier/chain.c): the whole
+ * chain, each block from the newest record that has it; blocks of zeros
+ * stay holes. */
+static int chain_restore_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	uint32_t clen = tier_chunk_len(t, in->size, c);
+	uint64_t off = c * t->chunk_size, t0 = clock_now_ns();
+	struct chain_view v;
+	int64_t reserved = 0;
+	uint8_t *buf = NULL;
+	int fd, ret = 0, tier = 0;
+
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0) {
+		in->chunks[c].state = CHUNK_COLD;
+		idx_inode_wake(in);
+		return fd;
+	}
+	chain_view_of(in, c, &v);
+	idx_inode_unlock(in);
+	reserved = evict_room_for_restore(t, fd, off, clen);
+	if (clen && !(buf = seg_buf_alloc(clen)))
+		ret = -ENOMEM;
+	if (ret == 0 && clen)
+		ret = chain_view_read(t, &v, 0, clen, buf, &tier);
+	/* blocks of zeros stay holes in the hot file */
+	static const uint8_t zero[CHAIN_BLK];
+	for (uint32_t a = 0; ret == 0 && a < clen;) {
+		uint32_t n = clen - a < CHAIN_BLK ? clen - a : CHAIN_BLK, z = a;
+		if (memcmp(buf + a, zero, n) == 0) {
+			a += n;
+			continue;
+		}
+		while (z < clen) {
+			uint32_t m = clen - z < CHAIN_BLK ? clen - z : CHAIN_BLK;
+			if (memcmp(buf + z, zero, m) == 0)
+				break;
+			z += m;
+		}
+		ret = chain_pwrite_full(fd, buf + a, z - a, off + a);
+		a = z;
+	}
+	seg_buf_free(buf);
+	if (ret == 0)
+		__atomic_add_fetch(&t->st.bytes_restored, clen, __ATOMIC_RELAXED);
+	idx_inode_lock(in);
+	if (ret == 0) {
+		struct chunk *ch = &in->chunks[c];
+		ch->state = CHUNK_HOT_CLEAN;
+		ch->chain->partial = 0;
+		ch->atime = (uint32_t)idx_tick(t->idx);
+		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&t->st.restore_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
+		hist_observe(&t->st.h_restore, clock_now_ns() - t0);
+		lhist_observe(&t->st.h_rst[tier], clock_now_ns() - t0);
+	} else {
+		/* nothing of it may be read from RAM: punch what landed */
+		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+			  (off_t)t->chunk_size);
+		in->chunks[c].state = CHUNK_COLD;
+		log_err("restore: inode %llu chunk %llu (a chain of %u records): %s",
+			(unsigned long long)in->ino, (unsigned long long)c,
+			(unsigned)v.k->nrec + 1, strerror(-ret));
+	}
+	hot_account_locked(t->hot, in);
+	hot_fd_put_locked(t->hot, in);
+	idx_inode_wake(in);
+	if (reserved > 0)
+		hot_unreserve(t->hot, (uint64_t)reserved);
+	return ret;
+}
+
 int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 {
+	if (in->chunks[c].chain)
+		return chain_restore_locked(t, in, c);
 	struct chunk *ch = &in->chunks[c];
 	struct seg_entry e = entry_of(in, c);
 	uint64_t seg = ch->seg_id, off = c * t->chunk_size, t0 = clock_now_ns();
@@ -312,7 +348,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	 * overshoots hot_size by the chunks in flight (at most io_workers +
 	 * readers); the evictor drops them first, as they are clean. */
 	reserved = evict_room_for_restore(t, fd, off, need);
-	ret = chunk_read(t, seg, &e, 0, 0, 1, &sc, &tier);
+	ret = tier_seg_read(t, seg, &e, 0, 0, 1, &sc, &tier);
 	/* the data extents only: holes stay holes in the hot file too */
 	for (uint32_t i = 0, pos = 0; ret == 0 && i < sc.next; pos += sc.ext[i].len, i++)
 		ret = hot_write_full(fd, sc.data + pos, sc.ext[i].len, off + sc.ext[i].off);
@@ -384,7 +420,7 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 	}
 	idx_inode_unlock(in);
 	p->reserved = evict_room_for_restore(t, fd, base, clen);
-	ret = chunk_read(t, seg, &e, lo, hi - lo, 0, &sc, &p->tier);
+	ret = tier_seg_read(t, seg, &e, lo, hi - lo, 0, &sc, &p->tier);
 	if (ret == 0 && mem && (*mem = reply_bytes(&sc, rlo, rhi))) {
 		/* answered from sc; written and published after the reply */
 		p->sc = sc;
@@ -442,7 +478,7 @@ static int read_cold_copy_locked(struct tier *t, struct inode *in, uint64_t c, u
 	int ret;
 
 	idx_inode_unlock(in);
-	ret = chunk_read(t, seg, &e, lo, hi - lo, 0, &sc, tier);
+	ret = tier_seg_read(t, seg, &e, lo, hi - lo, 0, &sc, tier);
 	if (ret == 0 && (*mem = reply_bytes(&sc, lo, hi))) {
 		*buf = sc.buf_; /* kept for the reply */
 		sc.buf_ = NULL;
@@ -473,6 +509,16 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 		struct chunk *ch = &in->chunks[c]; /* the map may move while unlocked */
 		uint32_t clen;
 
+		if (chain_partial(ch) && ch->state != CHUNK_COLD && ch->state != CHUNK_RESTORING) {
+			/* RAM holds part of it: the rest of the range from the chain */
+			if ((ret = chain_fill_locked(t, in, c, lo, hi)) < 0)
+				return ret;
+			ch = &in->chunks[c];
+			if (chain_partial(ch) && ch->state != CHUNK_COLD &&
+			    ch->state != CHUNK_RESTORING)
+				break;
+			continue; /* dropped meanwhile: look again */
+		}
 		if (ch->state != CHUNK_COLD && ch->state != CHUNK_RESTORING)
 			break;
 		if (*tier < 0) {
@@ -504,6 +550,23 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 			idx_inode_wait(in);
 			continue;
 		}
+		if ((how & RR_DIRECT) && mem && hi <= clen && ch->chain) {
+			/* a chain: each block from the newest record that has it */
+			if (!(*buf = seg_buf_alloc(hi - lo)))
+				return -ENOMEM;
+			ch->state = CHUNK_RESTORING;
+			ret = chain_read_cold_locked(t, in, c, lo, hi, *buf, tier);
+			in->chunks[c].state = CHUNK_COLD;
+			idx_inode_wake(in);
+			if (ret < 0) {
+				seg_buf_free(*buf);
+				*buf = NULL;
+				return ret;
+			}
+			*mem = *buf;
+			__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
+			break;
+		}
 		/* a v1 record is read whole: direct only when it is one block */
 		if ((how & RR_DIRECT) && mem && hi <= clen &&
 		    ((ch->seg_flags & CHUNK_LOC_MAP) || ch->seg_len <= SEG_BLOCK)) {
@@ -518,7 +581,7 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 			break;
 		}
 		ch->state = CHUNK_RESTORING;
-		if (rest && (ch->seg_flags & CHUNK_LOC_MAP) && hi <= clen &&
+		if (rest && (ch->seg_flags & CHUNK_LOC_MAP) && hi <= clen && !ch->chain &&
 		    (uint64_t)(b1 + 1 - b0) * SEG_BLOCK < clen &&
 		    (p = part_new(t, in->ino, c))) {
 			if ((ret = part_first_locked(t, in, c, p, b0, b1, lo, hi, mem)) < 0)
@@ -596,7 +659,7 @@ static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_pa
 		uint64_t lo = (uint64_t)m0 * SEG_BLOCK, hi = (uint64_t)(m1 + 1) * SEG_BLOCK;
 		if (hi > clen)
 			hi = clen;
-		if ((ret = chunk_read(t, seg, e, lo, hi - lo, 0, &sc, &p->tier)) < 0)
+		if ((ret = tier_seg_read(t, seg, e, lo, hi - lo, 0, &sc, &p->tier)) < 0)
 			break;
 		/* only the runs of missing blocks: a reader may be reading the others */
 		for (uint32_t k = m0; ret == 0 && k <= m1;) {
@@ -703,7 +766,7 @@ static int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
 	struct rst_part *p;
 	int fd;
 
-	if (!(in->chunks[c].seg_flags & CHUNK_LOC_MAP) || clen <= PUB_PIECE ||
+	if (!(in->chunks[c].seg_flags & CHUNK_LOC_MAP) || clen <= PUB_PIECE || in->chunks[c].chain ||
 	    part_find(t, in->ino, c) || !(p = part_new(t, in->ino, c)))
 		return restore_chunk_locked(t, in, c);
 	p->t0 = clock_now_ns();
@@ -730,6 +793,21 @@ int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, ui
 			uint8_t s = in->chunks[c].state;
 			if (s == CHUNK_RESTORING) {
 				idx_inode_wait(in);
+				continue;
+			}
+			if (s != CHUNK_COLD && chain_partial(&in->chunks[c])) {
+				/* RAM holds part of it: the rest from its chain */
+				uint64_t clen = tier_chunk_len(t, in->size, c);
+				int ret = chain_fill_locked(t, in, c, 0, clen ? clen : 1);
+				if (ret == 0 && chain_partial(&in->chunks[c]) &&
+				    in->chunks[c].state != CHUNK_COLD &&
+				    in->chunks[c].state != CHUNK_RESTORING)
+					in->chunks[c].chain->partial = 0;
+				if (ret < 0) {
+					while (pin && c-- > first)
+						in->chunks[c].pins--;
+					return ret;
+				}
 				continue;
 			}
 			if (s != CHUNK_COLD)

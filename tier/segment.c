@@ -162,7 +162,7 @@ static int entry_decode(const uint8_t *p, uint32_t version, uint64_t data_end, s
 					.len = le_get32(p + 32),
 					.crc = le_get32(p + 36),
 					.chunk_len = le_get32(p + 40)};
-		if (e->off % SEG_REC_ALIGN || (e->flags & ~SEG_F_MAP) ||
+		if (e->off % SEG_REC_ALIGN || (e->flags & ~SEG_F_ALL) ||
 		    e->chunk_len > SEG_MAX_CHUNK_LEN)
 			return -EIO;
 		if (e->flags & SEG_F_MAP ? e->len < SEG_MAP_TAIL
@@ -554,6 +554,12 @@ out:
 	free(map);
 	free(b.v);
 	return ret;
+}
+
+void seg_writer_mark_overlay(struct seg_writer *w)
+{
+	if (w->n)
+		w->ent[w->n - 1].flags |= SEG_F_OVL;
 }
 
 int seg_writer_add_extents(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,

@@ -93,6 +93,10 @@
 #define SEG_MAX_CHUNK_LEN   (1u << 30)	 /* longest chunk add() takes */
 
 #define SEG_F_MAP 1u /* entry flag: the record is data + extent map (v2) */
+/* entry flag: an overlay (tier/chain.c): the record holds only the blocks
+ * its chunk's journal names, over older records; not a copy of the chunk */
+#define SEG_F_OVL 2u
+#define SEG_F_ALL (SEG_F_MAP | SEG_F_OVL)
 
 /* One data extent of a chunk: bytes [off, off + len) of the chunk. */
 struct seg_extent {
@@ -175,6 +179,8 @@ int seg_writer_add(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t 
  */
 int seg_writer_add_fd(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen, int fd,
 		      uint64_t fd_off, uint32_t len, struct seg_entry *entry_out);
+/* The record added last is an overlay (SEG_F_OVL in its footer entry). */
+void seg_writer_mark_overlay(struct seg_writer *w);
 /* Segment bytes so far (header, records, padding; no footer). */
 uint64_t seg_writer_bytes(const struct seg_writer *w);
 /* Entries recorded so far. */

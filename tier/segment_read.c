@@ -141,7 +141,7 @@ int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 	int ret;
 
 	memset(out, 0, sizeof(*out));
-	if (e->len == 0 || e->off < SEG_HDR_SIZE || (e->flags & ~SEG_F_MAP))
+	if (e->len == 0 || e->off < SEG_HDR_SIZE || (e->flags & ~SEG_F_ALL))
 		return -EINVAL;
 	ret = read_window(st, seg_id, dev, e->off, e->len, &buf, &p);
 	if (ret < 0)
@@ -317,7 +317,7 @@ int seg_read_part(struct store *st, uint64_t seg_id, uint32_t dev, const struct 
 	int ret;
 
 	memset(out, 0, sizeof(*out));
-	if (e->len == 0 || e->off < SEG_HDR_SIZE || (e->flags & ~SEG_F_MAP) ||
+	if (e->len == 0 || e->off < SEG_HDR_SIZE || (e->flags & ~SEG_F_ALL) ||
 	    off > SEG_MAX_CHUNK_LEN || len > SEG_MAX_CHUNK_LEN)
 		return -EINVAL;
 	if (e->flags & SEG_F_MAP) {

@@ -55,6 +55,11 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 	d->published_reads = LD(s->published_reads);
 	d->buffer_replies = LD(s->buffer_replies);
 	d->direct_reads = LD(s->direct_reads);
+	d->ovl_writes = LD(s->ovl_writes);
+	d->ovl_spills = LD(s->ovl_spills);
+	d->ovl_bytes = LD(s->ovl_bytes);
+	d->ovl_folds = LD(s->ovl_folds);
+	d->ovl_fill_bytes = LD(s->ovl_fill_bytes);
 	d->pt_open_now = LD(s->pt_open_now);
 	d->pt_opens = LD(s->pt_opens);
 	for (int i = 0; i < TIER_PT_NWHY; i++)
@@ -208,6 +213,11 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	PUT("\"published_reads\":%llu,\"buffer_replies\":%llu,\"direct_reads\":%llu,",
 	    (unsigned long long)c->published_reads, (unsigned long long)c->buffer_replies,
 	    (unsigned long long)c->direct_reads);
+	PUT("\"overlay\":{\"writes\":%llu,\"spills\":%llu,\"spilled_bytes\":%llu,\"folds\":%llu,"
+	    "\"fill_bytes\":%llu},",
+	    (unsigned long long)c->ovl_writes, (unsigned long long)c->ovl_spills,
+	    (unsigned long long)c->ovl_bytes, (unsigned long long)c->ovl_folds,
+	    (unsigned long long)c->ovl_fill_bytes);
 	PUT("\"passthrough\":{\"on\":%d,\"open\":%llu,\"opens\":%llu,\"fallback\":{"
 	    "\"cold\":%llu,\"write\":%llu,\"shared\":%llu,\"error\":%llu,\"room\":%llu},"
 	    "\"pinned\":%llu,\"cache_drops\":%llu},",

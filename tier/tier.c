@@ -38,7 +38,7 @@ static void drop_inode(void *arg, struct inode *in)
 	struct tier *t = arg;
 	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++)
-		segtab_release_chunk(t->segtab, &in->chunks[c]);
+		chain_forget_cold(t, &in->chunks[c]);
 	idx_inode_unlock(in);
 	hot_drop(t->hot, in);
 	pthread_mutex_lock(&t->lock);

@@ -25,6 +25,8 @@ struct tier_io {
 	uint64_t first, last; /* chunk range pinned */
 	int64_t reserved;     /* hot bytes reserved (writes) */
 	uint64_t claimed;     /* bit i: chunk first+i was COLD, wholly overwritten */
+	uint64_t over;	      /* writes: bit i: chunk first+i is written over its
+			       * cold copy (overlay: tier/chain.c) */
 	uint64_t rest;	      /* reads: bit i: chunk first+i partly restored, the
 			       * rest follows in tier_read_end (after the reply) */
 	const void *mem;      /* reads: when set, the len bytes to answer (the

@@ -12,6 +12,7 @@
 #include "tier/hot.h"
 #include "tier/segtab.h"
 #include "common/hist.h"
+#include "tier/segment.h"
 
 #include <pthread.h>
 
@@ -64,6 +65,10 @@ struct tier_stats {
 	uint64_t published_reads;  /* reads served from blocks of a chunk still restoring */
 	uint64_t buffer_replies;   /* cold reads answered from the verified read buffer */
 	uint64_t direct_reads;	   /* random reads of cold chunks answered without a restore */
+	/* overlays (chain.c): writes that went over cold data, overlay
+	 * records spilled and their bytes, chains folded, blocks read from a
+	 * chain into RAM (fills) */
+	uint64_t ovl_writes, ovl_spills, ovl_bytes, ovl_folds, ovl_fill_bytes;
 	/* passthrough (tier.h): opens now and in all; opens that could have
 	 * been passed through and were not, by enum tier_pt_why; daemon-path
 	 * closes that dropped the kernel's copy of the file */
@@ -272,6 +277,66 @@ void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t la
 int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
 			    int pin);
 
+/* chain.c: read bytes [off, off + len) of record e in segment seg (whole:
+ * all of it) wherever the segment is now, verified; *tier (may be NULL)
+ * gets its tier. A crc mismatch is -EIO (counted). sc owned on success
+ * only. tier_of: 1 when st is the s3 store (the second of h_first/h_rst). */
+int tier_seg_read(struct tier *t, uint64_t seg, const struct seg_entry *e, uint64_t off,
+		  uint64_t len, int whole, struct seg_chunk *sc, int *tier);
+int tier_of(const struct store *st);
+
+/* chain.c: writes over cold data (overlays; index.h, struct chunk_chain).
+ * All with in->lock held; chain_restore_locked drops it during I/O, the
+ * others do their I/O under it (a few blocks, or a fold). */
+/* A write of chunk bytes [lo, hi) over chunk c's cold copy: 1 when it goes
+ * over it (the chunk is pinned and counted as written to: call
+ * chain_write_end_locked after the write), 0 when the chunk must be made
+ * hot first (restore_make_hot_locked), or -errno. */
+int chain_write_begin_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
+			     uint64_t hi);
+/* The write that chain_write_begin_locked let in is over: chunk bytes
+ * [lo, done) hold its bytes (done <= lo: none). Unpins. */
+void chain_write_end_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
+			    uint64_t hi, uint64_t done);
+/* Chunk bytes [lo, hi) of a chunk that RAM holds only in part are made
+ * readable from the hot file (read from the chain). 0 or -errno. */
+int chain_fill_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi);
+/* Bytes [lo, hi) of COLD chunk c's chain into dst (the caller made it
+ * RESTORING: the chain stays; in->lock dropped during the I/O). */
+int chain_read_cold_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
+			   uint64_t hi, void *dst, int *tier);
+/* What a read of chunk c's chain needs, copied out under the lock (the
+ * chain itself stays put while the chunk is RESTORING or the lock held). */
+struct chain_view {
+	uint64_t ino, c, base_seg;
+	struct seg_entry base;
+	const struct chunk_chain *k;
+};
+void chain_view_of(const struct inode *in, uint64_t c, struct chain_view *v);
+/* Chunk bytes [lo, hi) of the chain into dst: each block from the newest
+ * record that holds it (at most CHAIN_MAX + 1 segment reads). 0 or -errno. */
+int chain_view_read(struct tier *t, const struct chain_view *v, uint64_t lo, uint64_t hi,
+		    uint8_t *dst, int *tier);
+/* pwrite all of len bytes. 0 or -errno. */
+int chain_pwrite_full(int fd, const uint8_t *p, size_t len, uint64_t off);
+/* The chunk's cold copy (base and overlays) is let go: live bytes drop. */
+void chain_forget_cold(struct tier *t, struct chunk *ch);
+/* Does RAM hold only part of chunk c (the rest in its chain)? */
+static inline int chain_partial(const struct chunk *ch)
+{
+	return ch->chain && ch->chain->partial;
+}
+/* Spill of chunk c (len bytes), HOT_DIRTY: 1 and *bits (malloc'ed words;
+ * the caller frees or hands to chain_spill_commit_locked) when it goes as
+ * an overlay of those blocks; 0 when whole (no chain, or RAM holds it
+ * whole with half of it dirty); -errno when it is not spilled now (stays
+ * as it is: -EAGAIN nothing dirty). A chain at CHAIN_MAX is folded first. */
+int chain_spill_plan_locked(struct tier *t, struct inode *in, uint64_t c, uint32_t len,
+			    uint64_t **bits);
+/* Spill: the overlay `bits` of chunk c is in record e of segment seg. 0, or
+ * -EIO when not journaled (the chunk stays dirty). Frees bits. */
+int chain_spill_commit_locked(struct tier *t, struct inode *in, uint64_t c,
+			      const struct seg_entry *e, uint64_t seg, uint32_t dev, uint64_t *bits);
 /* inline helpers (no module) */
 /* Length of chunk c of a file of `size` bytes. */
 static inline uint32_t tier_chunk_len(const struct tier *t, uint64_t size, uint64_t c)

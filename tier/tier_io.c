@@ -207,6 +207,19 @@ static void unclaim_locked(struct inode *in, struct tier_io *io)
 	io->claimed = 0;
 }
 
+/* A write that will not happen: unpin chunks [io->first, end) it pinned
+ * (those it went over are let go as written with nothing). */
+static void unpin_begun_locked(struct tier *t, struct inode *in, struct tier_io *io, uint64_t end)
+{
+	for (uint64_t c = io->first; c < end && c <= io->last && c < in->nchunks; c++) {
+		if (c - io->first < 64 && (io->over >> (c - io->first) & 1))
+			chain_write_end_locked(t, in, c, 0, 0, 0);
+		else
+			in->chunks[c].pins--;
+	}
+	io->over = 0;
+}
+
 int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io)
 {
 	int ret = 0;
@@ -218,6 +231,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 	io->len = len;
 	io->reserved = 0;
 	io->claimed = 0;
+	io->over = 0;
 	tier_chunk_range(t, off, len, &io->first, &io->last);
 	idx_inode_lock(in);
 	if ((ret = idx_chunks_reserve(in, io->last + 1)) < 0)
@@ -234,10 +248,22 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 			in->chunks[c].state = CHUNK_RESTORING;
 			io->claimed |= 1ULL << (c - io->first);
 			in->chunks[c].pins++;
-		} else if ((ret = restore_make_hot_locked(t, in, c, c, 1)) < 0) {
+			continue;
+		}
+		/* a part of a chunk with a cold copy goes over it (pinned) */
+		ret = c - io->first < 64 && !full
+			      ? chain_write_begin_locked(t, in, c, off > cs ? off - cs : 0,
+							 off + len < ce ? off + len - cs : t->chunk_size)
+			      : 0;
+		if (ret == 1) {
+			io->over |= 1ULL << (c - io->first);
+			continue;
+		}
+		if (ret == 0)
+			ret = restore_make_hot_locked(t, in, c, c, 1);
+		if (ret < 0) {
 			/* unpin what this loop pinned so far */
-			if (c > io->first)
-				pin(in, io->first, c - 1, -1);
+			unpin_begun_locked(t, in, io, c);
 			goto out_unclaim;
 		}
 	}
@@ -256,7 +282,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 	return 0;
 out_unpin:
 	idx_inode_lock(in);
-	pin(in, io->first, io->last, -1);
+	unpin_begun_locked(t, in, io, io->last + 1);
 out_unclaim:
 	unclaim_locked(in, io);
 	idx_inode_unlock(in);
@@ -268,8 +294,11 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 {
 	uint64_t tick = idx_tick(t->idx);
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
-		struct chunk *ch = &in->chunks[c];
-		int was_dirty = ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING;
+		struct chunk *ch = &in->chunks[c], old = *ch;
+		/* a chain's records said "written over it": that changes too */
+		int was_dirty = (ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING) &&
+				!ch->chain;
+		ch->chain = NULL; /* the hot file holds the chunk whole now */
 		ch->state = CHUNK_HOT_DIRTY;
 		ch->gen++;
 		ch->atime = tick;
@@ -277,8 +306,11 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 		 * segment as soon as its live bytes drop */
 		if (!was_dirty)
 			idx_journal_chunk_locked(t->idx, in, c, 0);
-		/* the old cold copy is stale now (a spill in flight sees the new gen) */
-		segtab_release_chunk(t->segtab, ch);
+		/* the old cold copy is stale now (a spill in flight sees the new
+		 * gen): base and overlays alike */
+		chain_forget_cold(t, &old);
+		ch->seg_id = 0;
+		ch->seg_len = 0;
 	}
 }
 
@@ -309,7 +341,7 @@ static int all_hot_locked(const struct inode *in)
 {
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		const struct chunk *ch = &in->chunks[c];
-		if (ch->state == CHUNK_COLD || ch->state == CHUNK_RESTORING)
+		if (ch->state == CHUNK_COLD || ch->state == CHUNK_RESTORING || chain_partial(ch))
 			return 0;
 	}
 	return 1;
@@ -480,11 +512,25 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 		if (((io->claimed >> i) & 1) && io->off + (uint64_t)written < cs + t->chunk_size)
 			written = cs > io->off ? (ssize_t)(cs - io->off) : -EIO;
 	}
+	/* chunks written over their cold copy: the blocks the bytes landed in */
+	for (uint64_t i = 0; io->over >> i; i++) {
+		uint64_t c = io->first + i, cs = c * t->chunk_size;
+		uint64_t end = io->off + (written > 0 ? (uint64_t)written : 0);
+		if (!((io->over >> i) & 1))
+			continue;
+		uint64_t lo = io->off > cs ? io->off - cs : 0;
+		uint64_t hi = io->off + io->len - cs < t->chunk_size ? io->off + io->len - cs
+									: t->chunk_size;
+		uint64_t done = end > cs ? (end - cs < hi ? end - cs : hi) : 0;
+		chain_write_end_locked(t, in, c, lo, hi, done);
+	}
 	if (written > 0) {
 		uint64_t first, last;
 		int grew = io->off + (uint64_t)written > in->size;
 		tier_chunk_range(t, io->off, (uint64_t)written, &first, &last);
-		mark_dirty_locked(t, in, first, last);
+		for (uint64_t c = first; c <= last; c++)
+			if (c - io->first >= 64 || !(io->over >> (c - io->first) & 1))
+				mark_dirty_locked(t, in, c, c);
 		if (grew)
 			in->size = io->off + (uint64_t)written;
 		idx_touch(&in->mtime);
@@ -496,7 +542,10 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 		if (grew && idx_journal_attr_locked(t->idx, in) < 0)
 			written = -EIO;
 	}
-	pin(in, io->first, io->last, -1);
+	for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
+		if (c - io->first >= 64 || !(io->over >> (c - io->first) & 1))
+			in->chunks[c].pins--;
+	io->over = 0;
 	if (io->claimed) {
 		/* claimed chunks the write did not fully cover keep their cold copy */
 		uint64_t done_end = io->off + (written > 0 ? (uint64_t)written : 0);
@@ -537,7 +586,7 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 		struct chunk *ch = &in->chunks[c];
 		if (ch->state == CHUNK_ABSENT)
 			continue;
-		segtab_release_chunk(t->segtab, ch);
+		chain_forget_cold(t, ch);
 		ch->state = CHUNK_ABSENT;
 		ch->gen++;
 	}
@@ -666,7 +715,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 			ch->state = CHUNK_ABSENT;
 			ch->gen++;
 			idx_journal_chunk_locked(t->idx, in, c, 1);
-			segtab_release_chunk(t->segtab, ch);
+			chain_forget_cold(t, ch);
 		} else if (replaces || ch->state == CHUNK_COLD) {
 			mark_dirty_locked(t, in, c, c);
 		} else if (ch->state == CHUNK_ABSENT &&
@@ -713,7 +762,8 @@ int64_t tier_lseek(struct tier *t, struct inode *in, uint64_t off, int whence)
 	while (pos < in->size) {
 		uint64_t c = pos / t->chunk_size, ce = (c + 1) * t->chunk_size;
 		uint8_t s = c < in->nchunks ? in->chunks[c].state : CHUNK_ABSENT;
-		if (s == CHUNK_COLD || s == CHUNK_RESTORING) {
+		if (s == CHUNK_COLD || s == CHUNK_RESTORING ||
+		    (c < in->nchunks && chain_partial(&in->chunks[c]))) {
 			/* a cold chunk counts as data throughout */
 			if (whence == SEEK_DATA) {
 				ret = (int64_t)pos;

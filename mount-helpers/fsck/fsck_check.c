@@ -112,7 +112,7 @@ static int check_chunk(struct fsck *f, struct inode *in, uint64_t c, const struc
 		return bad_add(l, K_FOREIGN, loc->seg_id, c, 0);
 	e = fsck_entry_for(fd, in->ino, c, loc->off);
 	if (!e || e->len != loc->len || e->crc != loc->crc || e->gen != loc->gen ||
-	    e->flags != loc->flags)
+	    (e->flags & SEG_F_MAP) != loc->flags)
 		return bad_add(l, K_MANIFEST, loc->seg_id, c, 0);
 	if (f->verify) {
 		ret = fsck_verify_chunk(f, fd, e);
@@ -299,7 +299,7 @@ int fsck_check_files(struct fsck *f)
 	uint64_t total = 0, done = 0;
 	int ret = 0;
 	struct inode **ins = fsck_reachable_inodes(f, &n, &ret);
-	struct jrec_loc loc;
+	struct jrec_loc loc, locs[CHAIN_MAX + 1];
 
 	if (ret < 0)
 		return ret;
@@ -322,11 +322,13 @@ int fsck_check_files(struct fsck *f)
 		if (!S_ISREG(mode))
 			continue;
 		for (uint64_t c = 0; c < idx_nchunks(in) && ret == 0; c++) {
-			if (!fsck_chunk_loc(in, c, &loc))
+			int nl = fsck_chunk_locs(in, c, locs);
+			if (!nl)
 				continue;
 			fsck_progress(f, what, done++, total);
 			f->chunks_checked++;
-			ret = check_chunk(f, in, c, &loc, &l);
+			for (int j = 0; j < nl && ret == 0; j++)
+				ret = check_chunk(f, in, c, &locs[j], &l);
 		}
 		if (ret < 0 || l.n == 0) {
 			free(l.b);
@@ -355,7 +357,8 @@ int fsck_check_files(struct fsck *f)
 		if (damaged && !(repl = calloc(l.n, sizeof(*repl))))
 			ret = -ENOMEM;
 		for (size_t k = 0; damaged && k < l.n && ret == 0; k++)
-			if (DAMAGE(l.b[k].kind) && !(repl[k] = find_copy(f, in, l.b[k].chunk)))
+			if (DAMAGE(l.b[k].kind) && (fsck_chunk_chained(in, l.b[k].chunk) ||
+						    !(repl[k] = find_copy(f, in, l.b[k].chunk))))
 				all_found = 0;
 		if (ret < 0) {
 			free(repl);
@@ -377,7 +380,7 @@ int fsck_check_files(struct fsck *f)
 						break;
 					ret = fsck_change_loc(f, in->ino, c, fd,
 							      &fd->ents[repl[k]->ei]);
-				} else if (l.b[k].kind == K_DEV) {
+				} else if (l.b[k].kind == K_DEV && !fsck_chunk_chained(in, c)) {
 					fd = fsck_seg_copy(f, l.b[k].seg);
 					if (fd && fsck_chunk_loc(in, c, &loc))
 						ret = fsck_change_loc(

@@ -183,6 +183,25 @@ static inline int fsck_chunk_loc(struct inode *in, uint64_t c, struct jrec_loc *
 	return r.type == JR_CHUNK_LOC;
 }
 
+/* Chunk c of in: the locations of its cold copy — one, or a chain's base
+ * and overlays (locs holds CHAIN_MAX + 1) — and how many (0: none). */
+static inline int fsck_chunk_locs(struct inode *in, uint64_t c, struct jrec_loc *locs)
+{
+	struct jrec rs[CHAIN_MAX + 2];
+	int n = idx_chunk_recs(in, c, rs), k = 0;
+	for (int i = 0; i < n; i++)
+		if (rs[i].type == JR_CHUNK_LOC || rs[i].type == JR_CHUNK_OVL)
+			locs[k++] = rs[i].loc;
+	return k;
+}
+
+/* Chunk c of in has overlays over its cold copy (its records are checked,
+ * not replaced: a copy of its base alone would drop them). */
+static inline int fsck_chunk_chained(struct inode *in, uint64_t c)
+{
+	return c < idx_nchunks(in) && in->chunks[c].chain != NULL;
+}
+
 static inline int64_t now_ns(void)
 {
 	struct timespec ts;

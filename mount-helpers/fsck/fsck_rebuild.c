@@ -57,8 +57,11 @@ static struct copy *best_copy(struct fsck *f, uint64_t ino, uint64_t chunk)
 		for (struct hent *h = ht_bucket(&f->copies, k); h; h = h->next) {
 			struct copy *c = (struct copy *)h;
 			const struct seg_entry *e = &c->f->ents[c->ei];
+			/* an overlay is part of a chain the lost journal knew:
+			 * not a copy of the chunk (its writes are lost with it) */
 			if (h->key == k && e->ino == ino && e->chunk == chunk &&
-			    usable_copy(f, c) && (!best || better(c, best)))
+			    !(e->flags & SEG_F_OVL) && usable_copy(f, c) &&
+			    (!best || better(c, best)))
 				best = c;
 		}
 		if (!best || !f->verify ||

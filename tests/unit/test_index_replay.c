@@ -263,6 +263,135 @@ static void test_finish_keeps(void **state)
 	idx_put(f->idx, b);
 }
 
+/* Overlays (journal v2): a chain is its base (LOC), its records (OVL, each
+ * with a bitmap) and, while written blocks are only in RAM, PART. The
+ * records come back out as they went in, through the codec too; records
+ * that do not fit a chain are skipped and reported. */
+static void ovl_rec(struct jrec *r, uint64_t ino, uint64_t c, uint64_t seg, uint8_t *bits,
+		    uint32_t first_blk, uint32_t nblk)
+{
+	memset(bits, 0, CHUNK / CHAIN_BLK / 8);
+	for (uint32_t b = first_blk; b < first_blk + nblk; b++)
+		bits[b / 8] |= (uint8_t)(1u << (b % 8));
+	*r = (struct jrec){.type = JR_CHUNK_OVL,
+			   .ino = ino,
+			   .chunk = c,
+			   .loc = {.seg_id = seg, .off = 4096 * seg, .len = 4096 * nblk, .crc = 7,
+				   .gen = (uint32_t)seg},
+			   .value = bits,
+			   .value_len = CHUNK / CHAIN_BLK / 8};
+}
+
+static void test_chain_replay(void **state)
+{
+	struct fx *f = *state;
+	uint8_t b1[CHUNK / CHAIN_BLK / 8], b2[CHUNK / CHAIN_BLK / 8], b3[CHUNK / CHAIN_BLK / 8];
+	struct jrec base = {.type = JR_CHUNK_LOC,
+			    .ino = 7,
+			    .chunk = 2,
+			    .loc = {.seg_id = 3, .off = 4096, .len = 1 << 20, .crc = 9, .gen = 1}};
+	struct jrec o1, o2, part = {.type = JR_CHUNK_PART, .ino = 7, .chunk = 2};
+	struct jrec rs[CHAIN_MAX + 2], back;
+	struct index *idx2;
+	struct inode *in, *in2;
+	uint8_t buf[4096];
+	int n;
+
+	rec_inode(f->idx, 7, FMODE);
+	ovl_rec(&o1, 7, 2, 4, b1, 0, 4);
+	ovl_rec(&o2, 7, 2, 5, b2, 10, 1);
+	assert_int_equal(idx_replay(f->idx, &base), 0);
+	assert_int_equal(idx_replay(f->idx, &o1), 0);
+	assert_int_equal(idx_replay(f->idx, &o2), 0);
+	assert_int_equal(idx_replay(f->idx, &part), 0);
+	assert_int_equal(f->seen.n, 0);
+	assert_non_null(in = idx_get(f->idx, 7));
+	n = idx_chunk_recs(in, 2, rs);
+	assert_int_equal(n, 4);
+	assert_int_equal(rs[0].type, JR_CHUNK_LOC);
+	assert_int_equal(rs[0].loc.seg_id, 3);
+	assert_int_equal(rs[1].type, JR_CHUNK_OVL);
+	assert_int_equal(rs[1].loc.seg_id, 4);
+	assert_memory_equal(rs[1].value, b1, sizeof(b1));
+	assert_int_equal(rs[2].loc.seg_id, 5);
+	assert_memory_equal(rs[2].value, b2, sizeof(b2));
+	assert_int_equal(rs[3].type, JR_CHUNK_PART);
+	/* the same records through the codec into another index */
+	assert_int_equal(idx_new(CHUNK, &idx2), 0);
+	rec_inode(idx2, 7, FMODE);
+	for (int i = 0; i < n; i++) {
+		size_t len = jrnl_encode(&rs[i], buf);
+		assert_true(len <= sizeof(buf));
+		assert_int_equal(jrnl_decode(buf, len, &back), (ssize_t)len);
+		assert_int_equal(idx_replay(idx2, &back), 0);
+	}
+	assert_non_null(in2 = idx_get(idx2, 7));
+	struct jrec rs2[CHAIN_MAX + 2];
+	assert_int_equal(idx_chunk_recs(in2, 2, rs2), 4);
+	assert_memory_equal(rs2[2].value, b2, sizeof(b2));
+	assert_int_equal(rs2[2].loc.off, rs[2].loc.off);
+	idx_put(idx2, in2);
+	idx_free(idx2);
+	/* a bitmap of another chunk size, or a chain past CHAIN_MAX: skipped */
+	ovl_rec(&o1, 7, 2, 6, b3, 0, 1);
+	o1.value_len--;
+	assert_int_equal(idx_replay(f->idx, &o1), 0);
+	assert_int_equal(f->seen.n, 1);
+	assert_int_equal(f->seen.a[0].kind, IDX_AN_CHUNK_RANGE);
+	o1.value_len++;
+	for (int i = 2; i < CHAIN_MAX; i++)
+		assert_int_equal(idx_replay(f->idx, &o1), 0);
+	assert_int_equal(f->seen.n, 1);
+	assert_int_equal(idx_replay(f->idx, &o1), 0);
+	assert_int_equal(f->seen.n, 2);
+	assert_int_equal(idx_chunk_recs(in, 2, rs), CHAIN_MAX + 2);
+	/* an overlay needs a base */
+	o1.chunk = 5;
+	assert_int_equal(idx_replay(f->idx, &o1), 0);
+	assert_int_equal(f->seen.n, 3);
+	/* a new base drops the chain; a hole drops it too (ASan: no leak) */
+	assert_int_equal(idx_replay(f->idx, &base), 0);
+	assert_int_equal(idx_chunk_recs(in, 2, rs), 1);
+	assert_int_equal(idx_replay(f->idx, &o2), 0);
+	struct jrec hole = {.type = JR_CHUNK_ABSENT, .ino = 7, .chunk = 0, .count = 3};
+	assert_int_equal(idx_replay(f->idx, &hole), 0);
+	assert_int_equal(idx_chunk_recs(in, 2, rs), 1);
+	assert_int_equal(rs[0].type, JR_CHUNK_ABSENT);
+	/* and a chain left in an inode is freed with it */
+	assert_int_equal(idx_replay(f->idx, &base), 0);
+	assert_int_equal(idx_replay(f->idx, &o2), 0);
+	idx_put(f->idx, in);
+}
+
+/* A bitmap that does not fit the record, or an empty one: a bad record. */
+static void test_chain_codec_bounds(void **state)
+{
+	uint8_t bits[JRNL_MAX_OVL_BITMAP + 1] = {1};
+	uint8_t buf[JRNL_MAX_OVL_BITMAP + 256];
+	struct jrec r = {.type = JR_CHUNK_OVL,
+			 .ino = 7,
+			 .chunk = 1,
+			 .loc = {.seg_id = 2, .len = 4096},
+			 .value = bits,
+			 .value_len = JRNL_MAX_OVL_BITMAP}, back;
+	size_t len;
+	(void)state;
+
+	len = jrnl_encode(&r, buf);
+	assert_int_equal(jrnl_decode(buf, len, &back), (ssize_t)len);
+	assert_int_equal(back.value_len, JRNL_MAX_OVL_BITMAP);
+	r.value_len = JRNL_MAX_OVL_BITMAP + 1;
+	len = jrnl_encode(&r, buf);
+	assert_int_equal(jrnl_decode(buf, len, &back), -EBADMSG);
+	r.value_len = 0;
+	len = jrnl_encode(&r, buf);
+	assert_int_equal(jrnl_decode(buf, len, &back), -EBADMSG);
+	r.value_len = 16;
+	r.loc.seg_id = 0; /* an overlay is in a segment */
+	len = jrnl_encode(&r, buf);
+	assert_int_equal(jrnl_decode(buf, len, &back), -EBADMSG);
+}
+
 /* Without a hook nothing is reported and nothing is kept (the daemon). */
 static void test_no_hook(void **state)
 {
@@ -287,6 +416,7 @@ int main(void)
 	    T(test_unknown_inode),	       T(test_chunk_out_of_range),
 	    T(test_link_skipped),	       T(test_finish_drops_and_reports),
 	    T(test_finish_keeps),	       T(test_no_hook),
+	    T(test_chain_replay),	       T(test_chain_codec_bounds),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -218,7 +218,7 @@ static void test_footer_bounds(void **state)
 	seg_footer_encode(buf, flen, bad, 1);
 	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), -EIO);
 	bad[0].chunk_len = 1 << 20;
-	bad[0].flags = 2; /* unknown flag */
+	bad[0].flags = 4; /* unknown flag */
 	seg_footer_encode(buf, flen, bad, 1);
 	assert_int_equal(seg_footer_decode(buf, flen, seg_len, 2, &e, &n), -EIO);
 	/* The segment length must be aligned and hold header + footer. */
