@@ -323,6 +323,13 @@ static int chain_fold_locked(struct tier *t, struct inode *in, uint64_t c)
 	for (uint16_t i = 0; i < k->nrec; i++)
 		for (uint32_t j = 0; j < w; j++)
 			u[j] |= k->rec[i].bits[j];
+	int done = 1; /* folded already: the next spill shadows them all */
+	for (uint32_t j = 0; j < w; j++)
+		done &= (u[j] & ~k->dirty[j]) == 0;
+	if (done) {
+		free(u);
+		return 0;
+	}
 	for (uint32_t j = 0; j < w; j++)
 		u[j] |= k->dirty[j];
 	if ((uint64_t)chain_count(u, k->nbits) * 2 >= nb) {

@@ -567,6 +567,15 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 			__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
 			break;
 		}
+		if (ch->chain && !(how & RR_STREAM) && ch->state == CHUNK_COLD) {
+			/* not a stream: the blocks of the range only, the chunk
+			 * then held in part (RAM and the chain agree: clean) */
+			ch->state = CHUNK_HOT_CLEAN;
+			ch->chain->partial = 1;
+			if ((ret = chain_fill_locked(t, in, c, lo, hi)) < 0)
+				return ret;
+			continue;
+		}
 		/* a v1 record is read whole: direct only when it is one block */
 		if ((how & RR_DIRECT) && mem && hi <= clen &&
 		    ((ch->seg_flags & CHUNK_LOC_MAP) || ch->seg_len <= SEG_BLOCK)) {

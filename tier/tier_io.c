@@ -124,7 +124,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		/* one chunk: a random reader's cold range is read directly; any
 		 * reader but a stream reads blocks of a chunk being restored
 		 * rather than wait for their turn (a stream's are next anyway) */
-		unsigned how = 0;
+		unsigned how = flags & TIER_READ_STREAM ? RR_STREAM : 0;
 		if (io->first == io->last && io->first < in->nchunks) {
 			if ((flags & TIER_READ_RANDOM) && in->chunks[io->first].state == CHUNK_COLD &&
 			    !in->chunks[io->first].queued)
