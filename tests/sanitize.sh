@@ -6,7 +6,8 @@
 #   3. integration tests under ASan+UBSan: POSIX parity, passthrough opens
 #      (readers and writers mixed, pressure, kill -9), the racy tiering
 #      paths, small objects, the kill -9 durability rounds
-#      (SPW_CRASH_ROUNDS=4) and a short fsx. The harness
+#      (SPW_CRASH_ROUNDS=4), a short fsx and writes over cold data
+#      (overlays: random writes, folds, kill -9, S3). The harness
 #      fails a test when any program it started wrote a sanitizer report.
 # Usage: tests/sanitize.sh [BUILD_DIR]   (deps as for tests/run_all.sh)
 set -euo pipefail
@@ -41,5 +42,6 @@ run test_tiering "" TestWriteSpillRace TestConcurrentRestore TestGC TestStraddle
 run test_small_objects "" TestEvictFreesEverything TestNoWaitForRoomThatCannotCome
 run test_durability "SPW_CRASH_ROUNDS=4" TestCrash
 run test_fsx "SPW_FSX_SEEDS=1,2 SPW_FSX_OPS=3000"
+run test_overlay ""
 echo "sanitize: integration subset $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

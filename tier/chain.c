@@ -433,8 +433,13 @@ void chain_write_end_locked(struct tier *t, struct inode *in, uint64_t c, uint64
 	struct chunk *ch = &in->chunks[c];
 	struct chunk_chain *k = ch->chain;
 
-	k->wr--;
 	ch->pins--;
+	if (!k) { /* cannot be: chains are not let go under writers */
+		log_err("overlay: inode %llu chunk %llu lost its chain under a write",
+			(unsigned long long)in->ino, (unsigned long long)c);
+		abort();
+	}
+	k->wr--;
 	if (done > lo) {
 		uint32_t b0 = (uint32_t)(lo / CHAIN_BLK), b1 = blk_hi(done);
 		int was_dirty = chain_any(k->dirty, 0, k->nbits);
@@ -484,6 +489,8 @@ int chain_spill_plan_locked(struct tier *t, struct inode *in, uint64_t c, uint32
 	*bits = NULL;
 	if (!k)
 		return 0;
+	if (k->nrec == CHAIN_MAX && k->partial && k->wr)
+		return -EAGAIN; /* a fold reads under writes in flight: later */
 	if (k->nrec == CHAIN_MAX && (ret = chain_fold_locked(t, in, c)) < 0)
 		return ret; /* stays dirty: a chunk RAM holds in part is never spilled whole */
 	ch = &in->chunks[c];

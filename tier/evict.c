@@ -570,9 +570,11 @@ static void spill_segment(struct spill_job *job)
 				ch->state = CHUNK_HOT_DIRTY;
 			if (r == 0 && job->drop && !in->pinned)
 				n = drop_chunk_locked(t, in, done[i].c);
-		} else if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen) {
+		} else if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen &&
+			   !(ch->chain && ch->chain->wr)) {
 			/* whole: the new record replaces the chunk's chain, which
-			 * is let go once the journal says so */
+			 * is let go once the journal says so (not while writes
+			 * over it are in flight: those hold it) */
 			struct chunk old = *ch;
 			ch->chain = NULL;
 			ch->seg_id = id;
@@ -594,10 +596,12 @@ static void spill_segment(struct spill_job *job)
 					n = drop_chunk_locked(t, in, done[i].c);
 			}
 		} else {
-			/* rewritten meanwhile */
+			/* rewritten meanwhile (or being written) */
 			segtab_release_bytes(t->segtab, id, done[i].e.len);
 			free(done[i].bits);
 			done[i].bits = NULL;
+			if (ch->state == CHUNK_SPILLING)
+				ch->state = CHUNK_HOT_DIRTY;
 		}
 		idx_inode_wake(in); /* fsync waits for spills */
 		idx_inode_unlock(in);

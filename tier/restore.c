@@ -567,12 +567,20 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 			__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
 			break;
 		}
-		if (ch->chain && !(how & RR_STREAM) && ch->state == CHUNK_COLD) {
-			/* not a stream: the blocks of the range only, the chunk
-			 * then held in part (RAM and the chain agree: clean) */
+		if (ch->chain && ch->state == CHUNK_COLD) {
+			/* the blocks of the range only, the chunk then held in
+			 * part (RAM and the chain agree: clean); a stream's whole
+			 * segment blocks (read and verified anyway). The workers
+			 * restoring ahead of a stream restore whole chains. */
+			uint64_t a = lo, z = hi;
+			if (how & RR_STREAM) {
+				a -= a % SEG_BLOCK;
+				z = (z + SEG_BLOCK - 1) / SEG_BLOCK * SEG_BLOCK;
+				z = z < clen ? z : (clen > hi ? clen : hi);
+			}
 			ch->state = CHUNK_HOT_CLEAN;
 			ch->chain->partial = 1;
-			if ((ret = chain_fill_locked(t, in, c, lo, hi)) < 0)
+			if ((ret = chain_fill_locked(t, in, c, a, z)) < 0)
 				return ret;
 			continue;
 		}

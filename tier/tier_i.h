@@ -263,9 +263,9 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
  */
 #define RR_DIRECT 1u
 #define RR_BESIDE 2u
-/* RR_STREAM: the reader goes on from its last read (a whole chunk of a
- * chain is restored for it; other readers of a COLD chain get the blocks
- * their range covers only, the chunk then held in part: tier/chain.c) */
+/* RR_STREAM: the reader goes on from its last read (a read of a COLD
+ * chain fills the segment blocks its range covers, other readers' just
+ * their 4 KiB blocks; the chunk is then held in part: tier/chain.c) */
 #define RR_STREAM 4u
 int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
 			int *rest, int *tier, const void **mem, void **buf, unsigned how);

@@ -69,6 +69,18 @@ static void wait_restoring_locked(struct inode *in, uint64_t first, uint64_t las
 	}
 }
 
+/* No write over a cold copy (overlay) in flight in chunks [first, last]:
+ * what drops chains (truncate, punch) waits for them. in->lock held. */
+static void wait_chain_writers_locked(struct inode *in, uint64_t first, uint64_t last)
+{
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
+		while (c < in->nchunks && in->chunks[c].chain && in->chunks[c].chain->wr) {
+			idx_inode_wait(in);
+			c = first; /* the lock was dropped: look at all again */
+		}
+	}
+}
+
 /* An operation that may restore (or read directly) a cold chunk of
  * [first, last] waits, at its start, for a wait_restoring_locked of the
  * file to end: it holds no chunk RESTORING yet, so the waiter never waits
@@ -295,6 +307,20 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 	uint64_t tick = idx_tick(t->idx);
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c], old = *ch;
+		if (ch->chain && ch->chain->wr) {
+			/* writes over it in flight hold its chain: every block is
+			 * dirty now (RAM holds it whole), the next spill after
+			 * them replaces the chain */
+			int was = chain_any(ch->chain->dirty, 0, ch->chain->nbits);
+			ch->chain->partial = 0;
+			chain_set(ch->chain->dirty, 0, ch->chain->nbits, 1);
+			ch->state = CHUNK_HOT_DIRTY;
+			ch->gen++;
+			ch->atime = tick;
+			if (!was)
+				idx_journal_chunk_locked(t->idx, in, c, 0);
+			continue;
+		}
 		/* a chain's records said "written over it": that changes too */
 		int was_dirty = (ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING) &&
 				!ch->chain;
@@ -618,6 +644,8 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 		/* that restore dropped the lock: none may be restoring past it */
 		wait_restoring_locked(in, c + 1, in->nchunks);
 	}
+	if (size < in->size)
+		wait_chain_writers_locked(in, size / t->chunk_size, in->nchunks);
 	if (ftruncate(fd, (off_t)size) < 0) {
 		ret = -errno;
 		goto out_put;
@@ -696,6 +724,7 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		}
 	}
 	wait_restoring_locked(in, first, last);
+	wait_chain_writers_locked(in, first, last);
 	/* a punch through EOF takes the last partial page too (tmpfs frees
 	 * only whole pages; past EOF there is nothing to keep) */
 	if ((mode & FALLOC_FL_PUNCH_HOLE) && off + len >= in->size) {
