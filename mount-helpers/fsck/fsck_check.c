@@ -478,7 +478,8 @@ int fsck_check_namespace(struct fsck *f)
 	for (;;) {
 		struct unreach pick = {0};
 		struct badname *r;
-		qsort(f->unreach, f->nunreach, sizeof(*f->unreach), unreach_cmp);
+		if (f->nunreach) /* qsort wants a real array even for none */
+			qsort(f->unreach, f->nunreach, sizeof(*f->unreach), unreach_cmp);
 		for (size_t i = 0; i < f->nunreach; i++) {
 			struct unreach *u = &f->unreach[i];
 			int rescue = rescue_of(f, u->ino) != NULL;

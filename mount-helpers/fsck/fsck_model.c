@@ -91,6 +91,21 @@ static void free_fname(struct hent *e)
 	free(e);
 }
 
+/* The copies live in their segment's array: nothing of their own. */
+static void free_copy(struct hent *e)
+{
+	(void)e;
+}
+
+static void free_found(struct hent *e)
+{
+	struct found *fd = (struct found *)e;
+	free(fd->ents);
+	free(fd->copies);
+	free(fd->verified);
+	free(fd);
+}
+
 /* ---- the segment table's copies ---- */
 
 struct found *fsck_seg_copy(struct fsck *f, uint64_t id)
@@ -173,6 +188,8 @@ void fsck_index_close(struct fsck *f)
 	idx_free(f->idx);
 	f->idx = NULL;
 	ht_clear(&f->names, free_fname);
+	ht_clear(&f->copies, free_copy);
+	ht_clear(&f->found, free_found);
 	segtab_free(f->segs);
 	f->segs = NULL;
 	free(f->seg_reported);
