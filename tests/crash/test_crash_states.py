@@ -1,0 +1,555 @@
+#!/usr/bin/env python3
+"""
+test_crash_states - the states a power loss can leave in spillway's cold and
+state directories, each one mounted and checked (tests/crash/README.md).
+
+1. Record: spillway runs with -o io_engine=psync under spw_record.so (an
+   LD_PRELOAD shim) that logs every write, truncate, fallocate, rename,
+   unlink, mkdir and sync of the daemon in its cold directory (and the state
+   directory inside it). The test drives a small workload through the mount
+   (files of 0 B to 3 MiB written in 128 KiB pieces, fsync of files and
+   directories, renames, unlinks, evictions, enough metadata for a
+   checkpoint rotation, a compaction) and writes a mark into the same log
+   before and after each of its operations, then unmounts cleanly.
+   Replaying the whole log must give exactly the directories the daemon
+   left: nothing it did went unrecorded.
+2. States (crashlib.py): at every sync point of the log, the state with
+   everything kept, and after it (with the sync not yet done) states with
+   unsynced operations lost: only what was synced, one file's unsynced
+   writes cut to a prefix, namespace operations cut to a prefix, one write
+   dropped, a rename kept without the data it renamed, random subsets.
+   Bounded by SPW_CRASH_STATES (default 300), chosen with SPW_CRASH_SEED.
+3. Each state: written into the cold directory (same path as recorded: the
+   tiers file names it), `spillway-fsck` run on it, mounted with a fresh
+   empty hot_dir (power loss wipes RAM), and checked against the marks:
+   every file fsync'd (content) whose name was synced before the crash
+   reads back byte for byte at that name; any other file present is some
+   version the workload gave it, at a name it had, not older than its last
+   fsync nor at a name it durably left, never bytes no version had; a mount
+   that refuses must say why in one line. Then a clean unmount (status 0)
+   and `spillway-fsck --verify-data` must find the state clean.
+
+Knobs (environment):
+  SPW_CRASH_STATES=N     states to check (default 300; bench/bench_crash.sh: thousands)
+  SPW_CRASH_SEED=N       seed of the state choice (default 1)
+  SPW_CRASH_UNORDERED=1  also lose namespace operations out of order (POSIX
+                         allows it; ext4/xfs/btrfs do not)
+  SPW_CRASH_KEEP=DIR     copy each failing state to DIR/<n> (for fsck, debugging)
+
+Run: python3 tests/crash/test_crash_states.py --build BUILD_DIR
+"""
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import harness  # noqa: E402
+import crashlib  # noqa: E402
+from lib.crash import CrashMount, lazy_unmount  # noqa: E402
+from lib.data import KiB, MiB, content  # noqa: E402
+from lib.tier import stats_of  # noqa: E402
+
+PIECE = 128 * KiB  # one FUSE write request (max_write is 1 MiB): versions are exact
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+# --------------------------------------------------------------------------
+# the workload and its model
+
+
+class FileObj:
+    def __init__(self, fid):
+        self.fid = fid
+        self.data = bytearray()
+        self.versions = []  # (sha, size, op)
+        self.names = []     # [name, op set, op unset or None]
+        self.fsyncs = []    # (op, version index at the fsync)
+        self.gone = None    # op that removed its last name
+
+
+class Workload:
+    """Operations on the mount, each between two marks in the recorder's log
+    ("B n", "E n"), and the model the checks need."""
+
+    def __init__(self, mnt, log_path):
+        self.mnt = mnt
+        self.logfd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+        self.ops = []     # (description, kind, fid or None)
+        self.files = []
+        self.by_name = {}  # current name -> FileObj
+        self.tag = 1000
+
+    def close(self):
+        os.close(self.logfd)
+
+    def p(self, name):
+        return os.path.join(self.mnt, name)
+
+    def _op(self, desc, kind, f, fn):
+        n = len(self.ops)
+        self.ops.append((desc, kind, f.fid if f else None))
+        os.write(self.logfd, crashlib.mark_bytes("B %d" % n))
+        fn()
+        os.write(self.logfd, crashlib.mark_bytes("E %d" % n))
+        return n
+
+    def _version(self, f, n):
+        f.versions.append((sha(f.data), len(f.data), n))
+
+    def mkdir(self, name):
+        self._op("mkdir " + name, "ns", None, lambda: os.mkdir(self.p(name)))
+
+    def create(self, name):
+        f = FileObj(len(self.files))
+        self.files.append(f)
+
+        def go():
+            os.close(os.open(self.p(name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        n = self._op("create " + name, "create", f, go)
+        self._version(f, n)
+        f.names.append([name, n, None])
+        self.by_name[name] = f
+        return f
+
+    def write(self, name, off, size):
+        """Fresh bytes at [off, off+size), one op per PIECE."""
+        f = self.by_name[name]
+        fd = os.open(self.p(name), os.O_WRONLY)
+        try:
+            pos = off
+            while pos < off + size:
+                n = min(PIECE, off + size - pos)
+                self.tag += 1
+                b = content(self.tag, pos, n)
+
+                def go(b=b, pos=pos):
+                    if os.pwrite(fd, b, pos) != len(b):
+                        raise AssertionError("short write to " + name)
+                i = self._op("pwrite %s %d+%d" % (name, pos, n), "data", f, go)
+                if len(f.data) < pos + n:
+                    f.data.extend(bytes(pos + n - len(f.data)))
+                f.data[pos:pos + n] = b
+                self._version(f, i)
+                pos += n
+        finally:
+            os.close(fd)
+
+    def truncate(self, name, size):
+        f = self.by_name[name]
+        n = self._op("truncate %s %d" % (name, size), "data", f,
+                     lambda: os.truncate(self.p(name), size))
+        if size < len(f.data):
+            del f.data[size:]
+        else:
+            f.data.extend(bytes(size - len(f.data)))
+        self._version(f, n)
+
+    def fsync(self, name):
+        f = self.by_name[name]
+        fd = os.open(self.p(name), os.O_RDWR)
+        try:
+            n = self._op("fsync " + name, "fsync", f, lambda: os.fsync(fd))
+        finally:
+            os.close(fd)
+        f.fsyncs.append((n, len(f.versions) - 1))
+
+    def fsync_dir(self, name):
+        fd = os.open(self.p(name), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self._op("fsync dir " + name, "fsync", None, lambda: os.fsync(fd))
+        finally:
+            os.close(fd)
+
+    def rename(self, a, b):
+        f = self.by_name[a]
+        victim = self.by_name.get(b)
+        n = self._op("rename %s %s" % (a, b), "ns", f, lambda: os.rename(self.p(a), self.p(b)))
+        self._unname(f, a, n)
+        if victim is not None:
+            self._unname(victim, b, n)
+        f.names.append([b, n, None])
+        self.by_name[b] = f
+
+    def unlink(self, name):
+        f = self.by_name[name]
+        n = self._op("unlink " + name, "ns", f, lambda: os.unlink(self.p(name)))
+        self._unname(f, name, n)
+
+    def _unname(self, f, name, n):
+        for e in f.names:
+            if e[0] == name and e[2] is None:
+                e[2] = n
+        del self.by_name[name]
+        if not any(e[2] is None for e in f.names):
+            f.gone = n
+
+    def evict(self, name):
+        f = self.by_name[name]
+        self._op("evict " + name, "meta", f,
+                 lambda: os.setxattr(self.p(name), "user.spillway.evict", b"1"))
+
+    def wait(self, what, pred, timeout=20):
+        """Poll the daemon (no sleeps as synchronisation)."""
+        harness.wait_until(pred, timeout, what, interval=0.02)
+
+
+def run_workload(w):
+    """Small, but through every path the issue names: writes, fsync of files
+    and directories, unlink, rename (within and across directories, over an
+    existing name), evictions, a checkpoint rotation, a compaction."""
+    st0 = stats_of(w.mnt)
+    w.mkdir("d1")
+    w.mkdir("d2")
+    sizes = [0, 1, 4095, 65536 + 3, MiB - 1, MiB + 5, 2 * MiB + MiB // 2, 3 * MiB]
+    for i, size in enumerate(sizes):
+        name = "d1/f%d" % i
+        w.create(name)
+        w.write(name, 0, size)
+        if i % 3 != 1:
+            w.fsync(name)
+    w.fsync_dir("d1")
+    w.evict("d1/f1")         # spilled, never fsync'd
+    w.evict("d1/f7")         # fsync'd, then evicted
+    w.rename("d1/f2", "d2/g2")
+    w.fsync_dir("d2")        # the rename is durable
+    w.rename("d1/f3", "d1/f3b")  # never synced
+    w.unlink("d1/f5")
+    w.fsync_dir("d1")
+    w.write("d1/f6", MiB, 64 * KiB)  # an fsync'd file changed in place
+    w.fsync("d1/f6")
+    w.write("d1/f0", 0, 10)  # the empty fsync'd file gets bytes, not synced
+    w.create("d2/over")
+    w.write("d2/over", 0, 5000)
+    w.fsync("d2/over")
+    w.rename("d2/over", "d2/g2")  # over an existing (fsync'd) name
+    w.fsync_dir("d2")
+    w.truncate("d1/f7", MiB + 17)
+    w.fsync("d1/f7")
+    # a checkpoint rotation (checkpoint_size=64K): metadata only
+    ck0 = stats_of(w.mnt)["journal"]["checkpoints"]
+    for i in range(400):
+        name = "d2/s%d" % i
+        w.create(name)
+        w.write(name, 0, 100)
+        if ck0 < stats_of(w.mnt)["journal"]["checkpoints"] and i % 50 == 49:
+            break
+    w.fsync("d2/s0")
+    w.wait("a checkpoint rotation",
+           lambda: stats_of(w.mnt)["journal"]["checkpoints"] > ck0)
+    # a compaction: a 4-chunk segment left 25% live
+    w.create("d1/gc")
+    w.write("d1/gc", 0, 4 * MiB)
+    w.evict("d1/gc")
+    c0 = stats_of(w.mnt)["segments"]["compacted"]
+    for c in range(3):
+        w.write("d1/gc", c * MiB + 4096, 64 * KiB)
+    w.fsync("d1/gc")
+    w.wait("a compaction", lambda: stats_of(w.mnt)["segments"]["compacted"] > c0)
+    w.unlink("d2/s1")
+    w.rename("d2/s2", "d1/s2")
+    w.fsync_dir("d1")
+    return st0
+
+
+# --------------------------------------------------------------------------
+# the checks of one state
+
+
+class Oracle:
+    """What must and what may be in the mount at crash point k."""
+
+    def __init__(self, w, log):
+        self.w = w
+        self.B, self.E = {}, {}
+        for text, i in log.marks.items():
+            kind, n = text.split()
+            (self.B if kind == "B" else self.E)[int(n)] = i
+        self.nops = len(w.ops)
+        self.sync_ops = [n for n, op in enumerate(w.ops) if op[1] == "fsync"]
+        self.by_sha = {}
+        for f in w.files:
+            for vi, (s, size, op) in enumerate(f.versions):
+                self.by_sha.setdefault(s, []).append((f, vi))
+
+    def done(self, n, k):
+        return n in self.E and self.E[n] < k
+
+    def started(self, n, k):
+        return n in self.B and self.B[n] < k
+
+    def synced_after(self, n, k, fid=None):
+        """A completed fsync (of file fid, or any) that began after op n ended."""
+        for s in self.sync_ops:
+            if fid is not None and self.w.ops[s][2] != fid:
+                continue
+            if self.done(s, k) and self.B[s] > self.E[n]:
+                return True
+        return False
+
+    def expect(self, k):
+        """(required {name: (fid, sha, size)}, allowed {fid: (names, min version, max version)})."""
+        required, allowed = {}, {}
+        for f in self.w.files:
+            vers = [vi for vi, v in enumerate(f.versions) if self.started(v[2], k)]
+            if not vers:
+                continue  # not created yet
+            low = 0
+            for op, vi in f.fsyncs:
+                if self.done(op, k):
+                    low = max(low, vi)
+            names = set()
+            for name, n_set, n_unset in f.names:
+                if not self.started(n_set, k):
+                    continue
+                if n_unset is not None and self.done(n_unset, k) and \
+                        self.synced_after(n_unset, k):
+                    continue  # durably left
+                names.add(name)
+            allowed[f.fid] = (names, low, max(vers))
+            # required: quiescent, content fsync'd, name synced
+            last = max(vers)
+            if not self.done(f.versions[last][2], k):
+                continue
+            cur = [e for e in f.names if self.started(e[1], k) and
+                   (e[2] is None or not self.started(e[2], k))]
+            if len(cur) != 1 or not self.done(cur[0][1], k):
+                continue
+            if any(e[2] is not None and self.started(e[2], k) and not self.done(e[2], k)
+                   for e in f.names):
+                continue
+            if not any(self.done(op, k) and self.B[op] > self.E[f.versions[last][2]]
+                       for op, vi in f.fsyncs):
+                continue
+            if not self.synced_after(cur[0][1], k):
+                continue
+            required[cur[0][0]] = (f.fid, f.versions[last][0], f.versions[last][1])
+        return required, allowed
+
+    def check(self, k, found):
+        """Problems with what the mount shows ({name: (sha, size)})."""
+        required, allowed = self.expect(k)
+        bad = []
+        for name, (fid, s, size) in sorted(required.items()):
+            got = found.get(name)
+            if got is None:
+                bad.append("%s (file %d, fsync'd %d bytes) is missing" % (name, fid, size))
+            elif got[0] != s:
+                bad.append("%s (file %d, fsync'd) has %d bytes that are not what was fsync'd "
+                           "(%d bytes)%s" % (name, fid, got[1], size, self.which(got[0])))
+        for name, (s, size) in sorted(found.items()):
+            if name in required:
+                continue
+            cands = self.by_sha.get(s, [])
+            ok = False
+            for f, vi in cands:
+                a = allowed.get(f.fid)
+                if a and name in a[0] and a[1] <= vi <= a[2]:
+                    ok = True
+                    break
+            if not ok:
+                if not cands:
+                    why = "bytes no version of any file ever had"
+                else:
+                    why = "; ".join("file %d version %d (allowed here: %s)" % (
+                        f.fid, vi, "names %s versions %d..%d" % (
+                            sorted(allowed[f.fid][0]), allowed[f.fid][1], allowed[f.fid][2])
+                        if f.fid in allowed else "not created yet") for f, vi in cands[:3])
+                bad.append("%s: %d bytes: %s" % (name, size, why))
+        return bad
+
+    def which(self, s):
+        c = self.by_sha.get(s)
+        if not c:
+            return " (bytes no version ever had)"
+        return " (those of file %d version %d)" % (c[0][0].fid, c[0][1])
+
+
+def read_tree(mnt):
+    """{relative name: (sha, size)} of the regular files in the mount."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(mnt):
+        for n in filenames:
+            p = os.path.join(dirpath, n)
+            with open(p, "rb") as f:
+                b = f.read()
+            out[os.path.relpath(p, mnt)] = (sha(b), len(b))
+    return out
+
+
+# --------------------------------------------------------------------------
+# the test
+
+
+def fsck(build, state_dir, *args):
+    r = subprocess.run([os.path.join(build, "spillway-fsck"), "--quiet"] + list(args) +
+                       [state_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       timeout=60)
+    return r.returncode, r.stdout.decode(errors="replace")
+
+
+def error_lines(text):
+    return [ln for ln in text.splitlines()
+            if ln.strip() and not ln.startswith("$ ") and not ln.startswith("[test]")]
+
+
+class CrashStates(harness.SpwTestCase):
+    timeout = int(os.environ.get("SPW_CRASH_TIMEOUT", "540"))
+
+    def setUp(self):
+        super().setUp()
+        self.shim = os.path.join(harness.BUILD_DIR, "tests", "spw_record.so")
+        if not os.path.exists(self.shim):
+            self.fail("%s is missing (built by tests/CMakeLists.txt)" % self.shim)
+        self.base = os.path.realpath(self.tmpdir(on_shm=True))
+        self.cold = os.path.join(self.base, "cold")
+        os.mkdir(self.cold)
+        self.state = os.path.join(self.cold, ".spillway")
+        self.opts = ["chunk_size=1M", "nvme=" + self.cold, "min_spill_size=4M",
+                     "io_engine=psync", "checkpoint_size=64K", "gc_threshold=0.5",
+                     "restore=lazy"]
+
+    def hot(self):
+        return os.path.join(self.tmpdir(on_shm=True), "hot")
+
+    def record(self):
+        log_path = os.path.join(self.base, "rec.log")
+        env = dict(os.environ, LD_PRELOAD=self.shim, SPW_REC_LOG=log_path,
+                   SPW_REC_ROOTS=self.cold)
+        m = CrashMount(self.hot(), self.opts, "record", env=env)
+        m.start()
+        self.addCleanup(self._stop_mount, m)
+        w = Workload(m.mnt, log_path)
+        try:
+            run_workload(w)
+        finally:
+            w.close()
+        rc = m.unmount_clean()
+        self.assertEqual(rc, 0, "the recorded daemon's clean unmount\n%s" % m.log_text(30))
+        return w, log_path
+
+    def test_crash_states(self):
+        t0 = time.monotonic()
+        w, log_path = self.record()
+        t_rec = time.monotonic() - t0
+        ordered = os.environ.get("SPW_CRASH_UNORDERED", "") != "1"
+        log = crashlib.Log(log_path, [self.cold], ordered_meta=ordered)
+        # nothing the daemon did went past the recorder
+        final = crashlib.scan([self.cold])
+        diff = crashlib.diff_states(log.contents(len(log.recs)), final)
+        self.assertEqual(diff, [], "replaying the whole log does not give what the daemon "
+                         "left in %s:\n%s" % (self.cold, "\n".join(diff[:20])))
+        oracle = Oracle(w, log)
+        # every op of the workload has both marks
+        self.assertEqual(len(oracle.B), len(w.ops))
+        self.assertEqual(len(oracle.E), len(w.ops))
+        states = self.choose(log)
+        kinds = {}
+        for name, k, dropped in states:
+            kinds[name] = kinds.get(name, 0) + 1
+        sys.stderr.write("\n[crash] recorded %d records (%d sync points, %d workload ops, "
+                         "%.1f MiB) in %.1fs; checking %d states: %s\n"
+                         % (len(log.recs), len(log.syncs), len(w.ops),
+                            os.path.getsize(log_path) / MiB, t_rec, len(states),
+                            json.dumps(kinds, sort_keys=True)))
+        failures = []
+        required_checked = 0
+        t1 = time.monotonic()
+        for n, (name, k, dropped) in enumerate(states):
+            problems, nreq = self.check_state(log, oracle, k, dropped, n)
+            required_checked += nreq
+            if problems:
+                where = "state %d (%s) at record %d of %d, %d operations lost: %s" % (
+                    n, name, k, len(log.recs), len(dropped), self.describe(log, k, dropped))
+                failures.append(where + "\n  " + "\n  ".join(problems))
+                keep = os.environ.get("SPW_CRASH_KEEP")
+                if keep:
+                    log.write_state(k, dropped)
+                    shutil.copytree(self.cold, os.path.join(keep, str(n)))
+                if len(failures) >= 5:
+                    break
+        sys.stderr.write("[crash] %d states in %.1fs (%d fsync'd files checked byte for "
+                         "byte)\n" % (n + 1, time.monotonic() - t1, required_checked))
+        if failures:
+            self.fail("%d crash state(s) failed (SPW_CRASH_SEED=%s):\n%s"
+                      % (len(failures), os.environ.get("SPW_CRASH_SEED", "1"),
+                         "\n".join(failures)))
+        # the states reached the workload's fsync'd files, not just empty starts
+        self.assertGreater(required_checked, len(states))
+
+    def choose(self, log):
+        """[(variant name, crash point k, dropped)]: 'all' at every sync
+        point, then the variants just before each sync, within the budget."""
+        budget = int(os.environ.get("SPW_CRASH_STATES", "300"))
+        rng = random.Random(int(os.environ.get("SPW_CRASH_SEED", "1")))
+        at_sync = [("all", j + 1, frozenset()) for j in log.syncs]
+        per = max(1, (budget - len(at_sync)) // max(1, len(log.syncs)) + 1)
+        extra = []
+        for j in log.syncs:
+            # ('all' just before the sync is the kill -9 state: tested elsewhere)
+            extra += [(name, j, d) for name, d in log.variants(j, rng, per + 1)
+                      if name != "all"]
+        rng.shuffle(extra)
+        states = at_sync + extra
+        if len(states) > budget:
+            states = at_sync[:budget] if len(at_sync) >= budget else \
+                at_sync + extra[:budget - len(at_sync)]
+        return states
+
+    def describe(self, log, k, dropped):
+        last = [r for r in log.recs[:k] if r.kind != "mark"][-1:] or ["nothing"]
+        lost = [repr(log.recs[i]) for i in sorted(dropped)][:6]
+        return "last record %s; lost: %s" % (last[0], lost or "none")
+
+    def check_state(self, log, oracle, k, dropped, n):
+        build = harness.BUILD_DIR
+        log.write_state(k, dropped)
+        rc_pre, out_pre = fsck(build, self.state)
+        m = CrashMount(self.hot(), self.opts, "state%d" % n)
+        problems = []
+        try:
+            m.start()
+        except harness.MountError:
+            lines = [ln for ln in error_lines(m.log_all()) if "error" in ln]
+            m.stop()
+            if len(lines) != 1:
+                return ["the mount failed without one clear line:\n" + m.log_all()], 0
+            return ["the mount refused: %s (fsck before it: %d %s)"
+                    % (lines[0], rc_pre, out_pre.strip()[:300])], 0
+        try:
+            found = read_tree(m.mnt)
+            problems = oracle.check(k, found)
+            nreq = len(oracle.expect(k)[0])
+            rc = m.unmount_clean()
+            if rc != 0:
+                problems.append("clean unmount exited %d" % rc)
+        finally:
+            m.stop()
+        if problems:
+            problems.append("daemon log:\n" + m.log_text(15))
+        rc_post, out_post = fsck(build, self.state, "--verify-data")
+        if rc_post != 0:
+            problems.append("spillway-fsck --verify-data after the mount and a clean "
+                            "unmount: exit %d: %s" % (rc_post, out_post.strip()[:500]))
+        # fsck must be able to judge every state that holds fsync'd data (a
+        # crash in the first mount, before STATE_DIR/tiers, holds none)
+        if rc_pre not in (0, 4) and nreq:
+            problems.append("spillway-fsck before the mount: exit %d (the mount came up): %s"
+                            % (rc_pre, out_pre.strip()[:500]))
+        return problems, nreq
+
+
+if __name__ == "__main__":
+    harness.main()
