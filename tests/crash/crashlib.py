@@ -26,6 +26,7 @@ reach the disk in order, nor before a rename of that file.
 import errno
 import os
 import random
+import re
 import shutil
 import stat
 import struct
@@ -112,12 +113,19 @@ class Log:
     """A parsed log: records annotated with the inodes they touch (kind
     'data', 'ns', 'sync', 'mark' or None) and when each became durable."""
 
-    def __init__(self, path, roots, ordered_meta=True):
+    def __init__(self, path, roots, ordered_meta=True, assume_durable=None):
+        """assume_durable: a regex; namespace operations on matching paths
+        are durable at once (to look past a finding already reported)."""
         self.recs = parse(path)
         self.roots = [os.path.normpath(r) for r in roots]
         self.ordered_meta = ordered_meta
         self.ino_kind = {}
         self._annotate()
+        if assume_durable:
+            rx = re.compile(assume_durable)
+            for r in self.recs:
+                if r.kind == "ns" and any(p and rx.search(p) for p in (r.path, r.path2)):
+                    r.durable = r.i
         self._durability()
         self.syncs = [r.i for r in self.recs if r.kind == "sync"]
         self.marks = {}
@@ -225,7 +233,7 @@ class Log:
         for r in self.recs:
             if r.kind == "data" and r.durable == NEVER:
                 pending_data.setdefault(r.ino, []).append(r)
-            elif r.kind == "ns":
+            elif r.kind == "ns" and r.durable == NEVER:
                 pending_ns.append(r)
                 left[r.i] = set(r.dirs)
             elif r.kind == "sync":
@@ -269,68 +277,75 @@ class Log:
 
     def variants(self, k, rng, limit):
         """Up to `limit` crash states at point k, as (name, frozenset of
-        dropped record indices); the first is always 'all' (nothing lost)."""
+        dropped record indices); the first is always 'all' (nothing lost),
+        the second 'synced-only' (everything unsynced lost), then the
+        strategies below drawn in turn until `limit` distinct states (or
+        no new ones come)."""
         out = [("all", frozenset())]
         u = self.unsynced(k)
         if not u:
             return out
         data = [r for r in u if r.kind == "data"]
         nsops = [r for r in u if r.kind == "ns"]
-        seen = {frozenset()}
-        cands = []
-
-        def add(name, dropped):
-            dropped = frozenset(dropped)
-            if dropped not in seen:
-                seen.add(dropped)
-                cands.append((name, dropped))
-
-        add("synced-only", [r.i for r in u])
-        # each file's unsynced data as a prefix
         by_file = {}
         for r in data:
             by_file.setdefault(r.ino, []).append(r)
-        files = list(by_file)
-        rng.shuffle(files)
-        for ino in files[:3]:
-            lst = by_file[ino]
-            cut = rng.randrange(len(lst))
-            add("file-prefix", [r.i for r in lst[cut:]])
-        # namespace operations as a prefix (ordered) or dropped alone
-        if nsops:
+        renames = [r for r in nsops if r.type == RENAME and
+                   any(d.ino == r.ino and d.i < r.i for d in data)]
+        seen = {frozenset()}
+
+        def add(name, dropped):
+            dropped = frozenset(dropped)
+            if dropped in seen:
+                return False
+            seen.add(dropped)
+            out.append((name, dropped))
+            return True
+
+        def ns_cut():
+            """Namespace operations lost: a suffix (ordered), or one with
+            what needs it (unordered)."""
+            if not nsops:
+                return []
             if self.ordered_meta:
-                cut = rng.randrange(len(nsops))
-                add("meta-prefix", [r.i for r in nsops[cut:]])
-            else:
-                r = rng.choice(nsops)
-                add("drop-meta", self._closure(r, nsops))
-        # one whole data operation dropped
-        if data:
-            add("drop-one", [rng.choice(data).i])
-        # renames reach the disk before the data they rename
-        for r in nsops:
-            if r.type == RENAME:
-                before = [d.i for d in data if d.ino == r.ino and d.i < r.i]
-                if before:
-                    dropped = before
-                    if self.ordered_meta:
-                        # keep the rename: everything after it stays too
-                        pass
-                    add("rename-before-data", dropped)
-        # random subsets
-        for _ in range(2):
-            dropped = [r.i for r in data if rng.random() < 0.5]
-            if nsops:
-                if self.ordered_meta:
-                    cut = rng.randrange(len(nsops) + 1)
-                    dropped += [r.i for r in nsops[cut:]]
-                else:
-                    dropped += [r.i for r in nsops if rng.random() < 0.5]
-            add("random", dropped)
-        rng.shuffle(cands)
-        # the synced-only state first among the rest: the harshest one
-        cands.sort(key=lambda c: c[0] != "synced-only")
-        return out + cands[:max(0, limit - 1)]
+                return [r.i for r in nsops[rng.randrange(len(nsops) + 1):]]
+            return self._closure(rng.choice(nsops), nsops)
+
+        def file_prefix():
+            lst = by_file[rng.choice(list(by_file))]
+            return "file-prefix", [r.i for r in lst[rng.randrange(len(lst)):]]
+
+        def meta():
+            return ("meta-prefix" if self.ordered_meta else "drop-meta"), ns_cut()
+
+        def drop_one():
+            return "drop-one", [rng.choice(data).i]
+
+        def rename_first():
+            # the rename on disk, the data it renamed not (nor, ordered,
+            # any namespace operation after a random later point)
+            r = rng.choice(renames)
+            keep_after = [q.i for q in nsops if q.i > r.i] if self.ordered_meta else []
+            cut = keep_after[rng.randrange(len(keep_after) + 1):] if keep_after else []
+            return "rename-before-data", [d.i for d in data if d.ino == r.ino and d.i < r.i] + cut
+
+        def random_subset():
+            p = rng.random()
+            return "random", [r.i for r in data if rng.random() < p] + ns_cut()
+
+        add("synced-only", [r.i for r in u])
+        gens = [random_subset]
+        if by_file:
+            gens += [file_prefix, drop_one]
+        if nsops:
+            gens.append(meta)
+        if renames:
+            gens.append(rename_first)
+        misses = 0
+        while len(out) < limit and misses < 20:
+            name, dropped = rng.choice(gens)()
+            misses = 0 if add(name, dropped) else misses + 1
+        return out[:limit]
 
     def _closure(self, r, nsops):
         """r and the later unsynced namespace operations that need it."""
