@@ -199,6 +199,29 @@ class Workload:
         if not any(e[2] is None for e in f.names):
             f.gone = n
 
+    def reboot(self, restart):
+        """kill -9 and a remount with an empty hot_dir (restart() does both
+        and returns the new mountpoint), recorded like the rest, so the
+        states cover a crash during recovery. Then the model follows what
+        the remount shows: a file not there was lost (the daemon must have
+        said so), a file there has a version it had, at its name."""
+        n = self._op("reboot", "reboot", None, lambda: setattr(self, "mnt", restart()))
+        found = read_tree(self.mnt)
+        for name, f in sorted(self.by_name.items()):
+            got = found.pop(name, None)
+            if got is None:
+                self._unname(f, name, n)
+                continue
+            cand = [vi for vi, v in enumerate(f.versions) if v[0] == got[0]]
+            if not cand:
+                raise AssertionError("after the reboot %s has bytes it never had" % name)
+            if cand[-1] != len(f.versions) - 1:
+                f.data = bytearray(open(self.p(name), "rb").read())
+                self._version(f, n)
+        if found:
+            raise AssertionError("after the reboot, files nobody made: %s" % sorted(found))
+        return n
+
     def evict(self, name):
         f = self.by_name[name]
         self._op("evict " + name, "meta", f,
@@ -209,7 +232,7 @@ class Workload:
         harness.wait_until(pred, timeout, what, interval=0.02)
 
 
-def run_workload(w):
+def run_workload(w, restart):
     """Small, but through every path the issue names: writes, fsync of files
     and directories, unlink, rename (within and across directories, over an
     existing name), evictions, a checkpoint rotation, a compaction."""
@@ -252,6 +275,11 @@ def run_workload(w):
     w.fsync("d2/s0")
     w.wait("a checkpoint rotation",
            lambda: stats_of(w.mnt)["journal"]["checkpoints"] > ck0)
+    # a power loss of RAM only: recovery drops the lost files' names,
+    # deletes orphan segments, checkpoints (all recorded)
+    w.create("d1/unsynced")
+    w.write("d1/unsynced", 0, MiB + 3)
+    w.reboot(restart)
     # a compaction: a 4-chunk segment left 25% live
     w.create("d1/gc")
     w.write("d1/gc", 0, 4 * MiB)
@@ -261,8 +289,9 @@ def run_workload(w):
         w.write("d1/gc", c * MiB + 4096, 64 * KiB)
     w.fsync("d1/gc")
     w.wait("a compaction", lambda: stats_of(w.mnt)["segments"]["compacted"] > c0)
-    w.unlink("d2/s1")
-    w.rename("d2/s2", "d1/s2")
+    # survivors of the reboot (fsync'd) renamed and unlinked
+    w.unlink("d2/s0")
+    w.rename("d1/f6", "d2/f6")
     w.fsync_dir("d1")
     return st0
 
@@ -454,14 +483,23 @@ class CrashStates(harness.SpwTestCase):
         log_path = os.path.join(self.base, "rec.log")
         env = dict(os.environ, LD_PRELOAD=self.shim, SPW_REC_LOG=log_path,
                    SPW_REC_ROOTS=self.cold)
-        m = CrashMount(self.hot(), self.opts, "record", env=env)
-        m.start()
-        self.addCleanup(self._stop_mount, m)
-        w = Workload(m.mnt, log_path)
+        mounts = []
+
+        def restart():
+            if mounts:
+                mounts[-1].kill9()
+            m = CrashMount(self.hot(), self.opts, "record%d" % len(mounts), env=env)
+            mounts.append(m)
+            m.start()
+            self.addCleanup(self._stop_mount, m)
+            return m.mnt
+
+        w = Workload(restart(), log_path)
         try:
-            run_workload(w)
+            run_workload(w, restart)
         finally:
             w.close()
+        m = mounts[-1]
         rc = m.unmount_clean()
         self.assertEqual(rc, 0, "the recorded daemon's clean unmount\n%s" % m.log_text(30))
         return w, log_path
