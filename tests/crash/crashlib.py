@@ -329,6 +329,18 @@ class Log:
             cut = keep_after[rng.randrange(len(keep_after) + 1):] if keep_after else []
             return "rename-before-data", [d.i for d in data if d.ino == r.ino and d.i < r.i] + cut
 
+        writes = [r for r in data if r.type == WRITE and len(r.data) > 1]
+
+        def torn():
+            # one write cut short (at a 512-byte sector of the file, or
+            # anywhere in a short record), the file's later unsynced data lost
+            r = rng.choice(writes)
+            n = len(r.data)
+            cuts = [c - r.a for c in range((r.a // 512 + 1) * 512, r.a + n, 512)]
+            keep = rng.choice(cuts) if cuts else rng.randrange(1, n)
+            later = [d.i for d in by_file[r.ino] if d.i > r.i]
+            return "torn-write", [(r.i, keep)] + later
+
         def random_subset():
             p = rng.random()
             return "random", [r.i for r in data if rng.random() < p] + ns_cut()
@@ -341,6 +353,8 @@ class Log:
             gens.append(meta)
         if renames:
             gens.append(rename_first)
+        if writes:
+            gens.append(torn)
         misses = 0
         while len(out) < limit and misses < 20:
             name, dropped = rng.choice(gens)()
@@ -366,9 +380,11 @@ class Log:
 
     def contents(self, k, dropped=frozenset()):
         """({path: ('d', None) | ('f', bytes)}) of the state: records before
-        k except the dropped ones, applied in order."""
+        k except the dropped ones, applied in order. An element (i, n) of
+        dropped keeps only the first n bytes of write i (a torn write)."""
         ns = {root: i + 1 for i, root in enumerate(self.roots)}
         data = {}
+        torn = {d[0]: d[1] for d in dropped if isinstance(d, tuple)}
         for r in self.recs[:k]:
             if r.i in dropped or r.kind not in ("data", "ns"):
                 continue
@@ -381,10 +397,11 @@ class Log:
                     data[r.ino] = bytearray()
             elif t == WRITE:
                 b = data.setdefault(r.ino, bytearray())
-                end = r.a + len(r.data)
+                w = r.data[:torn[r.i]] if r.i in torn else r.data
+                end = r.a + len(w)
                 if len(b) < end:
                     b.extend(bytes(end - len(b)))
-                b[r.a:end] = r.data
+                b[r.a:end] = w
             elif t == TRUNC:
                 b = data.setdefault(r.ino, bytearray())
                 if r.a < len(b):
