@@ -471,10 +471,13 @@ class CrashStates(harness.SpwTestCase):
         if not os.path.exists(self.shim):
             self.fail("%s is missing (built by tests/CMakeLists.txt)" % self.shim)
         self.base = os.path.realpath(self.tmpdir(on_shm=True))
-        self.cold = os.path.join(self.base, "cold")
-        os.mkdir(self.cold)
+        # two cold directories: segments land in both, the state in the first
+        self.colds = [os.path.join(self.base, "cold%d" % i) for i in range(2)]
+        for d in self.colds:
+            os.mkdir(d)
+        self.cold = self.colds[0]
         self.state = os.path.join(self.cold, ".spillway")
-        self.opts = ["chunk_size=1M", "nvme=" + self.cold, "min_spill_size=4M",
+        self.opts = ["chunk_size=1M", "nvme=" + ":".join(self.colds), "min_spill_size=4M",
                      "io_engine=psync", "checkpoint_size=64K", "gc_threshold=0.5",
                      "restore=lazy"]
         self.refusals = []
@@ -489,7 +492,7 @@ class CrashStates(harness.SpwTestCase):
         workload = workload or run_workload
         log_path = os.path.join(self.base, "rec.log")
         env = dict(os.environ, LD_PRELOAD=self.shim, SPW_REC_LOG=log_path,
-                   SPW_REC_ROOTS=self.cold)
+                   SPW_REC_ROOTS=":".join(self.colds))
         mounts = []
 
         def restart():
@@ -516,13 +519,13 @@ class CrashStates(harness.SpwTestCase):
         w, log_path = self.record()
         t_rec = time.monotonic() - t0
         ordered = os.environ.get("SPW_CRASH_UNORDERED", "") != "1"
-        log = crashlib.Log(log_path, [self.cold], ordered_meta=ordered,
+        log = crashlib.Log(log_path, self.colds, ordered_meta=ordered,
                            assume_durable=os.environ.get("SPW_CRASH_ASSUME_DURABLE"))
         # nothing the daemon did went past the recorder
-        final = crashlib.scan([self.cold])
+        final = crashlib.scan(self.colds)
         diff = crashlib.diff_states(log.contents(len(log.recs)), final)
         self.assertEqual(diff, [], "replaying the whole log does not give what the daemon "
-                         "left in %s:\n%s" % (self.cold, "\n".join(diff[:20])))
+                         "left in %s:\n%s" % (self.colds, "\n".join(diff[:20])))
         oracle = Oracle(w, log)
         # every op of the workload has both marks
         self.assertEqual(len(oracle.B), len(w.ops))
@@ -549,7 +552,8 @@ class CrashStates(harness.SpwTestCase):
                 keep = os.environ.get("SPW_CRASH_KEEP")
                 if keep:
                     log.write_state(k, dropped)
-                    shutil.copytree(self.cold, os.path.join(keep, str(n)))
+                    for d in self.colds:
+                        shutil.copytree(d, os.path.join(keep, str(n), os.path.basename(d)))
                 if len(failures) >= int(os.environ.get("SPW_CRASH_MAX_FAILURES", "5")):
                     break
         sys.stderr.write("[crash] %d states in %.1fs (%d fsync'd files checked byte for "
@@ -590,7 +594,7 @@ class CrashStates(harness.SpwTestCase):
             w.create("a")  # empty: its fsync seals no segment, syncs the journal
             w.fsync("a")
         w, log_path = self.record(small)
-        log = crashlib.Log(log_path, [self.cold], ordered_meta=False)
+        log = crashlib.Log(log_path, self.colds, ordered_meta=False)
         oracle = Oracle(w, log)
         fsync_op = [n for n, op in enumerate(w.ops) if op[1] == "fsync"][0]
         k = oracle.E[fsync_op] + 1  # right after fsync("a") returned
@@ -613,7 +617,7 @@ class CrashStates(harness.SpwTestCase):
         prefix of its header can hold nothing else (the header is
         fdatasync'd before the first checkpoint and the first append)."""
         w, log_path = self.record(lambda w, restart: None)
-        log = crashlib.Log(log_path, [self.cold])
+        log = crashlib.Log(log_path, self.colds)
         oracle = Oracle(w, log)
         first = next(r for r in log.recs if r.type == crashlib.WRITE and
                      os.path.basename(self.path_of(log, r)).startswith("journal."))
