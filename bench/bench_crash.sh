@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
 	--unordered) unordered=1 ;;
 	--keep) keep=$2; shift ;;
 	--assume-durable) assume=$2; shift ;;
-	-h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,13p' "$0"; exit 0 ;;
 	*) echo "bench_crash.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
