@@ -23,9 +23,7 @@ durable by k and any subset of the others; data of one file never needs to
 reach the disk in order, nor before a rename of that file.
 """
 
-import errno
 import os
-import random
 import re
 import shutil
 import stat

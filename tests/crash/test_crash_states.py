@@ -5,12 +5,14 @@ state directories, each one mounted and checked (tests/crash/README.md).
 
 1. Record: spillway runs with -o io_engine=psync under spw_record.so (an
    LD_PRELOAD shim) that logs every write, truncate, fallocate, rename,
-   unlink, mkdir and sync of the daemon in its cold directory (and the state
-   directory inside it). The test drives a small workload through the mount
-   (files of 0 B to 3 MiB written in 128 KiB pieces, fsync of files and
-   directories, renames, unlinks, evictions, enough metadata for a
-   checkpoint rotation, a compaction) and writes a mark into the same log
-   before and after each of its operations, then unmounts cleanly.
+   unlink, mkdir and sync of the daemon in its two cold directories (and the
+   state directory inside the first). The test drives a small workload
+   through the mount (files of 0 B to 3 MiB written in 128 KiB pieces, fsync
+   of files and directories, renames, unlinks, evictions, enough metadata
+   for a checkpoint rotation, a reboot - kill -9, empty hot_dir, remount -
+   so states fall inside a recovery too, a compaction) and writes a mark
+   into the same log before and after each of its operations, then
+   unmounts cleanly.
    Replaying the whole log must give exactly the directories the daemon
    left: nothing it did went unrecorded.
 2. States (crashlib.py): at every sync point of the log, the state with
@@ -27,8 +29,11 @@ state directories, each one mounted and checked (tests/crash/README.md).
    reads back byte for byte at that name; any other file present is some
    version the workload gave it, at a name it had, not older than its last
    fsync nor at a name it durably left, never bytes no version had; a mount
-   that refuses must say why in one line. Then a clean unmount (status 0)
-   and `spillway-fsck --verify-data` must find the state clean.
+   that refuses must say why in one line (and not hold fsync'd files). Then
+   a clean unmount (status 0) and `spillway-fsck --verify-data` must find
+   the state clean. A control state no disk can leave must fail the checks.
+4. Two findings, each an expected failure until its fix (README.md):
+   test_first_mount_fsync_survives_posix_disk, test_first_mount_torn_journal_header.
 
 Knobs (environment):
   SPW_CRASH_STATES=N     states to check (default 300; bench/bench_crash.sh: thousands)
@@ -60,7 +65,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
 import crashlib  # noqa: E402
-from lib.crash import CrashMount, lazy_unmount  # noqa: E402
+from lib.crash import CrashMount  # noqa: E402
 from lib.data import KiB, MiB, content  # noqa: E402
 from lib.tier import stats_of  # noqa: E402
 
