@@ -9,7 +9,13 @@ every journaling Linux filesystem gives, see `ordered_meta`):
   * a data operation on a file (write, truncate, fallocate, O_TRUNC) is
     durable once an fsync/fdatasync of that file that *began* after it has
     returned (a sync racing a write on another thread does not count), or at
-    once when the file was opened O_DIRECT, O_DSYNC or O_SYNC;
+    once when the file was opened O_DSYNC or O_SYNC. An O_DIRECT write is
+    not (direct_durable=False, the default): it bypasses the page cache,
+    but an extending one changes the file's size and extents, metadata that
+    only fdatasync makes durable, and the bytes may sit in the device's
+    volatile cache until a flush. direct_durable=True counts it as its own
+    sync point (then removing the fdatasync before a segment's rename goes
+    unseen: tried);
   * a namespace operation (create, mkdir, rename, unlink, link) is durable
     once an fsync of its parent directory (both, for a rename) that began
     after it has returned;
@@ -111,12 +117,14 @@ class Log:
     """A parsed log: records annotated with the inodes they touch (kind
     'data', 'ns', 'sync', 'mark' or None) and when each became durable."""
 
-    def __init__(self, path, roots, ordered_meta=True, assume_durable=None):
+    def __init__(self, path, roots, ordered_meta=True, assume_durable=None,
+                 direct_durable=False):
         """assume_durable: a regex; namespace operations on matching paths
         are durable at once (to look past a finding already reported)."""
         self.recs = parse(path)
         self.roots = [os.path.normpath(r) for r in roots]
         self.ordered_meta = ordered_meta
+        self.sync_flags = O_DSYNC | O_SYNC | (O_DIRECT if direct_durable else 0)
         self.ino_kind = {}
         self._annotate()
         if assume_durable:
@@ -181,7 +189,7 @@ class Log:
                 else:
                     r.ino = ns[r.path]
                 r.kind = "data"
-                if t == WRITE and r.flags & (O_DIRECT | O_DSYNC | O_SYNC):
+                if t == WRITE and r.flags & self.sync_flags:
                     r.durable = r.i
             elif t == SYNC:
                 if r.c != 0 or r.a == 0:  # failed, or a sync_file_range that waits for nothing

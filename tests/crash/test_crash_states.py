@@ -40,6 +40,8 @@ Knobs (environment):
   SPW_CRASH_SEED=N       seed of the state choice (default 1)
   SPW_CRASH_UNORDERED=1  also lose namespace operations out of order (POSIX
                          allows it; ext4/xfs/btrfs do not)
+  SPW_CRASH_DIRECT_DURABLE=1  an O_DIRECT write is its own sync point (by
+                         default only O_DSYNC/O_SYNC ones are: crashlib.py)
   SPW_CRASH_KEEP=DIR     copy each failing state to DIR/<n> (for fsck, debugging)
   SPW_CRASH_MAX_FAILURES=N  stop after N failing states (default 5)
   SPW_CRASH_ASSUME_DURABLE=REGEX  namespace operations on matching paths are
@@ -525,7 +527,8 @@ class CrashStates(harness.SpwTestCase):
         t_rec = time.monotonic() - t0
         ordered = os.environ.get("SPW_CRASH_UNORDERED", "") != "1"
         log = crashlib.Log(log_path, self.colds, ordered_meta=ordered,
-                           assume_durable=os.environ.get("SPW_CRASH_ASSUME_DURABLE"))
+                           assume_durable=os.environ.get("SPW_CRASH_ASSUME_DURABLE"),
+                           direct_durable=os.environ.get("SPW_CRASH_DIRECT_DURABLE") == "1")
         # nothing the daemon did went past the recorder
         final = crashlib.scan(self.colds)
         diff = crashlib.diff_states(log.contents(len(log.recs)), final)
