@@ -5,8 +5,8 @@
 # usage: bash bench/bench_crash.sh [--build BUILD] [--states N] [--seeds "1 2 3"]
 #                                  [--unordered] [--assume-durable REGEX] [--keep DIR]
 # --assume-durable: namespace operations on matching paths count as durable at
-# once, to look past a finding already reported: with --unordered, today's
-# state_dir mkdir (tests/crash/README.md) needs '/\.spillway$'.
+# once, to look past a finding already reported (none open now: the state_dir
+# mkdir it was made for is fsync'd since).
 # Needs a built tree (tests/run_all.sh or spw_build of tests/deps.sh: the
 # daemon, spillway-fsck and tests/spw_record.so) and root for the mounts.
 # Prints each run's summary lines and failures; exit 1 if any run failed.

@@ -10,21 +10,26 @@
 #include <string.h>
 #include <unistd.h>
 
-/* fsync the directory holding path, so the rename itself is durable. */
-static int sync_dir(const char *path)
+int atomic_file_sync_parent(const char *path)
 {
 	char dir[PATH_MAX];
-	const char *slash = strrchr(path, '/');
+	size_t n = strlen(path);
+	const char *slash;
 	int fd, ret = 0;
 
+	while (n > 1 && path[n - 1] == '/')
+		n--; /* "dir/" names dir: its parent is wanted */
+	if (n >= sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, path, n);
+	dir[n] = 0;
+	slash = strrchr(dir, '/');
 	if (!slash)
 		snprintf(dir, sizeof(dir), ".");
-	else if (slash == path)
-		snprintf(dir, sizeof(dir), "/");
-	else if ((size_t)(slash - path) >= sizeof(dir))
-		return -ENAMETOOLONG;
+	else if (slash == dir)
+		dir[1] = 0;
 	else
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+		dir[slash - dir] = 0;
 	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		return -errno;
 	if (fsync(fd) < 0)
@@ -64,5 +69,5 @@ int atomic_file_write(const char *path, const void *buf, size_t len)
 		unlink(tmp);
 		return ret;
 	}
-	return sync_dir(path);
+	return atomic_file_sync_parent(path);
 }

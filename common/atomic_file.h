@@ -14,5 +14,8 @@
 
 /* 0 or -errno. path must name a file in an existing directory. */
 int atomic_file_write(const char *path, const void *buf, size_t len);
+/* fsync the directory holding path (its entry, e.g. a directory just made
+ * or a file just renamed, is durable then). 0 or -errno. */
+int atomic_file_sync_parent(const char *path);
 
 #endif

@@ -24,6 +24,7 @@
  */
 #include "index/journal_i.h"
 
+#include "common/atomic_file.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -130,7 +131,10 @@ int jrnl_open(const struct jrnl_config *cfg, struct journal **out, char *err, si
 		ret = -ENOMEM;
 		goto fail;
 	}
-	if (mkdir(cfg->dir, 0700) < 0 && errno != EEXIST) {
+	/* a new state_dir's entry is durable before anything in it is */
+	if (mkdir(cfg->dir, 0700) == 0)
+		atomic_file_sync_parent(cfg->dir);
+	else if (errno != EEXIST) {
 		ret = -errno;
 		snprintf(err, errlen, "option 'state_dir': '%s': cannot create: %s", cfg->dir,
 			 strerror(-ret));

@@ -146,6 +146,13 @@ static int journals_empty(struct journal *j, const uint64_t *jns, size_t njns, u
 		if (map_file(j, name, &m) < 0)
 			return 0;
 		n = m.len ? jrnl_decode(m.map, m.len, &r) : 0;
+		if (m.len && n == 0) {
+			/* a torn first header (power loss while the first mount
+			 * wrote it): it is fdatasync'd before anything follows,
+			 * so nothing else was ever there */
+			unmap_file(&m);
+			continue;
+		}
 		if (m.len && (n <= 0 || (size_t)n != m.len || r.type != JR_HEADER)) {
 			unmap_file(&m);
 			return 0;

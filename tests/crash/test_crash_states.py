@@ -584,8 +584,6 @@ class CrashStates(harness.SpwTestCase):
         # the states reached the workload's fsync'd files, not just empty starts
         self.assertGreater(required_checked, 0)
 
-    # Finding (reported with this branch): remove the decorator with the fix.
-    @unittest.expectedFailure
     def test_first_mount_fsync_survives_posix_disk(self):
         """A file fsync'd in the first mount, before any segment was sealed,
         survives a power loss on a disk that keeps a new directory entry only
@@ -613,8 +611,6 @@ class CrashStates(harness.SpwTestCase):
                          "what was not synced: %s\n%s"
                          % (self.describe(log, k, lost), "\n".join(problems)))
 
-    # Finding (reported with this branch): remove the decorator with the fix.
-    @unittest.expectedFailure
     def test_first_mount_torn_journal_header(self):
         """A power loss while the first mount writes journal.1's header (a
         prefix of it on disk, nothing else: nothing was ever acknowledged)

@@ -22,6 +22,7 @@
  * cached fd (at once, or by its last reader) so the space is freed.
  */
 #include "tier/store/store.h"
+#include "common/atomic_file.h"
 
 #include "common/segname.h"
 #include "common/clock.h"
@@ -687,7 +688,9 @@ int store_nvme_open(const char *const *dirs, int ndirs, struct store **out)
 			ret = -ENOMEM;
 			goto err;
 		}
-		if (mkdir(dirs[i], 0700) < 0 && errno != EEXIST) {
+		if (mkdir(dirs[i], 0700) == 0)
+			atomic_file_sync_parent(dirs[i]); /* its entry durable first */
+		else if (errno != EEXIST) {
 			ret = -errno;
 			goto err_dir;
 		}
