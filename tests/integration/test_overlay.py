@@ -24,6 +24,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from lib.crash import DurCase  # noqa: E402
+from lib.fsx import FsxRun, find_fsx  # noqa: E402
 from lib.s3 import S3Case  # noqa: E402
 from lib.tier import TierCase, file_state, stats_of  # noqa: E402
 
@@ -199,6 +200,39 @@ class OverlayTest(TierCase):
         evict(m.path)
         m.check_all("after whole overwrite")
         m.close()
+
+
+class OverlayFsxTest(TierCase):
+    """spw_fsx (every read checked against its model) through a 16 MiB tier,
+    files up to 8 MiB, in both restore modes, with holes and dense (-D:
+    zeros written where a file would get holes: a dense file's chunks are
+    all data, so its cold chunks are written over, not punched away)."""
+    timeout = 600
+
+    def run_fsx(self, restore, dense, seed):
+        self.tier_mount(hot_size="16M", chunk_size="1M", restore=restore,
+                        min_spill_size="2M")
+        good = self.tmpdir()
+        run = FsxRun(self, find_fsx(), self.mnt, seed, 6000, "8M",
+                     False, good, extra=["-D"] if dense else [])
+        ops = run.finish(240)
+        self.assertGreaterEqual(ops, 6000)
+        st = self.stats()
+        self.assertGreater(ovl(st)["writes"], 0, "no write went over cold data")
+        self.assertEqual(st["errors"]["io"], 0)
+        self.assertEqual(st["errors"]["crc"], 0)
+
+    def test_lazy_dense(self):
+        self.run_fsx("lazy", True, 31)
+
+    def test_open_dense(self):
+        self.run_fsx("open", True, 32)
+
+    def test_lazy_holes(self):
+        self.run_fsx("lazy", False, 33)
+
+    def test_open_holes(self):
+        self.run_fsx("open", False, 34)
 
 
 class OverlayDurabilityTest(DurCase):

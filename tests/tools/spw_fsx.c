@@ -114,6 +114,7 @@ struct fsx {
 	unsigned disabled; /* bit per op_kind, plus NO_OTRUNC */
 	const char *xopt;  /* -X as given, for the replay line */
 	int have_punch, have_falloc;
+	int dense; /* -D: zeros written where the file would have holes */
 	uint64_t rng;
 	uint64_t opnum;
 	struct model files[MAX_FILES];
@@ -589,6 +590,20 @@ static void verify_file(int file, const char *how)
 
 /* ---- operations -------------------------------------------------------- */
 
+/* -D: write zeros over [from, to) of file m (what would be a hole). */
+static void fill_zeros(struct model *m, uint64_t from, uint64_t to)
+{
+	static const unsigned char zero[64 * 1024];
+	while (from < to) {
+		size_t n = to - from < sizeof(zero) ? (size_t)(to - from) : sizeof(zero);
+		ssize_t w = pwrite(m->fd, zero, n, (off_t)from);
+		if (w <= 0)
+			fail("dense: pwrite of zeros %s off=0x%" PRIx64 ": %s", m->path, from,
+			     w < 0 ? strerror(errno) : "short");
+		from += (uint64_t)w;
+	}
+}
+
 static void do_write(int file)
 {
 	struct model *m = &g.files[file];
@@ -597,6 +612,8 @@ static void do_write(int file)
 	ssize_t n;
 
 	fill_pattern(g.wbuf, g.opnum, off, len);
+	if (g.dense && off > m->size)
+		fill_zeros(m, m->size, off);
 	n = pwrite(m->fd, g.wbuf, len, (off_t)off);
 	if (n < 0)
 		fail("pwrite %s off=0x%" PRIx64 " len=0x%" PRIx64 ": %s", m->path, off, len,
@@ -648,6 +665,8 @@ static void do_trunc(int file)
 	e = log_begin(file, OP_TRUNC, to, 0);
 	if (ftruncate(m->fd, (off_t)to) < 0)
 		fail("ftruncate %s to 0x%" PRIx64 ": %s", m->path, to, strerror(errno));
+	if (g.dense && to > m->size)
+		fill_zeros(m, m->size, to);
 	model_set_size(m, to);
 	e->size_after = to;
 	if (rnd() % 4 == 0)
@@ -666,6 +685,13 @@ static void do_punch(int file)
 	e = log_begin(file, OP_PUNCH, off, len);
 	if (!g.have_punch || m->size == 0) {
 		e->skipped = 1;
+		return;
+	}
+	if (g.dense) { /* zeros written instead of a hole */
+		end = off + len < m->size ? off + len : m->size;
+		fill_zeros(m, off, end > off ? end : off);
+		if (end > off)
+			memset(m->buf + off, 0, end - off);
 		return;
 	}
 	if (fallocate(m->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) <
@@ -708,6 +734,8 @@ static void do_falloc(int file)
 		     strerror(errno));
 	}
 	g.have_falloc = 1;
+	if (g.dense && off + len > m->size)
+		fill_zeros(m, m->size, off + len);
 	if (off + len > m->size)
 		model_set_size(m, off + len);
 	e->size_after = m->size;
@@ -1024,7 +1052,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: spw_fsx [-N ops] [-S seed] [-f nfiles] [-l maxlen] [-b boundary] [-m] [-q] "
-		"[-v] [-k] [-X ops] DIR\n"
+		"[-v] [-k] [-P] [-D] [-X ops] DIR\n"
 		"  -N ops       operations to run (default 10000)\n"
 		"  -S seed      PRNG seed (default: from time and pid; always printed)\n"
 		"  -f nfiles    files kept open (default 4, max %d)\n"
@@ -1035,6 +1063,7 @@ static void usage(void)
 		"  -v           print every operation\n"
 		"  -k           keep the files in DIR at the end (default: unlink)\n"
 		"  -P           reopen with a read-only open held meanwhile (passthrough writers)\n"
+		"  -D           dense: zeros written where a file would get holes (grow, punch)\n"
 		"  -X ops       disable operations, comma-separated: read, truncate, punch,\n"
 		"               fallocate, mapread, mapwrite, reopen, fsync, verify,\n"
 		"               dropcache, and otrunc (reopens never use O_TRUNC); to step\n"
@@ -1056,7 +1085,7 @@ int main(int argc, char **argv)
 	g.boundary = MIB;
 	g.have_punch = -1; /* unknown until the first try */
 	g.have_falloc = -1;
-	while ((c = getopt(argc, argv, "N:S:f:l:b:mqvkPX:h")) != -1) {
+	while ((c = getopt(argc, argv, "N:S:f:l:b:mqvkPDX:h")) != -1) {
 		switch (c) {
 		case 'N':
 			if (parse_u64(optarg, &g.nops, 1))
@@ -1094,6 +1123,9 @@ int main(int argc, char **argv)
 			break;
 		case 'P':
 			g.pt_reopen = 1;
+			break;
+		case 'D':
+			g.dense = 1;
 			break;
 		case 'X':
 			if (parse_disabled(optarg))
