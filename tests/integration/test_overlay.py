@@ -126,6 +126,12 @@ class OverlayTest(TierCase):
         # a page write restores nothing: the random reads read directly
         self.assertLess(restored, 2 * MiB)
         m.check_all("after random writes")
+        # the human view says what happened
+        spillctl = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))), "mount-helpers", "spillctl")
+        out = subprocess.run([sys.executable, spillctl, "stats", self.mnt], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, timeout=30).stdout.decode()
+        self.assertRegex(out, r"overlay +\d+ writes went over cold data", out)
         evict(m.path)
         m.check_all("after evict")
         m.close()
