@@ -460,6 +460,11 @@ void chain_write_end_locked(struct tier *t, struct inode *in, uint64_t c, uint64
 		}
 		chain_set(k->have, b0, b1, 1);
 		chain_set(k->dirty, b0, b1, 1);
+		/* written all over (a sequential rewrite): RAM holds it whole, and
+		 * the next spill replaces the chain with one record */
+		uint64_t clen = tier_chunk_len(t, in->size, c); /* the size before this write */
+		if (k->partial && chain_all(k->have, 0, blk_hi(clen > done ? clen : done)))
+			k->partial = 0;
 		ch->state = CHUNK_HOT_DIRTY;
 		ch->gen++;
 		ch->atime = (uint32_t)idx_tick(t->idx);

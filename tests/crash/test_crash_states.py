@@ -294,8 +294,8 @@ def run_workload(w, restart):
     w.write("d1/gc", 0, 4 * MiB)
     w.evict("d1/gc")
     c0 = stats_of(w.mnt)["segments"]["compacted"]
-    for c in range(3):
-        w.write("d1/gc", c * MiB + 4096, 64 * KiB)
+    for c in range(3):  # rewritten whole: their old records die (a part
+        w.write("d1/gc", c * MiB, MiB)  # written over would keep them: overlays)
     w.fsync("d1/gc")
     w.wait("a compaction", lambda: stats_of(w.mnt)["segments"]["compacted"] > c0)
     # survivors of the reboot (fsync'd) renamed and unlinked

@@ -150,6 +150,25 @@ class OverlayTest(TierCase):
         m.check_all("after growing")
         m.close()
 
+    def test_rewrite_in_place_replaces_records(self):
+        """A cold file rewritten whole, a piece at a time (128 KiB FUSE
+        writes, so each goes over its chunk's cold copy): each chunk is
+        spilled whole again and its old records die; what the segments
+        hold live stays the file's size, not twice it."""
+        self.tier_mount(hot_size="16M", chunk_size="1M")
+        m = Model(self.p("f"), 8 * MiB, seed=8)
+        os.fsync(m.fd)
+        evict(m.path)
+        for off in range(0, 8 * MiB, 128 * 1024):
+            m.write(off, m.rnd.randbytes(128 * 1024))
+        os.fsync(m.fd)
+        evict(m.path)
+        st = self.stats()
+        self.assertGreater(ovl(st)["writes"], 0)
+        self.assertLessEqual(st["segments"]["live_bytes"], 9 * MiB, st["segments"])
+        m.check_all("after the rewrite")
+        m.close()
+
     def test_chain_folds_past_its_bound(self):
         """One chunk spilled page by page: its chain passes CHAIN_MAX (16)
         records and is folded, while it is read and written."""
