@@ -87,14 +87,17 @@ def bench_sqlite(o):
             sp, rs, _ = moved(d["mnt"])
             ok = "same" if r["digest"] == ref["digest"] else "DIFFERS"
             rows.append(("spillway %s, chunk %s" % (mode, chunk), r["wall"],
-                         r["wall"] / ref["wall"], sp / db, rs / db, ok))
+                         r["wall"] / ref["wall"], sp / r["app_written"], rs / r["app_read"],
+                         ok))
             unmount(tag, proc, d["mnt"])
     print("\nsqlite build, %s database (%.0f MiB), hot_size=%s"
           % (o.db_size, db / MiB, o.hot_size))
-    print("%-30s %9s %9s %12s %12s %8s" % ("", "wall s", "x tmpfs", "spilled/db",
-                                          "restored/db", "content"))
+    print("(spilled and restored per byte the application wrote and read: %.0f MiB written,"
+          " %.0f MiB read on tmpfs)" % (ref["app_written"] / MiB, ref["app_read"] / MiB))
+    print("%-30s %9s %9s %14s %14s %8s" % ("", "wall s", "x tmpfs", "spilled/wrote",
+                                          "restored/read", "content"))
     for name, wall, ratio, sp, rs, ok in rows:
-        print("%-30s %9.1f %9.1f %12.1f %12.1f %8s" % (name, wall, ratio, sp, rs, ok))
+        print("%-30s %9.1f %9.1f %14.2f %14.2f %8s" % (name, wall, ratio, sp, rs, ok))
     return rows
 
 

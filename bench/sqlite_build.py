@@ -59,7 +59,12 @@ def main():
         h.update(repr(r).encode())
     db.close()
     t3 = time.monotonic()
-    print(json.dumps({"insert_s": t1 - t0, "update_s": t2 - t1, "check_s": t3 - t2,
+    io = {}
+    with open("/proc/self/io") as f:  # what the application read and wrote
+        for line in f:
+            k, v = line.split(":")
+            io[k] = int(v)
+    print(json.dumps({"app_written": io["wchar"], "app_read": io["rchar"],"insert_s": t1 - t0, "update_s": t2 - t1, "check_s": t3 - t2,
                       "total_s": t3 - t0, "db_bytes": os.path.getsize(path), "rows": rows,
                       "integrity": ok, "digest": h.hexdigest()}))
     return 0 if ok == "ok" else 1
