@@ -312,6 +312,48 @@ class OverlayDurabilityTest(DurCase):
         self.assertEqual(m2.unmount_clean(), 0)
         self.fsck(state)
 
+    def test_chain_base_compacted_while_read_and_written(self):
+        """Chunk 0 written over (a chain on its base); chunks 1-3, in the
+        same segment, rewritten whole: the segment is left a quarter live
+        and GC compacts it, moving the chain's base, while chunk 0 is read
+        and written. Then kill -9 (hot_dir kept): every byte is back, and
+        fsck agrees."""
+        hot, cold, state = self.make_state()
+        opts = self.opts(cold, state)  # min_spill_size=4M: the 4 chunks, one segment
+        m = self.cmount(hot, opts, "ovl-gc-a", hot_size="16M")
+        model = Model(m.path("f"), 4 * MiB, seed=9)
+        os.fsync(model.fd)
+        evict(model.path)
+        for i in range(20):
+            model.write(model.rnd.randrange(0, MiB // PAGE) * PAGE, model.rnd.randbytes(PAGE))
+        os.fsync(model.fd)
+        evict(model.path)
+        c0 = stats_of(m.mnt)["segments"]["compacted"]
+        for c in range(1, 4):
+            model.write(c * MiB, model.rnd.randbytes(MiB))
+        os.fsync(model.fd)
+        evict(model.path)
+        rounds = 0
+        while stats_of(m.mnt)["segments"]["compacted"] == c0:
+            rounds += 1
+            self.assertLess(rounds, 20000, "no compaction of the chain's base segment")
+            model.write(model.rnd.randrange(0, MiB // PAGE) * PAGE, model.rnd.randbytes(PAGE))
+            model.check(model.rnd.randrange(0, MiB - 9000), 9000, "round %d" % rounds)
+            if rounds % 50 == 0:
+                os.fsync(model.fd)
+                evict(model.path)
+        for i in range(50):
+            model.write(model.rnd.randrange(0, MiB // PAGE) * PAGE, model.rnd.randbytes(PAGE))
+        os.fsync(model.fd)
+        model.check_all("after the compaction")
+        os.close(model.fd)
+        m.kill9()
+        m2 = self.cmount(hot, opts, "ovl-gc-b", hot_size="16M")
+        with open(m2.path("f"), "rb") as f:
+            self.assertEqual(f.read(), bytes(model.ref), "after kill -9")
+        self.assertEqual(m2.unmount_clean(), 0)
+        self.fsck(state)
+
     def test_kill9_during_overlay_spills(self):
         self.run_crash(wipe_hot=False)
 
