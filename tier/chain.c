@@ -84,13 +84,7 @@ void chain_view_of(const struct inode *in, uint64_t c, struct chain_view *v)
 	v->ino = in->ino;
 	v->c = c;
 	v->base_seg = ch->seg_id;
-	v->base = (struct seg_entry){.ino = in->ino,
-				     .chunk = c,
-				     .gen = ch->seg_gen,
-				     .off = ch->seg_off,
-				     .len = ch->seg_len,
-				     .crc = ch->seg_crc,
-				     .flags = ch->seg_flags & CHUNK_LOC_MAP};
+	v->base = tier_chunk_entry(in, c);
 	v->k = ch->chain;
 }
 

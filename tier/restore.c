@@ -183,20 +183,6 @@ static void part_set(struct rst_part *p, uint32_t b0, uint32_t b1)
 		p->have[b / 64] |= 1ull << (b % 64);
 }
 
-/* The segment entry of chunk c's cold copy. in->lock held. */
-static struct seg_entry entry_of(const struct inode *in, uint64_t c)
-{
-	const struct chunk *ch = &in->chunks[c];
-
-	return (struct seg_entry){.ino = in->ino,
-				  .chunk = c,
-				  .gen = ch->seg_gen,
-				  .off = ch->seg_off,
-				  .len = ch->seg_len,
-				  .crc = ch->seg_crc,
-				  .flags = ch->seg_flags & CHUNK_LOC_MAP};
-}
-
 /*
  * Write all len bytes of buf at off into the hot file. Up to one ring piece
  * (the reader's blocks) a plain pwrite: the hot file is on tmpfs, whose
@@ -249,6 +235,33 @@ static int write_extents(int fd, uint64_t base, const struct seg_chunk *sc, uint
 	return ret;
 }
 
+/* The end of a whole-chunk restore of chunk c (in->lock held again): the
+ * chunk HOT_CLEAN and counted, or COLD; the hot file accounted and put,
+ * waiters woken, the room reserved given back. Returns ret. */
+static int restore_end_locked(struct tier *t, struct inode *in, uint64_t c, int ret,
+			      uint64_t t0, int tier, int64_t reserved)
+{
+	struct chunk *ch = &in->chunks[c];
+	if (ret == 0) {
+		ch->state = CHUNK_HOT_CLEAN;
+		if (ch->chain)
+			ch->chain->partial = 0;
+		ch->atime = (uint32_t)idx_tick(t->idx);
+		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&t->st.restore_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
+		hist_observe(&t->st.h_restore, clock_now_ns() - t0);
+		lhist_observe(&t->st.h_rst[tier], clock_now_ns() - t0);
+	} else {
+		ch->state = CHUNK_COLD;
+	}
+	hot_account_locked(t->hot, in);
+	hot_fd_put_locked(t->hot, in);
+	idx_inode_wake(in);
+	if (reserved > 0)
+		hot_unreserve(t->hot, (uint64_t)reserved);
+	return ret;
+}
+
 /* restore_chunk_locked of a chunk with a chain (tier/chain.c): the whole
  * chain, each block from the newest record that has it; blocks of zeros
  * stay holes. */
@@ -295,30 +308,15 @@ static int chain_restore_locked(struct tier *t, struct inode *in, uint64_t c)
 	if (ret == 0)
 		__atomic_add_fetch(&t->st.bytes_restored, clen, __ATOMIC_RELAXED);
 	idx_inode_lock(in);
-	if (ret == 0) {
-		struct chunk *ch = &in->chunks[c];
-		ch->state = CHUNK_HOT_CLEAN;
-		ch->chain->partial = 0;
-		ch->atime = (uint32_t)idx_tick(t->idx);
-		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&t->st.restore_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
-		hist_observe(&t->st.h_restore, clock_now_ns() - t0);
-		lhist_observe(&t->st.h_rst[tier], clock_now_ns() - t0);
-	} else {
+	if (ret < 0) {
 		/* nothing of it may be read from RAM: punch what landed */
 		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
 			  (off_t)t->chunk_size);
-		in->chunks[c].state = CHUNK_COLD;
 		log_err("restore: inode %llu chunk %llu (a chain of %u records): %s",
 			(unsigned long long)in->ino, (unsigned long long)c,
 			(unsigned)v.k->nrec + 1, strerror(-ret));
 	}
-	hot_account_locked(t->hot, in);
-	hot_fd_put_locked(t->hot, in);
-	idx_inode_wake(in);
-	if (reserved > 0)
-		hot_unreserve(t->hot, (uint64_t)reserved);
-	return ret;
+	return restore_end_locked(t, in, c, ret, t0, tier, reserved);
 }
 
 int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
@@ -326,7 +324,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	if (in->chunks[c].chain)
 		return chain_restore_locked(t, in, c);
 	struct chunk *ch = &in->chunks[c];
-	struct seg_entry e = entry_of(in, c);
+	struct seg_entry e = tier_chunk_entry(in, c);
 	uint64_t seg = ch->seg_id, off = c * t->chunk_size, t0 = clock_now_ns();
 	/* room: a plain record is its bytes from offset 0; a mapped one may
 	 * spread anywhere in the chunk (only its extents get written) */
@@ -356,26 +354,11 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 		__atomic_add_fetch(&t->st.bytes_restored, sc.data_len, __ATOMIC_RELAXED);
 	seg_chunk_free(&sc);
 	idx_inode_lock(in);
-	ch = &in->chunks[c]; /* the map may have grown (moved) meanwhile */
-	if (ret == 0) {
-		ch->state = CHUNK_HOT_CLEAN;
-		ch->atime = idx_tick(t->idx);
-		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&t->st.restore_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
-		hist_observe(&t->st.h_restore, clock_now_ns() - t0);
-		lhist_observe(&t->st.h_rst[tier], clock_now_ns() - t0);
-	} else {
-		ch->state = CHUNK_COLD;
+	if (ret < 0)
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
 			(unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)seg,
 			strerror(-ret));
-	}
-	hot_account_locked(t->hot, in);
-	hot_fd_put_locked(t->hot, in);
-	idx_inode_wake(in);
-	if (reserved > 0)
-		hot_unreserve(t->hot, (uint64_t)reserved);
-	return ret;
+	return restore_end_locked(t, in, c, ret, t0, tier, reserved);
 }
 
 /* When the reader's bytes [rlo, rhi) of the chunk lie inside one data extent
@@ -403,7 +386,7 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 			     uint32_t b0, uint32_t b1, uint64_t rlo, uint64_t rhi,
 			     const void **mem)
 {
-	struct seg_entry e = entry_of(in, c);
+	struct seg_entry e = tier_chunk_entry(in, c);
 	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	uint64_t lo = (uint64_t)b0 * SEG_BLOCK, hi = (uint64_t)(b1 + 1) * SEG_BLOCK;
@@ -472,7 +455,7 @@ out_cold:
 static int read_cold_copy_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
 				 uint64_t hi, const void **mem, void **buf, int *tier)
 {
-	struct seg_entry e = entry_of(in, c);
+	struct seg_entry e = tier_chunk_entry(in, c);
 	uint64_t seg = in->chunks[c].seg_id;
 	struct seg_chunk sc;
 	int ret;
@@ -711,7 +694,7 @@ static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_pa
  * p is gone afterwards. 0 or -errno. */
 static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p)
 {
-	struct seg_entry e = entry_of(in, c);
+	struct seg_entry e = tier_chunk_entry(in, c);
 	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	int fd = in->hot_fd, ret;

@@ -351,6 +351,20 @@ static inline uint32_t tier_chunk_len(const struct tier *t, uint64_t size, uint6
 	return (uint32_t)(size - start < t->chunk_size ? size - start : t->chunk_size);
 }
 
+/* The segment entry of chunk c's cold copy (its base, when it has a
+ * chain). in->lock held. */
+static inline struct seg_entry tier_chunk_entry(const struct inode *in, uint64_t c)
+{
+	const struct chunk *ch = &in->chunks[c];
+	return (struct seg_entry){.ino = in->ino,
+				  .chunk = c,
+				  .gen = ch->seg_gen,
+				  .off = ch->seg_off,
+				  .len = ch->seg_len,
+				  .crc = ch->seg_crc,
+				  .flags = ch->seg_flags & CHUNK_LOC_MAP};
+}
+
 /* Chunk range of [off, off+len). */
 static inline void tier_chunk_range(const struct tier *t, uint64_t off, uint64_t len,
 				    uint64_t *first, uint64_t *last)

@@ -248,6 +248,10 @@ class TestDirect(FaultinCase):
         # the kernel retries a failed read once: one or two crc errors
         self.assertIn(s1["errors"]["crc"] - s0["errors"]["crc"], (1, 2), s1)
         self.assertEqual(s1["partial_restores"] - s0["partial_restores"], 0, s1)
+        # chunk 0's rest comes in after its reader's reply, on that request's
+        # thread: on a loaded machine it may still be under way here
+        harness.wait_until(lambda: self.state(p)["restoring"] == 0, 30,
+                           "chunk 0's restore to finish")
         st = self.state(p)
         self.assertEqual((st["cold"], st["restoring"]), (1, 0), st)  # chunk 1 stays cold
 
