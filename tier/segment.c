@@ -216,7 +216,26 @@ int seg_footer_decode(const uint8_t *footer, uint32_t footer_len, uint64_t seg_l
 
 /* ---- writer ---- */
 
+/*
+ * Where the last SEEK_HOLE of a hot file found its hole. On tmpfs,
+ * SEEK_HOLE walks every page from its start to the first hole, which in a
+ * file all data is EOF: asked afresh for every chunk, spilling a file cost
+ * O(file) per chunk, O(file^2) in all (a 256 MiB file: a third of the
+ * spill's CPU). The writer remembers that [d, h) was data and answers a
+ * later chunk inside it from that. A stale answer can only call data what
+ * became a hole since (a punch, a truncate and regrowth): its bytes are
+ * read as zeros, what the hole holds; a hole is never taken from here
+ * (SEEK_DATA, which skips holes cheaply, is always asked past h, and
+ * data found right at h extends the extent before it).
+ */
+struct hole_cache {
+	dev_t dev;
+	ino_t ino;
+	uint64_t d, h; /* [d, h) was data; valid when h > d */
+};
+
 struct seg_writer {
+	struct hole_cache hc;
 	struct store *st;
 	struct store_put *put;
 	uint64_t seg_id;
@@ -596,7 +615,8 @@ static uint32_t extents_merge(struct seg_extent *x, uint32_t n)
  * The data extents of [base, base + len) of fd, relative to base. *out is
  * malloc'ed (caller frees). -ENODATA when fd is shorter than base + len.
  */
-static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **out, uint32_t *n)
+static int fd_extents(int fd, uint64_t base, uint32_t len, struct hole_cache *hc,
+		      struct seg_extent **out, uint32_t *n)
 {
 	uint64_t pos = base, end = base + len;
 	struct seg_extent *x = NULL;
@@ -608,6 +628,8 @@ static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **o
 		return -errno;
 	if ((uint64_t)sb.st_size < end)
 		return -ENODATA;
+	if (hc->dev != sb.st_dev || hc->ino != sb.st_ino)
+		*hc = (struct hole_cache){.dev = sb.st_dev, .ino = sb.st_ino};
 	while (pos < end) {
 		off_t d = lseek(fd, (off_t)pos, SEEK_DATA), h;
 
@@ -621,13 +643,24 @@ static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **o
 			goto err;
 		} else if ((uint64_t)d >= end) {
 			break;
+		} else if ((uint64_t)d >= hc->d && (uint64_t)d < hc->h) {
+			h = (off_t)hc->h; /* inside the data the last SEEK_HOLE walked */
 		} else if ((h = lseek(fd, d, SEEK_HOLE)) < 0) {
 			/* ENXIO: d is past EOF now, the file was cut since the fstat */
 			ret = errno == ENXIO ? -ENODATA : -errno;
 			goto err;
+		} else if (h > d) {
+			hc->d = (uint64_t)d;
+			hc->h = (uint64_t)h;
 		}
 		if ((uint64_t)h > end || h <= d)
 			h = (off_t)end;
+		if (k > 0 && x[k - 1].off + x[k - 1].len == (uint64_t)d - base) {
+			/* the cache's hole was filled since: one extent, as a fresh walk */
+			x[k - 1].len += (uint32_t)((uint64_t)h - (uint64_t)d);
+			pos = (uint64_t)h;
+			continue;
+		}
 		if (k == cap) {
 			uint32_t ncap = cap ? cap * 2 : 8;
 			struct seg_extent *nx = realloc(x, ncap * sizeof(*nx));
@@ -662,7 +695,7 @@ int seg_writer_add_fd(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64
 		return w->err;
 	if (len == 0 || len > SEG_MAX_CHUNK_LEN)
 		return -EINVAL;
-	ret = fd_extents(fd, fd_off, len, &x, &n);
+	ret = fd_extents(fd, fd_off, len, &w->hc, &x, &n);
 	if (ret == 0)
 		ret = w_record(w, ino, chunk, gen, len, x, n, NULL, fd, fd_off, entry_out);
 	free(x);
