@@ -15,10 +15,12 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "tier/segment.h"
+#include "tier/segment_i.h"
 #include "tier/store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -939,6 +941,185 @@ static void test_v1_fixture(void **state)
 	free(buf);
 }
 
+/* ---- add_fd from a tmpfs hot file: the read on the calling thread ---- */
+
+/* A hot file in /dev/shm (tmpfs, as the hot tier), unlinked. */
+static int shm_file(void)
+{
+	char tmpl[] = "/dev/shm/spw-seg-hot-XXXXXX";
+	int fd = mkstemp(tmpl);
+
+	assert_true(fd >= 0);
+	unlink(tmpl);
+	return fd;
+}
+
+/*
+ * The SEEK_HOLE cache: chunks of the same file spilled one after another.
+ * A hole punched after the walk reads back as zeros (the cache called it
+ * data: its bytes are the hole's zeros); a hole the walk saw and a write
+ * filled since is read as the data written (never taken as a hole); two
+ * files interleaved keep their own walks.
+ */
+static void test_add_fd_hole_cache(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t chunk = 1u << 20;
+	uint8_t *want = calloc(1, 3 * chunk), *want2 = calloc(1, 3 * chunk), *buf = malloc(chunk);
+	struct seg_entry e[6];
+	struct seg_chunk sc;
+	struct seg_writer *w;
+	uint64_t seg_len;
+	uint32_t dev;
+	int a = shm_file(), b = shm_file();
+
+	assert_non_null(want);
+	assert_non_null(want2);
+	assert_non_null(buf);
+	/* a: all data; b: all data but a 64 KiB hole in chunk 1 */
+	fill_pattern(want, 3 * chunk, 60);
+	assert_int_equal(pwrite(a, want, 3 * chunk, 0), (ssize_t)(3 * chunk));
+	fill_pattern(want2, 3 * chunk, 61);
+	memset(want2 + chunk + 65536, 0, 65536);
+	assert_int_equal(pwrite(b, want2, chunk + 65536, 0), (ssize_t)(chunk + 65536));
+	assert_int_equal(pwrite(b, want2 + chunk + 131072, 2 * chunk - 131072, chunk + 131072),
+			 (ssize_t)(2 * chunk - 131072));
+
+	assert_int_equal(seg_writer_new(f->st, uuid, 70, 0, &w), 0);
+	assert_int_equal(seg_writer_add_fd(w, 1, 0, 1, a, 0, chunk, &e[0]), 0); /* walks a to EOF */
+	assert_int_equal(seg_writer_add_fd(w, 2, 0, 1, b, 0, chunk, &e[1]), 0); /* b to its hole */
+	/* after the walks: a punch in a's chunk 1, a write into b's hole */
+	assert_int_equal(fallocate(a, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, chunk + 8192,
+				   16384), 0);
+	memset(want + chunk + 8192, 0, 16384);
+	fill_pattern(want2 + chunk + 65536, 65536, 62);
+	assert_int_equal(pwrite(b, want2 + chunk + 65536, 65536, chunk + 65536), 65536);
+	assert_int_equal(seg_writer_add_fd(w, 1, 1, 1, a, chunk, chunk, &e[2]), 0);
+	assert_int_equal(seg_writer_add_fd(w, 2, 1, 1, b, chunk, chunk, &e[3]), 0);
+	assert_int_equal(seg_writer_add_fd(w, 1, 2, 1, a, 2 * chunk, chunk, &e[4]), 0);
+	assert_int_equal(seg_writer_add_fd(w, 2, 2, 1, b, 2 * chunk, chunk, &e[5]), 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(verify(f, 70, dev, seg_len), 0);
+	for (int i = 0; i < 6; i++) {
+		const uint8_t *src = (i % 2 ? want2 : want) + (uint64_t)(i / 2) * chunk;
+
+		assert_int_equal(read_whole(f, 70, dev, &e[i], buf, chunk), 0);
+		assert_memory_equal(buf, src, chunk);
+		assert_int_equal(seg_read_chunk(f->st, 70, dev, &e[i], &sc), 0);
+		assert_int_equal(sc.next, 1); /* one extent each: the filled hole joined */
+		assert_int_equal(sc.ext[0].off, 0);
+		assert_int_equal(sc.ext[0].len, chunk);
+		seg_chunk_free(&sc);
+	}
+	/* a fresh walk after the cache saw the file: a hole is a hole */
+	assert_int_equal(fallocate(b, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 2 * chunk, 65536),
+			 0);
+	memset(want2 + 2 * chunk, 0, 65536);
+	assert_int_equal(seg_writer_new(f->st, uuid, 71, 0, &w), 0);
+	assert_int_equal(seg_writer_add_fd(w, 2, 2, 1, b, 2 * chunk, chunk, &e[0]), 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(seg_read_chunk(f->st, 71, dev, &e[0], &sc), 0);
+	assert_int_equal(sc.next, 1);
+	assert_int_equal(sc.ext[0].off, 65536);
+	seg_chunk_free(&sc);
+	assert_int_equal(read_whole(f, 71, dev, &e[0], buf, chunk), 0);
+	assert_memory_equal(buf, want2 + 2 * chunk, chunk);
+	close(a);
+	close(b);
+	free(want);
+	free(want2);
+	free(buf);
+}
+
+static off_t cut_to = -1;
+
+static void cut_hook(int fd)
+{
+	if (cut_to >= 0)
+		assert_int_equal(ftruncate(fd, cut_to), 0);
+}
+
+/*
+ * A chunk truncated while it is spilled (after its extents were found,
+ * before its bytes are read): -ENODATA, nothing recorded, the process alive
+ * (a read, not a mapping: no SIGBUS), and the writer goes on.
+ */
+static void test_add_fd_truncated_during(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t chunk = 1u << 20;
+	uint8_t *data = malloc(2 * chunk), *buf = malloc(chunk);
+	struct seg_entry e;
+	struct seg_writer *w;
+	uint64_t seg_len;
+	uint32_t dev;
+	int hot = shm_file();
+
+	assert_non_null(data);
+	assert_non_null(buf);
+	fill_pattern(data, 2 * chunk, 63);
+	assert_int_equal(pwrite(hot, data, 2 * chunk, 0), (ssize_t)(2 * chunk));
+	assert_int_equal(seg_writer_new(f->st, uuid, 72, 0, &w), 0);
+	seg_test_add_fd_hook = cut_hook;
+	cut_to = chunk + 300000; /* chunk 1 cut in its middle */
+	assert_int_equal(seg_writer_add_fd(w, 1, 1, 1, hot, chunk, chunk, NULL), -ENODATA);
+	cut_to = 0; /* all of it */
+	assert_int_equal(pwrite(hot, data, 2 * chunk, 0), (ssize_t)(2 * chunk));
+	assert_int_equal(seg_writer_add_fd(w, 1, 0, 1, hot, 0, chunk, NULL), -ENODATA);
+	cut_to = -1;
+	seg_test_add_fd_hook = NULL;
+	assert_int_equal(seg_writer_count(w), 0);
+	/* the writer goes on: the file written again, chunk 0 spilled */
+	assert_int_equal(pwrite(hot, data, 2 * chunk, 0), (ssize_t)(2 * chunk));
+	assert_int_equal(seg_writer_add_fd(w, 1, 0, 2, hot, 0, chunk, &e), 0);
+	assert_int_equal(seg_writer_count(w), 1);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(verify(f, 72, dev, seg_len), 0);
+	assert_int_equal(read_whole(f, 72, dev, &e, buf, chunk), 0);
+	assert_memory_equal(buf, data, chunk);
+	close(hot);
+	free(data);
+	free(buf);
+}
+
+/* A byte flipped on the disk in a chunk spilled from a tmpfs file: EIO
+ * (-EBADMSG) for its block only, the blocks around it read right. */
+static void test_add_fd_flipped_block(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t chunk = 1u << 20;
+	uint8_t *data = malloc(2 * chunk), *got = malloc(3 * SEG_BLOCK);
+	struct seg_entry e[2];
+	struct seg_writer *w;
+	uint64_t seg_len;
+	uint32_t dev;
+	int hot = shm_file();
+
+	assert_non_null(data);
+	assert_non_null(got);
+	fill_pattern(data, 2 * chunk, 64);
+	assert_int_equal(pwrite(hot, data, 2 * chunk, 0), (ssize_t)(2 * chunk));
+	assert_int_equal(seg_writer_new(f->st, uuid, 73, 0, &w), 0);
+	assert_int_equal(seg_writer_add_fd(w, 1, 0, 1, hot, 0, chunk, &e[0]), 0);
+	/* the second record starts off a 4 KiB boundary (packed records) */
+	assert_int_equal(seg_writer_add_fd(w, 1, 1, 1, hot, chunk, chunk, &e[1]), 0);
+	assert_true(e[1].off % SEG_ALIGN != 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(verify(f, 73, dev, seg_len), 0);
+	flip_byte(f, 73, e[1].off + 5 * SEG_BLOCK + 77);
+	spw_log_level = LOG_CRIT;
+	assert_int_equal(seg_read_range(f->st, 73, dev, &e[1], 5 * SEG_BLOCK, 100, got), -EBADMSG);
+	assert_int_equal(seg_read_range(f->st, 73, dev, &e[1], 4 * SEG_BLOCK, 3 * SEG_BLOCK, got),
+			 -EBADMSG);
+	spw_log_level = LOG_INFO;
+	check_range(f, 73, dev, &e[1], data + chunk, chunk, 4 * SEG_BLOCK, SEG_BLOCK);
+	check_range(f, 73, dev, &e[1], data + chunk, chunk, 6 * SEG_BLOCK, 10 * SEG_BLOCK);
+	check_range(f, 73, dev, &e[0], data, chunk, 0, chunk);
+	close(hot);
+	free(data);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -961,6 +1142,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_v2_read_part, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v2_map_cache, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v1_fixture, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_add_fd_hole_cache, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_add_fd_truncated_during, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_add_fd_flipped_block, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
