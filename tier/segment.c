@@ -3,7 +3,9 @@
  * cache and the I/O buffers both sides use. The readers are segment_read.c.
  *
  * DESIGN
- * The writer keeps one SEG_STAGE_SIZE aligned staging buffer. Everything the
+ * The writer stages into one aligned buffer: its own SEG_STAGE_SIZE one, or,
+ * when the store lends one (put_window: S3's part buffer), the store's, so
+ * that the append copies nothing. Everything the
  * segment contains (header, records, padding, footer) is emitted into it in
  * order, and each time it fills up it is handed to store_put_append(), so
  * every append is aligned and a multiple of 4 KiB. Segment position =
@@ -259,7 +261,9 @@ struct seg_writer {
 	struct store *st;
 	struct store_put *put;
 	uint64_t seg_id;
-	uint8_t *stage;	  /* SEG_STAGE_SIZE bytes, aligned */
+	uint8_t *stage;	  /* stage_cap bytes, aligned: own, or the store's window; NULL: none yet */
+	size_t stage_cap;
+	uint8_t *own;	  /* SEG_STAGE_SIZE bytes, when the store lends no window */
 	size_t fill;	  /* bytes staged */
 	uint64_t flushed; /* bytes appended to the put */
 	struct seg_entry *ent;
@@ -272,12 +276,54 @@ static uint64_t w_pos(const struct seg_writer *w)
 	return w->flushed + w->fill;
 }
 
+/*
+ * Room to stage into. A store that lends its own buffer (put_window: S3's
+ * part buffer) gets the bytes written there, so its append copies nothing;
+ * otherwise (nvme, whose O_DIRECT writes take any aligned memory) the
+ * writer's own SEG_STAGE_SIZE buffer. A window is taken only when there is
+ * something to stage: a segment that fills its last part exactly does not
+ * start another.
+ */
+static int w_flush(struct seg_writer *w, int force);
+
+static int w_room(struct seg_writer *w)
+{
+	void *buf;
+	size_t len;
+	int ret;
+
+	if (w->stage && w->fill < w->stage_cap)
+		return 0;
+	if (w->fill && (ret = w_flush(w, 1)) < 0) /* full: never left so, but never spin */
+		return ret;
+	if (w->own) {
+		w->stage = w->own;
+		w->stage_cap = SEG_STAGE_SIZE;
+		return 0;
+	}
+	ret = store_put_window(w->put, &buf, &len);
+	if (ret == -EOPNOTSUPP) {
+		w->own = seg_buf_alloc(SEG_STAGE_SIZE);
+		if (!w->own)
+			ret = -ENOMEM;
+		else
+			return w_room(w);
+	}
+	if (ret < 0) {
+		w->err = ret;
+		return ret;
+	}
+	w->stage = buf;
+	w->stage_cap = len;
+	return 0;
+}
+
 /* Append the staged bytes if the stage is full (or force, for the last blocks). */
 static int w_flush(struct seg_writer *w, int force)
 {
 	int ret;
 
-	if (w->fill == 0 || (!force && w->fill < SEG_STAGE_SIZE))
+	if (w->fill == 0 || (!force && w->fill < w->stage_cap))
 		return 0;
 	ret = store_put_append(w->put, w->stage, w->fill);
 	if (ret < 0) {
@@ -286,6 +332,8 @@ static int w_flush(struct seg_writer *w, int force)
 	}
 	w->flushed += w->fill;
 	w->fill = 0;
+	if (!w->own)
+		w->stage = NULL; /* the next window: after this append */
 	return 0;
 }
 
@@ -295,8 +343,12 @@ static int w_emit(struct seg_writer *w, const void *data, size_t n)
 	const uint8_t *src = data;
 
 	while (n > 0) {
-		size_t k = SEG_STAGE_SIZE - w->fill;
-		int ret;
+		size_t k;
+		int ret = w_room(w);
+
+		if (ret < 0)
+			return ret;
+		k = w->stage_cap - w->fill;
 
 		if (k > n)
 			k = n;
@@ -324,23 +376,29 @@ int seg_writer_new(struct store *st, const uint8_t uuid[16], uint64_t seg_id, ui
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	w->stage = seg_buf_alloc(SEG_STAGE_SIZE);
-	if (!w->stage) {
-		ret = -ENOMEM;
-		goto err_free;
-	}
 	w->st = st;
 	w->seg_id = seg_id;
+	if (!st->ops->put_window) {
+		w->own = seg_buf_alloc(SEG_STAGE_SIZE);
+		if (!w->own) {
+			free(w);
+			return -ENOMEM;
+		}
+	}
 	ret = store_put_begin(st, seg_id, size_hint, &w->put);
 	if (ret < 0)
-		goto err_stage;
-	seg_header_encode(w->stage, uuid, seg_id);
+		goto err;
+	ret = w_room(w);
+	if (ret < 0) {
+		store_put_abort(w->put);
+		goto err;
+	}
+	seg_header_encode(w->stage, uuid, seg_id); /* a window is at least 4 KiB */
 	w->fill = SEG_HDR_SIZE;
 	*out = w;
 	return 0;
-err_stage:
-	seg_buf_free(w->stage);
-err_free:
+err:
+	seg_buf_free(w->own);
 	free(w);
 	return ret;
 }
@@ -436,11 +494,15 @@ static int w_stream_fd(struct seg_writer *w, int fd, uint64_t fd_off, uint32_t l
 		       struct blk_crcs *b)
 {
 	while (len > 0) {
-		size_t k = SEG_STAGE_SIZE - w->fill;
-		uint8_t *dst = w->stage + w->fill;
+		size_t k;
+		uint8_t *dst;
 		ssize_t got;
-		int ret;
+		int ret = w_room(w);
 
+		if (ret < 0)
+			return ret;
+		k = w->stage_cap - w->fill;
+		dst = w->stage + w->fill;
 		if (k > len)
 			k = len;
 		if (k > SRC_PIECE)
@@ -468,9 +530,12 @@ static int w_stream_fd(struct seg_writer *w, int fd, uint64_t fd_off, uint32_t l
 static int w_stream(struct seg_writer *w, const uint8_t *data, uint32_t len, struct blk_crcs *b)
 {
 	while (len > 0) {
-		size_t k = SEG_STAGE_SIZE - w->fill;
-		int ret;
+		size_t k;
+		int ret = w_room(w);
 
+		if (ret < 0)
+			return ret;
+		k = w->stage_cap - w->fill;
 		if (k > len)
 			k = len;
 		memcpy(w->stage + w->fill, data, k);
@@ -808,7 +873,7 @@ uint64_t seg_v2_len(const uint32_t *rec_len, uint32_t n)
 
 static void w_free(struct seg_writer *w)
 {
-	seg_buf_free(w->stage);
+	seg_buf_free(w->own);
 	free(w->ent);
 	free(w);
 }

@@ -1120,6 +1120,169 @@ static void test_add_fd_flipped_block(void **state)
 	free(got);
 }
 
+/* ---- a store that lends its buffer (put_window, as S3's part buffers) ---- */
+
+#define MEM_PART ((1u << 20) + 8192) /* windows end off any record boundary */
+
+struct mem_put {
+	struct store_put base;
+	uint8_t *data;
+	size_t len, cap;
+};
+
+static struct {
+	uint8_t *seg; /* the last segment finished */
+	size_t seg_len;
+	unsigned windows, copies; /* appends from a window / copied */
+} mem;
+
+static int mem_begin(struct store *st, uint64_t id, uint64_t hint, struct store_put **out)
+{
+	struct mem_put *p = calloc(1, sizeof(*p));
+
+	assert_non_null(p);
+	p->base.st = st;
+	p->cap = 64u << 20;
+	assert_int_equal(posix_memalign((void **)&p->data, 4096, p->cap), 0);
+	*out = &p->base;
+	return 0;
+}
+
+static int mem_window(struct store_put *put, void **buf, size_t *len)
+{
+	struct mem_put *p = (struct mem_put *)put;
+
+	assert_true(p->len % 4096 == 0);
+	*buf = p->data + p->len;
+	*len = MEM_PART - p->len % MEM_PART;
+	return 0;
+}
+
+static int mem_append(struct store_put *put, const void *buf, size_t len)
+{
+	struct mem_put *p = (struct mem_put *)put;
+
+	assert_true(len % 4096 == 0 && (uintptr_t)buf % 4096 == 0);
+	assert_true(p->len + len <= p->cap);
+	if (buf == p->data + p->len) {
+		assert_true(len <= MEM_PART - p->len % MEM_PART); /* inside its window */
+		mem.windows++;
+	} else {
+		memcpy(p->data + p->len, buf, len);
+		mem.copies++;
+	}
+	p->len += len;
+	return 0;
+}
+
+static int mem_finish(struct store_put *put, uint32_t *dev)
+{
+	struct mem_put *p = (struct mem_put *)put;
+
+	free(mem.seg);
+	mem.seg = p->data;
+	mem.seg_len = p->len;
+	*dev = 0;
+	free(p);
+	return 0;
+}
+
+static void mem_abort(struct store_put *put)
+{
+	struct mem_put *p = (struct mem_put *)put;
+
+	free(p->data);
+	free(p);
+}
+
+static int mem_read(struct store *st, uint64_t id, uint32_t dev, uint64_t off, void *buf,
+		    size_t len)
+{
+	if (off + len > mem.seg_len)
+		return -EIO;
+	memcpy(buf, mem.seg + off, len);
+	return 0;
+}
+
+static const struct store_ops mem_ops = {
+    .name = "mem",
+    .put_begin = mem_begin,
+    .put_append = mem_append,
+    .put_window = mem_window,
+    .put_finish = mem_finish,
+    .put_abort = mem_abort,
+    .read = mem_read,
+};
+
+/*
+ * The writer stages straight into a store's window: no append copies, and
+ * the segment is byte for byte the one the nvme store (the writer's own
+ * stage) gets from the same chunks: sparse, dense, small, across windows.
+ */
+static void test_window_store_same_bytes(void **state)
+{
+	struct fx *f = *state;
+	struct store mst = {.ops = &mem_ops};
+	const uint32_t chunk = 1u << 20;
+	uint8_t *data = malloc(5 * chunk), *disk = NULL, *buf = malloc(chunk);
+	struct seg_entry e[6], e2[6];
+	struct seg_writer *w;
+	uint64_t seg_len, seg_len2;
+	uint32_t dev;
+	char path[128];
+	int hot = shm_file(), fd;
+
+	assert_non_null(data);
+	assert_non_null(buf);
+	fill_pattern(data, 5 * chunk, 65);
+	assert_int_equal(pwrite(hot, data, 5 * chunk, 0), (ssize_t)(5 * chunk));
+	/* chunk 1 sparse */
+	assert_int_equal(fallocate(hot, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, chunk + 4096,
+				   3 * 65536), 0);
+	memset(data + chunk + 4096, 0, 3 * 65536);
+	for (int pass = 0; pass < 2; pass++) {
+		struct store *st = pass ? f->st : &mst;
+		struct seg_entry *ee = pass ? e2 : e;
+
+		assert_int_equal(seg_writer_new(st, uuid, 80, 0, &w), 0);
+		for (int c = 0; c < 5; c++)
+			assert_int_equal(seg_writer_add_fd(w, 3, c, 1, hot, (uint64_t)c * chunk, chunk,
+							   &ee[c]), 0);
+		assert_int_equal(seg_writer_add(w, 4, 0, 1, data + 7, 3000, &ee[5]), 0);
+		assert_int_equal(seg_writer_finish(w, &dev, pass ? &seg_len2 : &seg_len), 0);
+	}
+	assert_true(mem.windows >= 5); /* 5 MiB and more through windows of 1 MiB + 8 KiB */
+	assert_int_equal(mem.copies, 0);
+	assert_int_equal(seg_len, seg_len2);
+	assert_int_equal(mem.seg_len, seg_len);
+	seg_path(f, 80, path, sizeof(path));
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	disk = malloc(seg_len);
+	assert_non_null(disk);
+	assert_int_equal(pread(fd, disk, seg_len, 0), (ssize_t)seg_len);
+	close(fd);
+	assert_memory_equal(disk, mem.seg, seg_len);
+	assert_memory_equal(e, e2, sizeof(e));
+	for (int c = 0; c < 5; c++) {
+		assert_int_equal(read_whole(f, 80, 0, &e[c], buf, chunk), 0);
+		assert_memory_equal(buf, data + (uint64_t)c * chunk, chunk);
+	}
+	{ /* and read back from the window store itself */
+		struct seg_chunk sc;
+
+		seg_map_cache_drop();
+		assert_int_equal(seg_read_chunk(&mst, 80, 0, &e[1], &sc), 0);
+		seg_chunk_free(&sc);
+	}
+	close(hot);
+	free(disk);
+	free(data);
+	free(buf);
+	free(mem.seg);
+	mem.seg = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1145,6 +1308,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_add_fd_hole_cache, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_add_fd_truncated_during, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_add_fd_flipped_block, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_window_store_same_bytes, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
