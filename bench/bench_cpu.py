@@ -20,7 +20,8 @@ usr_cpu + sys_cpu times its runtime: fio's start-up is left out):
   spill    fio write bs=1M O_DIRECT io_uring iodepth=8 of the same bytes
            into the cold directory (a spill that costs nothing but the
            write itself); with --s3: `aws s3 cp` of a file of the same
-           bytes from the tmpfs up to the same server (its CPU: rusage);
+           bytes from the tmpfs up to the same server (its CPU: rusage,
+           less that of the same cp of a 4 KiB object: its start-up);
   read     fio read bs=1M O_DIRECT io_uring iodepth=8 of that file (the
            cold read without a FUSE hop); with --s3: `aws s3 cp` down
            into the tmpfs.
@@ -205,11 +206,28 @@ def fio(args, perfdir=None, name=None):
 
 
 def aws(args, s3):
+    """CPU of `aws s3 ARGS` less that of the same command on a 4 KiB object
+    (the CLI's start-up, ~1 CPU-s, which a 1 GiB copy would otherwise carry)."""
     env = dict(os.environ, AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER",
                AWS_DEFAULT_REGION="us-east-1")
-    u, s = run_child(["aws", "--endpoint-url", s3.endpoint, "s3"] + args, env=env,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return u + s
+
+    def cpu(a):
+        u, s = run_child(["aws", "--endpoint-url", s3.endpoint, "s3"] + a, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return u + s
+
+    tiny = "/dev/shm/bcpu-tiny-%d" % os.getpid()
+    if args[1].startswith("s3://"):  # down: the same for a tiny object
+        with open(tiny, "wb") as f:
+            f.write(b"x" * 4096)
+        cpu(["cp", tiny, "s3://%s/tiny" % BUCKET])
+        base = cpu(["cp", "s3://%s/tiny" % BUCKET, tiny])
+    else:
+        with open(tiny, "wb") as f:
+            f.write(b"x" * 4096)
+        base = cpu(["cp", tiny, "s3://%s/tiny" % BUCKET])
+    os.unlink(tiny)
+    return max(0.0, cpu(args) - base)
 
 
 def one_run(a, m, src, digest, srv, perfdir):
@@ -340,7 +358,7 @@ def main():
             srv.close()
         if os.path.exists(src):
             os.unlink(src)
-    other = "aws cli" if a.s3 else "fio"
+    other = "fio (write) / aws cli less its start-up" if a.s3 else "fio"
     print("CPU seconds per GiB, %s in %d files, cold tier %s, median of %d run(s)" % (
         "%d MiB" % (a.size // MiB), a.files, "s3rver" if a.s3 else a.cold, len(runs)))
     print("| step | daemon (user + sys) | client | %s, same I/O |" % other)
