@@ -128,8 +128,8 @@ class S3rver:
 
 
 class Mount:
-    def __init__(self, binary, cold_root, opts, s3=None):
-        self.hot = tempfile.mkdtemp(prefix="bcpu-hot-", dir="/dev/shm")
+    def __init__(self, binary, cold_root, opts, s3=None, hot_root="/dev/shm"):
+        self.hot = tempfile.mkdtemp(prefix="bcpu-hot-", dir=hot_root)
         self.cold = tempfile.mkdtemp(prefix="bcpu-cold-", dir=cold_root)
         self.mnt = tempfile.mkdtemp(prefix="bcpu-mnt-")
         self.log = tempfile.mktemp(prefix="bcpu-log-")
@@ -322,6 +322,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cold", default="/var/tmp", help="filesystem of the cold directory")
     ap.add_argument("--opts", default="", help="extra mount options")
+    ap.add_argument("--hot-root", default="/dev/shm",
+                    help="tmpfs for the hot tier (and fio's write), e.g. one mounted huge=within_size")
     ap.add_argument("--s3", action="store_true", help="s3rver as the only cold tier, aws cli beside")
     ap.add_argument("--perf", default=None, help="record perf -g of the last run into this dir")
     ap.add_argument("--json", action="store_true")
@@ -336,7 +338,7 @@ def main():
         digest = make_source(src, a.size)
         if a.s3:
             srv = S3rver("/dev/shm")
-        m = Mount(binary, a.cold, a.opts, srv)
+        m = Mount(binary, a.cold, a.opts, srv, a.hot_root)
         total = a.reps + (1 if a.reps > 1 else 0)
         for r in range(total):
             last = r == total - 1
