@@ -3,7 +3,9 @@
  * cache and the I/O buffers both sides use. The readers are segment_read.c.
  *
  * DESIGN
- * The writer keeps one SEG_STAGE_SIZE aligned staging buffer. Everything the
+ * The writer stages into one aligned buffer: its own SEG_STAGE_SIZE one, or,
+ * when the store lends one (put_window: S3's part buffer), the store's, so
+ * that the append copies nothing. Everything the
  * segment contains (header, records, padding, footer) is emitted into it in
  * order, and each time it fills up it is handed to store_put_append(), so
  * every append is aligned and a multiple of 4 KiB. Segment position =
@@ -29,7 +31,6 @@
 #include "common/crc32c.h"
 #include "common/le.h"
 #include "common/log.h"
-#include "common/uring.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -216,11 +217,53 @@ int seg_footer_decode(const uint8_t *footer, uint32_t footer_len, uint64_t seg_l
 
 /* ---- writer ---- */
 
+/*
+ * Where the last SEEK_HOLE of a hot file found its hole. On tmpfs,
+ * SEEK_HOLE walks every page from its start to the first hole, which in a
+ * file all data is EOF: asked afresh for every chunk, spilling a file cost
+ * O(file) per chunk, O(file^2) in all (a 256 MiB file: a third of the
+ * spill's CPU; a 1 GiB file: 2.2 of the writer's 2.8 CPU-s/GiB). Each
+ * thread remembers, for the last HOLE_CACHE files it spilled, that [d, h)
+ * was data, and answers a later chunk inside it from that (segments of the
+ * same file are written one after another by the same spill worker). A
+ * stale answer can only call data what became a hole since (a punch, a
+ * truncate and regrowth, the inode number of a deleted file reused): its
+ * bytes are read (pread: no page is allocated) as zeros, what the hole
+ * holds; a hole is never taken from here (SEEK_DATA, which skips holes
+ * cheaply, is always asked past h, and data found right at h extends the
+ * extent before it).
+ */
+#define HOLE_CACHE 8
+
+struct hole_cache {
+	dev_t dev;
+	ino_t ino;
+	uint64_t d, h; /* [d, h) was data; valid when h > d */
+};
+
+static _Thread_local struct hole_cache hole_cache[HOLE_CACHE];
+static _Thread_local unsigned hole_cache_next;
+
+/* This thread's entry for (dev, ino): its own, or the oldest one, emptied. */
+static struct hole_cache *hole_cache_of(dev_t dev, ino_t ino)
+{
+	struct hole_cache *hc;
+
+	for (unsigned i = 0; i < HOLE_CACHE; i++)
+		if (hole_cache[i].ino == ino && hole_cache[i].dev == dev)
+			return &hole_cache[i];
+	hc = &hole_cache[hole_cache_next++ % HOLE_CACHE];
+	*hc = (struct hole_cache){.dev = dev, .ino = ino};
+	return hc;
+}
+
 struct seg_writer {
 	struct store *st;
 	struct store_put *put;
 	uint64_t seg_id;
-	uint8_t *stage;	  /* SEG_STAGE_SIZE bytes, aligned */
+	uint8_t *stage;	  /* stage_cap bytes, aligned: own, or the store's window; NULL: none yet */
+	size_t stage_cap;
+	uint8_t *own;	  /* SEG_STAGE_SIZE bytes, when the store lends no window */
 	size_t fill;	  /* bytes staged */
 	uint64_t flushed; /* bytes appended to the put */
 	struct seg_entry *ent;
@@ -233,12 +276,54 @@ static uint64_t w_pos(const struct seg_writer *w)
 	return w->flushed + w->fill;
 }
 
+/*
+ * Room to stage into. A store that lends its own buffer (put_window: S3's
+ * part buffer) gets the bytes written there, so its append copies nothing;
+ * otherwise (nvme, whose O_DIRECT writes take any aligned memory) the
+ * writer's own SEG_STAGE_SIZE buffer. A window is taken only when there is
+ * something to stage: a segment that fills its last part exactly does not
+ * start another.
+ */
+static int w_flush(struct seg_writer *w, int force);
+
+static int w_room(struct seg_writer *w)
+{
+	void *buf;
+	size_t len;
+	int ret;
+
+	if (w->stage && w->fill < w->stage_cap)
+		return 0;
+	if (w->fill && (ret = w_flush(w, 1)) < 0) /* full: never left so, but never spin */
+		return ret;
+	if (w->own) {
+		w->stage = w->own;
+		w->stage_cap = SEG_STAGE_SIZE;
+		return 0;
+	}
+	ret = store_put_window(w->put, &buf, &len);
+	if (ret == -EOPNOTSUPP) {
+		w->own = seg_buf_alloc(SEG_STAGE_SIZE);
+		if (!w->own)
+			ret = -ENOMEM;
+		else
+			return w_room(w);
+	}
+	if (ret < 0) {
+		w->err = ret;
+		return ret;
+	}
+	w->stage = buf;
+	w->stage_cap = len;
+	return 0;
+}
+
 /* Append the staged bytes if the stage is full (or force, for the last blocks). */
 static int w_flush(struct seg_writer *w, int force)
 {
 	int ret;
 
-	if (w->fill == 0 || (!force && w->fill < SEG_STAGE_SIZE))
+	if (w->fill == 0 || (!force && w->fill < w->stage_cap))
 		return 0;
 	ret = store_put_append(w->put, w->stage, w->fill);
 	if (ret < 0) {
@@ -247,6 +332,8 @@ static int w_flush(struct seg_writer *w, int force)
 	}
 	w->flushed += w->fill;
 	w->fill = 0;
+	if (!w->own)
+		w->stage = NULL; /* the next window: after this append */
 	return 0;
 }
 
@@ -256,8 +343,12 @@ static int w_emit(struct seg_writer *w, const void *data, size_t n)
 	const uint8_t *src = data;
 
 	while (n > 0) {
-		size_t k = SEG_STAGE_SIZE - w->fill;
-		int ret;
+		size_t k;
+		int ret = w_room(w);
+
+		if (ret < 0)
+			return ret;
+		k = w->stage_cap - w->fill;
 
 		if (k > n)
 			k = n;
@@ -285,23 +376,29 @@ int seg_writer_new(struct store *st, const uint8_t uuid[16], uint64_t seg_id, ui
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	w->stage = seg_buf_alloc(SEG_STAGE_SIZE);
-	if (!w->stage) {
-		ret = -ENOMEM;
-		goto err_free;
-	}
 	w->st = st;
 	w->seg_id = seg_id;
+	if (!st->ops->put_window) {
+		w->own = seg_buf_alloc(SEG_STAGE_SIZE);
+		if (!w->own) {
+			free(w);
+			return -ENOMEM;
+		}
+	}
 	ret = store_put_begin(st, seg_id, size_hint, &w->put);
 	if (ret < 0)
-		goto err_stage;
-	seg_header_encode(w->stage, uuid, seg_id);
+		goto err;
+	ret = w_room(w);
+	if (ret < 0) {
+		store_put_abort(w->put);
+		goto err;
+	}
+	seg_header_encode(w->stage, uuid, seg_id); /* a window is at least 4 KiB */
 	w->fill = SEG_HDR_SIZE;
 	*out = w;
 	return 0;
-err_stage:
-	seg_buf_free(w->stage);
-err_free:
+err:
+	seg_buf_free(w->own);
 	free(w);
 	return ret;
 }
@@ -353,28 +450,96 @@ static void blk_add(struct blk_crcs *b, const uint8_t *p, size_t len)
 	}
 }
 
-/* Stage len bytes from data, or else from fd at fd_off, adding them to b. */
-static int w_stream(struct seg_writer *w, const uint8_t *data, int fd, uint64_t fd_off,
-		    uint32_t len, struct blk_crcs *b)
+/*
+ * The hot file's bytes, for add_fd. The hot tier is a tmpfs: its pages are
+ * in RAM, so a read never waits for a device and is done with pread on the
+ * calling thread (through the uring loop, every MiB went to an io-wq
+ * worker and back: a thread switch each). Each piece (at most SRC_PIECE
+ * bytes) is copied into the stage and its crc taken there at once, while it
+ * is still in the cache (before, the crc read 4 MiB back from memory), and
+ * from the stage: the crc is of the bytes written even when the file
+ * changes under the copy (a write racing the spill: the evictor drops the
+ * record, which has the old generation, but it is never inconsistent). A
+ * file cut under the read gives a short pread: -ENODATA, never a signal.
+ *
+ * Why a copy at all: records are packed on 8 bytes (SEG_REC_ALIGN), so a
+ * chunk's data starts r bytes past a 4 KiB boundary of the segment, r =
+ * (4096 + the records before it) mod 4096 (a 4 MiB chunk's map is 280
+ * bytes: r moves by 280 a record), the same r for all of the record's data
+ * (tmpfs extents are whole pages); every 4 KiB block of the segment then
+ * holds the end of one hot page and the start of the next. O_DIRECT takes
+ * memory only at the device's DMA alignment (512 B on virtio-blk, 4 B on
+ * NVMe) and, before Linux 6.18, each memory segment a multiple of the
+ * block size long: straight from the hot pages only where r is a multiple
+ * of 512, the first record of a segment and 1 in 64 of the others; the
+ * page cache (buffered writes) would be a copy as well. The one copy left
+ * is into the stage, on the CPU that takes the crc anyway. Measured
+ * (bench/segspill.c, 1 GiB, CPU-s/GiB, medians): pread 0.51, a read-only
+ * shared mapping of the chunk and memcpy from it 0.57 (page faults and
+ * munmap cost more than the read's page lookups, and a truncate under the
+ * copy is a SIGBUS to catch), the uring loop 0.60.
+ */
+#define SRC_PIECE (256u << 10)
+
+/* Test hook (segment_i.h): called by add_fd after the extents are known,
+ * before any byte is copied. */
+void (*seg_test_add_fd_hook)(int fd);
+
+/*
+ * Stage len bytes of the hot file at fd_off, a piece at a time: read, then
+ * the crc of what was read. -ENODATA when the file is shorter than that
+ * now (truncated under the read), or pread's -errno.
+ */
+static int w_stream_fd(struct seg_writer *w, int fd, uint64_t fd_off, uint32_t len,
+		       struct blk_crcs *b)
 {
 	while (len > 0) {
-		size_t k = SEG_STAGE_SIZE - w->fill;
-		int ret;
+		size_t k;
+		uint8_t *dst;
+		ssize_t got;
+		int ret = w_room(w);
 
+		if (ret < 0)
+			return ret;
+		k = w->stage_cap - w->fill;
+		dst = w->stage + w->fill;
 		if (k > len)
 			k = len;
-		if (data) {
-			memcpy(w->stage + w->fill, data, k);
-			data += k;
-		} else {
-			ssize_t got = uring_read_full(fd, w->stage + w->fill, k, fd_off);
+		if (k > SRC_PIECE)
+			k = SRC_PIECE;
+		got = pread(fd, dst, k, (off_t)fd_off);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return -errno;
+		if (got == 0)
+			return -ENODATA; /* EOF: cut since the extents were found */
+		k = (size_t)got;
+		blk_add(b, dst, k);
+		fd_off += k;
+		w->fill += k;
+		len -= (uint32_t)k;
+		ret = w_flush(w, 0);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
 
-			if (got < 0)
-				return (int)got;
-			if ((size_t)got < k)
-				return -ENODATA;
-			fd_off += k;
-		}
+/* Stage len bytes from data, adding them to b. */
+static int w_stream(struct seg_writer *w, const uint8_t *data, uint32_t len, struct blk_crcs *b)
+{
+	while (len > 0) {
+		size_t k;
+		int ret = w_room(w);
+
+		if (ret < 0)
+			return ret;
+		k = w->stage_cap - w->fill;
+		if (k > len)
+			k = len;
+		memcpy(w->stage + w->fill, data, k);
+		data += k;
 		blk_add(b, w->stage + w->fill, k);
 		w->fill += k;
 		len -= (uint32_t)k;
@@ -513,7 +678,10 @@ static int w_record(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t
 		goto out;
 	off = w_pos(w);
 	for (uint32_t i = 0; i < next; i++) {
-		ret = w_stream(w, data, fd, fd_base + ext[i].off, ext[i].len, &b);
+		if (data)
+			ret = w_stream(w, data, ext[i].len, &b);
+		else
+			ret = w_stream_fd(w, fd, fd_base + ext[i].off, ext[i].len, &b);
 		if (ret < 0)
 			goto out;
 		if (data)
@@ -604,6 +772,7 @@ static uint32_t extents_merge(struct seg_extent *x, uint32_t n)
  */
 static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **out, uint32_t *n)
 {
+	struct hole_cache *hc;
 	uint64_t pos = base, end = base + len;
 	struct seg_extent *x = NULL;
 	uint32_t k = 0, cap = 0;
@@ -614,6 +783,7 @@ static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **o
 		return -errno;
 	if ((uint64_t)sb.st_size < end)
 		return -ENODATA;
+	hc = hole_cache_of(sb.st_dev, sb.st_ino);
 	while (pos < end) {
 		off_t d = lseek(fd, (off_t)pos, SEEK_DATA), h;
 
@@ -627,13 +797,24 @@ static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **o
 			goto err;
 		} else if ((uint64_t)d >= end) {
 			break;
+		} else if ((uint64_t)d >= hc->d && (uint64_t)d < hc->h) {
+			h = (off_t)hc->h; /* inside the data the last SEEK_HOLE walked */
 		} else if ((h = lseek(fd, d, SEEK_HOLE)) < 0) {
 			/* ENXIO: d is past EOF now, the file was cut since the fstat */
 			ret = errno == ENXIO ? -ENODATA : -errno;
 			goto err;
+		} else if (h > d) {
+			hc->d = (uint64_t)d;
+			hc->h = (uint64_t)h;
 		}
 		if ((uint64_t)h > end || h <= d)
 			h = (off_t)end;
+		if (k > 0 && x[k - 1].off + x[k - 1].len == (uint64_t)d - base) {
+			/* the cache's hole was filled since: one extent, as a fresh walk */
+			x[k - 1].len += (uint32_t)((uint64_t)h - (uint64_t)d);
+			pos = (uint64_t)h;
+			continue;
+		}
 		if (k == cap) {
 			uint32_t ncap = cap ? cap * 2 : 8;
 			struct seg_extent *nx = realloc(x, ncap * sizeof(*nx));
@@ -669,6 +850,8 @@ int seg_writer_add_fd(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64
 	if (len == 0 || len > SEG_MAX_CHUNK_LEN)
 		return -EINVAL;
 	ret = fd_extents(fd, fd_off, len, &x, &n);
+	if (ret == 0 && seg_test_add_fd_hook)
+		seg_test_add_fd_hook(fd);
 	if (ret == 0)
 		ret = w_record(w, ino, chunk, gen, len, x, n, NULL, fd, fd_off, entry_out);
 	free(x);
@@ -696,7 +879,7 @@ uint64_t seg_v2_len(const uint32_t *rec_len, uint32_t n)
 
 static void w_free(struct seg_writer *w)
 {
-	seg_buf_free(w->stage);
+	seg_buf_free(w->own);
 	free(w->ent);
 	free(w);
 }

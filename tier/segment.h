@@ -171,8 +171,10 @@ int seg_writer_add(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t 
 /*
  * A chunk of len bytes at fd_off of fd (the hot file): its data extents are
  * found with SEEK_DATA/SEEK_HOLE (holes are not stored; above
- * SEG_MAX_EXTENTS the smallest holes are stored as data) and read straight
- * into the staging buffer through the uring loop. If fd is shorter than
+ * SEG_MAX_EXTENTS the smallest holes are stored as data; a file spilled
+ * chunk after chunk is walked once, see segment.c) and read (pread, on the
+ * calling thread: fd is a tmpfs file) into the staging buffer, the block
+ * crcs taken as each piece lands. If fd is shorter than
  * fd_off + len (truncated meanwhile), yields fewer bytes, or fails, returns
  * -ENODATA or that -errno, records nothing, and the writer stays usable
  * (the bytes copied become padding).

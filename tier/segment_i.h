@@ -27,4 +27,8 @@ void seg_mapc_put(uint64_t seg_id, uint64_t off, uint32_t len, uint32_t crc,
  * length, or 0 on a miss. Unchecked: the caller decodes it as from disk. */
 uint32_t seg_mapc_get(uint64_t seg_id, const struct seg_entry *e, uint8_t *buf);
 
+/* Tests: called by seg_writer_add_fd(fd) once the chunk's extents are
+ * known, before any of its bytes is copied (NULL: nothing). */
+extern void (*seg_test_add_fd_hook)(int fd);
+
 #endif

@@ -15,10 +15,12 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "tier/segment.h"
+#include "tier/segment_i.h"
 #include "tier/store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -939,6 +941,348 @@ static void test_v1_fixture(void **state)
 	free(buf);
 }
 
+/* ---- add_fd from a tmpfs hot file: the read on the calling thread ---- */
+
+/* A hot file in /dev/shm (tmpfs, as the hot tier), unlinked. */
+static int shm_file(void)
+{
+	char tmpl[] = "/dev/shm/spw-seg-hot-XXXXXX";
+	int fd = mkstemp(tmpl);
+
+	assert_true(fd >= 0);
+	unlink(tmpl);
+	return fd;
+}
+
+/*
+ * The SEEK_HOLE cache: chunks of the same file spilled one after another.
+ * A hole punched after the walk reads back as zeros (the cache called it
+ * data: its bytes are the hole's zeros); a hole the walk saw and a write
+ * filled since is read as the data written (never taken as a hole); two
+ * files interleaved keep their own walks.
+ */
+static void test_add_fd_hole_cache(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t chunk = 1u << 20;
+	uint8_t *want = calloc(1, 3 * chunk), *want2 = calloc(1, 3 * chunk), *buf = malloc(chunk);
+	struct seg_entry e[6];
+	struct seg_chunk sc;
+	struct seg_writer *w;
+	uint64_t seg_len;
+	uint32_t dev;
+	int a = shm_file(), b = shm_file();
+
+	assert_non_null(want);
+	assert_non_null(want2);
+	assert_non_null(buf);
+	/* a: all data; b: all data but a 64 KiB hole in chunk 1 */
+	fill_pattern(want, 3 * chunk, 60);
+	assert_int_equal(pwrite(a, want, 3 * chunk, 0), (ssize_t)(3 * chunk));
+	fill_pattern(want2, 3 * chunk, 61);
+	memset(want2 + chunk + 65536, 0, 65536);
+	assert_int_equal(pwrite(b, want2, chunk + 65536, 0), (ssize_t)(chunk + 65536));
+	assert_int_equal(pwrite(b, want2 + chunk + 131072, 2 * chunk - 131072, chunk + 131072),
+			 (ssize_t)(2 * chunk - 131072));
+
+	assert_int_equal(seg_writer_new(f->st, uuid, 70, 0, &w), 0);
+	assert_int_equal(seg_writer_add_fd(w, 1, 0, 1, a, 0, chunk, &e[0]), 0); /* walks a to EOF */
+	assert_int_equal(seg_writer_add_fd(w, 2, 0, 1, b, 0, chunk, &e[1]), 0); /* b to its hole */
+	/* after the walks: a punch in a's chunk 1, a write into b's hole */
+	assert_int_equal(fallocate(a, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, chunk + 8192,
+				   16384), 0);
+	memset(want + chunk + 8192, 0, 16384);
+	fill_pattern(want2 + chunk + 65536, 65536, 62);
+	assert_int_equal(pwrite(b, want2 + chunk + 65536, 65536, chunk + 65536), 65536);
+	assert_int_equal(seg_writer_add_fd(w, 1, 1, 1, a, chunk, chunk, &e[2]), 0);
+	assert_int_equal(seg_writer_add_fd(w, 2, 1, 1, b, chunk, chunk, &e[3]), 0);
+	assert_int_equal(seg_writer_add_fd(w, 1, 2, 1, a, 2 * chunk, chunk, &e[4]), 0);
+	assert_int_equal(seg_writer_add_fd(w, 2, 2, 1, b, 2 * chunk, chunk, &e[5]), 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(verify(f, 70, dev, seg_len), 0);
+	for (int i = 0; i < 6; i++) {
+		const uint8_t *src = (i % 2 ? want2 : want) + (uint64_t)(i / 2) * chunk;
+
+		assert_int_equal(read_whole(f, 70, dev, &e[i], buf, chunk), 0);
+		assert_memory_equal(buf, src, chunk);
+		assert_int_equal(seg_read_chunk(f->st, 70, dev, &e[i], &sc), 0);
+		assert_int_equal(sc.next, 1); /* one extent each: the filled hole joined */
+		assert_int_equal(sc.ext[0].off, 0);
+		assert_int_equal(sc.ext[0].len, chunk);
+		seg_chunk_free(&sc);
+	}
+	/* a fresh walk after the cache saw the file: a hole is a hole */
+	assert_int_equal(fallocate(b, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 2 * chunk, 65536),
+			 0);
+	memset(want2 + 2 * chunk, 0, 65536);
+	assert_int_equal(seg_writer_new(f->st, uuid, 71, 0, &w), 0);
+	assert_int_equal(seg_writer_add_fd(w, 2, 2, 1, b, 2 * chunk, chunk, &e[0]), 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(seg_read_chunk(f->st, 71, dev, &e[0], &sc), 0);
+	assert_int_equal(sc.next, 1);
+	assert_int_equal(sc.ext[0].off, 65536);
+	seg_chunk_free(&sc);
+	assert_int_equal(read_whole(f, 71, dev, &e[0], buf, chunk), 0);
+	assert_memory_equal(buf, want2 + 2 * chunk, chunk);
+	close(a);
+	close(b);
+	free(want);
+	free(want2);
+	free(buf);
+}
+
+static off_t cut_to = -1;
+
+static void cut_hook(int fd)
+{
+	if (cut_to >= 0)
+		assert_int_equal(ftruncate(fd, cut_to), 0);
+}
+
+/*
+ * A chunk truncated while it is spilled (after its extents were found,
+ * before its bytes are read): -ENODATA, nothing recorded, the process alive
+ * (a read, not a mapping: no SIGBUS), and the writer goes on.
+ */
+static void test_add_fd_truncated_during(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t chunk = 1u << 20;
+	uint8_t *data = malloc(2 * chunk), *buf = malloc(chunk);
+	struct seg_entry e;
+	struct seg_writer *w;
+	uint64_t seg_len;
+	uint32_t dev;
+	int hot = shm_file();
+
+	assert_non_null(data);
+	assert_non_null(buf);
+	fill_pattern(data, 2 * chunk, 63);
+	assert_int_equal(pwrite(hot, data, 2 * chunk, 0), (ssize_t)(2 * chunk));
+	assert_int_equal(seg_writer_new(f->st, uuid, 72, 0, &w), 0);
+	seg_test_add_fd_hook = cut_hook;
+	cut_to = chunk + 300000; /* chunk 1 cut in its middle */
+	assert_int_equal(seg_writer_add_fd(w, 1, 1, 1, hot, chunk, chunk, NULL), -ENODATA);
+	cut_to = 0; /* all of it */
+	assert_int_equal(pwrite(hot, data, 2 * chunk, 0), (ssize_t)(2 * chunk));
+	assert_int_equal(seg_writer_add_fd(w, 1, 0, 1, hot, 0, chunk, NULL), -ENODATA);
+	cut_to = -1;
+	seg_test_add_fd_hook = NULL;
+	assert_int_equal(seg_writer_count(w), 0);
+	/* the writer goes on: the file written again, chunk 0 spilled */
+	assert_int_equal(pwrite(hot, data, 2 * chunk, 0), (ssize_t)(2 * chunk));
+	assert_int_equal(seg_writer_add_fd(w, 1, 0, 2, hot, 0, chunk, &e), 0);
+	assert_int_equal(seg_writer_count(w), 1);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(verify(f, 72, dev, seg_len), 0);
+	assert_int_equal(read_whole(f, 72, dev, &e, buf, chunk), 0);
+	assert_memory_equal(buf, data, chunk);
+	close(hot);
+	free(data);
+	free(buf);
+}
+
+/* A byte flipped on the disk in a chunk spilled from a tmpfs file: EIO
+ * (-EBADMSG) for its block only, the blocks around it read right. */
+static void test_add_fd_flipped_block(void **state)
+{
+	struct fx *f = *state;
+	const uint32_t chunk = 1u << 20;
+	uint8_t *data = malloc(2 * chunk), *got = malloc(3 * SEG_BLOCK);
+	struct seg_entry e[2];
+	struct seg_writer *w;
+	uint64_t seg_len;
+	uint32_t dev;
+	int hot = shm_file();
+
+	assert_non_null(data);
+	assert_non_null(got);
+	fill_pattern(data, 2 * chunk, 64);
+	assert_int_equal(pwrite(hot, data, 2 * chunk, 0), (ssize_t)(2 * chunk));
+	assert_int_equal(seg_writer_new(f->st, uuid, 73, 0, &w), 0);
+	assert_int_equal(seg_writer_add_fd(w, 1, 0, 1, hot, 0, chunk, &e[0]), 0);
+	/* the second record starts off a 4 KiB boundary (packed records) */
+	assert_int_equal(seg_writer_add_fd(w, 1, 1, 1, hot, chunk, chunk, &e[1]), 0);
+	assert_true(e[1].off % SEG_ALIGN != 0);
+	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
+	assert_int_equal(verify(f, 73, dev, seg_len), 0);
+	flip_byte(f, 73, e[1].off + 5 * SEG_BLOCK + 77);
+	spw_log_level = LOG_CRIT;
+	assert_int_equal(seg_read_range(f->st, 73, dev, &e[1], 5 * SEG_BLOCK, 100, got), -EBADMSG);
+	assert_int_equal(seg_read_range(f->st, 73, dev, &e[1], 4 * SEG_BLOCK, 3 * SEG_BLOCK, got),
+			 -EBADMSG);
+	spw_log_level = LOG_INFO;
+	check_range(f, 73, dev, &e[1], data + chunk, chunk, 4 * SEG_BLOCK, SEG_BLOCK);
+	check_range(f, 73, dev, &e[1], data + chunk, chunk, 6 * SEG_BLOCK, 10 * SEG_BLOCK);
+	check_range(f, 73, dev, &e[0], data, chunk, 0, chunk);
+	close(hot);
+	free(data);
+	free(got);
+}
+
+/* ---- a store that lends its buffer (put_window, as S3's part buffers) ---- */
+
+#define MEM_PART ((1u << 20) + 8192) /* windows end off any record boundary */
+
+struct mem_put {
+	struct store_put base;
+	uint8_t *data;
+	size_t len, cap;
+};
+
+static struct {
+	uint8_t *seg; /* the last segment finished */
+	size_t seg_len;
+	unsigned windows, copies; /* appends from a window / copied */
+} mem;
+
+static int mem_begin(struct store *st, uint64_t id, uint64_t hint, struct store_put **out)
+{
+	struct mem_put *p = calloc(1, sizeof(*p));
+
+	assert_non_null(p);
+	p->base.st = st;
+	p->cap = 64u << 20;
+	assert_int_equal(posix_memalign((void **)&p->data, 4096, p->cap), 0);
+	*out = &p->base;
+	return 0;
+}
+
+static int mem_window(struct store_put *put, void **buf, size_t *len)
+{
+	struct mem_put *p = (struct mem_put *)put;
+
+	assert_true(p->len % 4096 == 0);
+	*buf = p->data + p->len;
+	*len = MEM_PART - p->len % MEM_PART;
+	return 0;
+}
+
+static int mem_append(struct store_put *put, const void *buf, size_t len)
+{
+	struct mem_put *p = (struct mem_put *)put;
+
+	assert_true(len % 4096 == 0 && (uintptr_t)buf % 4096 == 0);
+	assert_true(p->len + len <= p->cap);
+	if (buf == p->data + p->len) {
+		assert_true(len <= MEM_PART - p->len % MEM_PART); /* inside its window */
+		mem.windows++;
+	} else {
+		memcpy(p->data + p->len, buf, len);
+		mem.copies++;
+	}
+	p->len += len;
+	return 0;
+}
+
+static int mem_finish(struct store_put *put, uint32_t *dev)
+{
+	struct mem_put *p = (struct mem_put *)put;
+
+	free(mem.seg);
+	mem.seg = p->data;
+	mem.seg_len = p->len;
+	*dev = 0;
+	free(p);
+	return 0;
+}
+
+static void mem_abort(struct store_put *put)
+{
+	struct mem_put *p = (struct mem_put *)put;
+
+	free(p->data);
+	free(p);
+}
+
+static int mem_read(struct store *st, uint64_t id, uint32_t dev, uint64_t off, void *buf,
+		    size_t len)
+{
+	if (off + len > mem.seg_len)
+		return -EIO;
+	memcpy(buf, mem.seg + off, len);
+	return 0;
+}
+
+static const struct store_ops mem_ops = {
+    .name = "mem",
+    .put_begin = mem_begin,
+    .put_append = mem_append,
+    .put_window = mem_window,
+    .put_finish = mem_finish,
+    .put_abort = mem_abort,
+    .read = mem_read,
+};
+
+/*
+ * The writer stages straight into a store's window: no append copies, and
+ * the segment is byte for byte the one the nvme store (the writer's own
+ * stage) gets from the same chunks: sparse, dense, small, across windows.
+ */
+static void test_window_store_same_bytes(void **state)
+{
+	struct fx *f = *state;
+	struct store mst = {.ops = &mem_ops};
+	const uint32_t chunk = 1u << 20;
+	uint8_t *data = malloc(5 * chunk), *disk = NULL, *buf = malloc(chunk);
+	struct seg_entry e[6], e2[6];
+	struct seg_writer *w;
+	uint64_t seg_len, seg_len2;
+	uint32_t dev;
+	char path[128];
+	int hot = shm_file(), fd;
+
+	assert_non_null(data);
+	assert_non_null(buf);
+	fill_pattern(data, 5 * chunk, 65);
+	assert_int_equal(pwrite(hot, data, 5 * chunk, 0), (ssize_t)(5 * chunk));
+	/* chunk 1 sparse */
+	assert_int_equal(fallocate(hot, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, chunk + 4096,
+				   3 * 65536), 0);
+	memset(data + chunk + 4096, 0, 3 * 65536);
+	for (int pass = 0; pass < 2; pass++) {
+		struct store *st = pass ? f->st : &mst;
+		struct seg_entry *ee = pass ? e2 : e;
+
+		assert_int_equal(seg_writer_new(st, uuid, 80, 0, &w), 0);
+		for (int c = 0; c < 5; c++)
+			assert_int_equal(seg_writer_add_fd(w, 3, c, 1, hot, (uint64_t)c * chunk, chunk,
+							   &ee[c]), 0);
+		assert_int_equal(seg_writer_add(w, 4, 0, 1, data + 7, 3000, &ee[5]), 0);
+		assert_int_equal(seg_writer_finish(w, &dev, pass ? &seg_len2 : &seg_len), 0);
+	}
+	assert_true(mem.windows >= 5); /* 5 MiB and more through windows of 1 MiB + 8 KiB */
+	assert_int_equal(mem.copies, 0);
+	assert_int_equal(seg_len, seg_len2);
+	assert_int_equal(mem.seg_len, seg_len);
+	seg_path(f, 80, path, sizeof(path));
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	disk = malloc(seg_len);
+	assert_non_null(disk);
+	assert_int_equal(pread(fd, disk, seg_len, 0), (ssize_t)seg_len);
+	close(fd);
+	assert_memory_equal(disk, mem.seg, seg_len);
+	assert_memory_equal(e, e2, sizeof(e));
+	for (int c = 0; c < 5; c++) {
+		assert_int_equal(read_whole(f, 80, 0, &e[c], buf, chunk), 0);
+		assert_memory_equal(buf, data + (uint64_t)c * chunk, chunk);
+	}
+	{ /* and read back from the window store itself */
+		struct seg_chunk sc;
+
+		seg_map_cache_drop();
+		assert_int_equal(seg_read_chunk(&mst, 80, 0, &e[1], &sc), 0);
+		seg_chunk_free(&sc);
+	}
+	close(hot);
+	free(disk);
+	free(data);
+	free(buf);
+	free(mem.seg);
+	mem.seg = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -961,6 +1305,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_v2_read_part, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v2_map_cache, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_v1_fixture, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_add_fd_hole_cache, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_add_fd_truncated_during, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_add_fd_flipped_block, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_window_store_same_bytes, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,6 +11,7 @@
 #ifndef SPW_STORE_H
 #define SPW_STORE_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +60,15 @@ struct store_ops {
 	 */
 	int (*put_append)(struct store_put *put, const void *buf, size_t len);
 	/*
+	 * Optional (NULL: the caller appends from its own buffer). The put's
+	 * own buffer at its current end: *buf (STORE_ALIGN-aligned) gets *len
+	 * bytes (a multiple of STORE_ALIGN, at least one), valid until the
+	 * next call on the put. The caller writes the segment's next bytes
+	 * there and appends them with put_append(put, *buf, n), n <= *len,
+	 * which then copies nothing. Errors as put_append.
+	 */
+	int (*put_window)(struct store_put *put, void **buf, size_t *len);
+	/*
 	 * Make the segment durable and visible under its final name; *dev gets
 	 * the device index it landed on. Frees the put whether it succeeds or
 	 * not (on failure, nothing is left behind).
@@ -101,6 +111,12 @@ static inline int store_put_begin(struct store *st, uint64_t seg_id, uint64_t si
 static inline int store_put_append(struct store_put *put, const void *buf, size_t len)
 {
 	return put->st->ops->put_append(put, buf, len);
+}
+
+/* The put's own buffer to fill in place (put_window), or -EOPNOTSUPP. */
+static inline int store_put_window(struct store_put *put, void **buf, size_t *len)
+{
+	return put->st->ops->put_window ? put->st->ops->put_window(put, buf, len) : -EOPNOTSUPP;
 }
 
 static inline int store_put_finish(struct store_put *put, uint32_t *dev)

@@ -19,6 +19,9 @@
  * logged or kept ever holds a secret key, a signature or an Authorization
  * header.
  * Writes. put_append copies into a part buffer (the fill) from the store's
+ * pool, unless its bytes are already there: the segment writer stages
+ * straight into the fill through put_window (one copy of a hot byte, the
+ * writer's read, instead of two). The fill comes from the store's
  * pool (s3_pool.c): buffer_budget / part_size buffers of part_size bytes
  * (default 48 MiB: 3 parts of 16 MiB; at least 2 parts by default, 1 when
  * set), mmap'ed, shared by every put. A full fill is handed to a free slot
@@ -291,6 +294,12 @@ static int s3_put_append(struct store_put *put, const void *buf, size_t len)
 		return p->err;
 	if (len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
 		return -EINVAL;
+	if (p->fill && src == p->fill + p->fill_len && len <= s->part_size - p->fill_len) {
+		/* written in place through s3_put_window: nothing to copy */
+		p->fill_len += len;
+		p->size += len;
+		len = 0;
+	}
 	while (len) {
 		size_t n;
 
@@ -311,6 +320,27 @@ static int s3_put_append(struct store_put *put, const void *buf, size_t len)
 		if ((p->err = put_collect(p)))
 			return p->err;
 	}
+	return 0;
+}
+
+/* The rest of the part being filled (a new part, the full one handed off,
+ * when it is full): the segment writer stages its bytes there, so a part's
+ * body is written once, by the writer's read of the hot file. */
+static int s3_put_window(struct store_put *put, void **buf, size_t *len)
+{
+	struct s3_put *p = (struct s3_put *)put;
+	struct s3_store *s = to_s3(put->st);
+
+	if (p->err)
+		return p->err;
+	if (s->part_size % STORE_ALIGN || p->fill_len % STORE_ALIGN)
+		return -EOPNOTSUPP; /* whole blocks only: the caller stages itself */
+	if (p->fill_len == s->part_size && (p->err = put_handoff(p)))
+		return p->err;
+	if (!p->fill && (p->err = put_fill_get(p)))
+		return p->err;
+	*buf = p->fill + p->fill_len;
+	*len = s->part_size - p->fill_len;
 	return 0;
 }
 
@@ -779,6 +809,7 @@ const struct store_ops s3_ops = {
     .name = "s3",
     .put_begin = s3_put_begin,
     .put_append = s3_put_append,
+    .put_window = s3_put_window,
     .put_finish = s3_put_finish,
     .put_abort = s3_put_abort,
     .read = s3_read,
