@@ -1848,6 +1848,75 @@ static void test_lock(void **state)
 	free(m);
 }
 
+/* Rewrite the header of every state file in f->dir to `version` (the
+ * header's length does not depend on it). */
+static void set_header_version(struct fx *f, uint32_t version)
+{
+	for (int kind = JRNL_KIND_JOURNAL; kind <= JRNL_KIND_CHECKPOINT; kind++) {
+		uint64_t *gens = NULL;
+		size_t n = 0;
+		assert_int_equal(jrnl_list_files(f->dir, kind, &gens, &n), 0);
+		for (size_t i = 0; i < n; i++) {
+			char name[JRNL_NAME_MAX], path[512];
+			uint8_t buf[256];
+			struct jrec r;
+			jrnl_file_name(name, sizeof(name), kind, gens[i]);
+			snprintf(path, sizeof(path), "%s/%s", f->dir, name);
+			int fd = open(path, O_RDWR);
+			assert_true(fd >= 0);
+			ssize_t got = pread(fd, buf, sizeof(buf), 0);
+			assert_true(got > 0);
+			ssize_t len = jrnl_decode(buf, (size_t)got, &r);
+			assert_true(len > 0);
+			assert_int_equal(r.type, JR_HEADER);
+			r.hdr.version = version;
+			assert_int_equal(jrnl_encode(&r, buf), (size_t)len);
+			assert_int_equal(pwrite(fd, buf, (size_t)len, 0), len);
+			close(fd);
+		}
+		free(gens);
+	}
+}
+
+/* Journal version 2 (overlays) reads the state files version 1 wrote, as
+ * they are; a version it does not know is not taken for one. */
+static void test_reads_version_1(void **state)
+{
+	struct fx *f = *state;
+	struct jrnl_recovery info;
+	struct mstate *m;
+	struct jrec rs[2] = {{.type = JR_META, .next_ino = 9, .next_seg = 4},
+			     {.type = JR_INODE, .ino = 9, .attr = {.mode = 0100644, .size = 5}}};
+
+	f->m = model_new();
+	start_fresh(f);
+	assert_int_equal(live_append(f, f->j, rs, 2), 0);
+	jrnl_close(f->j, 1); /* a final checkpoint */
+	f->j = NULL;
+	set_header_version(f, 1);
+	m = jrecover(f, &f->j, NULL, &info);
+	assert_int_equal(info.fresh, 0);
+	assert_mstate_eq(m, &f->m->st, "a version 1 state");
+	free(m);
+	jrnl_close(f->j, 0);
+	f->j = NULL;
+	set_header_version(f, JRNL_VERSION + 1);
+	{
+		struct journal *j = jopen(f);
+		char err[256] = "";
+		struct mstate *m2 = mstate_new();
+		struct rcv c = {.m = m2};
+		int rc = jrnl_recover(j, rcv_fn, &c, &info, err, sizeof(err));
+		/* refused: never read as version 2, nor taken for a fresh state */
+		if (rc == 0)
+			fail_msg("a version %u state recovered (fresh %d, %llu records)",
+				 JRNL_VERSION + 1, info.fresh, (unsigned long long)m2->applied);
+		assert_true(strlen(err) > 0);
+		free(m2);
+		jrnl_close(j, 0);
+	}
+}
+
 /* ------------------------------------------------------------------------
  * 3 & 4. torn tails and flipped bytes
  */
@@ -3105,7 +3174,7 @@ int main(void)
 	    cmocka_unit_test(test_codec_bounds),
 	    cmocka_unit_test(test_chunks_reserve_overflow),
 	    T(test_files_roundtrip),
-	    T(test_lock),
+	    T(test_lock), T(test_reads_version_1),
 	    T(test_torn_tail),
 	    T(test_bit_flip),
 	    T(test_checkpoint_crash),
