@@ -216,6 +216,18 @@ void metrics_write(struct tier *t, FILE *f)
 	counter(f, "spillway_direct_reads_total",
 		"Random reads of cold chunks answered from the cold tier without a restore.",
 		c->direct_reads);
+	counter(f, "spillway_overlay_writes_total",
+		"Writes that went over a chunk's cold copy instead of restoring it.",
+		c->ovl_writes);
+	counter(f, "spillway_overlay_spills_total",
+		"Overlay records (a chunk's written blocks only) spilled.", c->ovl_spills);
+	counter(f, "spillway_overlay_spilled_bytes_total", "Bytes of the overlay records spilled.",
+		c->ovl_bytes);
+	counter(f, "spillway_overlay_folds_total",
+		"Chains of overlay records folded at their bound.", c->ovl_folds);
+	counter(f, "spillway_overlay_fill_bytes_total",
+		"Bytes read from chains into RAM for readers and partly covered writes.",
+		c->ovl_fill_bytes);
 	free(s);
 }
 

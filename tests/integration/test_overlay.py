@@ -139,11 +139,23 @@ class OverlayTest(TierCase):
     def test_odd_sizes_and_concurrent_reads(self):
         """Unaligned writes of every size keep the bytes around them, read
         back from RAM, from the chain or both at once."""
-        self.tier_mount(hot_size="16M", chunk_size="1M")
+        prom = os.path.join(self.tmpdir(), "m.prom")
+        self.tier_mount(hot_size="16M", chunk_size="1M", metrics=prom, metrics_interval="200ms")
         m = Model(self.p("f"), 20 * MiB, seed=2)
         evict(m.path)
         m.random_ops(4000, evict_every=150)
         m.check_all("after odd writes")
+
+        def overlay_writes():  # the Prometheus file counts them too
+            try:
+                with open(prom) as f:
+                    for line in f:
+                        if line.startswith("spillway_overlay_writes_total "):
+                            return int(float(line.split()[1]))
+            except OSError:
+                pass
+            return 0
+        self.poll(lambda: overlay_writes() > 1000, 10, "the metrics file's overlay writes")
         # a write past the end of the file over a cold last chunk
         m.write(len(m.ref) + 3000, b"tail" * 1000)
         evict(m.path)
