@@ -63,7 +63,7 @@ struct pressure {
 	char cg_dir[PATH_MAX]; /* the daemon's memory cgroup directory */
 	int cg_ver;	       /* 0 none, 1, 2 */
 	int trig_fd;	       /* PSI trigger, or -1 */
-	uint64_t hold_ms, step_ms;
+	uint64_t hold_ms, step_ms, psi_step_ms;
 	/* thread state */
 	uint64_t last_pressure_ns, last_change_ns, last_psi_step_ns;
 	pthread_t th;
@@ -252,7 +252,7 @@ static void sample(struct pressure *p)
 			     ? used + s.available - cfg->mem_reserve
 			     : 0;
 	psi = s.psi_some10 > PSI_SOME_LIMIT;
-	if (psi && now - p->last_psi_step_ns >= PSI_STEP_MS * MS) {
+	if (psi && now - p->last_psi_step_ns >= p->psi_step_ms * MS) {
 		uint64_t step = cfg->hot_size / 10, cap = budget > step ? budget - step : 0;
 		target = cap < target ? cap : target;
 		p->last_psi_step_ns = now;
@@ -360,6 +360,7 @@ int pressure_new(const struct spw_config *cfg, struct hot *hot, pressure_fn chan
 	snprintf(p->root, sizeof(p->root), "%s", root && strcmp(root, "/") ? root : "");
 	p->hold_ms = env_ms("SPW_PRESSURE_HOLD_MS", HOLD_MS);
 	p->step_ms = env_ms("SPW_PRESSURE_STEP_MS", STEP_MS);
+	p->psi_step_ms = env_ms("SPW_PRESSURE_PSI_STEP_MS", PSI_STEP_MS);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
 	p->st.enabled = cfg->mem_pressure;
