@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ThreadSanitizer run of the tiering and restore tests (test_tiering.py,
-# which drives the evictor, segment writers and restore workers at once).
+# which drives the evictor, segment writers and restore workers at once),
+# then passthrough opens and writes over cold data (test_overlay.py).
 # Too slow for every CI run: see docs/testing.md ("Hardening") for how long it takes.
 # Its own build dir (build-tsan, clang, -DSPW_SANITIZE=thread); reports go
 # through the harness like ASan's, suppressions in tests/sanitizer/tsan.supp.
@@ -23,5 +24,9 @@ if [ $# -eq 0 ]; then
 	t1=$SECONDS
 	python3 "$top/tests/integration/test_passthrough.py" --build "$build" || rc=$?
 	echo "tsan: test_passthrough $((SECONDS - t1))s, status $rc"
+	t1=$SECONDS
+	python3 "$top/tests/integration/test_overlay.py" --build "$build" OverlayTest \
+		OverlayDurabilityTest || rc=$?
+	echo "tsan: test_overlay $((SECONDS - t1))s, status $rc"
 fi
 exit $rc

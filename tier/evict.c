@@ -234,7 +234,7 @@ static uint32_t drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	/* the kernel reads a passthrough open's hot file itself: never punched
 	 * (t->pt is NULL once the session is gone: then no kernel does) */
 	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->seg_id ||
-	    (in->pt_opens && t->pt))
+	    (in->pt_opens && tier_pt(t)))
 		return 0;
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0)

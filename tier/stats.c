@@ -70,10 +70,9 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 static int count_unevictable(void *arg, struct inode *in)
 {
 	struct tier_snapshot *s = arg;
-	if (!S_ISREG(in->mode))
-		return 0;
+	/* mode under the lock too: a write clears its set-id bits */
 	idx_inode_lock(in);
-	for (uint64_t c = 0; c < in->nchunks; c++) {
+	for (uint64_t c = 0; S_ISREG(in->mode) && c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		int hot = ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_HOT_CLEAN;
 		if (ch->state == CHUNK_SPILLING)
@@ -106,7 +105,7 @@ void tier_snapshot(struct tier *t, struct tier_snapshot *s, int flags)
 	segtab_tier_bytes(t->segtab, s->tier_bytes);
 	read_counters(&s->c, &t->st);
 	pthread_mutex_lock(&t->lock);
-	s->pt_on = t->pt != NULL;
+	s->pt_on = tier_pt(t) != NULL;
 	s->writers_waiting = t->writers_waiting;
 	s->cold_full = t->cold_full;
 	s->slow_op = t->st.slow_op ? t->st.slow_op : "";

@@ -236,7 +236,7 @@ void tier_detach(struct tier *t)
 	if (!t || !t->jrnl)
 		return; /* volatile: the index drops every hot file as it is freed */
 	inval_set(t, NULL, NULL); /* the FUSE session is gone: no page cache to drop, */
-	t->pt = NULL;	 /* and no kernel reads a hot file any more */
+	__atomic_store_n(&t->pt, NULL, __ATOMIC_RELEASE); /* no kernel reads a hot file any more */
 	flush = t->store && !t->cfg->keep_hot;
 	if (flush && t->cold_failing) {
 		log_warn("unmount: the cold tier is failing: the hot files stay in %s (%llu MiB "

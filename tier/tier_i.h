@@ -365,6 +365,13 @@ static inline struct seg_entry tier_chunk_entry(const struct inode *in, uint64_t
 				  .flags = ch->seg_flags & CHUNK_LOC_MAP};
 }
 
+/* The passthrough ops (NULL: no passthrough now). Set by the FUSE init
+ * on a worker thread and cleared at unmount, read by any thread: atomic. */
+static inline const struct tier_pt_ops *tier_pt(struct tier *t)
+{
+	return __atomic_load_n(&t->pt, __ATOMIC_ACQUIRE);
+}
+
 /* Chunk range of [off, off+len). */
 static inline void tier_chunk_range(const struct tier *t, uint64_t off, uint64_t len,
 				    uint64_t *first, uint64_t *last)

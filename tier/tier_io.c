@@ -344,7 +344,7 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 
 void tier_set_passthrough(struct tier *t, const struct tier_pt_ops *ops)
 {
-	t->pt = ops;
+	__atomic_store_n(&t->pt, ops, __ATOMIC_RELEASE);
 }
 
 /* Chunks [0, n) that hold the file's bytes. */
@@ -444,7 +444,7 @@ static int pt_open_locked(struct tier *t, struct inode *in, int fd, unsigned fla
 		log_warn("passthrough: inode %llu's hot file is not its size: through the daemon",
 			 (unsigned long long)in->ino);
 		why = TIER_PT_ERROR;
-	} else if ((id = t->pt->open(ctx, fd)) <= 0) {
+	} else if ((id = tier_pt(t)->open(ctx, fd)) <= 0) {
 		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
 			log_warn("passthrough: the kernel refused a hot file (%s): such opens go "
 				 "through the daemon",
@@ -475,7 +475,7 @@ int tier_open(struct tier *t, struct inode *in, unsigned flags, void *ctx,
 	out->flags = flags;
 	idx_inode_lock(in);
 	fd = hot_fd_get_locked(t->hot, in);
-	if (fd >= 0 && t->pt && (flags & TIER_OPEN_PASSTHROUGH))
+	if (fd >= 0 && tier_pt(t) && (flags & TIER_OPEN_PASSTHROUGH))
 		ret = pt_open_locked(t, in, fd, flags, ctx, out);
 	if (fd >= 0 && ret == 0)
 		in->open_count++;
@@ -501,13 +501,13 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 		}
 		if (in->pt_opens == 1) {
 			hot_pin_locked(t->hot, in, 0);
-			t->pt->close(ctx, in->backing_id);
+			tier_pt(t)->close(ctx, in->backing_id);
 			in->backing_id = 0;
 		}
 		in->pt_opens--;
 		touch_all_locked(t, in);
 		__atomic_sub_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
-	} else if (in->open_count == 1 && t->pt && in->kcached) {
+	} else if (in->open_count == 1 && tier_pt(t) && in->kcached) {
 		/* the last open served through the daemon: the kernel's copy of
 		 * the file goes, the hot file holds the bytes. Only when a read
 		 * or write put pages there: the drop takes the kernel's cached
