@@ -916,16 +916,18 @@ int tier_evict_file(struct tier *t, struct inode *in)
 	idx_inode_unlock(in);
 	if ((ret = evict_file(t, in, 1)) < 0)
 		return ret;
-	/* a reader still in flight (its reply sent, its pin not yet dropped,
-	 * the rest of its chunk about to come in) kept a chunk hot: wait for
-	 * it, at most 2 s, and drop what it left */
-	dl = clock_deadline_ms(2000);
+	/* the evictor's spill of a chunk of the file in flight (evict_file
+	 * passes SPILLING chunks by), or a reader still in flight (its reply
+	 * sent, its pin not yet dropped, the rest of its chunk about to come
+	 * in) kept a chunk hot: wait for them, at most 10 s, and drop what
+	 * they left */
+	dl = clock_deadline_ms(10000);
 	idx_inode_lock(in);
 	for (;;) {
 		int busy = 0;
 		for (uint64_t c = 0; c < in->nchunks && !busy; c++) {
 			uint8_t st = in->chunks[c].state;
-			busy = st == CHUNK_RESTORING ||
+			busy = st == CHUNK_RESTORING || st == CHUNK_SPILLING ||
 			       ((st == CHUNK_HOT_CLEAN || st == CHUNK_HOT_DIRTY) && in->chunks[c].pins);
 		}
 		if (!busy || idx_inode_timedwait(in, &dl) == -ETIMEDOUT)
