@@ -832,10 +832,17 @@ int tier_fsync(struct tier *t, struct inode *in)
 	 * for the evictor's spills of this file in flight, and go again for
 	 * chunks a racing write re-dirtied (bounded: writes after the fsync
 	 * began are not its business) */
-	for (int round = 0; t->store && S_ISREG(in->mode) && round < 8; round++) {
+	for (int round = 0, failed = 0; t->store && S_ISREG(in->mode) && round < 8; round++) {
 		int dirty = 0;
-		if ((ret = evict_file(t, in, 0)) < 0)
-			return ret;
+		if ((ret = evict_file(t, in, 0)) < 0) {
+			/* a cold device failed under a segment: its chunks are
+			 * dirty again and the device is skipped now (store.h), so
+			 * another one takes them; the error once every device
+			 * has failed (-EIO/-ENOSPC from the store at once) */
+			if (ret == -ENOMEM || ++failed == 3)
+				return ret;
+			continue;
+		}
 		idx_inode_lock(in);
 		for (;;) {
 			int spilling = 0;

@@ -245,6 +245,126 @@ class TestColdFull(FaultCase):
 
 
 # --------------------------------------------------------------------------
+# 10. one of two cold directories failing (a dying disk, a lying one)
+
+
+class TestColdDirFails(FaultCase):
+    """One of two cold directories fails: EIO at segment creation, EIO or
+    ENOSPC in the middle of a segment (statvfs still showing room, as a
+    thin-provisioned or quota'd disk does). The other directory takes the
+    segments; no writer sees an error; nothing acknowledged is lost; the
+    failing directory is tried again once it works.
+
+    The faults come from tests/shims/spw_faultdir.c (an LD_PRELOAD shim that
+    fails the calls on one directory's files, switched through a control
+    file); hence io_engine=psync (io_uring's writes bypass libc)."""
+    timeout = 240
+
+    def fault_mount(self, fault):
+        shim = os.path.join(harness.BUILD_DIR, "tests", "spw_faultdir.so")
+        self.assertTrue(os.path.exists(shim), "%s is missing (tests/CMakeLists.txt)" % shim)
+        self.bad = os.path.realpath(self.cold_dir())
+        self.good = os.path.realpath(self.cold_dir())
+        self.ctl = os.path.join(self.tmpdir(), "fault")
+        self.fault_word = fault
+        env = dict(os.environ, LD_PRELOAD=shim, SPW_FAULT_DIR=self.bad, SPW_FAULT_CTL=self.ctl)
+        # the journal aside: the failing directory is a data disk here
+        # (test_faults_fiu fails the journal's own writes)
+        self.state_dir = os.path.join(self.tmpdir(), "state")
+        self.cold = [self.bad, self.good]
+        self.opts = ["chunk_size=1M", "nvme=%s:%s" % (self.bad, self.good), "min_spill_size=4M",
+                     "io_engine=psync", "state_dir=" + self.state_dir]
+        self.m = self.mount(hot_size="32M", opts=self.opts, env=env)
+        self.mnt = self.m.mnt
+
+    def set_fault(self, on):
+        with open(self.ctl + ".new", "w") as f:
+            f.write(self.fault_word if on else "")
+        os.rename(self.ctl + ".new", self.ctl)
+
+    def segs(self, d):
+        return set(seg_files(d))
+
+    def run_fault(self, fault, expect_log, recover=False):
+        self.fault_mount(fault)
+        files = []  # (name, tag, size)
+
+        def write(i, size):
+            name, tag = "f%d" % i, 500 + i
+            fd = os.open(self.p(name), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+            try:
+                for off in range(0, size, MiB):
+                    n = min(MiB, size - off)
+                    self.assertEqual(os.pwrite(fd, content(tag, off, n), off), n)
+                os.fsync(fd)  # spills the file's dirty chunks: durable segments
+            finally:
+                os.close(fd)
+            files.append((name, tag, size))
+
+        write(0, 12 * MiB)
+        self.evict(self.p("f0"))
+        self.set_fault(True)
+        before_bad = self.segs(self.bad)
+        # segments go to either directory (weighted by free space) until the
+        # failing one has failed once; then only to the good one
+        i = 1
+        while not re.search(expect_log, self.m.log_text(400)) and i < 40:
+            write(i, 6 * MiB + 4096 * i)
+            i += 1
+        self.assertRegex(self.m.log_text(400), expect_log, "the fault never hit a segment")
+        for k in range(i, i + 6):  # more after the failure: the good one takes them
+            write(k, 6 * MiB + 4096 * k)
+        s = self.stats()
+        self.assertEqual(s["enospc"], 0, json.dumps(s))
+        self.assertEqual(self.segs(self.bad), before_bad, "a segment completed in the failing dir")
+        self.assertEqual([n for n in os.listdir(self.bad) if n.startswith(".tmp-")], [],
+                         "a failed segment's temp file left behind")
+        self.assertTrue(self.segs(self.good) - before_bad)
+        bad_dir = [c for c in s["cold"] if c["dir"] == self.bad]
+        self.assertEqual(len(bad_dir), 1, s["cold"])
+        for name, tag, size in files:
+            self.evict(self.p(name))
+        for name, tag, size in files:
+            self.assertContent(self.p(name), tag, size, "(read from the cold tier)")
+        if recover:
+            # the fault gone, the directory is used again after its back-off
+            # (NVME_FAIL_BACKOFF_S, 30 s): a file spilled every second
+            self.set_fault(False)
+            k = i + 6
+
+            def bad_used():
+                nonlocal k
+                write(k, 4 * MiB)
+                self.evict(self.p("f%d" % k))
+                k += 1
+                return self.segs(self.bad) - before_bad
+            harness.wait_until(bad_used, 90, "a segment in the recovered directory",
+                               interval=1.0)
+        t = self.stats()
+        sys.stderr.write("\n  [%s] %d files, %d MiB; %d segments in the good dir, %d in the "
+                         "recovered one; io errors %d\n"
+                         % (fault, len(files), sum(f[2] for f in files) >> 20,
+                            len(self.segs(self.good)), len(self.segs(self.bad) - before_bad),
+                            t["errors"]["io"]))
+        # everything acknowledged survives a remount without the fault shim
+        self.assertFalse(self.m.stop(), self.m.log_text())
+        self.m = self.mount(hot_size="32M", opts=self.opts, tag="remount")
+        self.mnt = self.m.mnt
+        for name, tag, size in files:
+            self.assertContent(self.p(name), tag, size, "(after a remount)")
+
+    def test_eio_creating_a_segment(self):
+        self.run_fault("EIO", r"cannot create \.tmp-[0-9a-f]+.*: Input/output error")
+
+    def test_eio_in_the_middle_of_a_segment(self):
+        self.run_fault("EIO data", r"writing segment [0-9a-f]+ at \d+: Input/output error",
+                       recover=True)
+
+    def test_enospc_in_the_middle_of_a_segment(self):
+        self.run_fault("ENOSPC data", r"writing segment [0-9a-f]+ at \d+: No space left")
+
+
+# --------------------------------------------------------------------------
 # 11. bad tiering options
 
 

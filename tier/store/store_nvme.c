@@ -14,7 +14,8 @@
  * the same rate and concurrent puts spread over the devices.
  * Failures are remembered per device: EIO/EROFS (or a temp file that cannot
  * be created) skip it for NVME_FAIL_BACKOFF_S; ENOSPC/EDQUOT skip it until
- * statvfs shows the room the failed put needed, or the back-off passed.
+ * statvfs shows the room the failed put needed (more than it showed at the
+ * failure, when it already showed that much), or the back-off passed.
  * All I/O is done outside the lock.
  * Reads go through a small cache of open segment fds (NVME_FD_CACHE, least
  * recently used out, under fdc_lock): a restore costs no open/close. An fd
@@ -140,8 +141,17 @@ static uint64_t dev_avail(const struct nvme_dev *d, uint64_t *total, uint64_t *u
 static void dev_note_error(struct nvme_store *ns, uint32_t i, int err, uint64_t need)
 {
 	struct nvme_dev *d = &ns->dev[i];
-	uint64_t until = clock_now_ms() + NVME_FAIL_BACKOFF_S * 1000ull;
+	uint64_t until = clock_now_ms() + NVME_FAIL_BACKOFF_S * 1000ull, avail;
+	int ok;
 
+	if (err == -ENOSPC || err == -EDQUOT) {
+		/* out of room that statvfs still shows (a quota, thin
+		 * provisioning, a filesystem's own reserves): only more room
+		 * than now, or the back-off, brings the device back */
+		avail = dev_avail(d, NULL, NULL, &ok);
+		if (ok && avail >= need)
+			need += avail;
+	}
 	pthread_mutex_lock(&ns->lock);
 	if (err == -ENOSPC || err == -EDQUOT) {
 		if (need > d->full_need)
