@@ -302,6 +302,24 @@ out:
 	return r;
 }
 
+int evict_wait_cold_room(struct tier *t, uint64_t until_ms)
+{
+	uint64_t now = clock_now_ms();
+	struct timespec dl;
+	int again;
+
+	if (!t->s3 || now >= until_ms)
+		return 0;
+	dl = clock_deadline_ms(until_ms - now < 500 ? until_ms - now : 500);
+	pthread_mutex_lock(&t->lock);
+	t->cold_full = 1;
+	pthread_cond_broadcast(&t->wake); /* a round, then maint_plan: demote_pick */
+	pthread_cond_timedwait(&t->room, &t->lock, &dl);
+	again = !t->stopping;
+	pthread_mutex_unlock(&t->lock);
+	return again;
+}
+
 int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len)
 {
 	int64_t r = hot_try_reserve(t->hot, fd, off, len);

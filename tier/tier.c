@@ -300,6 +300,10 @@ int tier_start(struct tier *t)
 
 void tier_stop(struct tier *t)
 {
+	/* a dead S3 endpoint: the threads joined below end their requests at
+	 * once instead of after minutes of retries */
+	store_unmounting(t->store);
+	store_unmounting(t->s3);
 	pressure_stop(t->pressure);
 	metrics_stop(t);
 	if (t->store) {

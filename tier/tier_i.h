@@ -156,6 +156,11 @@ int evict_flush_all(struct tier *t);
 /* Room for a write of [off, off+len) of fd: waits (at most write_wait)
  * for the evictor when a cold tier exists. Reserved bytes or -ENOSPC. */
 int64_t evict_wait_room(struct tier *t, int fd, uint64_t off, uint64_t len);
+/* A spill outside the evictor (fsync) found the nvme tier full: with S3
+ * below, mark it full (demotion then makes room: demote.c) and wait up to
+ * 500 ms, never past until_ms (clock_now_ms). 1: try again; 0: no S3 below,
+ * past until_ms, or stopping. */
+int evict_wait_cold_room(struct tier *t, uint64_t until_ms);
 /* Longest a restore waits for hot room (ms), also capped by write_wait. */
 #define RESTORE_ROOM_WAIT_MS 1000
 /* Room for restoring [off, off+len) of fd: waits only while the evictor

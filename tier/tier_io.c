@@ -816,6 +816,29 @@ out:
 	return ret;
 }
 
+/* evict_file, and while the nvme tier is full with S3 below, wait (like a
+ * writer for RAM, up to until_ms) for demotion to make room and go again */
+static int evict_file_waiting(struct tier *t, struct inode *in, int drop, uint64_t until_ms)
+{
+	int ret;
+
+	while ((ret = evict_file(t, in, drop)) == -ENOSPC && evict_wait_cold_room(t, until_ms))
+		;
+	return ret;
+}
+
+/* Has st another device that could take a segment one of them just failed
+ * to write (a failed device is skipped: store.h)? */
+static int other_device_left(struct store *st)
+{
+	struct store_dev_stat devs[16];
+	int n = store_stat(st, devs, 16), ok = 0;
+
+	for (int i = 0; i < n; i++)
+		ok += !devs[i].failed;
+	return n > 1 && ok > 0;
+}
+
 int tier_fsync(struct tier *t, struct inode *in)
 {
 	int ret = 0;
@@ -832,14 +855,14 @@ int tier_fsync(struct tier *t, struct inode *in)
 	 * for the evictor's spills of this file in flight, and go again for
 	 * chunks a racing write re-dirtied (bounded: writes after the fsync
 	 * began are not its business) */
+	uint64_t until = clock_now_ms() + t->cfg->write_wait_ms;
 	for (int round = 0, failed = 0; t->store && S_ISREG(in->mode) && round < 8; round++) {
 		int dirty = 0;
-		if ((ret = evict_file(t, in, 0)) < 0) {
+		if ((ret = evict_file_waiting(t, in, 0, until)) < 0) {
 			/* a cold device failed under a segment: its chunks are
 			 * dirty again and the device is skipped now (store.h), so
-			 * another one takes them; the error once every device
-			 * has failed (-EIO/-ENOSPC from the store at once) */
-			if (ret == -ENOMEM || ++failed == 3)
+			 * another one takes them */
+			if (ret == -ENOMEM || ++failed == 3 || !other_device_left(t->store))
 				return ret;
 			continue;
 		}
@@ -915,13 +938,14 @@ int tier_evict_file(struct tier *t, struct inode *in)
 		return -ENOTSUP;
 	/* the rest of a chunk a reader just faulted in is still arriving (it
 	 * is restored after the reply): evict the whole file, not around it */
+	uint64_t until = clock_now_ms() + t->cfg->write_wait_ms;
 	struct timespec dl;
 	int ret;
 
 	idx_inode_lock(in);
 	wait_restoring_locked(in, 0, in->nchunks);
 	idx_inode_unlock(in);
-	if ((ret = evict_file(t, in, 1)) < 0)
+	if ((ret = evict_file_waiting(t, in, 1, until)) < 0)
 		return ret;
 	/* the evictor's spill of a chunk of the file in flight (evict_file
 	 * passes SPILLING chunks by), or a reader still in flight (its reply
@@ -941,7 +965,7 @@ int tier_evict_file(struct tier *t, struct inode *in)
 			break;
 	}
 	idx_inode_unlock(in);
-	return evict_file(t, in, 1);
+	return evict_file_waiting(t, in, 1, until);
 }
 
 int tier_warm_file(struct tier *t, struct inode *in)

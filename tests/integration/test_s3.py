@@ -413,6 +413,168 @@ class TestThreeTiers(S3Case):
 
 
 # --------------------------------------------------------------------------
+# 5b. the cold tier running out: NVMe full above S3, S3 gone for a while
+
+
+def write_fsynced(path, tag, size):
+    """Write content(tag) to path in 1 MiB writes and fsync it."""
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        for off in range(0, size, MiB):
+            n = min(MiB, size - off)
+            os.pwrite(fd, content(tag, off, n), off)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class TestColdTierOut(S3Case):
+    timeout = 240
+
+    def test_nvme_full_demotion_makes_room(self):
+        """The only NVMe directory fills up while nvme_threshold (0.99) is
+        never reached by a whole segment: the puts that find it full make
+        demotion move segments to S3, and the writers, waiting within
+        write_wait, never see ENOSPC."""
+        srv = self.s3server()
+        t = Tmpfs("48M")
+        self.addCleanup(t.stop)
+        self.s3_mount(srv, nvme=t.mnt, hot_size="32M", min_spill_size="8M",
+                      nvme_threshold="0.99", write_wait="60s")
+        files = [("f%02d" % i, 9 * MiB + 4099 * i, 700 + i) for i in range(16)]
+        for name, size, tag in files:
+            write_fsynced(self.p(name), tag, size)
+        s = self.stats()
+        self.assertEqual(s["enospc"], 0, json.dumps(s))
+        self.assertGreater(s["segments"]["demoted"], 0, json.dumps(s))
+        self.assertGreater(s["tiers"]["s3"], 0, json.dumps(s))
+        for name, size, tag in files:
+            self.evict(self.p(name))
+        for name, size, tag in files:
+            self.assertContent(self.p(name), tag, size)
+        self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
+
+    def test_s3_gone_longer_than_the_retries_then_back(self):
+        """Every S3 request fails (connections reset) for longer than the
+        request retries last: writes that need room wait write_wait and
+        get ENOSPC, fsync of unspilled data fails with EIO, reads of data
+        only in S3 fail with EIO; never wrong bytes. S3 back: the same
+        writes work and everything acknowledged reads back."""
+        srv = self.s3server()
+        px = self.proxy(srv)
+        # a state_dir: fsync must make data durable (without one it has
+        # nothing to do); a clean unmount with S3 gone must not wait out
+        # every request's retries (it did, for minutes)
+        self.s3_mount(srv, endpoint=px.endpoint, hot_size="32M", min_spill_size="4M",
+                      write_wait="3s", state_dir=os.path.join(self.tmpdir(), "state"))
+        self.m.check_requests = False  # requests wait on a dead S3 on purpose
+        write_fsynced(self.p("before"), 801, 12 * MiB)
+        self.evict(self.p("before"))
+        self.assertEqual(self.state(self.p("before"))["hot"], 0)
+        px.configure(1.0, kinds=["reset"])  # S3 unreachable from now on
+        acked = []  # (name, size, tag): every write returned
+        failed = None
+        for i in range(12):
+            name, tag = "d%02d" % i, 810 + i
+            fd = os.open(self.p(name), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+            done = 0
+            try:
+                while done < 8 * MiB and failed is None:
+                    t0 = time.monotonic()
+                    try:
+                        done += os.pwrite(fd, content(tag, done, MiB), done)
+                    except OSError as e:
+                        failed = (e.errno, time.monotonic() - t0)
+            finally:
+                os.close(fd)
+            acked.append((name, done, tag))
+            if failed:
+                break
+        self.assertIsNotNone(failed, "%d MiB written into a 32M tier with S3 gone"
+                             % (sum(a[1] for a in acked) >> 20))
+        self.assertEqual(failed[0], errno.ENOSPC, failed)
+        self.assertGreaterEqual(failed[1], 2.5, "ENOSPC before write_wait: %r" % (failed,))
+        # data only in S3: EIO, not wrong bytes nor a hang
+        fd = open_uncached(self.p("before"))
+        try:
+            with self.assertRaises(OSError) as cm:
+                os.pread(fd, 4096, 5 * MiB)
+            self.assertEqual(cm.exception.errno, errno.EIO)
+        finally:
+            os.close(fd)
+        # what is in RAM reads back while S3 is gone
+        for name, size, tag in acked:
+            self.assertContent(self.p(name), tag, size, "(in RAM, S3 gone)")
+        with self.assertRaises(OSError) as cm:
+            fd = os.open(self.p(acked[0][0]), os.O_WRONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.assertEqual(cm.exception.errno, errno.EIO)
+        ps = px.stats()
+        self.assertGreater(ps["injected"], 8, ps)  # more than one request's retries
+        # S3 back: the evictor spills again once its requests in their
+        # back-off (up to 20 s) try again (writers wait only write_wait, 3 s
+        # here, for it); RAM full of the dirty files goes down by its spills
+        px.configure(0)
+
+        def evictor_back():
+            h = self.stats()["hot"]
+            return h["used"] < 0.8 * h["limit"]
+        harness.wait_until(evictor_back, 90, "the evictor spilling again", interval=0.5)
+        name, size, tag = acked[-1]
+        fd = os.open(self.p(name), os.O_WRONLY)
+        try:
+            for off in range(size, 8 * MiB, MiB):
+                os.pwrite(fd, content(tag, off, MiB), off)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        acked[-1] = (name, 8 * MiB, tag)
+        try:
+            write_fsynced(self.p("after"), 830, 24 * MiB)
+        except OSError as e:
+            self.fail("%s with S3 back\nstats %s\n%s" % (e, json.dumps(self.stats()),
+                                                         self.m.log_text(15)))
+        acked.append(("after", 24 * MiB, 830))
+        acked.append(("before", 12 * MiB, 801))
+        for name, size, tag in acked:
+            self.evict(self.p(name))
+        for name, size, tag in acked:
+            self.assertContent(self.p(name), tag, size, "(S3 back)")
+        self.assertEqual(self.stats()["errors"]["crc"], 0)
+
+    def test_unmount_with_s3_gone(self):
+        """A clean unmount while S3 is gone ends within a bound (it waited
+        out every request's retries: minutes) and keeps what it could not
+        spill in hot_dir; with S3 back, a remount reads what was fsync'd."""
+        srv = self.s3server()
+        px = self.proxy(srv)
+        state = os.path.join(self.tmpdir(), "state")
+        self.s3_mount(srv, endpoint=px.endpoint, hot_size="32M", min_spill_size="4M",
+                      write_wait="3s", state_dir=state)
+        self.m.check_requests = False
+        write_fsynced(self.p("kept"), 850, 12 * MiB)
+        px.configure(1.0, kinds=["reset"])
+        for i in range(3):  # spills that cannot go anywhere
+            try:
+                write_content(self.p("lost%d" % i), 860 + i, 8 * MiB)
+            except OSError as e:
+                self.assertEqual(e.errno, errno.ENOSPC, e)
+        t0 = time.monotonic()
+        problems = self.m.stop()
+        dt = time.monotonic() - t0
+        self.assertEqual(problems, [], self.m.log_text(30))
+        self.assertLess(dt, 15, "a clean unmount with S3 gone took %.1fs" % dt)
+        self.assertRegex(self.full_log(self.m), r"unmount: .*(hot files? stay|keep their hot file)")
+        sys.stderr.write("\n  [unmount, S3 gone] %.1fs\n" % dt)
+        px.configure(0)
+        self.s3_mount(srv, endpoint=px.endpoint, hot_size="32M", state_dir=state, tag="again")
+        self.assertContent(self.p("kept"), 850, 12 * MiB, "(fsync'd before S3 went)")
+
+
+# --------------------------------------------------------------------------
 # 6. faults
 
 

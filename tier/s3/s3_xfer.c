@@ -322,6 +322,33 @@ static int retryable_curl(CURLcode r, int *conn)
 	}
 }
 
+void s3_client_unmounting(struct s3_client *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->unmounting = 1;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Unmounting: no retry of x's attempt (s3_client_unmounting)? */
+static int no_retry(struct s3_client *s, const struct s3_xfer *x)
+{
+	int r;
+	pthread_mutex_lock(&s->lock);
+	r = s->unmounting && (s->failed || x->attempt + 1 >= S3_UNMOUNT_ATTEMPTS);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+/* End x, which had a retry coming, with its last attempt's error. */
+static void give_up(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x)
+{
+	size_t l = strlen(x->why);
+
+	snprintf(x->why + l, sizeof(x->why) - l, " (unmounting: not retried after %u attempts)",
+		 x->attempt + 1);
+	xfer_finish(s, c, x, x->retry_err);
+}
+
 /* One attempt ended with res: finish the transfer or schedule its retry. */
 static void xfer_done(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x, CURLcode res)
 {
@@ -403,6 +430,11 @@ static void xfer_done(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x,
 		}
 	}
 	x->conn_fail = conn;
+	if (retry && x->attempt + 1 < x->max_attempts && no_retry(s, x)) {
+		x->retry_err = err;
+		give_up(s, c, x);
+		return;
+	}
 	if (!retry || x->attempt + 1 >= x->max_attempts) {
 		if (retry && x->max_attempts > 1) {
 			size_t l = strlen(x->why);
@@ -417,6 +449,7 @@ static void xfer_done(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x,
 	log_warn("s3 %s %s: %s; retry %u of %u in %u ms", x->method, xfer_what(x), x->why,
 		 x->attempt + 1, x->max_attempts - 1, delay);
 	xfer_release(c, x);
+	x->retry_err = err;
 	x->attempt++;
 	x->due = clock_now_ms() + delay;
 	x->state = XS_WAITING;
@@ -450,6 +483,10 @@ void s3_conn_step(struct s3_client *s, struct s3_conn *c, int wait)
 		nx = x->next;
 		if (x->state != XS_WAITING)
 			continue;
+		if (x->attempt && no_retry(s, x)) {
+			give_up(s, c, x);
+			continue;
+		}
 		if (x->due <= now) {
 			int ret = xfer_start(s, c, x);
 

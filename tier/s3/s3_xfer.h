@@ -42,7 +42,8 @@ struct s3_xfer {
 	/* per attempt */
 	int state;
 	unsigned attempt;
-	uint64_t due; /* ms, monotonic: when a waiting retry starts */
+	uint64_t due;  /* ms, monotonic: when a waiting retry starts */
+	int retry_err; /* the error of the attempt a waiting retry follows */
 	CURL *easy;
 	struct curl_slist *hdrs;
 	size_t up_pos;
@@ -84,8 +85,17 @@ struct s3_client {
 	struct s3_conn *idle; /* protected by lock */
 	uint64_t rng;	      /* protected by lock */
 	int failed;	      /* protected by lock: the last request ran out of retries */
+	int unmounting;	      /* protected by lock: no retry once failed (s3_client_unmounting) */
 };
 
+/* The mount is going away: from now on a request gets at most
+ * S3_UNMOUNT_ATTEMPTS attempts, and none more while S3 is failing (a
+ * request ran out of retries and none has succeeded since); retries
+ * already waiting past that end with their error. So an unmount never
+ * waits out the retries of a dead endpoint (minutes: 8 attempts each, up
+ * to 20 s apart), while a flaky one still gets a retry for the unmount's
+ * last spills. */
+void s3_client_unmounting(struct s3_client *cl);
 /* libcurl's global init, once per process (before the first conn). */
 void s3_xfer_global_init(void);
 /* Run x to completion on c (or on a pooled conn when c is NULL). Returns

@@ -18,6 +18,7 @@
 /* Retry schedule: attempts per request, and full-jitter backoff bounds. */
 #define S3_MAX_ATTEMPTS	       8u
 #define S3_OPEN_ATTEMPTS       3u /* the bucket check at open fails faster */
+#define S3_UNMOUNT_ATTEMPTS    3u /* and every request once unmounting */
 #define S3_BACKOFF_BASE_MS     100u
 #define S3_BACKOFF_THROTTLE_MS 500u /* 503 SlowDown, 429 */
 #define S3_BACKOFF_CAP_MS      20000u

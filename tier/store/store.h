@@ -93,6 +93,10 @@ struct store_ops {
 	 * return, or the first -errno met (the other devices are still listed).
 	 */
 	int (*list)(struct store *st, store_list_fn fn, void *arg);
+	/* Optional: the mount is going away; a store whose requests retry a
+	 * failing remote for minutes stops retrying while it is failing (the
+	 * unmount's last puts still get their retries from a healthy one). */
+	void (*unmounting)(struct store *st);
 	/* Free the store. Every put must have been finished or aborted. */
 	void (*close)(struct store *st);
 };
@@ -148,6 +152,12 @@ static inline int store_stat(struct store *st, struct store_dev_stat *out, int m
 static inline int store_list(struct store *st, store_list_fn fn, void *arg)
 {
 	return st->ops->list(st, fn, arg);
+}
+
+static inline void store_unmounting(struct store *st)
+{
+	if (st && st->ops->unmounting)
+		st->ops->unmounting(st);
 }
 
 static inline void store_close(struct store *st)

@@ -503,11 +503,18 @@ fail:
 	{
 		/* The PUT or CompleteMultipartUpload may have succeeded with its
 		 * reply lost: delete the key, so a failed put leaves nothing behind
-		 * (deleting a missing key is a 204 in S3). */
-		struct s3_xfer d = {.method = "DELETE", .key = p->key};
+		 * (deleting a missing key is a 204 in S3). A few attempts only:
+		 * after a put that ran out of retries S3 is likely gone, and the
+		 * spill that waits for this would hold its chunks (and writers)
+		 * for another whole retry budget; a key left behind belongs to no
+		 * segment, so the next mount's recovery (or, without a journal,
+		 * the unmount's sweep of the mount's prefix) removes it. */
+		struct s3_xfer d = {.method = "DELETE", .key = p->key,
+				    .max_attempts = S3_OPEN_ATTEMPTS};
 		if (s3_xfer_run(&s->cl, p->conn, &d) && d.status != 404)
-			log_warn("s3 %s: cannot delete %s after a failed put: %s", s->name, p->key,
-				 d.why);
+			log_warn("s3 %s: cannot delete %s after a failed put: %s (removed by the "
+				 "next mount, or at unmount without a journal)",
+				 s->name, p->key, d.why);
 		s3_xfer_fini(&d);
 	}
 	s3_put_free(p);
@@ -782,6 +789,11 @@ int store_s3_buffer_stats(struct store *st, struct s3_pool_stats *out)
 	return 0;
 }
 
+static void s3_unmounting(struct store *st)
+{
+	s3_client_unmounting(&to_s3(st)->cl);
+}
+
 static void s3_close(struct store *st)
 {
 	struct s3_store *s = to_s3(st);
@@ -816,6 +828,7 @@ const struct store_ops s3_ops = {
     .remove = s3_remove,
     .stat = s3_stat,
     .list = s3_list,
+    .unmounting = s3_unmounting,
     .close = s3_close,
 };
 
