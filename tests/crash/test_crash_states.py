@@ -136,8 +136,10 @@ class Workload:
         self.by_name[name] = f
         return f
 
-    def write(self, name, off, size):
-        """Fresh bytes at [off, off+size), one op per PIECE."""
+    def write(self, name, off, size, sync=False):
+        """Fresh bytes at [off, off+size), one op per PIECE; with sync, an
+        fsync of the same fd (a passthrough writer's, when the file is all
+        in RAM) before it is closed."""
         f = self.by_name[name]
         fd = os.open(self.p(name), os.O_WRONLY)
         try:
@@ -156,6 +158,9 @@ class Workload:
                 f.data[pos:pos + n] = b
                 self._version(f, i)
                 pos += n
+            if sync:
+                i = self._op("fsync " + name, "fsync", f, lambda: os.fsync(fd))
+                f.fsyncs.append((i, len(f.versions) - 1))
         finally:
             os.close(fd)
 
@@ -244,7 +249,8 @@ class Workload:
 def run_workload(w, restart):
     """Small, but through every path the issue names: writes, fsync of files
     and directories, unlink, rename (within and across directories, over an
-    existing name), evictions, a checkpoint rotation, a compaction."""
+    existing name), evictions, a checkpoint rotation, a compaction; then
+    writes over cold data (overlay records)."""
     st0 = stats_of(w.mnt)
     w.mkdir("d1")
     w.mkdir("d2")
@@ -298,6 +304,19 @@ def run_workload(w, restart):
         w.write("d1/gc", c * MiB, MiB)  # written over would keep them: overlays)
     w.fsync("d1/gc")
     w.wait("a compaction", lambda: stats_of(w.mnt)["segments"]["compacted"] > c0)
+    # writes over cold data (docs/overlays.md): small writes into an evicted
+    # file spill as overlay records chained on its base record
+    ov0 = stats_of(w.mnt)["overlay"]["spills"]
+    w.create("d1/ovl")
+    w.write("d1/ovl", 0, 2 * MiB)
+    w.fsync("d1/ovl")
+    w.evict("d1/ovl")
+    w.write("d1/ovl", 3 * 4096, 4096)
+    w.write("d1/ovl", MiB + 100, 5000)
+    w.fsync("d1/ovl")
+    w.evict("d1/ovl")
+    w.write("d1/ovl", 2 * 4096 + 7, 100, sync=True)  # a second record on chunk 0
+    w.wait("overlay spills", lambda: stats_of(w.mnt)["overlay"]["spills"] >= ov0 + 3)
     # survivors of the reboot (fsync'd) renamed and unlinked
     w.unlink("d2/s0")
     w.rename("d1/f6", "d2/f6")
