@@ -329,7 +329,7 @@ void idx_chunk_rec_locked(struct inode *in, uint64_t c, struct jrec *r)
 	if (!ch || ch->state == CHUNK_ABSENT) {
 		r->type = JR_CHUNK_ABSENT;
 		r->count = 1;
-	} else if (ch->seg_id && ch->state != CHUNK_HOT_DIRTY && ch->state != CHUNK_SPILLING) {
+	} else if (ch->seg_id) { /* clean, or a kept copy (index.h) */
 		r->type = JR_CHUNK_LOC;
 		r->loc.seg_id = ch->seg_id;
 		r->loc.off = ch->seg_off;

@@ -40,7 +40,11 @@ struct chunk {
 	/* index tick of the last access (LRU), its low 32 bits: compare ages
 	 * (idx_tick_now() - atime, in 32 bits), never the values, which wrap */
 	uint32_t atime;
-	/* cold location, valid in HOT_CLEAN, COLD, RESTORING (and SPILLING's old copy) */
+	/* cold location, valid in HOT_CLEAN, COLD, RESTORING (and SPILLING's old
+	 * copy); in HOT_DIRTY (or SPILLING) without a chain, a kept copy: the
+	 * chunk may have changed behind the daemon (a passthrough writer) and
+	 * this copy stays its durable version until a spill replaces it
+	 * (journaled as its location, never as dirty: tier_io.c) */
 	uint32_t seg_id; /* 0 = none; ids are 1..JRNL_MAX_SEG_ID (2^32 - 1) */
 	uint64_t seg_off;
 	uint32_t seg_len;

@@ -321,9 +321,10 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 				idx_journal_chunk_locked(t->idx, in, c, 0);
 			continue;
 		}
-		/* a chain's records said "written over it": that changes too */
+		/* a chain's records said "written over it": that changes too; a
+		 * kept copy (index.h) is the journal's location until now */
 		int was_dirty = (ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING) &&
-				!ch->chain;
+				!ch->chain && !ch->seg_id;
 		ch->chain = NULL; /* the hot file holds the chunk whole now */
 		ch->state = CHUNK_HOT_DIRTY;
 		ch->gen++;
@@ -337,6 +338,34 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 		chain_forget_cold(t, &old);
 		ch->seg_id = 0;
 		ch->seg_len = 0;
+	}
+}
+
+/*
+ * Chunks [first, last] may have been written behind the daemon (passthrough
+ * writers: from their open to their last close, every chunk counts as
+ * changed). A chunk with a plain cold copy keeps it (index.h): dirty for the
+ * evictor, which spills it (the spill replaces the copy), but not in the
+ * journal, whose durable version stays the copy. Marking it dirty (journal
+ * first, copy released) would make a power loss before the next spill lose
+ * the whole file - one fsync'd and maybe never written since: an open for
+ * write, an fsync and a close each mark every chunk. A chunk with a chain,
+ * or none, becomes dirty as for a write. in->lock held.
+ */
+static void mark_changed_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+{
+	uint64_t tick = idx_tick(t->idx);
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		if (!ch->seg_id || ch->chain ||
+		    (ch->state != CHUNK_HOT_CLEAN && ch->state != CHUNK_HOT_DIRTY &&
+		     ch->state != CHUNK_SPILLING)) {
+			mark_dirty_locked(t, in, c, c);
+			continue;
+		}
+		ch->state = CHUNK_HOT_DIRTY; /* a spill in flight sees the new gen */
+		ch->gen++;
+		ch->atime = tick;
 	}
 }
 
@@ -398,7 +427,7 @@ static void pt_refresh_locked(struct tier *t, struct inode *in, int all_dirty)
 		in->attr_dirty = 1;
 	}
 	if (all_dirty && size_chunks(t, in))
-		mark_dirty_locked(t, in, 0, size_chunks(t, in) - 1);
+		mark_changed_locked(t, in, 0, size_chunks(t, in) - 1);
 	hot_account_locked(t->hot, in);
 }
 

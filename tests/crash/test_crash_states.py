@@ -250,7 +250,7 @@ def run_workload(w, restart):
     """Small, but through every path the issue names: writes, fsync of files
     and directories, unlink, rename (within and across directories, over an
     existing name), evictions, a checkpoint rotation, a compaction; then
-    writes over cold data (overlay records)."""
+    writes over cold data (overlay records) and a passthrough writer."""
     st0 = stats_of(w.mnt)
     w.mkdir("d1")
     w.mkdir("d2")
@@ -317,6 +317,24 @@ def run_workload(w, restart):
     w.evict("d1/ovl")
     w.write("d1/ovl", 2 * 4096 + 7, 100, sync=True)  # a second record on chunk 0
     w.wait("overlay spills", lambda: stats_of(w.mnt)["overlay"]["spills"] >= ov0 + 3)
+    # a writer the kernel passes through to the hot file (a reader holds a
+    # passthrough open, so the writer's open joins it: docs/passthrough.md),
+    # fsync'd on its fd; its open, fsync and close mark every chunk changed,
+    # which must never cost the fsync'd version (it did: the file was lost)
+    pt0 = stats_of(w.mnt)["passthrough"]["opens"]
+    w.create("d2/pt")
+    # pinned: only a file all in RAM is passed through, and a loaded
+    # machine's memory pressure may shrink the budget and drop its chunks
+    os.setxattr(w.p("d2/pt"), "user.spillway.pin", b"1")
+    w.write("d2/pt", 0, 2 * MiB + 7)
+    w.fsync("d2/pt")
+    reader = os.open(w.p("d2/pt"), os.O_RDONLY)
+    try:
+        w.write("d2/pt", MiB, 4096, sync=True)  # closed after its fsync
+        os.close(os.open(w.p("d2/pt"), os.O_WRONLY))  # opened to write, nothing written
+    finally:
+        os.close(reader)
+    w.wait("passthrough opens", lambda: stats_of(w.mnt)["passthrough"]["opens"] >= pt0 + 2)
     # survivors of the reboot (fsync'd) renamed and unlinked
     w.unlink("d2/s0")
     w.rename("d1/f6", "d2/f6")
