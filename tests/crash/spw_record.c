@@ -50,6 +50,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../shims/interpose.h"
+
 enum {
 	REC_OPEN = 1,	/* path; fd; a = flags; b = 1 if created by this call */
 	REC_CLOSE = 2,	/* fd */
@@ -83,15 +85,6 @@ static size_t root_len[MAX_ROOTS];
 static int nroots;
 /* path of each recorded fd (files and directories under a root); under mu */
 static char *fd_path[MAX_FD];
-
-#define REAL(ret, name, ...)                                                             \
-	static ret (*real_##name)(__VA_ARGS__);                                          \
-	static ret (*get_##name(void))(__VA_ARGS__)                                      \
-	{                                                                                \
-		if (!real_##name)                                                        \
-			real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name);      \
-		return real_##name;                                                      \
-	}
 
 static void die(const char *what)
 {
@@ -293,59 +286,7 @@ static int do_openat(int dirfd, const char *name, int flags, mode_t mode)
 	return fd;
 }
 
-#define MODE_ARG(flags)                                                            \
-	mode_t mode = 0;                                                            \
-	if ((flags) & (O_CREAT | __O_TMPFILE)) {                                     \
-		va_list ap;                                                         \
-		va_start(ap, flags);                                                \
-		mode = (mode_t)va_arg(ap, int);                                     \
-		va_end(ap);                                                         \
-	}
-
-int openat(int dirfd, const char *name, int flags, ...)
-{
-	MODE_ARG(flags)
-	return do_openat(dirfd, name, flags, mode);
-}
-int openat64(int dirfd, const char *name, int flags, ...)
-{
-	MODE_ARG(flags)
-	return do_openat(dirfd, name, flags, mode);
-}
-int open(const char *name, int flags, ...)
-{
-	MODE_ARG(flags)
-	return do_openat(AT_FDCWD, name, flags, mode);
-}
-int open64(const char *name, int flags, ...)
-{
-	MODE_ARG(flags)
-	return do_openat(AT_FDCWD, name, flags, mode);
-}
-int __open_2(const char *name, int flags)
-{
-	return do_openat(AT_FDCWD, name, flags, 0);
-}
-int __open64_2(const char *name, int flags)
-{
-	return do_openat(AT_FDCWD, name, flags, 0);
-}
-int __openat_2(int dirfd, const char *name, int flags)
-{
-	return do_openat(dirfd, name, flags, 0);
-}
-int __openat64_2(int dirfd, const char *name, int flags)
-{
-	return do_openat(dirfd, name, flags, 0);
-}
-int creat(const char *name, mode_t mode)
-{
-	return do_openat(AT_FDCWD, name, O_WRONLY | O_CREAT | O_TRUNC, mode);
-}
-int creat64(const char *name, mode_t mode)
-{
-	return do_openat(AT_FDCWD, name, O_WRONLY | O_CREAT | O_TRUNC, mode);
-}
+INTERPOSE_OPENS(do_openat)
 
 int close(int fd)
 {

@@ -44,20 +44,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "interpose.h"
+
 #define MAX_FD 65536
 
 static const char *dir, *ctl;
 static size_t dir_len;
 static unsigned char under[MAX_FD]; /* 1: the fd is a file or directory under dir */
-
-#define REAL(ret, name, ...)                                                        \
-	static ret (*real_##name)(__VA_ARGS__);                                     \
-	static ret (*get_##name(void))(__VA_ARGS__)                                 \
-	{                                                                           \
-		if (!real_##name)                                                   \
-			real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name); \
-		return real_##name;                                                 \
-	}
 
 __attribute__((constructor)) static void fault_init(void)
 {
@@ -158,51 +151,7 @@ static int do_openat(int dirfd, const char *name, int flags, mode_t mode)
 	return fd;
 }
 
-#define MODE_ARG(flags)                                    \
-	mode_t mode = 0;                                    \
-	if ((flags) & (O_CREAT | __O_TMPFILE)) {             \
-		va_list ap;                                 \
-		va_start(ap, flags);                        \
-		mode = (mode_t)va_arg(ap, int);             \
-		va_end(ap);                                 \
-	}
-
-int openat(int dirfd, const char *name, int flags, ...)
-{
-	MODE_ARG(flags)
-	return do_openat(dirfd, name, flags, mode);
-}
-int openat64(int dirfd, const char *name, int flags, ...)
-{
-	MODE_ARG(flags)
-	return do_openat(dirfd, name, flags, mode);
-}
-int open(const char *name, int flags, ...)
-{
-	MODE_ARG(flags)
-	return do_openat(AT_FDCWD, name, flags, mode);
-}
-int open64(const char *name, int flags, ...)
-{
-	MODE_ARG(flags)
-	return do_openat(AT_FDCWD, name, flags, mode);
-}
-int __open_2(const char *name, int flags)
-{
-	return do_openat(AT_FDCWD, name, flags, 0);
-}
-int __open64_2(const char *name, int flags)
-{
-	return do_openat(AT_FDCWD, name, flags, 0);
-}
-int __openat_2(int dirfd, const char *name, int flags)
-{
-	return do_openat(dirfd, name, flags, 0);
-}
-int __openat64_2(int dirfd, const char *name, int flags)
-{
-	return do_openat(dirfd, name, flags, 0);
-}
+INTERPOSE_OPENS(do_openat)
 
 int close(int fd)
 {
@@ -210,121 +159,48 @@ int close(int fd)
 	return get_close()(fd);
 }
 
-/* ---- writes and syncs ---- */
+/* ---- writes and syncs; reads (only with "rw") ---- */
 
-REAL(ssize_t, write, int, const void *, size_t)
-REAL(ssize_t, pwrite, int, const void *, size_t, off_t)
-REAL(ssize_t, pwrite64, int, const void *, size_t, off_t)
-REAL(ssize_t, writev, int, const struct iovec *, int)
-REAL(ssize_t, pwritev, int, const struct iovec *, int, off_t)
-REAL(ssize_t, pwritev64, int, const struct iovec *, int, off_t)
-REAL(ssize_t, pwritev2, int, const struct iovec *, int, off_t, int)
-REAL(int, fallocate, int, int, off_t, off_t)
-REAL(int, fallocate64, int, int, off_t, off_t)
-REAL(int, ftruncate, int, off_t)
-REAL(int, ftruncate64, int, off_t)
-REAL(int, fsync, int)
-REAL(int, fdatasync, int)
+/* ret name(proto): fail on a file under dir while the fault is on, else
+ * the real call with args */
+#define WRAP(ret, name, what, proto, args, ...)   \
+	REAL(ret, name, __VA_ARGS__)               \
+	ret name proto                             \
+	{                                          \
+		CHECK_FD(fd, what, -1);            \
+		return get_##name() args;          \
+	}
 
-ssize_t write(int fd, const void *b, size_t n)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_write()(fd, b, n);
-}
-ssize_t pwrite(int fd, const void *b, size_t n, off_t off)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_pwrite()(fd, b, n, off);
-}
-ssize_t pwrite64(int fd, const void *b, size_t n, off_t off)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_pwrite64()(fd, b, n, off);
-}
-ssize_t writev(int fd, const struct iovec *v, int n)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_writev()(fd, v, n);
-}
-ssize_t pwritev(int fd, const struct iovec *v, int n, off_t off)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_pwritev()(fd, v, n, off);
-}
-ssize_t pwritev64(int fd, const struct iovec *v, int n, off_t off)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_pwritev64()(fd, v, n, off);
-}
-ssize_t pwritev2(int fd, const struct iovec *v, int n, off_t off, int flags)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_pwritev2()(fd, v, n, off, flags);
-}
-int fallocate(int fd, int mode, off_t off, off_t len)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_fallocate()(fd, mode, off, len);
-}
-int fallocate64(int fd, int mode, off_t off, off_t len)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_fallocate64()(fd, mode, off, len);
-}
-int ftruncate(int fd, off_t len)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_ftruncate()(fd, len);
-}
-int ftruncate64(int fd, off_t len)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_ftruncate64()(fd, len);
-}
-int fsync(int fd)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_fsync()(fd);
-}
-int fdatasync(int fd)
-{
-	CHECK_FD(fd, F_WRITE, -1);
-	return get_fdatasync()(fd);
-}
-
-/* ---- reads (only with "rw") ---- */
-
-REAL(ssize_t, read, int, void *, size_t)
-REAL(ssize_t, pread, int, void *, size_t, off_t)
-REAL(ssize_t, pread64, int, void *, size_t, off_t)
-REAL(ssize_t, preadv, int, const struct iovec *, int, off_t)
-REAL(ssize_t, preadv2, int, const struct iovec *, int, off_t, int)
-
-ssize_t read(int fd, void *b, size_t n)
-{
-	CHECK_FD(fd, F_READ, -1);
-	return get_read()(fd, b, n);
-}
-ssize_t pread(int fd, void *b, size_t n, off_t off)
-{
-	CHECK_FD(fd, F_READ, -1);
-	return get_pread()(fd, b, n, off);
-}
-ssize_t pread64(int fd, void *b, size_t n, off_t off)
-{
-	CHECK_FD(fd, F_READ, -1);
-	return get_pread64()(fd, b, n, off);
-}
-ssize_t preadv(int fd, const struct iovec *v, int n, off_t off)
-{
-	CHECK_FD(fd, F_READ, -1);
-	return get_preadv()(fd, v, n, off);
-}
-ssize_t preadv2(int fd, const struct iovec *v, int n, off_t off, int flags)
-{
-	CHECK_FD(fd, F_READ, -1);
-	return get_preadv2()(fd, v, n, off, flags);
-}
+typedef const struct iovec *iov_t;
+WRAP(ssize_t, write, F_WRITE, (int fd, const void *b, size_t n), (fd, b, n), int, const void *, size_t)
+WRAP(ssize_t, pwrite, F_WRITE, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), int,
+     const void *, size_t, off_t)
+WRAP(ssize_t, pwrite64, F_WRITE, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), int,
+     const void *, size_t, off_t)
+WRAP(ssize_t, writev, F_WRITE, (int fd, iov_t v, int n), (fd, v, n), int, iov_t, int)
+WRAP(ssize_t, pwritev, F_WRITE, (int fd, iov_t v, int n, off_t o), (fd, v, n, o), int, iov_t, int,
+     off_t)
+WRAP(ssize_t, pwritev64, F_WRITE, (int fd, iov_t v, int n, off_t o), (fd, v, n, o), int, iov_t,
+     int, off_t)
+WRAP(ssize_t, pwritev2, F_WRITE, (int fd, iov_t v, int n, off_t o, int f), (fd, v, n, o, f), int,
+     iov_t, int, off_t, int)
+WRAP(int, fallocate, F_WRITE, (int fd, int m, off_t o, off_t l), (fd, m, o, l), int, int, off_t,
+     off_t)
+WRAP(int, fallocate64, F_WRITE, (int fd, int m, off_t o, off_t l), (fd, m, o, l), int, int, off_t,
+     off_t)
+WRAP(int, ftruncate, F_WRITE, (int fd, off_t l), (fd, l), int, off_t)
+WRAP(int, ftruncate64, F_WRITE, (int fd, off_t l), (fd, l), int, off_t)
+WRAP(int, fsync, F_WRITE, (int fd), (fd), int)
+WRAP(int, fdatasync, F_WRITE, (int fd), (fd), int)
+WRAP(ssize_t, read, F_READ, (int fd, void *b, size_t n), (fd, b, n), int, void *, size_t)
+WRAP(ssize_t, pread, F_READ, (int fd, void *b, size_t n, off_t o), (fd, b, n, o), int, void *,
+     size_t, off_t)
+WRAP(ssize_t, pread64, F_READ, (int fd, void *b, size_t n, off_t o), (fd, b, n, o), int, void *,
+     size_t, off_t)
+WRAP(ssize_t, preadv, F_READ, (int fd, iov_t v, int n, off_t o), (fd, v, n, o), int, iov_t, int,
+     off_t)
+WRAP(ssize_t, preadv2, F_READ, (int fd, iov_t v, int n, off_t o, int f), (fd, v, n, o, f), int,
+     iov_t, int, off_t, int)
 
 /* ---- the namespace ---- */
 
