@@ -13,7 +13,7 @@
  *   payload is compacted: its live chunks (those still pointing at it) are
  *   copied into a new segment, which is registered, then each chunk is
  *   relocated if it still points at the old record (same segment and
- *   offset) and is COLD or HOT_CLEAN (a RESTORING chunk stays behind); the
+ *   offset) and is not RESTORING (that one stays behind); the
  *   old record's live bytes are released in the same inode-lock section,
  *   else the new copy's are. Its live bytes then reach 0 and a later pick
  *   deletes it. A stopping tier ends a compaction before its new segment
@@ -224,7 +224,10 @@ static int seg_compact(struct tier *t, uint64_t id)
 			}
 		} else if (r == -1 &&
 			   (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN ||
+			    ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING ||
 			    (ch->chain && ch->state != CHUNK_RESTORING))) {
+			/* (a HOT_DIRTY or SPILLING chunk still pointing at the
+			 * record holds it as a kept copy or chain base: index.h) */
 			struct chunk old = *ch;
 			ch->seg_id = newid;
 			ch->seg_off = moved[i].e.off;
