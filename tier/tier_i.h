@@ -91,26 +91,28 @@ struct tier {
 	const struct tier_pt_ops *pt;
 	struct tier_stats st;
 
-	pthread_mutex_t lock; /* guards the fields below */
+	/* the evictor's handshake with writers and restores (evict.c) */
+	pthread_mutex_t lock; /* guards the fields down to backoff_until */
 	pthread_cond_t room;  /* hot room was freed */
 	pthread_cond_t wake;  /* evictor: work to do */
 	unsigned writers_waiting;
 	unsigned restores_waiting; /* restores waiting for room (evict_room_for_restore) */
 	uint64_t evict_rounds;	   /* evictor rounds finished */
 	int evict_stuck;	   /* the last busy round freed nothing */
-	int stopping;
+	int stopping;  /* also read with an atomic load, without the lock */
 	int cold_full; /* last spill failed for lack of cold room */
 	int cold_failing;	/* last spill failed with an I/O error */
 	uint64_t backoff_until; /* no spill before (clock_now_ns) */
 	uint64_t aged_at;	/* index tick of the last age_clamp pass (atomic) */
 	uint64_t flush_total;	/* unmount: dirty bytes to spill (atomic) */
+	/* set at mount (tier_new, recovery) and unmount (tier_detach), when no
+	 * other thread runs; read-only in between */
 	uint8_t uuid[16];
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
 	int keep;	      /* detached: segments outlive this mount */
 	int state_s3;	      /* s3 alone: the state is copied to the bucket too */
 	pthread_mutex_t s3state_lock; /* one state upload at a time */
 	uint64_t s3_ck_gen;	      /* checkpoint generation uploaded (s3state_lock) */
-	uint64_t s3_journal_off;      /* journal bytes uploaded (s3state_lock) */
 	struct tier_recovery rec; /* what the last mount's recovery found */
 
 	struct segtab *segtab; /* the segment table, its own lock (segtab.h) */
