@@ -66,8 +66,8 @@ t1=$SECONDS
 run test_tiering ""
 run test_faultin "" TestPartial TestDirect TestBadBlock TestSequential TestPublished TestS3Partial
 run test_small_objects "" TestEvictFreesEverything TestNoWaitForRoomThatCannotCome
-run test_ram_back ""
-run test_durability "SPW_CRASH_ROUNDS=4"
+run test_ram_back "" TestUnmount TestElastic
+run test_durability "SPW_CRASH_ROUNDS=4" TestCrash TestRemount TestReboot
 run test_passthrough ""
 run test_overlay "" OverlayTest OverlayDurabilityTest
 echo "tsan: integration $((SECONDS - t1))s (total $((SECONDS - t0))s)"
