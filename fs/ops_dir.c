@@ -29,7 +29,8 @@ static int fill_one(void *arg, const char *name, struct inode *child, uint64_t c
 		if (!dots)
 			idx_kernel_ref_locked(child);
 	} else {
-		struct stat st = {.st_ino = child->ino, .st_mode = child->mode};
+		/* only the type (d_type): no inode lock here */
+		struct stat st = {.st_ino = child->ino, .st_mode = idx_type(child)};
 		need = fuse_add_direntry(f->req, f->buf + f->pos, f->size - f->pos, name, &st,
 					 (off_t)cookie);
 		if (need > f->size - f->pos)

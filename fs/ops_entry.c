@@ -89,7 +89,7 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 	if (valid & FUSE_SET_ATTR_SIZE) {
 		if (idx_dir(in))
 			return -EISDIR;
-		if (!S_ISREG(in->mode))
+		if (!S_ISREG(idx_type(in)))
 			return -EINVAL;
 		if ((uint64_t)attr->st_size > JRNL_MAX_FILE_SIZE)
 			return attr->st_size < 0 ? -EINVAL : -EFBIG; /* see op_write_buf */
@@ -99,14 +99,15 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 	idx_touch(&now);
 	idx_inode_lock(in);
 	if (valid & FUSE_SET_ATTR_MODE)
-		in->mode = (in->mode & S_IFMT) | (attr->st_mode & 07777);
+		idx_set_mode_locked(in, (in->mode & S_IFMT) | (attr->st_mode & 07777));
 	if (valid & FUSE_SET_ATTR_UID)
 		in->uid = attr->st_uid;
 	if (valid & FUSE_SET_ATTR_GID)
 		in->gid = attr->st_gid;
 	if ((valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) && !(valid & FUSE_SET_ATTR_MODE) &&
 	    !idx_dir(in))
-		in->mode &= ~(S_ISUID | ((in->mode & S_IXGRP) ? S_ISGID : 0));
+		idx_set_mode_locked(in,
+				    in->mode & ~(S_ISUID | ((in->mode & S_IXGRP) ? S_ISGID : 0)));
 	if (valid & FUSE_SET_ATTR_ATIME_NOW)
 		in->atime = now;
 	else if (valid & FUSE_SET_ATTR_ATIME)

@@ -53,7 +53,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (!S_ISREG(in->mode)) {
+	if (!S_ISREG(idx_type(in))) {
 		idx_put(s->idx, in);
 		fuse_reply_err(req, idx_dir(in) ? EISDIR : EINVAL);
 		return;

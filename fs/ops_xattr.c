@@ -51,7 +51,7 @@ static int vx_set(struct spw *s, struct inode *in, const char *what, const char 
 
 	if (act < 0)
 		return act;
-	if (!S_ISREG(in->mode))
+	if (!S_ISREG(idx_type(in)))
 		return -EINVAL;
 	switch (act) {
 	case VX_PIN:
@@ -68,7 +68,7 @@ static ssize_t vx_get(struct spw *s, struct inode *in, const char *what, char *b
 {
 	if (!strcmp(what, "stats") && in->ino == IDX_ROOT_INO)
 		return tier_stats_json(s->tier, buf, len);
-	if (!S_ISREG(in->mode))
+	if (!S_ISREG(idx_type(in)))
 		return -ENODATA;
 	if (!strcmp(what, "state"))
 		return tier_file_state(s->tier, in, buf, len);
@@ -106,7 +106,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 	}
 	if (!strncmp(name, VPREFIX, strlen(VPREFIX)))
 		ret = vx_set(s, in, name + strlen(VPREFIX), value, size);
-	else if (!S_ISREG(in->mode) && !idx_dir(in))
+	else if (!S_ISREG(idx_type(in)) && !idx_dir(in))
 		ret = -EPERM; /* as on Linux: user.* only on files and directories */
 	else
 		ret = idx_xattr_set(s->idx, in, name, value, size, flags);

@@ -395,7 +395,7 @@ int idx_inode_insert(struct index *idx, struct inode *in)
 	in->hash_next = idx->itab[in->ino & (idx->itab_size - 1)];
 	idx->itab[in->ino & (idx->itab_size - 1)] = in;
 	idx->ninodes++;
-	if (S_ISREG(in->mode))
+	if (S_ISREG(idx_type(in)))
 		idx->nfiles++;
 	return 0;
 }
@@ -413,11 +413,11 @@ void idx_inode_destroy(struct index *idx, struct inode *in)
 		free(idx_dir(in)->slots);
 		free(idx_dir(in));
 	}
-	for (uint64_t c = 0; S_ISREG(in->mode) && c < in->nchunks; c++)
+	for (uint64_t c = 0; S_ISREG(idx_type(in)) && c < in->nchunks; c++)
 		idx_chain_free(&in->chunks[c]);
-	if (S_ISREG(in->mode) && in->chunks != inline_chunk(in))
+	if (S_ISREG(idx_type(in)) && in->chunks != inline_chunk(in))
 		free(in->chunks);
-	if (S_ISLNK(in->mode))
+	if (S_ISLNK(idx_type(in)))
 		free(in->symlink_);
 	slab_free(idx->slab, in, inode_size(in->mode));
 }
@@ -433,7 +433,7 @@ struct inode *idx_inode_maybe_unhook(struct index *idx, struct inode *in)
 		;
 	*pp = in->hash_next;
 	idx->ninodes--;
-	if (S_ISREG(in->mode))
+	if (S_ISREG(idx_type(in)))
 		idx->nfiles--;
 	return in;
 }
@@ -860,12 +860,12 @@ int idx_chunks_reserve(struct inode *in, uint64_t n)
 	uint64_t cap;
 	if (n <= in->nchunks)
 		return 0;
-	if (!S_ISREG(in->mode))
+	if (!S_ISREG(idx_type(in)))
 		return -EINVAL; /* only a regular file has a chunk map (the union) */
 	/* no wrap of cap or of cap * sizeof: such a count cannot be held anyway */
 	if (n > SIZE_MAX / 2 / sizeof(*nc))
 		return -EFBIG;
-	if (n == 1 && !in->nchunks && S_ISREG(in->mode)) {
+	if (n == 1 && !in->nchunks && S_ISREG(idx_type(in))) {
 		in->chunks = inline_chunk(in); /* zeroed by idx_inode_alloc */
 		in->nchunks = 1;
 		return 0;

@@ -105,7 +105,7 @@ struct inode {
 	/* idx_inode_lock(in) guards everything below unless noted */
 	uint64_t size;
 	int64_t atime, mtime, ctime; /* ns since the epoch, as journaled */
-	mode_t mode;
+	mode_t mode; /* stored atomically once published; type: idx_type() */
 	uid_t uid;
 	gid_t gid;
 	uint32_t nlink; /* changed under index lock + inode lock */
@@ -151,10 +151,29 @@ struct inode {
 	struct inode *hash_next; /* the inode table's chain: also how all are walked */
 };
 
+/* The file type (S_IFMT bits) of in->mode. in->mode is under the inode
+ * lock, but its type bits never change once the inode is in the index,
+ * and many readers hold only the index lock or no lock (idx_dir() below,
+ * lookups, the evictor's and the checkpoint's walks) while a chmod or a
+ * write clearing the set-id bits rewrites the word. So every store to a
+ * published inode's mode is atomic (idx_set_mode_locked) and the type is
+ * read with an atomic load: relaxed is enough, the bits it keeps were
+ * stored before the inode was published (under the index lock) and never
+ * change. Readers of the permission bits take the inode lock. */
+static inline mode_t idx_type(const struct inode *in)
+{
+	return __atomic_load_n(&in->mode, __ATOMIC_RELAXED) & S_IFMT;
+}
+/* in->mode = mode, under the inode lock (see idx_type). */
+static inline void idx_set_mode_locked(struct inode *in, mode_t mode)
+{
+	__atomic_store_n(&in->mode, mode, __ATOMIC_RELAXED);
+}
+
 /* The union's members, read for the file type that has them. */
 static inline int idx_is_dev(const struct inode *in)
 {
-	return S_ISCHR(in->mode) || S_ISBLK(in->mode);
+	return S_ISCHR(idx_type(in)) || S_ISBLK(idx_type(in));
 }
 static inline uint32_t idx_rdev(const struct inode *in)
 {
@@ -162,13 +181,13 @@ static inline uint32_t idx_rdev(const struct inode *in)
 }
 static inline const char *idx_symlink(const struct inode *in)
 {
-	return S_ISLNK(in->mode) ? in->symlink_ : NULL;
+	return S_ISLNK(idx_type(in)) ? in->symlink_ : NULL;
 }
 /* A directory's entries (index.c); NULL for any other type: also the test
  * "is a directory" the FUSE ops use. */
 static inline struct idx_dir *idx_dir(const struct inode *in)
 {
-	return S_ISDIR(in->mode) ? in->dir_ : NULL;
+	return S_ISDIR(idx_type(in)) ? in->dir_ : NULL;
 }
 
 struct index;

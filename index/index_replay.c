@@ -108,7 +108,7 @@ int idx_replay(struct index *idx, const struct jrec *r)
 			return 0; /* never happens: numbers are not reused */
 		if (!in && !(in = replay_inode(idx, r->ino, r->attr.mode)))
 			return -ENOMEM;
-		in->mode = r->attr.mode;
+		idx_set_mode_locked(in, r->attr.mode);
 		in->uid = r->attr.uid;
 		in->gid = r->attr.gid;
 		if (idx_is_dev(in))
@@ -117,7 +117,7 @@ int idx_replay(struct index *idx, const struct jrec *r)
 		in->atime = r->attr.atime_ns;
 		in->mtime = r->attr.mtime_ns;
 		in->ctime = r->attr.ctime_ns;
-		if (S_ISLNK(in->mode) && r->name_len && !in->symlink_) {
+		if (S_ISLNK(idx_type(in)) && r->name_len && !in->symlink_) {
 			if (!(in->symlink_ = strndup(r->name, r->name_len)))
 				return -ENOMEM;
 		}
@@ -172,7 +172,7 @@ int idx_replay(struct index *idx, const struct jrec *r)
 			anomaly(idx, IDX_AN_NO_INODE, r, r->ino, 0, NULL);
 			return 0;
 		}
-		if (!S_ISREG(in->mode)) {
+		if (!S_ISREG(idx_type(in))) {
 			if (r->type != JR_CHUNK_ABSENT)
 				anomaly(idx, IDX_AN_NOT_FILE, r, r->ino, 0, NULL);
 			return 0;

@@ -88,7 +88,10 @@ static int fail_locked(struct journal *j, const char *what, int err)
 		log_err("journal %s/journal.%016" PRIx64 ": %s failed: %s; the journal is "
 			"read-only now, metadata changes and writes fail with EIO",
 			j->dir, j->gen, what, strerror(err));
-	j->failed = 1;
+	/* under j->lock, but jrnl_failed reads it without: an atomic store
+	 * (relaxed: a one-way flag; whoever needs more than its value takes
+	 * the lock) */
+	__atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 	pthread_cond_broadcast(&j->cond);
 	return -EIO;
 }

@@ -29,7 +29,7 @@ struct journal {
 	uint64_t written;     /* LSN: bytes appended since open */
 	uint64_t synced;      /* LSN known durable */
 	int syncing;	      /* an fdatasync is in flight */
-	int failed;	      /* read-only for good */
+	int failed;	      /* read-only for good; set atomically (jrnl_failed) */
 	int stop;
 	uint64_t checkpoints, syncs;
 

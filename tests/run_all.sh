@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install what is missing, build, run every test (unit + integration on real
-# mounts); then the hardening run: unit tests, short fuzz runs and a subset of
-# the integration tests on an ASan+UBSan build (tests/sanitize.sh).
+# mounts); then the hardening runs: unit tests, short fuzz runs and a subset of
+# the integration tests on an ASan+UBSan build (tests/sanitize.sh), then the
+# unit tests and the concurrent integration tests on a ThreadSanitizer build
+# (tests/tsan.sh). Both hardening runs always run; either failing fails this.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/tests/deps.sh"
@@ -24,4 +26,7 @@ if ! pkg-config --atleast-version=3.17 fuse3; then
 	spw_build_oldfuse "$top" "$old"
 	(cd "$old" && ctest --output-on-failure --timeout 300 -j"$(nproc)" -L unit)
 fi
-"$top/tests/sanitize.sh"
+rc=0
+"$top/tests/sanitize.sh" || rc=1
+"$top/tests/tsan.sh" || rc=1
+exit $rc

@@ -32,10 +32,10 @@ run() {
 		>"$asan/$name.sanitize.log" 2>&1 ||
 		{ fail=1; echo "FAILED: $name (log $asan/$name.sanitize.log)"; tail -40 "$asan/$name.sanitize.log"; }
 }
-# a subset that keeps the whole README test command under 15 minutes on 2
-# cores: every POSIX op, the tiering paths that race (spills vs writes,
-# concurrent restores, GC, restores that cannot get room), kill -9 rounds
-# and fsx against a tiny hot tier
+# a subset that keeps the whole README test command (tests/tsan.sh runs
+# after this) under 25 minutes on 2 cores: every POSIX op, the tiering
+# paths that race (spills vs writes, concurrent restores, GC, restores that
+# cannot get room), kill -9 rounds and fsx against a tiny hot tier
 run test_posix ""
 run test_passthrough ""
 run test_tiering "" TestWriteSpillRace TestConcurrentRestore TestGC TestStraddleUnderPressure

@@ -860,7 +860,7 @@ int evict_file(struct tier *t, struct inode *in, int drop)
 		return ret;
 
 	/* the caller holds a reference on in: no walk of the whole index */
-	if (S_ISREG(in->mode) && collect_chunks(t, &cs, in, 1) > 0) {
+	if (S_ISREG(idx_type(in)) && collect_chunks(t, &cs, in, 1) > 0) {
 		idx_ref(t->idx, in);
 		cs.refs[cs.nrefs++] = in;
 	}
@@ -904,7 +904,7 @@ int evict_flush_all(struct tier *t)
 		struct inode *in = idx_get(t->idx, inos[i]);
 		if (!in)
 			continue;
-		if (S_ISREG(in->mode) && in->nlink > 0 && collect_chunks(t, &cs, in, 1) > 0)
+		if (S_ISREG(idx_type(in)) && in->nlink > 0 && collect_chunks(t, &cs, in, 1) > 0)
 			cs.refs[cs.nrefs++] = in;
 		else
 			idx_put(t->idx, in);

@@ -266,7 +266,13 @@ out:
 
 size_t gc_pick(struct tier *t, uint64_t *dead, size_t max, uint64_t *compact)
 {
-	return segtab_pick_dead(t->segtab, dead, max, t->cfg->gc_threshold, compact);
+	double thr;
+
+	/* the daemon never changes it after mount; the unit tests (test_maint)
+	 * lower it while the evictor runs, with an atomic store: relaxed, a
+	 * value read once per round */
+	__atomic_load(&t->cfg->gc_threshold, &thr, __ATOMIC_RELAXED);
+	return segtab_pick_dead(t->segtab, dead, max, thr, compact);
 }
 
 void gc_delete(struct tier *t, const uint64_t *ids, size_t n)

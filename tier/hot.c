@@ -450,7 +450,7 @@ void hot_fd_put_locked(struct hot *hot, struct inode *in)
 		 * (kernel memory outside hot_size, a million of them for a million
 		 * cold files) and no stray page. Its chunks are holes or cold, so
 		 * a hot file recreated sparse at the next use reads the same. */
-		if (S_ISREG(in->mode) && !has_hot_chunk_locked(in)) {
+		if (S_ISREG(idx_type(in)) && !has_hot_chunk_locked(in)) {
 			char name[17];
 			hot_name(in->ino, name);
 			if (unlinkat(hot->dirfd, name, 0) < 0 && errno != ENOENT)
@@ -465,7 +465,7 @@ void hot_fd_put_locked(struct hot *hot, struct inode *in)
 void hot_drop(struct hot *hot, struct inode *in)
 {
 	char name[17];
-	if (!S_ISREG(in->mode))
+	if (!S_ISREG(idx_type(in)))
 		return;
 	hot_name(in->ino, name);
 	if (unlinkat(hot->dirfd, name, 0) < 0 && errno != ENOENT)

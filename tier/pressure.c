@@ -390,7 +390,10 @@ int pressure_start(struct pressure *p)
 		close(p->trig_fd);
 		p->trig_fd = -1;
 	}
+	/* under the lock: the metrics thread (started first) reads p->st */
+	pthread_mutex_lock(&p->lock);
 	p->st.psi_trigger = p->trig_fd >= 0;
+	pthread_mutex_unlock(&p->lock);
 	sample(p); /* the first decision before the first write */
 	log_info("memory pressure: following %s%s (cgroup %s%s), hot budget %lluM..%lluM, "
 		 "mem_reserve %lluM",

@@ -97,7 +97,7 @@ struct inode_list {
 static int collect(void *arg, struct inode *in)
 {
 	struct inode_list *l = arg;
-	if (!S_ISREG(in->mode))
+	if (!S_ISREG(idx_type(in)))
 		return 0;
 	if (l->n == l->cap) {
 		size_t nc = l->cap ? l->cap * 2 : 1024;
@@ -120,7 +120,7 @@ static int hot_seen(void *arg, uint64_t ino, uint64_t size, uint64_t bytes)
 {
 	struct tier *t = arg;
 	struct inode *in = idx_get(t->idx, ino);
-	if (in && S_ISREG(in->mode) && in->nlink > 0) {
+	if (in && S_ISREG(idx_type(in)) && in->nlink > 0) {
 		in->mark = size == in->size ? 1 : 3;
 		in->hot_bytes = bytes; /* counted in reconcile_file */
 	} else {

@@ -72,7 +72,7 @@ static int count_unevictable(void *arg, struct inode *in)
 	struct tier_snapshot *s = arg;
 	/* mode under the lock too: a write clears its set-id bits */
 	idx_inode_lock(in);
-	for (uint64_t c = 0; S_ISREG(in->mode) && c < in->nchunks; c++) {
+	for (uint64_t c = 0; S_ISREG(idx_type(in)) && c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		int hot = ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_HOT_CLEAN;
 		if (ch->state == CHUNK_SPILLING)

@@ -591,7 +591,7 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 		idx_touch(&in->mtime);
 		in->ctime = in->mtime;
 		/* POSIX: a write by a non-owner clears set-user/group-ID */
-		in->mode &= ~(S_ISUID | S_ISGID);
+		idx_set_mode_locked(in, in->mode & ~(S_ISUID | S_ISGID));
 		/* the size before the reply; mtime alone waits for close or fsync */
 		in->attr_dirty = !grew;
 		if (grew && idx_journal_attr_locked(t->idx, in) < 0)
@@ -885,7 +885,7 @@ int tier_fsync(struct tier *t, struct inode *in)
 	 * chunks a racing write re-dirtied (bounded: writes after the fsync
 	 * began are not its business) */
 	uint64_t until = clock_now_ms() + t->cfg->write_wait_ms;
-	for (int round = 0, failed = 0; t->store && S_ISREG(in->mode) && round < 8; round++) {
+	for (int round = 0, failed = 0; t->store && S_ISREG(idx_type(in)) && round < 8; round++) {
 		int dirty = 0;
 		if ((ret = evict_file_waiting(t, in, 0, until)) < 0) {
 			/* a cold device failed under a segment: its chunks are

@@ -577,7 +577,10 @@ class TestCrash(DurCase):
         # no vacuous pass
         self.assertGreater(totals["writes"], 50 * CRASH_ROUNDS // 10,
                            "the writer hardly made progress: %s" % totals)
-        self.assertGreater(totals["bytes_closed"], 200 * MiB, totals)
+        # 10 MiB a round (200 MiB in the default 20): the rounds are timed,
+        # so a short run on a sanitizer build (4 under TSan, tests/tsan.sh)
+        # closes less
+        self.assertGreater(totals["bytes_closed"], 10 * MiB * CRASH_ROUNDS, totals)
         self.assertGreater(totals["fsynced"], 0, totals)
         self.assertGreater(totals["unlinks"], 0, totals)
         self.assertGreater(totals["renames"], 0, totals)

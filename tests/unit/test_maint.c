@@ -148,13 +148,13 @@ static void test_slow_compaction_does_not_hold_up_spill(void **state)
 	/* 3 of 8 chunks left: below gc_threshold (0.5), worth rewriting */
 	assert_int_equal(tier_truncate(f->t, sparse, 3 * MiB), 0);
 	assert_true(fx_wait_for(any_read, f, 5000)); /* the compaction has begun */
-	assert_int_equal(f->t->st.segments_compacted, 0);
+	assert_int_equal(FX_ST(f, segments_compacted), 0);
 
 	uint64_t t0 = clock_now_ns();
 	fx_mk_range(f, in, 0, 14, MiB, 10); /* 14 MiB of 16: past spill_threshold */
 	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
 	uint64_t ms = (clock_now_ns() - t0) / 1000000;
-	assert_true(f->t->st.chunks_spilled > 8);
+	assert_true(FX_ST(f, chunks_spilled) > 8);
 	if (ms > 3000)
 		fail_msg("spilling took %llu ms beside a slow compaction", (unsigned long long)ms);
 	if (compacted(f) || maint_pending(f->t) == 0)
@@ -321,7 +321,10 @@ static void test_chunks_changed_while_compacted(void **state)
 	assert_int_equal(fx_chunk_state(c, 0), CHUNK_ABSENT);
 	assert_false(compacted(f)); /* all of it raced the copy */
 	/* the new segment will be sparse too: no second compaction to race the checks */
-	f->cfg.gc_threshold = 0.01;
+	{ /* the evictor reads it (gc_pick) while this runs */
+		double thr = 0.01;
+		__atomic_store(&f->cfg.gc_threshold, &thr, __ATOMIC_RELAXED);
+	}
 
 	set_read_delay(fake_current, 0);
 	assert_true(fx_wait_for(compacted, f, 20000));
@@ -376,7 +379,7 @@ static void test_stop_cancels_compaction(void **state)
 	uint64_t ms = (clock_now_ns() - t0) / 1000000;
 	if (ms > 2500)
 		fail_msg("tier_stop waited %llu ms for a compaction", (unsigned long long)ms);
-	assert_int_equal(f->t->st.segments_compacted, 0);
+	assert_int_equal(FX_ST(f, segments_compacted), 0);
 	assert_int_equal(maint_pending(f->t), 0);
 	assert_int_equal(fake_live_segments(), 1);
 	struct inode *all[1] = {sparse};

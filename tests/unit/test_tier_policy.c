@@ -45,7 +45,7 @@ static void test_lru_files_spilled_first_in_batches(void **state)
 	fake_lock();
 	unsigned puts = fake_current->puts_finished;
 	fake_unlock();
-	uint64_t chunks = f->t->st.chunks_spilled;
+	uint64_t chunks = FX_ST(f, chunks_spilled);
 	assert_true(puts >= 1);
 	assert_true(chunks >= 2 * puts); /* batched, not one segment per chunk */
 	for (int i = 0; i < 12; i++)
@@ -60,7 +60,7 @@ static void test_lru_files_spilled_first_in_batches(void **state)
  * not the oldest. */
 static int any_cold(struct fx *f)
 {
-	return f->t->st.chunks_spilled > 0;
+	return FX_ST(f, chunks_spilled) > 0;
 }
 
 static void test_lru_across_tick_wrap(void **state)
@@ -75,7 +75,7 @@ static void test_lru_across_tick_wrap(void **state)
 	idx_tick_seed(f->idx, (1ull << 32) - 6);
 	fx_mk_range(f, in, 0, 11, MiB, 0);
 	assert_true(in[0]->chunks[0].atime > in[10]->chunks[0].atime); /* it did wrap */
-	assert_int_equal(f->t->st.chunks_spilled, 0);
+	assert_int_equal(FX_ST(f, chunks_spilled), 0);
 	/* three more pass it: one round picks the oldest by age */
 	fx_mk_range(f, in, 11, 14, MiB, 0);
 	assert_true(fx_wait_for(any_cold, f, 10000));
@@ -116,7 +116,7 @@ static void test_lru_after_long_idle(void **state)
 		g_aged_want = now;
 		assert_true(fx_wait_for(aged, f, 10000));
 	}
-	assert_int_equal(f->t->st.chunks_spilled, 0);
+	assert_int_equal(FX_ST(f, chunks_spilled), 0);
 	fx_mk_range(f, in, 11, 14, MiB, 0);
 	assert_true(fx_wait_for(any_cold, f, 10000));
 	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
@@ -177,7 +177,7 @@ static void test_crc_failure_is_eio_for_that_chunk_only(void **state)
 	assert_int_equal(fake_flip(seg, off + 1000), 0);
 	assert_int_equal(fx_check_range(f, in, 9, 0, 4096), -EIO);
 	assert_int_equal(fx_chunk_state(in, 0), CHUNK_COLD);
-	assert_true(f->t->st.errors_crc >= 1);
+	assert_true(FX_ST(f, errors_crc) >= 1);
 	assert_int_equal(fx_check_range(f, in, 9, MiB, MiB), 0);
 	idx_put(f->idx, in);
 }
@@ -205,9 +205,9 @@ static void test_random_read_restores_nothing(void **state)
 	assert_int_equal(fx_chunk_state(in, 1), CHUNK_COLD);
 	assert_int_equal(fx_chunk_state(in, 3), CHUNK_COLD);
 	assert_int_equal(hot_used(f->t->hot), 0);
-	assert_int_equal(f->t->st.direct_reads, 2);
-	assert_int_equal(f->t->st.partial_restores, 0);
-	assert_int_equal(f->t->st.chunks_restored, 0);
+	assert_int_equal(FX_ST(f, direct_reads), 2);
+	assert_int_equal(FX_ST(f, partial_restores), 0);
+	assert_int_equal(FX_ST(f, chunks_restored), 0);
 	fake_lock();
 	assert_true(fake_current->nreads > n0);
 	fake_unlock();
@@ -220,12 +220,12 @@ static void test_random_read_restores_nothing(void **state)
 	assert_int_equal(fx_check_range_flags(f, in, 7, 2 * MiB + 10, 4096, TIER_READ_RANDOM),
 			 -EIO);
 	assert_int_equal(fx_chunk_state(in, 2), CHUNK_COLD);
-	assert_true(f->t->st.errors_crc >= 1);
+	assert_true(FX_ST(f, errors_crc) >= 1);
 	/* across chunks 0 and 1: restored, both hot afterwards */
 	assert_int_equal(fx_check_range_flags(f, in, 7, MiB - 100, 200, TIER_READ_RANDOM), 0);
 	assert_int_equal(fx_chunk_state(in, 0), CHUNK_HOT_CLEAN);
 	assert_int_equal(fx_chunk_state(in, 1), CHUNK_HOT_CLEAN);
-	assert_int_equal(f->t->st.direct_reads, 2);
+	assert_int_equal(FX_ST(f, direct_reads), 2);
 	idx_put(f->idx, in);
 }
 
@@ -382,9 +382,9 @@ static void test_reader_reads_beside_a_restore(void **state)
 	assert_int_equal(fx_check_range(f, g_in, 3, 4 * MiB - 5000, 4096), 0);
 	/* answered while the worker is still at its first pieces */
 	assert_int_equal(fx_chunk_state(g_in, 0), CHUNK_RESTORING);
-	assert_int_equal(f->t->st.direct_reads, 1);
-	assert_int_equal(f->t->st.published_reads, 0);
-	assert_int_equal(f->t->st.partial_restores, 0);
+	assert_int_equal(FX_ST(f, direct_reads), 1);
+	assert_int_equal(FX_ST(f, published_reads), 0);
+	assert_int_equal(FX_ST(f, partial_restores), 0);
 	fake_lock();
 	fake_current->read_delay_ms = 0;
 	fake_unlock();
@@ -417,7 +417,7 @@ static void test_cold_read_never_waits_for_impossible_room(void **state)
 	if (ms >= 1500)
 		fail_msg("a cold read waited %llu ms for room that cannot come",
 			 (unsigned long long)ms);
-	assert_true(f->t->st.restore_overshoots >= 1);
+	assert_true(FX_ST(f, restore_overshoots) >= 1);
 	idx_put(f->idx, pinned);
 	idx_put(f->idx, cold);
 }

@@ -451,7 +451,7 @@ static void test_truncate_holds_off_new_restores(void **state)
 	assert_int_equal(op_join(&tr), 0);
 	assert_int_equal(op_join(&r2), 0); /* nothing: the file is empty */
 	assert_int_equal(fx_chunk_state(in, 0), CHUNK_ABSENT);
-	assert_int_equal(f->t->st.direct_reads, 1);
+	assert_int_equal(FX_ST(f, direct_reads), 1);
 	assert_int_equal(tier_truncate(f->t, in, 4 * MiB), 0);
 	expect_bytes(f, in, -1, 0, 4 * MiB);
 	idx_put(f->idx, in);
@@ -685,7 +685,7 @@ static void test_write_claims_after_waiting_for_a_direct_read(void **state)
 	fake_gate_release(1, 0);
 	assert_int_equal(op_join(&r1), 0);
 	assert_int_equal(op_join(&w), 0);
-	assert_int_equal(f->t->st.chunks_restored, 0); /* claimed, not restored */
+	assert_int_equal(FX_ST(f, chunks_restored), 0); /* claimed, not restored */
 	assert_int_equal(fx_chunk_state(in, 0), CHUNK_HOT_DIRTY);
 	expect_bytes(f, in, 9, 0, MiB);
 	expect_bytes(f, in, 1, MiB, MiB);
@@ -790,7 +790,7 @@ static void test_restore_end_waits_for_readers_beside(void **state)
 	assert_int_equal(op_join(&r), 0);
 	uint8_t hot = CHUNK_HOT_CLEAN;
 	assert_true(until(chunk0_state_is, &hot));
-	assert_int_equal(f->t->st.direct_reads, 1);
+	assert_int_equal(FX_ST(f, direct_reads), 1);
 	tier_close(f->t, g_big, &(struct tier_open_out){0}, NULL);
 	fx_check_all(f, g_big, 3, 4 * MiB);
 	idx_put(f->idx, g_big);

@@ -53,5 +53,9 @@ uint8_t fx_chunk_state(struct inode *in, uint64_t c);
 int fx_wait_for(int (*pred)(struct fx *), struct fx *f, unsigned ms);
 /* Hot usage at or below spill_threshold x hot_size. */
 int fx_below_threshold(struct fx *f);
+/* A counter of f->t->st (struct tier_stats): the tier's workers add to
+ * them atomically while the test reads, so the test reads them atomically
+ * too (relaxed: a value, no ordering wanted). */
+#define FX_ST(f, field) __atomic_load_n(&(f)->t->st.field, __ATOMIC_RELAXED)
 
 #endif
