@@ -649,6 +649,7 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 
 int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 {
+	uint64_t bc = UINT64_MAX; /* the boundary chunk, pinned */
 	int fd, ret;
 
 	tier_refresh(t, in); /* passthrough writers' size first */
@@ -664,21 +665,32 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 	if (size < in->size)
 		wait_restoring_locked(in, size / t->chunk_size, in->nchunks);
 	if (size < in->size && size % t->chunk_size) {
-		/* the boundary chunk keeps its head: it must be hot to cut it */
+		/* the boundary chunk keeps its head: it must be hot to cut it,
+		 * and pinned (never dropped) while the waits below drop the lock */
 		uint64_t c = size / t->chunk_size;
-		if (c < in->nchunks && (ret = restore_make_hot_locked(t, in, c, c, 0)) < 0)
+		if (c < in->nchunks && (ret = restore_make_hot_locked(t, in, c, c, 1)) < 0)
 			goto out_put;
-		if (c < in->nchunks && in->chunks[c].state != CHUNK_ABSENT)
-			mark_dirty_locked(t, in, c, c);
+		if (c < in->nchunks)
+			bc = c;
 		/* that restore dropped the lock: none may be restoring past it */
 		wait_restoring_locked(in, c + 1, in->nchunks);
 	}
 	if (size < in->size)
 		wait_chain_writers_locked(in, size / t->chunk_size, in->nchunks);
-	if (ftruncate(fd, (off_t)size) < 0) {
-		ret = -errno;
-		goto out_put;
+	/* marked with the lock held through the ftruncate: marked before the
+	 * waits, a spill could take the chunk while they dropped the lock,
+	 * copy the bytes past the cut with the new generation and keep them
+	 * as its cold copy - a truncated tail back once the file grew again
+	 * (the soak's fsx, bench/soak) */
+	if (bc != UINT64_MAX && in->chunks[bc].state != CHUNK_ABSENT)
+		mark_dirty_locked(t, in, bc, bc);
+	ret = ftruncate(fd, (off_t)size) < 0 ? -errno : 0;
+	if (bc != UINT64_MAX) {
+		pin(in, bc, bc, -1);
+		idx_inode_wake(in);
 	}
+	if (ret < 0)
+		goto out_put;
 	if (size < in->size)
 		drop_chunks_past_locked(t, in, size);
 	in->size = size;
