@@ -624,7 +624,7 @@ def hog_thread(s):
             s.procs["hog"] = p
         while p.poll() is None and not s.gate.stop:
             time.sleep(1)
-        if p.poll() is None:
+        if p.poll() is None or s.gate.stop:
             return
         if p.returncode == -signal.SIGKILL:
             s.hog_ooms += 1
@@ -886,7 +886,7 @@ def mib(x):
     return "%.0f" % (x / MiB) if x is not None else "-"
 
 
-def report(s, total_s):
+def report(s, total_s, interrupted=False):
     out = []
     P = out.append
     with s.lock:
@@ -966,6 +966,12 @@ def report(s, total_s):
             if (x.get("slow_ms") or 0) > slow[0]:
                 slow = (x["slow_ms"], x.get("slow_op"))
     full = sum(1 for x in s.samples if x.get("cold_full"))
+    c2 = [x["cold"][1] for x in s.samples if len(x.get("cold") or []) > 1]
+    if c2:
+        P("cold2 (the faulty tmpfs) in the samples: used %.0f..%.0f MiB by spillway and the "
+          "filler, full (< 1 MiB free) in %d of %d samples, failed in %d"
+          % (min(u for u, _, _ in c2) / MiB, max(u for u, _, _ in c2) / MiB,
+             sum(1 for _, av, _ in c2 if av < MiB), len(c2), sum(1 for _, _, f in c2 if f)))
     P("daemon counters over all lifetimes (to the last sample of each): io errors %d, crc "
       "errors %d, ENOSPC %d, write waits %d, spilled %.1f GiB, restored %.1f GiB, "
       "passthrough opens %d; slowest request %s ms (%s); samples with cold_full set: %d"
@@ -1033,6 +1039,8 @@ def report(s, total_s):
             P("  ERROR at %.0fs %s: %s" % (t, w, what[:1500]))
     if grew:
         verdict.append("RSS or fds grew")
+    if interrupted:
+        verdict.append("interrupted before the end")
     P("")
     P("VERDICT: " + ("PASS (0 lost, memory and fds flat)" if not verdict else
                      "FAIL: " + "; ".join(verdict)))
@@ -1050,7 +1058,17 @@ def report(s, total_s):
 def setup_env(s):
     a = s.args
     s.base = tempfile.mkdtemp(prefix="spw-soak-", dir="/var/tmp")
-    s.cold1 = os.path.join(s.base, "cold1")
+    # cold1: an ext4 on a loop device (disk I/O, a size like cold2's, so that
+    # placement, which weighs the dirs by free space, sends both a share)
+    s.cold1mnt = os.path.join(s.base, "disk")
+    os.mkdir(s.cold1mnt)
+    img = os.path.join(s.base, "disk.img")
+    with open(img, "wb") as f:
+        f.truncate(a.cold1_size_mib * MiB)
+    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["mount", "-o", "loop", img, s.cold1mnt], check=True)
+    s.loop_mounted = True
+    s.cold1 = os.path.join(s.cold1mnt, "cold")
     os.mkdir(s.cold1)
     s.faulty = os.path.join(s.base, "faulty")
     os.mkdir(s.faulty)
@@ -1099,10 +1117,12 @@ def teardown(s):
     harness.cleanup_all()
     for t in s.threads:
         t.join(timeout=30)
-    if getattr(s, "tmpfs_mounted", False):
-        r = subprocess.run(["umount", s.faulty], stderr=subprocess.PIPE)
-        if r.returncode != 0:
-            subprocess.run(["umount", "-l", s.faulty])
+    for flag, mp in (("tmpfs_mounted", getattr(s, "faulty", None)),
+                     ("loop_mounted", getattr(s, "cold1mnt", None))):
+        if getattr(s, flag, False):
+            r = subprocess.run(["umount", mp], stderr=subprocess.PIPE)
+            if r.returncode != 0:
+                subprocess.run(["umount", "-l", mp])
     if getattr(s, "cpucg", None):
         try:
             with open(os.path.join(s.cpucg_old, "cgroup.procs"), "w") as f:
@@ -1142,7 +1162,9 @@ def main():
     ap.add_argument("--mem-reserve", default="64M")
     ap.add_argument("--cg-limit-mib", type=int, default=448, help="the cgroup's memory limit")
     ap.add_argument("--hog-max", type=int, default=256 * MiB, help="bytes the hog takes at most")
-    ap.add_argument("--fault-size", default="192M", help="the faulty cold dir's tmpfs")
+    ap.add_argument("--fault-size", default="768M", help="the faulty cold dir's tmpfs")
+    ap.add_argument("--cold1-size-mib", type=int, default=3072,
+                    help="the other cold dir's ext4 (a loop device on /var/tmp)")
     ap.add_argument("--small-live", type=int, default=3000)
     ap.add_argument("--small-pause", type=float, default=0.3)
     ap.add_argument("--pipe-depth", type=int, default=4)
@@ -1265,13 +1287,13 @@ def main():
     except KeyboardInterrupt as e:
         say("interrupted (%s): cleaning up" % e)
         try:
-            report(s, now() - t_start)
+            report(s, now() - t_start, interrupted=True)
         except Exception:
             traceback.print_exc()
     except Exception:
         traceback.print_exc()
         try:
-            report(s, now() - t_start)
+            report(s, now() - t_start, interrupted=True)
         except Exception:
             traceback.print_exc()
     finally:
