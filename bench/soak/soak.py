@@ -154,6 +154,7 @@ class Soak:
         self.wrong = []  # wrong bytes seen by a worker during a run (not after a kill)
         self.errors = []  # unexpected errors of workers while the mount was up
         self.crashes = []  # daemon deaths we did not cause
+        self.hangs = []  # SIGKILLs the daemon did not die of (FUSE connection aborted)
         self.restarts = 0
         self.reboots = 0
         self.lifetimes = []  # {"n", "start", "wiped", "samples": [...]}
@@ -827,6 +828,48 @@ def sweep(s, mnt):
     return removed
 
 
+def d_stacks():
+    """The kernel stacks of every task in D state (and of zombie spillways)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            tasks = os.listdir("/proc/%s/task" % d)
+            comm = open("/proc/%s/comm" % d).read().strip()
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                st = open("/proc/%s/task/%s/stat" % (d, t)).read().rsplit(")", 1)[1].split()[0]
+                if st != "D":
+                    continue
+                out.append("== pid %s tid %s %s\n%s" % (d, t, comm, open(
+                    "/proc/%s/task/%s/stack" % (d, t)).read()))
+            except OSError:
+                continue
+    return "\n".join(out)
+
+
+def abort_fuse(s, mnt):
+    """echo 1 > /sys/fs/fuse/connections/<dev minor>/abort (fusectl mounted if need be)."""
+    dev = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if harness._unescape_mount_field(fields[4]) == os.path.realpath(mnt):
+                dev = fields[2].split(":")[1]
+    if dev is None:
+        s.event("abort: %s is not in mountinfo" % mnt)
+        return
+    ctl = "/sys/fs/fuse/connections"
+    if not os.path.exists(os.path.join(ctl, dev)):
+        subprocess.run(["mount", "-t", "fusectl", "none", ctl], check=False)
+        s.fusectl_mounted = True
+    with open(os.path.join(ctl, dev, "abort"), "w") as f:
+        f.write("1")
+
+
 def kill_cycle(s, crashed=False):
     """kill -9 the daemon (unless it died by itself), stop the tools, remount
     (hot_dir wiped half the time), verify the ledger, let the workers go."""
@@ -835,7 +878,19 @@ def kill_cycle(s, crashed=False):
     if not crashed:
         os.kill(m.proc.pid, signal.SIGKILL)
     m.killed_by_watchdog = True
-    m.proc.wait(timeout=60)
+    try:
+        m.proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        # a thread stuck in the kernel keeps /dev/fuse open: nothing is
+        # aborted, every request waits; only fusectl's abort gets out
+        stacks = d_stacks()
+        s.hangs.append((now(), stacks))
+        s.event("HANG: the daemon is still there 20 s after SIGKILL; aborting its FUSE "
+                "connection (stacks in %s)" % os.path.join(s.out, "hang-%d.txt" % len(s.hangs)))
+        with open(os.path.join(s.out, "hang-%d.txt" % len(s.hangs)), "w") as f:
+            f.write(stacks)
+        abort_fuse(s, m.mnt)
+        m.proc.wait(timeout=60)
     with s.proc_lock:
         tools = [(n, p) for n, p in s.procs.items() if n != "hog"]
     for n, p in tools:
@@ -901,8 +956,10 @@ def report(s, total_s, interrupted=False):
     P("bytes verified: %.2f GiB; ledger verifications took %s s" % (
         s.bytes_verified / (1 << 30), s.notes["verify_s"]))
     P("lost: %d; wrong bytes during the run: %d; unexpected worker errors: %d; "
-      "daemon deaths not ours: %d; lost_files reported by the daemon after reboots: %d"
-      % (len(s.lost), len(s.wrong), len(s.errors), len(s.crashes), s.notes["lost_files_stat"]))
+      "daemon deaths not ours: %d; SIGKILLs that did not kill: %d; lost_files reported by "
+      "the daemon after reboots: %d"
+      % (len(s.lost), len(s.wrong), len(s.errors), len(s.crashes), len(s.hangs),
+         s.notes["lost_files_stat"]))
     # per 5 minutes
     P("")
     P("%-9s %4s %-16s %-9s %-9s %-9s %7s %10s" % (
@@ -1037,6 +1094,11 @@ def report(s, total_s, interrupted=False):
         verdict.append("%d unexpected worker errors" % len(s.errors))
         for t, w, what in s.errors[:30]:
             P("  ERROR at %.0fs %s: %s" % (t, w, what[:1500]))
+    if s.hangs:
+        verdict.append("%d kill -9 left the daemon stuck in the kernel (connection aborted)"
+                       % len(s.hangs))
+        for t, st in s.hangs:
+            P("  HANG at %.0fs:\n%s" % (t, st[:3000]))
     if grew:
         verdict.append("RSS or fds grew")
     if interrupted:
@@ -1117,7 +1179,8 @@ def teardown(s):
     harness.cleanup_all()
     for t in s.threads:
         t.join(timeout=30)
-    for flag, mp in (("tmpfs_mounted", getattr(s, "faulty", None)),
+    for flag, mp in (("fusectl_mounted", "/sys/fs/fuse/connections"),
+                     ("tmpfs_mounted", getattr(s, "faulty", None)),
                      ("loop_mounted", getattr(s, "cold1mnt", None))):
         if getattr(s, flag, False):
             r = subprocess.run(["umount", mp], stderr=subprocess.PIPE)
