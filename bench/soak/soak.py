@@ -502,6 +502,7 @@ def run_tool(s, name, make_cmd, on_exit):
             except OSError as e:
                 if s.gate.valid(epoch):
                     s.error(name, "mkdir %s: %s" % (d, e))
+                    time.sleep(1)  # the main loop sees a dead mount within 1 s
                 break
             logp = os.path.join(s.out, "%s-%03d-%04d.log" % (name, epoch, n))
             tmpd = os.path.join(s.out, "%s-%03d-%04d.tmp" % (name, epoch, n))
