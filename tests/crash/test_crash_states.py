@@ -554,7 +554,7 @@ class CrashStates(harness.SpwTestCase):
         finally:
             w.close()
         m = mounts[-1]
-        rc = m.unmount_clean()
+        rc = self.unmount(m)  # the passthrough writer's release may lag its close
         self.assertEqual(rc, 0, "the recorded daemon's clean unmount\n%s" % m.log_text(30))
         return w, log_path
 
