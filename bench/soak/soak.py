@@ -190,7 +190,9 @@ class Soak:
         say(what)
 
 
-def sha_path(path, bs=MiB):
+def sha_path(path, bs=MiB, pause=0.0):
+    """(sha256 hex, bytes) of path, read bs at a time; pause seconds after
+    each read (a slow consumer)."""
     h = hashlib.sha256()
     n = 0
     with open(path, "rb", buffering=0) as f:
@@ -200,6 +202,8 @@ def sha_path(path, bs=MiB):
                 break
             h.update(b)
             n += len(b)
+            if pause:
+                time.sleep(pause)
     return h.hexdigest(), n
 
 
@@ -381,17 +385,9 @@ def consumer_step(s, ctx):
         return
     rel, (size, sha, _) = objs[0]
     p = os.path.join(ctx["mnt"], rel)
-    h = hashlib.sha256()
-    n = 0
-    with open(p, "rb", buffering=0) as f:
-        while True:
-            b = f.read(MiB)
-            if not b:
-                break
-            h.update(b)
-            n += len(b)
-            time.sleep(s.args.pipe_pause / 2)
-    if (h.hexdigest(), n) != (sha, size):
+    got = sha_path(p, pause=s.args.pipe_pause / 2)
+    n = got[1]
+    if got != (sha, size):
         if s.gate.valid(ctx["epoch"]):
             s.wrong.append((now(), "consumer", rel, "%d bytes" % n))
             s.error("consumer", "%s: wrong content (%d bytes, want %d)" % (rel, n, size))
@@ -551,19 +547,38 @@ def fsx_cmd(s, which):
     return make
 
 
-def fsx_exit(s, name, rc, text, alive):
-    m = re.search(r"spw_fsx: (\d+) ops ok", text)
-    if rc == 0 and m:
-        s.count("fsx", int(m.group(1)))
-        s.notes["fsx_runs_ok"] += 1
+def tool_exit(s, name, tool, prog, key, ok, ops, rc, text, alive):
+    """Account one run of a load tool that ended (rc, its output): ok, cut
+    by a kill of the daemon (not alive), or a failure with the mount up
+    (True: a finding)."""
+    if ok:
+        s.count(tool, ops)
+        s.notes[key + "_runs_ok"] += 1
         return False
     if not alive:
-        s.notes["fsx_killed"] += 1
+        s.notes[key + "_killed"] += 1
         return False
-    s.notes["fsx_failed"] += 1
-    s.wrong.append((now(), name, "fsx", "exit %s" % rc))
-    s.error(name, "spw_fsx failed (exit %s) with the mount up:\n%s" % (rc, text[-3000:]))
+    s.notes[key + "_failed"] += 1
+    s.wrong.append((now(), name, tool, "exit %s" % rc))
+    s.error(name, "%s failed (exit %s) with the mount up:\n%s" % (prog, rc, text[-3000:]))
     return True
+
+
+def kill_tools(s):
+    """SIGKILL every load tool's process group (the hog stays)."""
+    with s.proc_lock:
+        tools = [p for n, p in s.procs.items() if n != "hog"]
+    for p in tools:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def fsx_exit(s, name, rc, text, alive):
+    m = re.search(r"spw_fsx: (\d+) ops ok", text)
+    return tool_exit(s, name, "fsx", "spw_fsx", "fsx", rc == 0 and m is not None,
+                     int(m.group(1)) if m else 0, rc, text, alive)
 
 
 def sng_cmd(s):
@@ -576,20 +591,8 @@ def sng_cmd(s):
 
 
 def sng_exit(s, name, rc, text, alive):
-    ops = 0
-    for m in re.finditer(r"\]\s+(hdd|iomix)\s+(\d+)\s", text):
-        ops += int(m.group(2))
-    if rc == 0:
-        s.count("stress-ng", ops)
-        s.notes["sng_runs_ok"] += 1
-        return False
-    if not alive:
-        s.notes["sng_killed"] += 1
-        return False
-    s.notes["sng_failed"] += 1
-    s.wrong.append((now(), name, "stress-ng", "exit %s" % rc))
-    s.error(name, "stress-ng failed (exit %s) with the mount up:\n%s" % (rc, text[-3000:]))
-    return True
+    ops = sum(int(m.group(2)) for m in re.finditer(r"\]\s+(hdd|iomix)\s+(\d+)\s", text))
+    return tool_exit(s, name, "stress-ng", "stress-ng", "sng", rc == 0, ops, rc, text, alive)
 
 
 # --------------------------------------------------------------------------
@@ -900,13 +903,7 @@ def kill_cycle(s, crashed=False):
             f.write(stacks)
         abort_fuse(s, m.mnt)
         m.proc.wait(timeout=60)
-    with s.proc_lock:
-        tools = [(n, p) for n, p in s.procs.items() if n != "hog"]
-    for n, p in tools:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_tools(s)
     lazy_unmount(m.mnt)
     with open(m.log, "a") as f:
         f.write("\n[soak] %s; lazily unmounted\n" % ("died by itself" if crashed else
@@ -1327,13 +1324,7 @@ def main():
         # the end: stop the load, verify, clean unmount, remount, verify again
         s.event("load over; stopping the workers")
         s.gate.go_down()
-        with s.proc_lock:
-            tools = [(n, p) for n, p in s.procs.items() if n != "hog"]
-        for n, p in tools:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_tools(s)
         stuck = s.gate.wait_parked(120)
         if stuck:
             s.event("workers still busy 120 s after the end: %s" % stuck)
