@@ -904,7 +904,12 @@ int evict_flush_all(struct tier *t)
 		struct inode *in = idx_get(t->idx, inos[i]);
 		if (!in)
 			continue;
-		if (S_ISREG(idx_type(in)) && in->nlink > 0 && collect_chunks(t, &cs, in, 1) > 0)
+		/* nlink changes under the index and inode locks: read it under
+		 * the inode's */
+		idx_inode_lock(in);
+		int linked = in->nlink > 0;
+		idx_inode_unlock(in);
+		if (S_ISREG(idx_type(in)) && linked && collect_chunks(t, &cs, in, 1) > 0)
 			cs.refs[cs.nrefs++] = in;
 		else
 			idx_put(t->idx, in);
