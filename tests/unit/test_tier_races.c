@@ -501,6 +501,59 @@ static void test_truncate_waits_again_after_its_boundary_restore(void **state)
 }
 
 /*
+ * 3eb34c1 (the soak's fsx: a truncated tail came back). truncate to the
+ * middle of chunk 1 restores chunk 1 first (the lock dropped); meanwhile a
+ * random reader starts a direct read of chunk 2, so truncate waits again
+ * once chunk 1 is hot. While it waits, an fsync spills chunk 1 - with the
+ * bytes past the cut, since the ftruncate has not run yet. Had truncate
+ * marked chunk 1 dirty before that wait, the spill would commit the
+ * generation truncate set and keep that copy as the chunk's cold copy: once
+ * the chunk is evicted and the file grows, the cut bytes are back where
+ * zeros belong. Marked after the waits, with the lock held through the
+ * ftruncate, no spill can take the chunk in between.
+ */
+static void start_durable(struct fx *f);
+
+static void test_truncate_marks_its_boundary_after_the_waits(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in;
+
+	start_durable(f); /* fsync spills */
+	in = mk_cold(f, "a", 4 * MiB, 6);
+
+	static struct op r2, tr, fs;
+	r2 = mk_op(f, in, OP_READ, 2);
+	tr = mk_op(f, in, OP_TRUNCATE, 3);
+	fs = mk_op(f, in, OP_FSYNC, 4);
+	r2.flags = TIER_READ_RANDOM;
+	r2.off = 2 * MiB + 4096, r2.len = 4096, r2.data = 6;
+	tr.len = MiB + MiB / 2;
+
+	fake_gate_arm(FAKE_GATE_READ, 1);
+	op_start(&tr);
+	gate(1); /* truncate restores chunk 1, unlocked */
+	fake_gate_arm(FAKE_GATE_READ, 1);
+	op_start(&r2);
+	gate(2); /* chunk 2 RESTORING, its reader in the store */
+	fake_gate_release(1, 0);
+	assert_true(until(waiting, &(struct waited){&tr, 1, 0})); /* for chunk 2 */
+	op_start(&fs); /* would spill chunk 1 as it is: the tail not cut yet */
+	assert_int_equal(op_join(&fs), 0);
+	fake_gate_release(2, 0);
+	assert_int_equal(op_join(&r2), 0);
+	assert_int_equal(op_join(&tr), 0);
+
+	/* chunk 1 out of RAM, the file grown: the cut half reads as zeros */
+	assert_int_equal(tier_evict_file(f->t, in), 0);
+	assert_int_equal(fx_chunk_state(in, 1), CHUNK_COLD);
+	assert_int_equal(tier_truncate(f->t, in, 4 * MiB), 0);
+	expect_bytes(f, in, 6, 0, MiB + MiB / 2);
+	expect_bytes(f, in, -1, MiB + MiB / 2, MiB / 2);
+	idx_put(f->idx, in);
+}
+
+/*
  * fallocate's second look. A punch over chunk 0 (whole: not restored, it
  * is replaced) and the head of chunk 1 (restored first, the lock dropped).
  * Meanwhile a random reader starts a direct read of chunk 0. fallocate
@@ -989,6 +1042,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_truncate_looks_again_after_each_wait, fx_setup,
 					    race_teardown),
 	    cmocka_unit_test_setup_teardown(test_truncate_waits_again_after_its_boundary_restore,
+					    fx_setup, race_teardown),
+	    cmocka_unit_test_setup_teardown(test_truncate_marks_its_boundary_after_the_waits,
 					    fx_setup, race_teardown),
 	    cmocka_unit_test_setup_teardown(test_fallocate_waits_again_after_its_restore, fx_setup,
 					    race_teardown),
