@@ -126,10 +126,13 @@ struct inode {
 	int hot_fd;	    /* -1 when closed */
 	uint32_t hot_users; /* opens + internal users of hot_fd */
 	uint32_t nchunks;   /* < JRNL_MAX_CHUNKS (2^24) */
-	uint32_t open_count : 26;
+	uint32_t open_count : 25;
 	/* tier_io.c: a read or write went through the daemon since the
 	 * kernel's copy was last dropped (it may hold pages of the file) */
 	uint32_t kcached : 1;
+	/* inval.c: a drop of the kernel's pages was held back while the file
+	 * was open; the last close drops the whole file (tier_io.c) */
+	uint32_t inval_owed : 1;
 	/* tier.c: a truncate, fallocate or write waits for the restores in
 	 * flight in the file; no new one starts meanwhile */
 	uint32_t rst_hold : 1;

@@ -8,6 +8,18 @@
  *   calls the fs layer's function (tier_set_inval). A job that cannot be
  *   allocated is skipped: only page cache is left behind (correct, just not
  *   freed).
+ * - A range of a file that is open is never dropped: the kernel drops a
+ *   page only once it holds the page's lock, and a read in flight holds it
+ *   until this daemon answers. Alive, we answer and the drop ends; killed
+ *   (kill -9, the OOM killer) between the two, the drop never ends, the
+ *   thread stays in D state holding /dev/fuse, the connection is never
+ *   aborted and every request on the mount hangs (the soak saw it once in
+ *   an hour; huggingface/hf-mount#195 is the same). So the worker looks at
+ *   the file just before it sends: open, it marks the drop owed
+ *   (in->inval_owed) and the last close drops the whole file instead
+ *   (tier_close). The pages held meanwhile are clean page cache the kernel
+ *   reclaims under pressure. What is left: an open and a read that start
+ *   between that look and the send, and a kill in that instant.
  * - inval_stop: the worker sends what is still queued, then exits.
  * - Threading: inval_async from any thread; inval_set, start, stop and free
  *   from the tier's owner (tier.c), never while inval_async may run.
@@ -26,6 +38,8 @@ struct inval {
 	/* the fs layer's sender (tier_inval_fn); NULL: nothing to drop */
 	void (*fn)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
 	void *arg;
+	struct index *idx;	/* to look at a file before its pages go */
+	struct tier_stats *st;	/* kdrops_sent, kdrops_owed */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct inval_job *q; /* under lock */
@@ -41,6 +55,8 @@ int inval_new(struct tier *t)
 		return -ENOMEM;
 	pthread_mutex_init(&v->lock, NULL);
 	pthread_cond_init(&v->cond, NULL);
+	v->idx = t->idx;
+	v->st = &t->st;
 	t->inval = v;
 	return 0;
 }
@@ -84,6 +100,23 @@ void inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len)
 	pthread_mutex_unlock(&v->lock);
 }
 
+/* 1: send j now; 0: the file is open, the drop is owed to its last close */
+static int inval_may_send(struct inval *v, const struct inval_job *j)
+{
+	struct inode *in = idx_get(v->idx, j->ino);
+	int send = 1; /* forgotten: the kernel holds nothing of it */
+	if (in) {
+		idx_inode_lock(in);
+		if (in->open_count > 0) {
+			in->inval_owed = 1;
+			send = 0;
+		}
+		idx_inode_unlock(in);
+		idx_put(v->idx, in);
+	}
+	return send;
+}
+
 static void *inval_worker(void *arg)
 {
 	struct inval *v = arg;
@@ -97,8 +130,12 @@ static void *inval_worker(void *arg)
 		j = v->q;
 		v->q = j->next;
 		pthread_mutex_unlock(&v->lock);
-		if (v->fn)
+		if (v->fn && inval_may_send(v, j)) {
 			v->fn(v->arg, j->ino, j->off, j->len);
+			__atomic_add_fetch(&v->st->kdrops_sent, 1, __ATOMIC_RELAXED);
+		} else if (v->fn) {
+			__atomic_add_fetch(&v->st->kdrops_owed, 1, __ATOMIC_RELAXED);
+		}
 		free(j);
 		pthread_mutex_lock(&v->lock);
 	}

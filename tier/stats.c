@@ -65,6 +65,8 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 	for (int i = 0; i < TIER_PT_NWHY; i++)
 		d->pt_fallback[i] = LD(s->pt_fallback[i]);
 	d->cache_drops = LD(s->cache_drops);
+	d->kdrops_sent = LD(s->kdrops_sent);
+	d->kdrops_owed = LD(s->kdrops_owed);
 }
 
 static int count_unevictable(void *arg, struct inode *in)
@@ -227,6 +229,8 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	    (unsigned long long)c->pt_fallback[TIER_PT_ERROR],
 	    (unsigned long long)c->pt_fallback[TIER_PT_ROOM], (unsigned long long)s->pt_pinned,
 	    (unsigned long long)c->cache_drops);
+	PUT("\"page_cache\":{\"drops_sent\":%llu,\"drops_owed\":%llu},",
+	    (unsigned long long)c->kdrops_sent, (unsigned long long)c->kdrops_owed);
 	/* first byte, then whole-chunk restore; nvme, then s3 */
 	PUT("\"latency\":{\"first_byte\":{\"nvme\":");
 	json_lat(&c->h_first[0], buf, len, pos);

@@ -73,6 +73,9 @@ struct tier_stats {
 	 * been passed through and were not, by enum tier_pt_why; daemon-path
 	 * closes that dropped the kernel's copy of the file */
 	uint64_t pt_open_now, pt_opens, pt_fallback[TIER_PT_NWHY], cache_drops;
+	/* inval.c: drops of the kernel's pages sent, and held back for the
+	 * last close because the file was open */
+	uint64_t kdrops_sent, kdrops_owed;
 };
 
 struct tier {

@@ -544,6 +544,11 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 		in->kcached = 0;
 		drop_cache = 1;
 	}
+	if (in->open_count == 1 && in->inval_owed) {
+		/* the evictor's drops held back while the file was open (inval.c) */
+		in->inval_owed = 0;
+		drop_cache = 1;
+	}
 	if (in->attr_dirty) {
 		in->attr_dirty = 0;
 		idx_journal_attr_locked(t->idx, in);

@@ -10,6 +10,7 @@ open; kill -9 and a remount; a user mount without CAP_SYS_ADMIN and
 passthrough=off fall back and say so; and RAM holds one copy of a hot byte
 (memory cgroups: the readers' page cache is gone after their last close).
 """
+import ctypes
 import errno
 import hashlib
 import json
@@ -449,6 +450,87 @@ def rm_cgroup(cg):
         except OSError:
             return False
     harness.wait_until(gone, 10, "cgroup %s removed" % cg)
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.mmap.restype = ctypes.c_void_p
+LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+
+
+def cached_pages(path, size):
+    """How many of path's first size bytes' pages the kernel's page cache of
+    the FUSE file holds (mincore of a shared mapping: nothing is faulted)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap")
+        try:
+            vec = (ctypes.c_ubyte * ((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE))()
+            if LIBC.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+            return sum(b & 1 for b in vec)
+        finally:
+            LIBC.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+class TestPageDropsWaitForTheLastClose(PassthroughCase):
+    """The kernel drops a page only with the page's lock held, and a read in
+    flight holds it until the daemon answers: a drop sent for an open file
+    can wait on a read, and if the daemon is killed meanwhile the drop never
+    ends (D state, /dev/fuse held, the mount hung). So the evictor's drops
+    for an open file are held back (the cached pages are still right: every
+    change goes through the daemon) and its last close drops the file."""
+
+    def test_evict_of_an_open_file_drops_its_pages_at_the_last_close(self):
+        m = self.cold_mount(opts=["passthrough=off"])
+        size = 4 * MiB
+        data = pattern(41, size)
+        path = m.path("open")
+        write_file(path, data)
+        npages = size // mmap.PAGESIZE
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.assertEqual(os.pread(fd, size, 0), data)
+            self.assertEqual(cached_pages(path, size), npages)
+            before = stats_of(m.mnt)["page_cache"]
+            evict(path)
+            self.assertEqual(file_state(path)["hot"], 0)
+            harness.wait_until(
+                lambda: stats_of(m.mnt)["page_cache"]["drops_owed"] > before["drops_owed"],
+                10, "the evictor's drop held back while the file is open")
+            self.assertEqual(stats_of(m.mnt)["page_cache"]["drops_sent"], before["drops_sent"])
+            self.assertEqual(cached_pages(path, size), npages)
+            self.assertEqual(os.pread(fd, size, 0), data)  # the kept pages are right
+        finally:
+            os.close(fd)
+        harness.wait_until(lambda: cached_pages(path, size) == 0, 10,
+                           "the last close dropped the file's pages")
+        self.assertGreater(stats_of(m.mnt)["page_cache"]["drops_sent"], before["drops_sent"])
+        self.assertEqual(read_file(path), data)
+
+    def test_evict_of_a_closed_file_drops_its_pages_at_once(self):
+        m = self.cold_mount(opts=["passthrough=off"])
+        size = 2 * MiB
+        data = pattern(42, size)
+        path = m.path("closed")
+        write_file(path, data)
+        self.assertEqual(read_file(path), data)
+        self.assertEqual(cached_pages(path, size), size // mmap.PAGESIZE)
+        before = stats_of(m.mnt)["page_cache"]
+        evict(path)
+        # (polled on the stats: a look at the pages opens the file)
+        harness.wait_until(
+                lambda: stats_of(m.mnt)["page_cache"]["drops_sent"] > before["drops_sent"],
+                10, "the evictor's drop sent")
+        self.assertEqual(stats_of(m.mnt)["page_cache"]["drops_owed"], before["drops_owed"])
+        self.assertEqual(cached_pages(path, size), 0)
+        self.assertEqual(read_file(path), data)
 
 
 class TestOneCopyInRam(PassthroughCase):
