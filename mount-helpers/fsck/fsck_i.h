@@ -159,6 +159,7 @@ struct fsck {
 	uint64_t problems, fixed, lost;
 	int oper; /* an operational error happened: exit 8 */
 	uint64_t files, dirs, chunks_checked, bytes_verified;
+	uint64_t segs_kept, seg_bytes_kept; /* the summary's: counted before close */
 };
 
 /* Attributes of an inode of the index (JR_INODE's view; target: name). */

@@ -371,6 +371,13 @@ static int finish(struct fsck *f, int ret, uint64_t max_gen)
 		store_close(f->st[s]);
 	for (int i = 0; i < f->nlocks; i++)
 		close(f->lockfds[i]);
+	/* the segments found and kept, for the summary: the tables go below */
+	for (size_t i = 0; i < f->found.nb; i++)
+		for (struct hent *e = f->found.b[i]; e; e = e->next)
+			if (!((struct found *)e)->removed) {
+				f->seg_bytes_kept += ((struct found *)e)->size;
+				f->segs_kept++;
+			}
 	fsck_index_close(f);
 	tiers_file_free(&f->tiers);
 	return f->oper			   ? EX_OPER
@@ -382,15 +389,9 @@ static int finish(struct fsck *f, int ret, uint64_t max_gen)
 /* The one-line summary. */
 static void print_summary(struct fsck *f, int code)
 {
-	uint64_t segbytes = 0, nsegs = 0;
+	uint64_t segbytes = f->seg_bytes_kept, nsegs = f->segs_kept;
 	char hs[32];
 
-	for (size_t i = 0; i < f->found.nb; i++)
-		for (struct hent *e = f->found.b[i]; e; e = e->next)
-			if (!((struct found *)e)->removed) {
-				segbytes += ((struct found *)e)->size;
-				nsegs++;
-			}
 	printf("%s: %" PRIu64 " file%s, %" PRIu64 " director%s, %" PRIu64 " chunk%s in %" PRIu64
 	       " segment%s (%s)",
 	       f->dir, f->files, S(f->files), f->dirs, f->dirs == 1 ? "y" : "ies",

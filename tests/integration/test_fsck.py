@@ -235,6 +235,15 @@ class TestCheck(FsckCase):
         last = out.splitlines()[-1]
         self.assertIn("4 files", last)
         self.assertRegex(last, r"verified: clean$")
+        # the summary counts the segments it read (it once counted them
+        # after closing its tables: "in 0 segments (0 bytes)")
+        segs = self.segments()
+        size = sum(os.path.getsize(p) for p in segs.values())
+        m = re.search(r" in (\d+) segments? \(", last)
+        self.assertTrue(m, last)
+        self.assertEqual(int(m.group(1)), len(segs), last)
+        self.assertGreater(size, 0)
+        self.assertNotIn("(0 bytes)", last)
         # --repair on a clean filesystem changes nothing
         before = sorted(os.listdir(self.state_dir)), sorted(self.segments())
         self.fsck("--repair", expect=0)
