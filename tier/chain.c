@@ -129,6 +129,8 @@ int tier_seg_read(struct tier *t, uint64_t seg, const struct seg_entry *e, uint6
 		ret = -EIO; /* the caller sees an I/O error, never wrong bytes */
 	} else if (ret < 0) {
 		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+		if (ret == -ENOENT)
+			ret = -EIO; /* the segment is gone: for the reader, an I/O error */
 	}
 	return ret;
 }

@@ -329,15 +329,17 @@ static void mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, 
 		ch->state = CHUNK_HOT_DIRTY;
 		ch->gen++;
 		ch->atime = tick;
+		/* no cold copy now (a spill in flight sees the new gen), so the
+		 * record says dirty: with the copy still set it named the old
+		 * location, whose segment GC then deleted - a kill -9 later
+		 * found the chunk in a segment that was gone (fsstress) */
+		ch->seg_id = 0;
+		ch->seg_len = 0;
 		/* journaled before the old cold copy is let go: GC may delete its
 		 * segment as soon as its live bytes drop */
 		if (!was_dirty)
 			idx_journal_chunk_locked(t->idx, in, c, 0);
-		/* the old cold copy is stale now (a spill in flight sees the new
-		 * gen): base and overlays alike */
-		chain_forget_cold(t, &old);
-		ch->seg_id = 0;
-		ch->seg_len = 0;
+		chain_forget_cold(t, &old); /* base and overlays alike */
 	}
 }
 

@@ -291,6 +291,56 @@ class TestRemount(DurCase):
     def test_kill9_remount_identical(self):
         self.roundtrip("kill9")
 
+    def test_kill9_after_writing_over_spilled_chunks(self):
+        """Chunks spilled (fsync) and still in RAM, then written all over or
+        truncated: the journal says dirty, not the old location. It named the old location once,
+        and GC deleted the old segment once every chunk in it was written:
+        after a kill -9 the files' chunks were in a segment that was gone
+        (EIO), or the old bytes came back (found with fsstress)."""
+        hot, cold, state = self.make_state()
+        # through the daemon (a passthrough writer keeps the copy: index.h)
+        m = self.cmount(hot, self.opts(cold, state, passthrough="off"), "first")
+        names = ["f%d" % i for i in range(4)]
+        for i, n in enumerate(names):
+            write_content(m.path(n), 10 + i, 2 * MiB)
+            fd = os.open(m.path(n), os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        segs = set(segments_in(cold))
+        self.assertTrue(segs)
+        for i, n in enumerate(names):
+            st = self.state(m.path(n))  # spilled, still in RAM
+            self.assertEqual((st["hot"], st["dirty"]), (2, 0), st)
+            self.assertGreaterEqual(st["segments"], 1, st)
+            # chunk 0 written all over, chunk 1 cut and grown back (truncate
+            # makes the boundary chunk dirty): old copies let go
+            fd = os.open(m.path(n), os.O_WRONLY)
+            os.pwrite(fd, content(20 + i, 0, MiB), 0)
+            os.ftruncate(fd, MiB + 4096)
+            os.ftruncate(fd, 2 * MiB)
+            os.close(fd)
+        # the old segments die and GC deletes them (journal synced first)
+        harness.wait_until(lambda: not segs & set(segments_in(cold)), 30,
+                           "GC deleted the written-over segments %s" % sorted(segs))
+        m.kill9()
+        m2 = self.cmount(hot, self.opts(cold, state, passthrough="off"), "second")
+        for i, n in enumerate(names):
+            exp = (content(20 + i, 0, MiB) + content(10 + i, MiB, 4096)
+                   + bytes(MiB - 4096))
+            fd = open_uncached(m2.path(n))
+            try:
+                got = os.pread(fd, 4 * MiB, 0)
+            except OSError as e:
+                self.fail("%s unreadable after kill -9 + remount: %s\n%s"
+                          % (n, e, m2.log_text(20)))
+            finally:
+                os.close(fd)
+            if got != bytes(exp):
+                d = first_diff(got, bytes(exp))
+                self.fail("%s differs from offset %s after kill -9 + remount\n%s"
+                          % (n, d, m2.log_text(20)))
+        self.assertEqual(stats_of(m2.mnt).get("lost_files"), 0)
+
     def test_default_state_dir_under_first_nvme(self):
         hot, cold, _ = self.make_state()
         cold2 = tempfile.mkdtemp(prefix="spw-cold-", dir="/var/tmp")
