@@ -21,7 +21,7 @@
  *   covers (seg_read_part) and answers; the same thread then restores the
  *   rest after the reply (restore_rest_locked, from tier_read_end).
  *   Meanwhile the chunk is RESTORING and a struct rst_part in a small side
- *   table (t->parts, only while it lasts) records which blocks are in RAM:
+ *   table (restore.parts, only while it lasts) records which blocks are in RAM:
  *   readers of those go on, everyone else (other blocks, writes, truncate,
  *   eviction) waits for the chunk to leave RESTORING, so a write always
  *   lands after the restore and wins, and no reader sees a block before it
@@ -49,7 +49,9 @@
  *   (restore_ahead); those jobs go before the prefetch queue and run at
  *   normal I/O priority, prefetch at idle priority.
  */
+#include "tier/restore.h"
 #include "tier/tier_i.h"
+#include "tier/workq.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -73,8 +75,8 @@ _Static_assert(SEG_F_MAP == CHUNK_LOC_MAP, "segment and index record flags diffe
 #define IOPRIO_NORMAL (2 << 13 | 4) /* best effort, default level */
 
 struct restore_job {
-	struct restore_job *next;
-	struct inode *in; /* internal ref */
+	struct workq_job wj; /* first: a workq_job * is a restore_job * */
+	struct inode *in;    /* internal ref */
 	uint64_t c;
 	int ahead; /* for a sequential reader: normal priority, no room check */
 };
@@ -84,8 +86,8 @@ struct restore_job {
 
 /* A chunk being restored in two steps. See DESIGN. */
 struct rst_part {
-	struct rst_part *next; /* hash chain or free list (t->plock) */
-	uint64_t ino, c;       /* key, set while hashed (t->plock) */
+	struct rst_part *next; /* hash chain or free list (restore.plock) */
+	uint64_t ino, c;       /* key, set while hashed (restore.plock) */
 	/* the rest: protected by the inode's lock */
 	int failed;	  /* the rest failed: no new reader of it */
 	int tier;	  /* cold tier it comes from (0 nvme, 1 s3) */
@@ -106,6 +108,24 @@ struct rst_part {
  * at a time from an NVMe segment (S3: the whole missing range, one GET). */
 #define PUB_PIECE (1u << 20)
 
+/* The restore room (restore.h): its workers and the in-flight partial
+ * restore table. */
+#define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
+
+struct restore {
+	struct tier *t;
+	struct workq *wq;   /* the workers: READ_AHEAD jobs first; NULL: not started */
+	uint64_t threshold; /* prefetch only below this hot usage (set at start) */
+	/* chunks restored in two steps, keyed by (ino, chunk); the table and
+	 * free list are protected by plock, an entry's state by its inode's lock */
+	pthread_mutex_t plock;
+	struct rst_part *parts[RST_PART_HASH];
+	struct rst_part *pfree;
+};
+
+/* Job levels: ahead of sequential readers first, then prefetch. */
+enum { RST_AHEAD, RST_PREFETCH, RST_LEVELS };
+
 static unsigned part_bucket(uint64_t ino, uint64_t c)
 {
 	return (unsigned)(((ino * 0x9E3779B97F4A7C15ull) ^ c) % RST_PART_HASH);
@@ -113,13 +133,14 @@ static unsigned part_bucket(uint64_t ino, uint64_t c)
 
 static struct rst_part *part_find(struct tier *t, uint64_t ino, uint64_t c)
 {
+	struct restore *r = t->rst;
 	struct rst_part *p;
 
-	pthread_mutex_lock(&t->plock);
-	for (p = t->parts[part_bucket(ino, c)]; p; p = p->next)
+	pthread_mutex_lock(&r->plock);
+	for (p = r->parts[part_bucket(ino, c)]; p; p = p->next)
 		if (p->ino == ino && p->c == c)
 			break;
-	pthread_mutex_unlock(&t->plock);
+	pthread_mutex_unlock(&r->plock);
 	return p;
 }
 
@@ -127,38 +148,40 @@ static struct rst_part *part_find(struct tier *t, uint64_t ino, uint64_t c)
  * list keeps them, so a restore allocates only while the table grows. */
 static struct rst_part *part_new(struct tier *t, uint64_t ino, uint64_t c)
 {
+	struct restore *r = t->rst;
 	struct rst_part *p;
 	unsigned b = part_bucket(ino, c);
 
-	pthread_mutex_lock(&t->plock);
-	if ((p = t->pfree))
-		t->pfree = p->next;
-	pthread_mutex_unlock(&t->plock);
+	pthread_mutex_lock(&r->plock);
+	if ((p = r->pfree))
+		r->pfree = p->next;
+	pthread_mutex_unlock(&r->plock);
 	if (!p && !(p = malloc(sizeof(*p))))
 		return NULL;
 	memset(p, 0, sizeof(*p));
 	p->ino = ino;
 	p->c = c;
-	pthread_mutex_lock(&t->plock);
-	p->next = t->parts[b];
-	t->parts[b] = p;
-	pthread_mutex_unlock(&t->plock);
+	pthread_mutex_lock(&r->plock);
+	p->next = r->parts[b];
+	r->parts[b] = p;
+	pthread_mutex_unlock(&r->plock);
 	return p;
 }
 
 static void part_del(struct tier *t, struct rst_part *p)
 {
+	struct restore *r = t->rst;
 	struct rst_part **pp;
 
-	pthread_mutex_lock(&t->plock);
-	for (pp = &t->parts[part_bucket(p->ino, p->c)]; *pp; pp = &(*pp)->next)
+	pthread_mutex_lock(&r->plock);
+	for (pp = &r->parts[part_bucket(p->ino, p->c)]; *pp; pp = &(*pp)->next)
 		if (*pp == p) {
 			*pp = p->next;
 			break;
 		}
-	p->next = t->pfree;
-	t->pfree = p;
-	pthread_mutex_unlock(&t->plock);
+	p->next = r->pfree;
+	r->pfree = p;
+	pthread_mutex_unlock(&r->plock);
 }
 
 static int part_has(const struct rst_part *p, uint32_t b0, uint32_t b1)
@@ -826,12 +849,35 @@ int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, ui
 	return 0;
 }
 
+/* A job not run (stopping): its ref goes. */
+static void job_cancel(struct workq_job *wj, void *arg)
+{
+	struct restore *r = arg;
+	struct restore_job *j = (struct restore_job *)wj;
+
+	if (j->c != UINT64_MAX)
+		idx_put(r->t->idx, j->in);
+	free(j);
+}
+
+/* Queue the jobs head.. (linked through wj.next) at level; one the
+ * workers refuse (stopping) is dropped as at stop. */
+static void queue_jobs(struct restore *r, struct restore_job *head, unsigned level)
+{
+	while (head) {
+		struct restore_job *j = head;
+		head = (struct restore_job *)j->wj.next;
+		if (workq_push(r->wq, &j->wj, level) < 0)
+			job_cancel(&j->wj, r);
+	}
+}
+
 void restore_file_async(struct tier *t, struct inode *in)
 {
 	struct restore_job *head = NULL, **tail = &head;
 	uint64_t n = 0;
 
-	if (!t->store || t->nrworkers == 0)
+	if (!t->store || !workq_threads(t->rst->wq))
 		return;
 	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
@@ -844,28 +890,20 @@ void restore_file_async(struct tier *t, struct inode *in)
 		ch->queued = 1;
 		j->c = c;
 		*tail = j;
-		tail = &j->next;
+		tail = (struct restore_job **)&j->wj.next;
 		n++;
 	}
 	idx_inode_unlock(in);
 	if (!head)
 		return;
 	/* each job holds a ref so the inode outlives its queue entries */
-	for (struct restore_job *j = head; j; j = j->next) {
+	for (struct restore_job *j = head; j; j = (struct restore_job *)j->wj.next) {
 		struct inode *r = idx_get(t->idx, in->ino);
 		j->in = r ? r : in;
 		if (!r)
 			j->c = UINT64_MAX; /* gone: the worker only clears nothing */
 	}
-	pthread_mutex_lock(&t->rlock);
-	if (t->rq_tail)
-		t->rq_tail->next = head;
-	else
-		t->rq_head = head;
-	for (t->rq_tail = head; t->rq_tail->next; t->rq_tail = t->rq_tail->next)
-		;
-	pthread_cond_broadcast(&t->rcond);
-	pthread_mutex_unlock(&t->rlock);
+	queue_jobs(t->rst, head, RST_PREFETCH);
 	log_debug("restore: inode %llu: %llu chunks queued", (unsigned long long)in->ino,
 		  (unsigned long long)n);
 }
@@ -875,7 +913,7 @@ void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t la
 	struct restore_job *head = NULL, **tail = &head, *j;
 	uint64_t n = 0;
 
-	if (!t->store || t->nrworkers == 0)
+	if (!t->store || !workq_threads(t->rst->wq))
 		return;
 	idx_inode_lock(in);
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
@@ -887,126 +925,113 @@ void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t la
 		j->c = c;
 		j->ahead = 1;
 		*tail = j;
-		tail = &j->next;
+		tail = (struct restore_job **)&j->wj.next;
 		n++;
 	}
 	idx_inode_unlock(in);
 	/* each job holds a ref (index lock: never under the inode lock) */
-	for (struct restore_job *j = head; j; j = j->next)
+	for (j = head; j; j = (struct restore_job *)j->wj.next)
 		idx_ref(t->idx, in);
 	if (!head)
 		return;
 	__atomic_add_fetch(&t->st.readahead_chunks, n, __ATOMIC_RELAXED);
-	pthread_mutex_lock(&t->rlock);
-	if (t->ra_tail)
-		t->ra_tail->next = head;
-	else
-		t->ra_head = head;
-	t->ra_tail = (struct restore_job *)((char *)tail - offsetof(struct restore_job, next));
-	pthread_cond_broadcast(&t->rcond);
-	pthread_mutex_unlock(&t->rlock);
+	queue_jobs(t->rst, head, RST_AHEAD);
 }
 
-static void *restore_worker(void *arg)
+/* Prefetch is best effort: idle I/O class, so a chunk a reader is waiting
+ * for (restored by the reader's own thread) is not queued behind a whole
+ * file's worth of prefetch in the disk scheduler. */
+static void worker_init(void *arg)
 {
-	struct tier *t = arg;
-
-	/* Prefetch is best effort: idle I/O class, so a chunk a reader is
-	 * waiting for (restored by the reader's own thread) is not queued behind
-	 * a whole file's worth of prefetch in the disk scheduler. */
+	(void)arg;
 	if (syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, (int)syscall(SYS_gettid), IOPRIO_IDLE) <
 	    0) /* the pread fallback, and S3 */
 		log_debug("restore: cannot lower the prefetch I/O priority: %s", strerror(errno));
-	uint64_t threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
+}
 
-	pthread_mutex_lock(&t->rlock);
-	for (;;) {
-		struct restore_job *j;
-		while (!t->rq_head && !t->ra_head && !__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE))
-			pthread_cond_wait(&t->rcond, &t->rlock);
-		if (__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE))
-			break;
-		if ((j = t->ra_head)) { /* sequential readers first */
-			t->ra_head = j->next;
-			if (!t->ra_head)
-				t->ra_tail = NULL;
-		} else {
-			j = t->rq_head;
-			t->rq_head = j->next;
-			if (!t->rq_head)
-				t->rq_tail = NULL;
-		}
-		pthread_mutex_unlock(&t->rlock);
+static void job_run(struct workq *q, struct workq_job *wj, void *arg)
+{
+	struct restore *r = arg;
+	struct tier *t = r->t;
+	struct restore_job *j = (struct restore_job *)wj;
 
-		if (j->c != UINT64_MAX) {
-			struct inode *in = j->in;
-			idx_inode_lock(in);
-			if (j->c < in->nchunks) {
-				struct chunk *ch = &in->chunks[j->c];
-				ch->queued = 0;
-				/* prefetch only while there is room to spare (a
-				 * sequential reader will need its chunks anyway),
-				 * and not while a truncate, fallocate or write waits
-				 * for the file's restores (rst_hold, tier.c) */
-				if (ch->state == CHUNK_COLD && in->nlink + in->open_count > 0 &&
-				    !in->rst_hold &&
-				    (j->ahead ||
-				     hot_used(t->hot) + hot_reserved(t->hot) < threshold)) {
-					/* the head of a file is what its reader asks for
-					 * first: fetch it at normal priority */
-					uring_set_ioprio(j->ahead || j->c < 2 ? IOPRIO_NORMAL
-									      : IOPRIO_IDLE);
-					ch->state = CHUNK_RESTORING;
-					restore_pub_locked(t, in, j->c);
-				}
-			}
-			idx_inode_unlock(in);
-			idx_put(t->idx, in);
-		}
-		free(j);
-		pthread_mutex_lock(&t->rlock);
+	(void)q;
+	/* the tier is stopping (evict_stop is first): no new restore */
+	if (__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE)) {
+		job_cancel(wj, r);
+		return;
 	}
-	pthread_mutex_unlock(&t->rlock);
-	return NULL;
+	if (j->c != UINT64_MAX) {
+		struct inode *in = j->in;
+		idx_inode_lock(in);
+		if (j->c < in->nchunks) {
+			struct chunk *ch = &in->chunks[j->c];
+			ch->queued = 0;
+			/* prefetch only while there is room to spare (a
+			 * sequential reader will need its chunks anyway),
+			 * and not while a truncate, fallocate or write waits
+			 * for the file's restores (rst_hold, tier.c) */
+			if (ch->state == CHUNK_COLD && in->nlink + in->open_count > 0 &&
+			    !in->rst_hold &&
+			    (j->ahead || hot_used(t->hot) + hot_reserved(t->hot) < r->threshold)) {
+				/* the head of a file is what its reader asks for
+				 * first: fetch it at normal priority */
+				uring_set_ioprio(j->ahead || j->c < 2 ? IOPRIO_NORMAL : IOPRIO_IDLE);
+				ch->state = CHUNK_RESTORING;
+				restore_pub_locked(t, in, j->c);
+			}
+		}
+		idx_inode_unlock(in);
+		idx_put(t->idx, in);
+	}
+	free(j);
+}
+
+static const struct workq_ops restore_wq_ops = {
+    .run = job_run,
+    .cancel = job_cancel,
+    .thread_init = worker_init,
+};
+
+int restore_new(struct tier *t)
+{
+	struct restore *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return -ENOMEM;
+	r->t = t;
+	pthread_mutex_init(&r->plock, NULL);
+	t->rst = r;
+	return 0;
 }
 
 int restore_start(struct tier *t)
 {
-	unsigned n = t->cfg->io_workers;
-	t->rworkers = calloc(n, sizeof(*t->rworkers));
-	if (!t->rworkers)
-		return -ENOMEM;
-	for (unsigned i = 0; i < n; i++) {
-		if (pthread_create(&t->rworkers[i], NULL, restore_worker, t) != 0)
-			break;
-		t->nrworkers++;
-	}
-	return t->nrworkers ? 0 : -EAGAIN;
+	struct restore *r = t->rst;
+
+	r->threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
+	return workq_new(&restore_wq_ops, r, t->cfg->io_workers, RST_LEVELS, 0, &r->wq);
 }
 
 void restore_stop(struct tier *t)
 {
-	struct restore_job *j, *next;
-	pthread_mutex_lock(&t->rlock);
 	__atomic_store_n(&t->stopping, 1, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&t->rcond);
-	pthread_mutex_unlock(&t->rlock);
-	for (unsigned i = 0; i < t->nrworkers; i++)
-		pthread_join(t->rworkers[i], NULL);
-	free(t->rworkers);
-	t->rworkers = NULL;
-	t->nrworkers = 0;
-	for (int q = 0; q < 2; q++)
-		for (j = q ? t->ra_head : t->rq_head; j; j = next) {
-			next = j->next;
-			if (j->c != UINT64_MAX)
-				idx_put(t->idx, j->in);
-			free(j);
-		}
-	t->rq_head = t->rq_tail = t->ra_head = t->ra_tail = NULL;
-	while (t->pfree) {
-		struct rst_part *p = t->pfree;
-		t->pfree = p->next;
+	workq_stop(t->rst->wq); /* queued jobs: job_cancel */
+}
+
+void restore_free(struct tier *t)
+{
+	struct restore *r = t->rst;
+
+	if (!r)
+		return;
+	workq_free(r->wq);
+	while (r->pfree) {
+		struct rst_part *p = r->pfree;
+		r->pfree = p->next;
 		free(p);
 	}
+	pthread_mutex_destroy(&r->plock);
+	free(r);
+	t->rst = NULL;
 }

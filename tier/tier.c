@@ -12,6 +12,7 @@
 #include "tier/tier_i.h"
 #include "tier/maint.h"
 #include "tier/metrics.h"
+#include "tier/restore.h"
 #include "tier/stats.h"
 #include "tier/tier.h"
 
@@ -76,10 +77,8 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 		free(t);
 		return ret;
 	}
-	pthread_mutex_init(&t->rlock, NULL);
-	pthread_mutex_init(&t->plock, NULL);
-	pthread_cond_init(&t->rcond, NULL);
-	if ((ret = inval_new(t)) < 0) {
+	if ((ret = restore_new(t)) < 0 || (ret = inval_new(t)) < 0) {
+		restore_free(t);
 		segtab_free(t->segtab);
 		free(t);
 		return ret;
@@ -91,6 +90,7 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	/* the state first: it has the filesystem's uuid the stores are named by */
 	if ((ret = recover_open(t, err, errlen)) < 0) {
 		inval_free(t);
+		restore_free(t);
 		segtab_free(t->segtab);
 		free(t);
 		return ret;
@@ -124,6 +124,7 @@ fail:
 	pressure_free(t->pressure);
 	hot_free(t->hot);
 	inval_free(t);
+	restore_free(t);
 	segtab_free(t->segtab);
 	free(t);
 	return ret;
@@ -334,12 +335,10 @@ void tier_free(struct tier *t)
 	pressure_free(t->pressure);
 	hot_free(t->hot);
 	inval_free(t);
+	restore_free(t);
 	pthread_cond_destroy(&t->room);
 	pthread_cond_destroy(&t->wake);
-	pthread_cond_destroy(&t->rcond);
 	pthread_mutex_destroy(&t->lock);
-	pthread_mutex_destroy(&t->rlock);
-	pthread_mutex_destroy(&t->plock);
 	free(t);
 }
 

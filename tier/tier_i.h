@@ -18,15 +18,12 @@
 
 struct store;
 struct pressure;
-struct restore_job;
-struct rst_part;
+struct restore;
 struct inval;
 struct metrics;
 struct spill_pool;
 struct maint;
 struct tier_pt_ops;
-
-#define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
 
 struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
@@ -125,19 +122,8 @@ struct tier {
 	/* the maintenance worker: delete, compact, demote jobs (maint.c) */
 	struct maint *maint;
 
-	/* restore workers; queues protected by rlock */
-	pthread_mutex_t rlock;
-	pthread_cond_t rcond;
-	struct restore_job *rq_head, *rq_tail; /* prefetch (restore=open), idle priority */
-	struct restore_job *ra_head, *ra_tail; /* ahead of sequential readers: first */
-
-	/* chunks restored in two steps, keyed by (ino, chunk); the table and
-	 * free list are protected by plock, an entry's state by its inode's lock */
-	pthread_mutex_t plock;
-	struct rst_part *parts[RST_PART_HASH];
-	struct rst_part *pfree;
-	pthread_t *rworkers;
-	unsigned nrworkers;
+	/* the restore workers and partial restores (restore.h) */
+	struct restore *rst;
 };
 
 /* evict.c */
@@ -240,9 +226,7 @@ void state_s3_on_checkpoint(void *arg, uint64_t gen);
 /* Clean unmount: push, then release the bucket prefix's lease. */
 void state_s3_release(struct tier *t);
 
-/* restore.c */
-int restore_start(struct tier *t);
-void restore_stop(struct tier *t);
+/* restore.c (its lifecycle: restore.h) */
 /* Queue every COLD chunk of `in` for background restore (file order). */
 void restore_file_async(struct tier *t, struct inode *in);
 /* Restore chunk c, which the caller set to RESTORING (in->lock held; dropped
