@@ -119,8 +119,8 @@ fail:
 		store_close(t->store);
 	if (t->s3)
 		store_close(t->s3);
-	for (int i = 0; i < t->nvme_nlocks; i++)
-		close(t->nvme_locks[i]);
+	stores_unlock_nvme(t);
+	state_s3_free(t);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
 	inval_free(t);
@@ -329,8 +329,8 @@ void tier_free(struct tier *t)
 		store_close(t->store);
 	if (t->s3)
 		store_close(t->s3);
-	for (int i = 0; i < t->nvme_nlocks; i++)
-		close(t->nvme_locks[i]); /* the lock file stays: unlinking it would race */
+	stores_unlock_nvme(t);
+	state_s3_free(t);
 	segtab_free(t->segtab);
 	pressure_free(t->pressure);
 	hot_free(t->hot);

@@ -24,6 +24,8 @@ struct metrics;
 struct spill_pool;
 struct maint;
 struct tier_pt_ops;
+struct state_s3;
+struct nvme_locks;
 
 struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
@@ -79,8 +81,7 @@ struct tier {
 	struct pressure *pressure; /* the elastic budget (pressure.c) */
 	struct store *store; /* first cold tier (nvme, or s3 alone); NULL: none */
 	struct store *s3;    /* with nvme and s3: the third tier, else NULL */
-	int nvme_locks[64];  /* flock'ed .spillway.lock in each cold directory */
-	int nvme_nlocks;
+	struct nvme_locks *nvme_locks; /* each cold directory's flock (stores.c) */
 	uint64_t chunk_size;
 	struct inval *inval;	 /* page-cache invalidations (inval.c) */
 	struct metrics *metrics; /* the metrics file's writer (metrics.c); NULL: none */
@@ -107,9 +108,9 @@ struct tier {
 	uint8_t uuid[16];
 	struct journal *jrnl; /* NULL: volatile (no state_dir) */
 	int keep;	      /* detached: segments outlive this mount */
-	int state_s3;	      /* s3 alone: the state is copied to the bucket too */
-	pthread_mutex_t s3state_lock; /* one state upload at a time */
-	uint64_t s3_ck_gen;	      /* checkpoint generation uploaded (s3state_lock) */
+	/* s3 alone: the state is copied to the bucket too (state_s3.c, its
+	 * own lock); NULL: not */
+	struct state_s3 *s3st;
 	struct tier_recovery rec; /* what the last mount's recovery found */
 
 	struct segtab *segtab; /* the segment table, its own lock (segtab.h) */
@@ -202,6 +203,9 @@ int stores_open_nvme(struct tier *t, char *err, size_t errlen);
 int stores_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen);
 /* Remove every segment t->store lists. */
 void stores_remove_all(struct tier *t);
+/* Let go of the cold directories' locks (tier_free; the lock files stay:
+ * unlinking them would race). */
+void stores_unlock_nvme(struct tier *t);
 
 /* recover.c */
 /* Open state_dir, replay it into the index and the segment table (before
@@ -212,6 +216,10 @@ int recover_open(struct tier *t, char *err, size_t errlen);
 int recover_finish(struct tier *t, char *err, size_t errlen);
 
 /* state_s3.c: s3 alone, the bucket's copy of the state */
+/* t->s3st (recover_open, s3 alone with a state_dir) and its end (tier_free).
+ * 0 or -ENOMEM. */
+int state_s3_new(struct tier *t);
+void state_s3_free(struct tier *t);
 /* recover_open: an empty state_dir adopts the filesystem the bucket prefix
  * holds (refused while another node's lease exists, unless takeover). 0 or
  * -errno with err set. */
