@@ -21,7 +21,7 @@ struct pressure;
 struct restore;
 struct inval;
 struct metrics;
-struct spill_pool;
+struct evictor;
 struct maint;
 struct tier_pt_ops;
 struct state_s3;
@@ -74,60 +74,59 @@ struct tier_stats {
 	uint64_t pt_open_now, pt_opens, pt_fallback[TIER_PT_NWHY], cache_drops;
 };
 
+/*
+ * The tier context: shared handles and the rooms' pointers. Each room owns
+ * what its pointer points at, behind its own lock (its header or DESIGN
+ * block says which); struct tier itself holds no room's state. Who writes
+ * each field, and what guards it:
+ */
 struct tier {
+	/* set by tier_new (and recovery) before any other thread runs;
+	 * read-only until tier_free */
 	const struct spw_config *cfg;
-	struct index *idx;
-	struct hot *hot;
-	struct pressure *pressure; /* the elastic budget (pressure.c) */
+	struct index *idx;	   /* the index (its own locks: index.h) */
+	struct hot *hot;	   /* the hot tier (atomics and inode locks: hot.h) */
+	struct pressure *pressure; /* the elastic budget (pressure.h) */
 	struct store *store; /* first cold tier (nvme, or s3 alone); NULL: none */
 	struct store *s3;    /* with nvme and s3: the third tier, else NULL */
 	struct nvme_locks *nvme_locks; /* each cold directory's flock (stores.c) */
 	uint64_t chunk_size;
+	struct segtab *segtab; /* the segment table, its own lock (segtab.h) */
+
+	/* the rooms: made by tier_new (or tier_start), stopped by tier_stop,
+	 * freed by tier_free; the pointer is read-only in between */
 	struct inval *inval;	 /* page-cache invalidations (inval.c) */
 	struct metrics *metrics; /* the metrics file's writer (metrics.c); NULL: none */
-	/* passthrough (tier_set_passthrough): NULL, off; set before serving */
-	const struct tier_pt_ops *pt;
-	struct tier_stats st;
+	struct evictor *ev;	 /* the evictor: thread, room handshake, spill pool (evict.c) */
+	struct maint *maint;	 /* delete, compact, demote jobs (maint.h); NULL: not running */
+	struct restore *rst;	 /* restore workers and partial restores (restore.h) */
+	struct state_s3 *s3st;	 /* s3 alone: the bucket's copy of the state (state_s3.c); NULL: none */
 
-	/* the evictor's handshake with writers and restores (evict.c) */
-	pthread_mutex_t lock; /* guards the fields down to backoff_until */
-	pthread_cond_t room;  /* hot room was freed */
-	pthread_cond_t wake;  /* evictor: work to do */
-	unsigned writers_waiting;
-	unsigned restores_waiting; /* restores waiting for room (evict_room_for_restore) */
-	uint64_t evict_rounds;	   /* evictor rounds finished */
-	int evict_stuck;	   /* the last busy round freed nothing */
-	int stopping;  /* also read with an atomic load, without the lock */
-	int cold_full; /* last spill failed for lack of cold room */
-	int cold_failing;	/* last spill failed with an I/O error */
-	uint64_t backoff_until; /* no spill before (clock_now_ns) */
-	uint64_t aged_at;	/* index tick of the last age_clamp pass (atomic) */
-	uint64_t flush_total;	/* unmount: dirty bytes to spill (atomic) */
+	/* any thread */
+	const struct tier_pt_ops *pt; /* passthrough: NULL, off (atomic: tier_pt) */
+	struct tier_stats st;	      /* atomics; st.slow_op under lock */
+	pthread_mutex_t lock;	      /* guards st.slow_op with slow_op_ns; a leaf */
+	/* the last spill found the cold tier full: written by evict.c under
+	 * the evictor's lock (atomic store), read by demote.c (tier_cold_full)
+	 * and stats */
+	int cold_full;
+	/* set once by the first of evict_stop (under the evictor's lock),
+	 * maint_stop, restore_stop; read with an atomic load by every worker */
+	int stopping;
+
 	/* set at mount (tier_new, recovery) and unmount (tier_detach), when no
 	 * other thread runs; read-only in between */
 	uint8_t uuid[16];
-	struct journal *jrnl; /* NULL: volatile (no state_dir) */
-	int keep;	      /* detached: segments outlive this mount */
-	/* s3 alone: the state is copied to the bucket too (state_s3.c, its
-	 * own lock); NULL: not */
-	struct state_s3 *s3st;
+	struct journal *jrnl;	  /* NULL: volatile (no state_dir) */
+	int keep;		  /* detached: segments outlive this mount */
 	struct tier_recovery rec; /* what the last mount's recovery found */
-
-	struct segtab *segtab; /* the segment table, its own lock (segtab.h) */
-
-	/* evictor thread and its pool of io_workers spill threads (evict.c) */
-	pthread_t evict_th;
-	int evict_started;
-	struct spill_pool *spool; /* NULL: not started (spills run inline) */
-
-	/* the maintenance worker: delete, compact, demote jobs (maint.c) */
-	struct maint *maint;
-
-	/* the restore workers and partial restores (restore.h) */
-	struct restore *rst;
 };
 
 /* evict.c */
+/* t->ev (tier_new) and its end (tier_free, after evict_pool_stop's work).
+ * 0 or -ENOMEM. */
+int evict_new(struct tier *t);
+void evict_free(struct tier *t);
 /* Start the spill pool (io_workers threads), then the evictor thread. */
 int evict_start(struct tier *t);
 /* Stop the evictor thread; the spill pool stays for the unmount flush. */
@@ -157,6 +156,21 @@ int evict_wait_cold_room(struct tier *t, uint64_t until_ms);
  * these bytes (clean, so dropped first) rather than wait for room that
  * cannot come. Returns the bytes reserved (for hot_unreserve); never fails. */
 int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len);
+/* Hot room was freed (a file dropped, a spill done): waiters look again. */
+void evict_room_freed(struct tier *t);
+/* Hot usage crossed spill_threshold: signal the evictor (no lock taken). */
+void evict_kick(struct tier *t);
+/* The budget moved (pressure.c): the evictor and every waiter look again. */
+void evict_budget_changed(struct tier *t);
+/* Writers waiting for room now; *cold_full (may be NULL): the last spill
+ * found the cold tier full. One snapshot under the evictor's lock. */
+unsigned evict_waiters(struct tier *t, int *cold_full);
+/* The last spill found the cold tier failing. */
+int evict_cold_failing(struct tier *t);
+/* Unmount flush: the dirty bytes it set out to spill. */
+uint64_t evict_flush_total(struct tier *t);
+/* The index tick of the evictor's last age pass (tests). */
+uint64_t evict_aged_at(struct tier *t);
 
 /* gc.c: choosing (evictor thread, through maint_plan) and doing (the
  * maintenance worker) segment deletion and compaction. */
@@ -369,6 +383,12 @@ static inline struct seg_entry tier_chunk_entry(const struct inode *in, uint64_t
 static inline const struct tier_pt_ops *tier_pt(struct tier *t)
 {
 	return __atomic_load_n(&t->pt, __ATOMIC_ACQUIRE);
+}
+
+/* The last spill found the cold tier full (demotion makes room). */
+static inline int tier_cold_full(struct tier *t)
+{
+	return __atomic_load_n(&t->cold_full, __ATOMIC_RELAXED);
 }
 
 /* Chunk range of [off, off+len). */
