@@ -47,9 +47,11 @@
  *   blocks fetch their own blocks again.
  * - Sequential readers: the fs layer asks for io_workers chunks ahead
  *   (restore_ahead); those jobs go before the prefetch queue and run at
- *   normal I/O priority, prefetch at idle priority.
+ *   normal I/O priority, prefetch at idle priority. The workers and their
+ *   queue are restore_workers.c; the room's state is restore_i.h.
  */
 #include "tier/restore.h"
+#include "tier/restore_i.h"
 #include "tier/tier_i.h"
 #include "tier/workq.h"
 
@@ -65,21 +67,10 @@
 #include <linux/falloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 _Static_assert(SEG_F_MAP == CHUNK_LOC_MAP, "segment and index record flags differ");
-
-#define IOPRIO_IDLE   (3 << 13)
-#define IOPRIO_NORMAL (2 << 13 | 4) /* best effort, default level */
-
-struct restore_job {
-	struct workq_job wj; /* first: a workq_job * is a restore_job * */
-	struct inode *in;    /* internal ref */
-	uint64_t c;
-	int ahead; /* for a sequential reader: normal priority, no room check */
-};
 
 /* Blocks of the largest chunk (JRNL_MAX_CHUNK_SIZE) */
 #define PART_BLKS ((64u << 20) / SEG_BLOCK)
@@ -107,24 +98,6 @@ struct rst_part {
 /* Bytes a restore of a mapped record reads, verifies, writes and publishes
  * at a time from an NVMe segment (S3: the whole missing range, one GET). */
 #define PUB_PIECE (1u << 20)
-
-/* The restore room (restore.h): its workers and the in-flight partial
- * restore table. */
-#define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
-
-struct restore {
-	struct tier *t;
-	struct workq *wq;   /* the workers: READ_AHEAD jobs first; NULL: not started */
-	uint64_t threshold; /* prefetch only below this hot usage (set at start) */
-	/* chunks restored in two steps, keyed by (ino, chunk); the table and
-	 * free list are protected by plock, an entry's state by its inode's lock */
-	pthread_mutex_t plock;
-	struct rst_part *parts[RST_PART_HASH];
-	struct rst_part *pfree;
-};
-
-/* Job levels: ahead of sequential readers first, then prefetch. */
-enum { RST_AHEAD, RST_PREFETCH, RST_LEVELS };
 
 static unsigned part_bucket(uint64_t ino, uint64_t c)
 {
@@ -783,7 +756,7 @@ int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
  * chunk restored ahead of it is served once that block is in, not after
  * the whole chunk. Records with one crc (plain, v1) and chunks of one piece
  * are restored whole. in->lock held, dropped during I/O. 0 or -errno. */
-static int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
+int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
 {
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	struct rst_part *p;
@@ -849,150 +822,6 @@ int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, ui
 	return 0;
 }
 
-/* A job not run (stopping): its ref goes. */
-static void job_cancel(struct workq_job *wj, void *arg)
-{
-	struct restore *r = arg;
-	struct restore_job *j = (struct restore_job *)wj;
-
-	if (j->c != UINT64_MAX)
-		idx_put(r->t->idx, j->in);
-	free(j);
-}
-
-/* Queue the jobs head.. (linked through wj.next) at level; one the
- * workers refuse (stopping) is dropped as at stop. */
-static void queue_jobs(struct restore *r, struct restore_job *head, unsigned level)
-{
-	while (head) {
-		struct restore_job *j = head;
-		head = (struct restore_job *)j->wj.next;
-		if (workq_push(r->wq, &j->wj, level) < 0)
-			job_cancel(&j->wj, r);
-	}
-}
-
-void restore_file_async(struct tier *t, struct inode *in)
-{
-	struct restore_job *head = NULL, **tail = &head;
-	uint64_t n = 0;
-
-	if (!t->store || !workq_threads(t->rst->wq))
-		return;
-	idx_inode_lock(in);
-	for (uint64_t c = 0; c < in->nchunks; c++) {
-		struct chunk *ch = &in->chunks[c];
-		struct restore_job *j;
-		if (ch->state != CHUNK_COLD || ch->queued)
-			continue;
-		if (!(j = calloc(1, sizeof(*j))))
-			break;
-		ch->queued = 1;
-		j->c = c;
-		*tail = j;
-		tail = (struct restore_job **)&j->wj.next;
-		n++;
-	}
-	idx_inode_unlock(in);
-	if (!head)
-		return;
-	/* each job holds a ref so the inode outlives its queue entries */
-	for (struct restore_job *j = head; j; j = (struct restore_job *)j->wj.next) {
-		struct inode *r = idx_get(t->idx, in->ino);
-		j->in = r ? r : in;
-		if (!r)
-			j->c = UINT64_MAX; /* gone: the worker only clears nothing */
-	}
-	queue_jobs(t->rst, head, RST_PREFETCH);
-	log_debug("restore: inode %llu: %llu chunks queued", (unsigned long long)in->ino,
-		  (unsigned long long)n);
-}
-
-void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
-{
-	struct restore_job *head = NULL, **tail = &head, *j;
-	uint64_t n = 0;
-
-	if (!t->store || !workq_threads(t->rst->wq))
-		return;
-	idx_inode_lock(in);
-	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
-		/* queued for prefetch (restore=open) or not: this goes first */
-		if (in->chunks[c].state != CHUNK_COLD || !(j = calloc(1, sizeof(*j))))
-			continue;
-		in->chunks[c].queued = 1;
-		j->in = in;
-		j->c = c;
-		j->ahead = 1;
-		*tail = j;
-		tail = (struct restore_job **)&j->wj.next;
-		n++;
-	}
-	idx_inode_unlock(in);
-	/* each job holds a ref (index lock: never under the inode lock) */
-	for (j = head; j; j = (struct restore_job *)j->wj.next)
-		idx_ref(t->idx, in);
-	if (!head)
-		return;
-	__atomic_add_fetch(&t->st.readahead_chunks, n, __ATOMIC_RELAXED);
-	queue_jobs(t->rst, head, RST_AHEAD);
-}
-
-/* Prefetch is best effort: idle I/O class, so a chunk a reader is waiting
- * for (restored by the reader's own thread) is not queued behind a whole
- * file's worth of prefetch in the disk scheduler. */
-static void worker_init(void *arg)
-{
-	(void)arg;
-	if (syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, (int)syscall(SYS_gettid), IOPRIO_IDLE) <
-	    0) /* the pread fallback, and S3 */
-		log_debug("restore: cannot lower the prefetch I/O priority: %s", strerror(errno));
-}
-
-static void job_run(struct workq *q, struct workq_job *wj, void *arg)
-{
-	struct restore *r = arg;
-	struct tier *t = r->t;
-	struct restore_job *j = (struct restore_job *)wj;
-
-	(void)q;
-	/* the tier is stopping (evict_stop is first): no new restore */
-	if (__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE)) {
-		job_cancel(wj, r);
-		return;
-	}
-	if (j->c != UINT64_MAX) {
-		struct inode *in = j->in;
-		idx_inode_lock(in);
-		if (j->c < in->nchunks) {
-			struct chunk *ch = &in->chunks[j->c];
-			ch->queued = 0;
-			/* prefetch only while there is room to spare (a
-			 * sequential reader will need its chunks anyway),
-			 * and not while a truncate, fallocate or write waits
-			 * for the file's restores (rst_hold, tier.c) */
-			if (ch->state == CHUNK_COLD && in->nlink + in->open_count > 0 &&
-			    !in->rst_hold &&
-			    (j->ahead || hot_used(t->hot) + hot_reserved(t->hot) < r->threshold)) {
-				/* the head of a file is what its reader asks for
-				 * first: fetch it at normal priority */
-				uring_set_ioprio(j->ahead || j->c < 2 ? IOPRIO_NORMAL : IOPRIO_IDLE);
-				ch->state = CHUNK_RESTORING;
-				restore_pub_locked(t, in, j->c);
-			}
-		}
-		idx_inode_unlock(in);
-		idx_put(t->idx, in);
-	}
-	free(j);
-}
-
-static const struct workq_ops restore_wq_ops = {
-    .run = job_run,
-    .cancel = job_cancel,
-    .thread_init = worker_init,
-};
-
 int restore_new(struct tier *t)
 {
 	struct restore *r = calloc(1, sizeof(*r));
@@ -1003,20 +832,6 @@ int restore_new(struct tier *t)
 	pthread_mutex_init(&r->plock, NULL);
 	t->rst = r;
 	return 0;
-}
-
-int restore_start(struct tier *t)
-{
-	struct restore *r = t->rst;
-
-	r->threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
-	return workq_new(&restore_wq_ops, r, t->cfg->io_workers, RST_LEVELS, 0, &r->wq);
-}
-
-void restore_stop(struct tier *t)
-{
-	__atomic_store_n(&t->stopping, 1, __ATOMIC_RELEASE);
-	workq_stop(t->rst->wq); /* queued jobs: job_cancel */
 }
 
 void restore_free(struct tier *t)

@@ -1,8 +1,9 @@
 /*
  * restore — the restore room's lifecycle: the workers that fault cold
  * chunks back ahead of readers (restore=open prefetch, read-ahead) and the
- * table of chunks restored in two steps. The data-path calls
- * (restore_read_locked and the rest) are in tier_i.h.
+ * table of chunks restored in two steps (new, free: restore.c; start, stop
+ * and the queue: restore_workers.c; the state: restore_i.h). The data-path
+ * calls (restore_read_locked and the rest) are in tier_i.h.
  * Threading: new, start, stop and free from the thread that runs tier_new,
  * tier_start, tier_stop and tier_free; the workers' jobs take the index and
  * inode locks in their order, the room's own locks are leaves.
