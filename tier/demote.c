@@ -12,7 +12,7 @@
  * - Also when a spill found the nvme tier full below nvme_threshold (a
  *   threshold closer to 1 than a segment, other data on the disks): then
  *   it picks room for two segments (2 x min_spill_size), and each job goes
- *   on while the tier is still full (tier.cold_full).
+ *   on while the tier is still full (tier_cold_full).
  * - A segment is immutable: a plain copy, then its table entry switches to
  *   S3 and is journaled durably, and only then the nvme copy goes. A
  *   restore that looked it up a moment before retries on ENOENT.
@@ -92,16 +92,6 @@ out:
 	return ret;
 }
 
-/* The last spill found the nvme tier full. */
-static int nvme_full(struct tier *t)
-{
-	int full;
-	pthread_mutex_lock(&t->lock);
-	full = t->cold_full;
-	pthread_mutex_unlock(&t->lock);
-	return full;
-}
-
 size_t demote_pick(struct tier *t, uint64_t *ids, size_t max)
 {
 	uint64_t total, excess = 0;
@@ -112,7 +102,7 @@ size_t demote_pick(struct tier *t, uint64_t *ids, size_t max)
 	fill = nvme_fill(t, &total);
 	if (fill > t->cfg->nvme_threshold)
 		excess = (uint64_t)((fill - (t->cfg->nvme_threshold - 0.05)) * (double)total);
-	if (nvme_full(t) && excess < 2 * t->cfg->min_spill_size)
+	if (tier_cold_full(t) && excess < 2 * t->cfg->min_spill_size)
 		excess = 2 * t->cfg->min_spill_size;
 	if (!excess)
 		return 0;
@@ -124,7 +114,7 @@ int demote_segment(struct tier *t, uint64_t id)
 {
 	int ret = 1;
 
-	if (nvme_fill(t, NULL) > t->cfg->nvme_threshold - 0.05 || nvme_full(t))
+	if (nvme_fill(t, NULL) > t->cfg->nvme_threshold - 0.05 || tier_cold_full(t))
 		ret = seg_demote(t, id);
 	segtab_unbusy(t->segtab, &id, 1);
 	return ret;

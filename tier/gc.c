@@ -279,7 +279,7 @@ void gc_delete(struct tier *t, const uint64_t *ids, size_t n)
 {
 	/* s3 alone: the bucket's copy of the state must stop referencing them
 	 * too (a replacement node recovers from it): one push for the batch */
-	if (n && t->state_s3 && ((t->jrnl && jrnl_sync(t->jrnl) < 0) || state_s3_push(t) < 0)) {
+	if (n && t->s3st && ((t->jrnl && jrnl_sync(t->jrnl) < 0) || state_s3_push(t) < 0)) {
 		segtab_unbusy(t->segtab, ids, n);
 		return; /* kept; picked again later */
 	}

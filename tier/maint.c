@@ -8,6 +8,8 @@
  *   demote_segment); the spill pool writes new segments. So a compaction
  *   or a demotion of 1,024 segments to S3 runs beside spilling, never in
  *   its turn.
+ * - Queue: a workq with one thread and a level per kind (enum maint_kind
+ *   is its order), each level bounded at MAINT_QUEUE_MAX.
  * - Order: deletes first (a batch of every queued one: one push of the
  *   bucket's state for all, then one store remove each), then the
  *   compaction, then one demotion; the queue is looked at again after each
@@ -48,113 +50,99 @@
  *   live bytes stay above 0. A demotion removes the nvme copy only after
  *   the table points at s3: a restore that looked it up before gets ENOENT
  *   and looks it up again (restore.c, chunk_read).
- * - Locks: the maint lock guards the queues and is never held with
- *   another (picks and gc_busy changes take the table's lock after it is
- *   dropped); jobs take index, inode and segtab locks in their order.
+ * - Locks: the queue is a workq (workq.h) whose lock is a leaf (picks and
+ *   gc_busy changes take the table's lock after it is dropped); jobs take
+ *   index, inode and segtab locks in their order.
  */
 #include "tier/maint.h"
 #include "tier/tier_i.h"
+#include "tier/workq.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-struct maint_q {
-	uint64_t id[MAINT_QUEUE_MAX]; /* a ring */
-	unsigned head, n;
+/* One segment's job; its kind is its workq level. */
+struct maint_job {
+	struct workq_job wj; /* first: a workq_job * is a maint_job * */
+	uint64_t id;
 };
 
 struct maint {
 	struct tier *t;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;		/* a job was queued, or stop */
-	struct maint_q q[MAINT_KINDS];	/* (lock) */
-	unsigned running[MAINT_KINDS];	/* jobs of a kind being run (lock) */
-	int stop;			/* (lock) */
-	uint64_t job[MAINT_QUEUE_MAX];	/* the worker's jobs in hand */
-	uint64_t pick[MAINT_QUEUE_MAX]; /* the planner's picks */
-	pthread_t th;
+	struct workq *wq; /* one thread; a level per kind, MAINT_QUEUE_MAX each */
+	/* the worker's jobs in hand (its thread only) */
+	uint64_t job[MAINT_QUEUE_MAX];
+	struct workq_job *taken[MAINT_QUEUE_MAX];
+	uint64_t pick[MAINT_QUEUE_MAX]; /* the planner's picks (its thread only) */
 };
 
-/* Take up to max jobs of one kind off its queue into out (lock held). */
-static size_t take_locked(struct maint *m, enum maint_kind k, uint64_t *out, size_t max)
+/* Take up to max jobs of kind k off the queue into m->job (the worker). */
+static size_t take(struct maint *m, enum maint_kind k, size_t max)
 {
-	struct maint_q *q = &m->q[k];
-	size_t n = 0;
-	while (q->n && n < max) {
-		out[n++] = q->id[q->head];
-		q->head = (q->head + 1) % MAINT_QUEUE_MAX;
-		q->n--;
+	size_t n = workq_take(m->wq, k, m->taken, max);
+
+	for (size_t i = 0; i < n; i++) {
+		m->job[i] = ((struct maint_job *)m->taken[i])->id;
+		free(m->taken[i]);
 	}
 	return n;
 }
 
-static void *maint_worker(void *arg)
+static void job_run(struct workq *q, struct workq_job *wj, void *arg)
 {
 	struct maint *m = arg;
 	struct tier *t = m->t;
+	enum maint_kind k = (enum maint_kind)wj->level;
+	uint64_t id = ((struct maint_job *)wj)->id;
+	size_t n;
 
-	pthread_mutex_lock(&m->lock);
-	for (;;) {
-		enum maint_kind k = MAINT_KINDS;
-		size_t n = 0;
-		int ret;
-
-		while (!m->stop && !m->q[MAINT_DELETE].n && !m->q[MAINT_COMPACT].n &&
-		       !m->q[MAINT_DEMOTE].n)
-			pthread_cond_wait(&m->cond, &m->lock);
-		if (m->stop)
-			break;
-		for (k = 0; k < MAINT_KINDS && !m->q[k].n; k++)
-			;
-		n = take_locked(m, k, m->job, k == MAINT_DELETE ? MAINT_QUEUE_MAX : 1);
-		m->running[k] = (unsigned)n;
-		pthread_mutex_unlock(&m->lock);
-		ret = 0;
-		switch (k) {
-		case MAINT_DELETE:
-			gc_delete(t, m->job, n);
-			break;
-		case MAINT_COMPACT:
-			gc_compact(t, m->job[0]);
-			break;
-		default:
-			ret = demote_segment(t, m->job[0]);
-			break;
-		}
-		pthread_mutex_lock(&m->lock);
-		m->running[k] = 0;
-		if (k == MAINT_DEMOTE && ret != 0) {
+	(void)q;
+	free(wj);
+	switch (k) {
+	case MAINT_DELETE:
+		/* a batch of every queued one */
+		n = take(m, MAINT_DELETE, MAINT_QUEUE_MAX - 1);
+		m->job[n++] = id;
+		gc_delete(t, m->job, n);
+		break;
+	case MAINT_COMPACT:
+		gc_compact(t, id);
+		break;
+	default:
+		if (demote_segment(t, id) != 0) {
 			/* failed, or the nvme tier is low enough: the batch ends */
-			n = take_locked(m, MAINT_DEMOTE, m->job, MAINT_QUEUE_MAX);
-			pthread_mutex_unlock(&m->lock);
+			n = take(m, MAINT_DEMOTE, MAINT_QUEUE_MAX);
 			segtab_unbusy(t->segtab, m->job, n);
-			pthread_mutex_lock(&m->lock);
 		}
+		break;
 	}
-	/* stopping: cancel what is still queued */
-	for (int k = 0; k < MAINT_KINDS; k++) {
-		size_t n = take_locked(m, k, m->job, MAINT_QUEUE_MAX);
-		segtab_unbusy(t->segtab, m->job, n);
-	}
-	pthread_mutex_unlock(&m->lock);
-	return NULL;
 }
+
+/* Stopping: a job still queued is cancelled. */
+static void job_cancel(struct workq_job *wj, void *arg)
+{
+	struct maint *m = arg;
+
+	segtab_unbusy(m->t->segtab, &((struct maint_job *)wj)->id, 1);
+	free(wj);
+}
+
+static const struct workq_ops maint_wq_ops = {.run = job_run, .cancel = job_cancel};
 
 /* Queue ids[0..n) of kind k; the planner picked no more than the room. */
 static void queue(struct maint *m, enum maint_kind k, const uint64_t *ids, size_t n)
 {
-	struct maint_q *q = &m->q[k];
-	size_t i;
-
-	if (!n)
-		return;
-	pthread_mutex_lock(&m->lock);
-	for (i = 0; i < n && q->n < MAINT_QUEUE_MAX; i++)
-		q->id[(q->head + q->n++) % MAINT_QUEUE_MAX] = ids[i];
-	pthread_cond_signal(&m->cond);
-	pthread_mutex_unlock(&m->lock);
-	if (i < n) /* only one planner: cannot happen, but never lose a busy mark */
-		segtab_unbusy(m->t->segtab, ids + i, n - i);
+	for (size_t i = 0; i < n; i++) {
+		struct maint_job *j = malloc(sizeof(*j));
+		if (j) {
+			j->id = ids[i];
+			if (workq_push(m->wq, &j->wj, k) == 0)
+				continue;
+		}
+		/* no memory, or stopping: never lose a busy mark */
+		free(j);
+		segtab_unbusy(m->t->segtab, ids + i, 1);
+	}
 }
 
 void maint_plan(struct tier *t)
@@ -166,11 +154,9 @@ void maint_plan(struct tier *t)
 
 	if (!m)
 		return;
-	pthread_mutex_lock(&m->lock);
-	room = MAINT_QUEUE_MAX - m->q[MAINT_DELETE].n;
-	want_compact = !m->q[MAINT_COMPACT].n && !m->running[MAINT_COMPACT];
-	want_demote = !m->q[MAINT_DEMOTE].n && !m->running[MAINT_DEMOTE];
-	pthread_mutex_unlock(&m->lock);
+	room = workq_room(m->wq, MAINT_DELETE);
+	want_compact = !workq_pending(m->wq, MAINT_COMPACT);
+	want_demote = !workq_pending(m->wq, MAINT_DEMOTE);
 
 	n = gc_pick(t, m->pick, room, want_compact ? &compact : NULL);
 	queue(m, MAINT_DELETE, m->pick, n);
@@ -187,10 +173,8 @@ unsigned maint_pending(struct tier *t)
 
 	if (!m)
 		return 0;
-	pthread_mutex_lock(&m->lock);
 	for (int k = 0; k < MAINT_KINDS; k++)
-		n += m->q[k].n + m->running[k];
-	pthread_mutex_unlock(&m->lock);
+		n += workq_pending(m->wq, k);
 	return n;
 }
 
@@ -202,13 +186,9 @@ int maint_start(struct tier *t)
 	if (!m)
 		return -ENOMEM;
 	m->t = t;
-	pthread_mutex_init(&m->lock, NULL);
-	pthread_cond_init(&m->cond, NULL);
-	if ((ret = pthread_create(&m->th, NULL, maint_worker, m)) != 0) {
-		pthread_cond_destroy(&m->cond);
-		pthread_mutex_destroy(&m->lock);
+	if ((ret = workq_new(&maint_wq_ops, m, 1, MAINT_KINDS, MAINT_QUEUE_MAX, &m->wq)) < 0) {
 		free(m);
-		return -ret;
+		return ret;
 	}
 	t->maint = m;
 	return 0;
@@ -222,13 +202,7 @@ void maint_stop(struct tier *t)
 		return;
 	/* the job in flight gives up at its next step */
 	__atomic_store_n(&t->stopping, 1, __ATOMIC_RELEASE);
-	pthread_mutex_lock(&m->lock);
-	m->stop = 1;
-	pthread_cond_signal(&m->cond);
-	pthread_mutex_unlock(&m->lock);
-	pthread_join(m->th, NULL);
+	workq_free(m->wq); /* queued jobs: job_cancel */
 	t->maint = NULL;
-	pthread_cond_destroy(&m->cond);
-	pthread_mutex_destroy(&m->lock);
 	free(m);
 }

@@ -69,9 +69,8 @@ int recover_open(struct tier *t, char *err, size_t errlen)
 		return 0;
 	if ((ret = jrnl_open(&jc, &t->jrnl, err, errlen)) < 0)
 		return ret;
-	t->state_s3 = t->cfg->s3 && !t->cfg->nvme;
-	pthread_mutex_init(&t->s3state_lock, NULL);
-	if ((t->state_s3 && (ret = state_s3_adopt(t, err, errlen)) < 0) ||
+	if ((t->cfg->s3 && !t->cfg->nvme && (ret = state_s3_new(t)) < 0) ||
+	    (t->s3st && (ret = state_s3_adopt(t, err, errlen)) < 0) ||
 	    (ret = jrnl_recover(t->jrnl, apply, t, &info, err, errlen)) < 0) {
 		jrnl_close(t->jrnl, 0);
 		t->jrnl = NULL;
@@ -334,7 +333,7 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 	if (!t->jrnl)
 		return 0;
 	/* nothing is deleted below before the bucket prefix is ours */
-	if (t->state_s3 && (ret = state_s3_lease(t, err, errlen)) < 0)
+	if (t->s3st && (ret = state_s3_lease(t, err, errlen)) < 0)
 		return ret;
 	/* hot files: which live files still have their RAM copy */
 	hot_list(t->hot, hot_seen, t);
@@ -378,7 +377,7 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 	segtab_set_journal(t->segtab, t->jrnl);
 	if (t->rec.lost_files)
 		idx_remove_marked(t->idx, report_lost, t);
-	if (t->state_s3)
+	if (t->s3st)
 		jrnl_set_on_checkpoint(t->jrnl, state_s3_on_checkpoint, t);
 	/* the group-commit thread starts in tier_start, after fuse_daemonize */
 	if ((ret = jrnl_start_appends(t->jrnl, snapshot, t)) < 0) {
@@ -391,7 +390,7 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 			 t->cfg->state_dir, strerror(-ret));
 		goto out;
 	}
-	if (t->state_s3 && (ret = state_s3_push(t)) < 0) {
+	if (t->s3st && (ret = state_s3_push(t)) < 0) {
 		snprintf(err, errlen, "option 's3': cannot store the checkpoint in the bucket: %s",
 			 strerror(-ret));
 		goto out;

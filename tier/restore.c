@@ -21,7 +21,7 @@
  *   covers (seg_read_part) and answers; the same thread then restores the
  *   rest after the reply (restore_rest_locked, from tier_read_end).
  *   Meanwhile the chunk is RESTORING and a struct rst_part in a small side
- *   table (t->parts, only while it lasts) records which blocks are in RAM:
+ *   table (restore.parts, only while it lasts) records which blocks are in RAM:
  *   readers of those go on, everyone else (other blocks, writes, truncate,
  *   eviction) waits for the chunk to leave RESTORING, so a write always
  *   lands after the restore and wins, and no reader sees a block before it
@@ -47,9 +47,13 @@
  *   blocks fetch their own blocks again.
  * - Sequential readers: the fs layer asks for io_workers chunks ahead
  *   (restore_ahead); those jobs go before the prefetch queue and run at
- *   normal I/O priority, prefetch at idle priority.
+ *   normal I/O priority, prefetch at idle priority. The workers and their
+ *   queue are restore_workers.c; the room's state is restore_i.h.
  */
+#include "tier/restore.h"
+#include "tier/restore_i.h"
 #include "tier/tier_i.h"
+#include "tier/workq.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -63,29 +67,18 @@
 #include <linux/falloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 _Static_assert(SEG_F_MAP == CHUNK_LOC_MAP, "segment and index record flags differ");
-
-#define IOPRIO_IDLE   (3 << 13)
-#define IOPRIO_NORMAL (2 << 13 | 4) /* best effort, default level */
-
-struct restore_job {
-	struct restore_job *next;
-	struct inode *in; /* internal ref */
-	uint64_t c;
-	int ahead; /* for a sequential reader: normal priority, no room check */
-};
 
 /* Blocks of the largest chunk (JRNL_MAX_CHUNK_SIZE) */
 #define PART_BLKS ((64u << 20) / SEG_BLOCK)
 
 /* A chunk being restored in two steps. See DESIGN. */
 struct rst_part {
-	struct rst_part *next; /* hash chain or free list (t->plock) */
-	uint64_t ino, c;       /* key, set while hashed (t->plock) */
+	struct rst_part *next; /* hash chain or free list (restore.plock) */
+	uint64_t ino, c;       /* key, set while hashed (restore.plock) */
 	/* the rest: protected by the inode's lock */
 	int failed;	  /* the rest failed: no new reader of it */
 	int tier;	  /* cold tier it comes from (0 nvme, 1 s3) */
@@ -113,13 +106,14 @@ static unsigned part_bucket(uint64_t ino, uint64_t c)
 
 static struct rst_part *part_find(struct tier *t, uint64_t ino, uint64_t c)
 {
+	struct restore *r = t->rst;
 	struct rst_part *p;
 
-	pthread_mutex_lock(&t->plock);
-	for (p = t->parts[part_bucket(ino, c)]; p; p = p->next)
+	pthread_mutex_lock(&r->plock);
+	for (p = r->parts[part_bucket(ino, c)]; p; p = p->next)
 		if (p->ino == ino && p->c == c)
 			break;
-	pthread_mutex_unlock(&t->plock);
+	pthread_mutex_unlock(&r->plock);
 	return p;
 }
 
@@ -127,38 +121,40 @@ static struct rst_part *part_find(struct tier *t, uint64_t ino, uint64_t c)
  * list keeps them, so a restore allocates only while the table grows. */
 static struct rst_part *part_new(struct tier *t, uint64_t ino, uint64_t c)
 {
+	struct restore *r = t->rst;
 	struct rst_part *p;
 	unsigned b = part_bucket(ino, c);
 
-	pthread_mutex_lock(&t->plock);
-	if ((p = t->pfree))
-		t->pfree = p->next;
-	pthread_mutex_unlock(&t->plock);
+	pthread_mutex_lock(&r->plock);
+	if ((p = r->pfree))
+		r->pfree = p->next;
+	pthread_mutex_unlock(&r->plock);
 	if (!p && !(p = malloc(sizeof(*p))))
 		return NULL;
 	memset(p, 0, sizeof(*p));
 	p->ino = ino;
 	p->c = c;
-	pthread_mutex_lock(&t->plock);
-	p->next = t->parts[b];
-	t->parts[b] = p;
-	pthread_mutex_unlock(&t->plock);
+	pthread_mutex_lock(&r->plock);
+	p->next = r->parts[b];
+	r->parts[b] = p;
+	pthread_mutex_unlock(&r->plock);
 	return p;
 }
 
 static void part_del(struct tier *t, struct rst_part *p)
 {
+	struct restore *r = t->rst;
 	struct rst_part **pp;
 
-	pthread_mutex_lock(&t->plock);
-	for (pp = &t->parts[part_bucket(p->ino, p->c)]; *pp; pp = &(*pp)->next)
+	pthread_mutex_lock(&r->plock);
+	for (pp = &r->parts[part_bucket(p->ino, p->c)]; *pp; pp = &(*pp)->next)
 		if (*pp == p) {
 			*pp = p->next;
 			break;
 		}
-	p->next = t->pfree;
-	t->pfree = p;
-	pthread_mutex_unlock(&t->plock);
+	p->next = r->pfree;
+	r->pfree = p;
+	pthread_mutex_unlock(&r->plock);
 }
 
 static int part_has(const struct rst_part *p, uint32_t b0, uint32_t b1)
@@ -760,7 +756,7 @@ int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
  * chunk restored ahead of it is served once that block is in, not after
  * the whole chunk. Records with one crc (plain, v1) and chunks of one piece
  * are restored whole. in->lock held, dropped during I/O. 0 or -errno. */
-static int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
+int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
 {
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	struct rst_part *p;
@@ -826,187 +822,31 @@ int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, ui
 	return 0;
 }
 
-void restore_file_async(struct tier *t, struct inode *in)
+int restore_new(struct tier *t)
 {
-	struct restore_job *head = NULL, **tail = &head;
-	uint64_t n = 0;
+	struct restore *r = calloc(1, sizeof(*r));
 
-	if (!t->store || t->nrworkers == 0)
-		return;
-	idx_inode_lock(in);
-	for (uint64_t c = 0; c < in->nchunks; c++) {
-		struct chunk *ch = &in->chunks[c];
-		struct restore_job *j;
-		if (ch->state != CHUNK_COLD || ch->queued)
-			continue;
-		if (!(j = calloc(1, sizeof(*j))))
-			break;
-		ch->queued = 1;
-		j->c = c;
-		*tail = j;
-		tail = &j->next;
-		n++;
-	}
-	idx_inode_unlock(in);
-	if (!head)
-		return;
-	/* each job holds a ref so the inode outlives its queue entries */
-	for (struct restore_job *j = head; j; j = j->next) {
-		struct inode *r = idx_get(t->idx, in->ino);
-		j->in = r ? r : in;
-		if (!r)
-			j->c = UINT64_MAX; /* gone: the worker only clears nothing */
-	}
-	pthread_mutex_lock(&t->rlock);
-	if (t->rq_tail)
-		t->rq_tail->next = head;
-	else
-		t->rq_head = head;
-	for (t->rq_tail = head; t->rq_tail->next; t->rq_tail = t->rq_tail->next)
-		;
-	pthread_cond_broadcast(&t->rcond);
-	pthread_mutex_unlock(&t->rlock);
-	log_debug("restore: inode %llu: %llu chunks queued", (unsigned long long)in->ino,
-		  (unsigned long long)n);
-}
-
-void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
-{
-	struct restore_job *head = NULL, **tail = &head, *j;
-	uint64_t n = 0;
-
-	if (!t->store || t->nrworkers == 0)
-		return;
-	idx_inode_lock(in);
-	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
-		/* queued for prefetch (restore=open) or not: this goes first */
-		if (in->chunks[c].state != CHUNK_COLD || !(j = calloc(1, sizeof(*j))))
-			continue;
-		in->chunks[c].queued = 1;
-		j->in = in;
-		j->c = c;
-		j->ahead = 1;
-		*tail = j;
-		tail = &j->next;
-		n++;
-	}
-	idx_inode_unlock(in);
-	/* each job holds a ref (index lock: never under the inode lock) */
-	for (struct restore_job *j = head; j; j = j->next)
-		idx_ref(t->idx, in);
-	if (!head)
-		return;
-	__atomic_add_fetch(&t->st.readahead_chunks, n, __ATOMIC_RELAXED);
-	pthread_mutex_lock(&t->rlock);
-	if (t->ra_tail)
-		t->ra_tail->next = head;
-	else
-		t->ra_head = head;
-	t->ra_tail = (struct restore_job *)((char *)tail - offsetof(struct restore_job, next));
-	pthread_cond_broadcast(&t->rcond);
-	pthread_mutex_unlock(&t->rlock);
-}
-
-static void *restore_worker(void *arg)
-{
-	struct tier *t = arg;
-
-	/* Prefetch is best effort: idle I/O class, so a chunk a reader is
-	 * waiting for (restored by the reader's own thread) is not queued behind
-	 * a whole file's worth of prefetch in the disk scheduler. */
-	if (syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, (int)syscall(SYS_gettid), IOPRIO_IDLE) <
-	    0) /* the pread fallback, and S3 */
-		log_debug("restore: cannot lower the prefetch I/O priority: %s", strerror(errno));
-	uint64_t threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
-
-	pthread_mutex_lock(&t->rlock);
-	for (;;) {
-		struct restore_job *j;
-		while (!t->rq_head && !t->ra_head && !__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE))
-			pthread_cond_wait(&t->rcond, &t->rlock);
-		if (__atomic_load_n(&t->stopping, __ATOMIC_ACQUIRE))
-			break;
-		if ((j = t->ra_head)) { /* sequential readers first */
-			t->ra_head = j->next;
-			if (!t->ra_head)
-				t->ra_tail = NULL;
-		} else {
-			j = t->rq_head;
-			t->rq_head = j->next;
-			if (!t->rq_head)
-				t->rq_tail = NULL;
-		}
-		pthread_mutex_unlock(&t->rlock);
-
-		if (j->c != UINT64_MAX) {
-			struct inode *in = j->in;
-			idx_inode_lock(in);
-			if (j->c < in->nchunks) {
-				struct chunk *ch = &in->chunks[j->c];
-				ch->queued = 0;
-				/* prefetch only while there is room to spare (a
-				 * sequential reader will need its chunks anyway),
-				 * and not while a truncate, fallocate or write waits
-				 * for the file's restores (rst_hold, tier.c) */
-				if (ch->state == CHUNK_COLD && in->nlink + in->open_count > 0 &&
-				    !in->rst_hold &&
-				    (j->ahead ||
-				     hot_used(t->hot) + hot_reserved(t->hot) < threshold)) {
-					/* the head of a file is what its reader asks for
-					 * first: fetch it at normal priority */
-					uring_set_ioprio(j->ahead || j->c < 2 ? IOPRIO_NORMAL
-									      : IOPRIO_IDLE);
-					ch->state = CHUNK_RESTORING;
-					restore_pub_locked(t, in, j->c);
-				}
-			}
-			idx_inode_unlock(in);
-			idx_put(t->idx, in);
-		}
-		free(j);
-		pthread_mutex_lock(&t->rlock);
-	}
-	pthread_mutex_unlock(&t->rlock);
-	return NULL;
-}
-
-int restore_start(struct tier *t)
-{
-	unsigned n = t->cfg->io_workers;
-	t->rworkers = calloc(n, sizeof(*t->rworkers));
-	if (!t->rworkers)
+	if (!r)
 		return -ENOMEM;
-	for (unsigned i = 0; i < n; i++) {
-		if (pthread_create(&t->rworkers[i], NULL, restore_worker, t) != 0)
-			break;
-		t->nrworkers++;
-	}
-	return t->nrworkers ? 0 : -EAGAIN;
+	r->t = t;
+	pthread_mutex_init(&r->plock, NULL);
+	t->rst = r;
+	return 0;
 }
 
-void restore_stop(struct tier *t)
+void restore_free(struct tier *t)
 {
-	struct restore_job *j, *next;
-	pthread_mutex_lock(&t->rlock);
-	__atomic_store_n(&t->stopping, 1, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&t->rcond);
-	pthread_mutex_unlock(&t->rlock);
-	for (unsigned i = 0; i < t->nrworkers; i++)
-		pthread_join(t->rworkers[i], NULL);
-	free(t->rworkers);
-	t->rworkers = NULL;
-	t->nrworkers = 0;
-	for (int q = 0; q < 2; q++)
-		for (j = q ? t->ra_head : t->rq_head; j; j = next) {
-			next = j->next;
-			if (j->c != UINT64_MAX)
-				idx_put(t->idx, j->in);
-			free(j);
-		}
-	t->rq_head = t->rq_tail = t->ra_head = t->ra_tail = NULL;
-	while (t->pfree) {
-		struct rst_part *p = t->pfree;
-		t->pfree = p->next;
+	struct restore *r = t->rst;
+
+	if (!r)
+		return;
+	workq_free(r->wq);
+	while (r->pfree) {
+		struct rst_part *p = r->pfree;
+		r->pfree = p->next;
 		free(p);
 	}
+	pthread_mutex_destroy(&r->plock);
+	free(r);
+	t->rst = NULL;
 }

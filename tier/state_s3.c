@@ -8,8 +8,8 @@
  *   unmount). A node with an empty state_dir adopts the filesystem under the
  *   prefix from these (refused while a lease of another node exists, unless
  *   -o takeover).
- * - One upload at a time (t->s3state_lock); pushes follow a journal sync
- *   (fsync, GC deletes, each checkpoint) and the clean unmount.
+ * - One upload at a time (struct state_s3's lock); pushes follow a journal
+ *   sync (fsync, GC deletes, each checkpoint) and the clean unmount.
  */
 #include "tier/tier_i.h"
 
@@ -32,6 +32,32 @@
 
 
 #define STATE_KEY "state/"
+
+/* t->s3st: the bucket's copy of the state, s3 alone with a state_dir. */
+struct state_s3 {
+	pthread_mutex_t lock; /* one upload at a time */
+	uint64_t ck_gen;      /* checkpoint generation uploaded (lock) */
+};
+
+int state_s3_new(struct tier *t)
+{
+	struct state_s3 *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	pthread_mutex_init(&s->lock, NULL);
+	t->s3st = s;
+	return 0;
+}
+
+void state_s3_free(struct tier *t)
+{
+	if (!t->s3st)
+		return;
+	pthread_mutex_destroy(&t->s3st->lock);
+	free(t->s3st);
+	t->s3st = NULL;
+}
 
 static int read_whole(const char *dir, const char *name, void **buf, size_t *len)
 {
@@ -329,15 +355,15 @@ int state_s3_push(struct tier *t)
 	char name[64];
 	int ret = 0;
 
-	if (!t->state_s3 || !t->store)
+	if (!t->s3st || !t->store)
 		return 0;
-	pthread_mutex_lock(&t->s3state_lock);
+	pthread_mutex_lock(&t->s3st->lock);
 	scan_local(t->cfg->state_dir, &g);
-	if (g.have_ck && (g.ck != t->s3_ck_gen)) {
+	if (g.have_ck && (g.ck != t->s3st->ck_gen)) {
 		jrnl_file_name(name, sizeof(name), JRNL_KIND_CHECKPOINT, g.ck);
 		if ((ret = put_file(t, name)) < 0)
 			goto out;
-		t->s3_ck_gen = g.ck;
+		t->s3st->ck_gen = g.ck;
 	}
 	/* every journal from that checkpoint on (two during a rotation) */
 	for (int i = 0; i < g.nj; i++) {
@@ -352,7 +378,7 @@ int state_s3_push(struct tier *t)
 		store_s3_list_objects(t->store, STATE_KEY, prune_remote, &p);
 	}
 out:
-	pthread_mutex_unlock(&t->s3state_lock);
+	pthread_mutex_unlock(&t->s3st->lock);
 	if (ret < 0)
 		log_err("s3: cannot store the journal in the bucket: %s", strerror(-ret));
 	return ret;
@@ -365,7 +391,7 @@ void state_s3_on_checkpoint(void *arg, uint64_t gen)
 
 void state_s3_release(struct tier *t)
 {
-	if (!t->state_s3 || !t->store)
+	if (!t->s3st || !t->store)
 		return;
 	if (state_s3_push(t) == 0)
 		store_s3_delete_object(t->store, STATE_KEY "lease");

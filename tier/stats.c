@@ -106,10 +106,9 @@ void tier_snapshot(struct tier *t, struct tier_snapshot *s, int flags)
 	segtab_totals(t->segtab, &s->segs, &s->seg_bytes, &s->seg_live);
 	segtab_tier_bytes(t->segtab, s->tier_bytes);
 	read_counters(&s->c, &t->st);
+	s->writers_waiting = evict_waiters(t, &s->cold_full);
 	pthread_mutex_lock(&t->lock);
 	s->pt_on = tier_pt(t) != NULL;
-	s->writers_waiting = t->writers_waiting;
-	s->cold_full = t->cold_full;
 	s->slow_op = t->st.slow_op ? t->st.slow_op : "";
 	pthread_mutex_unlock(&t->lock);
 	if (t->jrnl) {

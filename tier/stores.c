@@ -18,6 +18,24 @@
 #include <string.h>
 #include <unistd.h>
 
+/* t->nvme_locks: the flock'ed .spillway.lock of each cold directory. */
+struct nvme_locks {
+	int n;
+	int fd[64];
+};
+
+void stores_unlock_nvme(struct tier *t)
+{
+	struct nvme_locks *l = t->nvme_locks;
+
+	if (!l)
+		return;
+	for (int i = 0; i < l->n; i++)
+		close(l->fd[i]);
+	free(l);
+	t->nvme_locks = NULL;
+}
+
 static int remove_seg(void *arg, uint64_t id, uint32_t dev, uint64_t size)
 {
 	struct tier *t = arg;
@@ -46,20 +64,22 @@ int stores_open_nvme(struct tier *t, char *err, size_t errlen)
 	int n = 0, ret;
 	uint64_t stale = 0;
 
-	if (!copy)
+	if (!copy || !(t->nvme_locks = calloc(1, sizeof(*t->nvme_locks)))) {
+		free(copy);
 		return -ENOMEM;
+	}
 	for (d = strtok_r(copy, ":", &save); d && n < 64; d = strtok_r(NULL, ":", &save))
 		dirs[n++] = d;
 	/* One mount per cold directory: the earlier-mount clean-up below would
 	 * otherwise delete a live neighbour's segments. */
 	for (int i = 0; i < n; i++) {
-		if ((ret = store_nvme_lock(dirs[i], &t->nvme_locks[i])) < 0) {
+		if ((ret = store_nvme_lock(dirs[i], &t->nvme_locks->fd[i])) < 0) {
 			snprintf(err, errlen, "option 'nvme': '%s': %s", dirs[i],
 				 ret == -EBUSY ? "in use by another spillway mount"
 					       : strerror(-ret));
 			goto out;
 		}
-		t->nvme_nlocks = i + 1;
+		t->nvme_locks->n = i + 1;
 	}
 	/* partial segments of a put a crash interrupted: never listed, never
 	 * referenced; the directory lock makes them ours to remove */

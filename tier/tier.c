@@ -7,11 +7,12 @@
  * truncate, fallocate, lseek, fsync, the per-file controls) is tier_io.c.
  * Threading: new, start, stop, detach and free from one thread, around
  * everything else; the rest as tier.h says. Lock order: index lock, inode
- * lock, tier lock.
+ * lock, then one leaf: the tier lock (slow_op) or a room's own.
  */
 #include "tier/tier_i.h"
 #include "tier/maint.h"
 #include "tier/metrics.h"
+#include "tier/restore.h"
 #include "tier/stats.h"
 #include "tier/tier.h"
 
@@ -41,20 +42,14 @@ static void drop_inode(void *arg, struct inode *in)
 		chain_forget_cold(t, &in->chunks[c]);
 	idx_inode_unlock(in);
 	hot_drop(t->hot, in);
-	pthread_mutex_lock(&t->lock);
-	pthread_cond_broadcast(&t->room);
-	pthread_mutex_unlock(&t->lock);
+	evict_room_freed(t);
 }
 
 /* The budget moved (pressure thread): the evictor spills down to it, and
  * writers waiting for room look again. */
 static void budget_changed(void *arg, uint64_t old_budget, uint64_t new_budget)
 {
-	struct tier *t = arg;
-	pthread_mutex_lock(&t->lock);
-	pthread_cond_broadcast(&t->wake);
-	pthread_cond_broadcast(&t->room);
-	pthread_mutex_unlock(&t->lock);
+	evict_budget_changed(arg);
 }
 
 int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out, char *err,
@@ -70,17 +65,15 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	t->idx = idx;
 	t->chunk_size = cfg->chunk_size;
 	pthread_mutex_init(&t->lock, NULL);
-	pthread_cond_init(&t->room, NULL);
-	pthread_cond_init(&t->wake, NULL);
-	if ((ret = segtab_new(idx, &t->segtab)) < 0) {
+	if ((ret = evict_new(t)) < 0 || (ret = segtab_new(idx, &t->segtab)) < 0) {
+		evict_free(t);
 		free(t);
 		return ret;
 	}
-	pthread_mutex_init(&t->rlock, NULL);
-	pthread_mutex_init(&t->plock, NULL);
-	pthread_cond_init(&t->rcond, NULL);
-	if ((ret = inval_new(t)) < 0) {
+	if ((ret = restore_new(t)) < 0 || (ret = inval_new(t)) < 0) {
+		restore_free(t);
 		segtab_free(t->segtab);
+		evict_free(t);
 		free(t);
 		return ret;
 	}
@@ -91,7 +84,9 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	/* the state first: it has the filesystem's uuid the stores are named by */
 	if ((ret = recover_open(t, err, errlen)) < 0) {
 		inval_free(t);
+		restore_free(t);
 		segtab_free(t->segtab);
+		evict_free(t);
 		free(t);
 		return ret;
 	}
@@ -119,12 +114,14 @@ fail:
 		store_close(t->store);
 	if (t->s3)
 		store_close(t->s3);
-	for (int i = 0; i < t->nvme_nlocks; i++)
-		close(t->nvme_locks[i]);
+	stores_unlock_nvme(t);
+	state_s3_free(t);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
 	inval_free(t);
+	restore_free(t);
 	segtab_free(t->segtab);
+	evict_free(t);
 	free(t);
 	return ret;
 }
@@ -150,7 +147,7 @@ static void *flush_logger(void *arg)
 		if (pthread_cond_timedwait(&fl->cond, &fl->lock, &dl) != ETIMEDOUT || fl->done)
 			continue;
 		uint64_t done = __atomic_load_n(&t->st.bytes_spilled, __ATOMIC_RELAXED) - fl->base;
-		uint64_t total = __atomic_load_n(&t->flush_total, __ATOMIC_RELAXED);
+		uint64_t total = evict_flush_total(t);
 		double s = (clock_now_ns() - fl->t0) / 1e9;
 		log_info("unmount: spilling: %llu MiB left of %llu MiB, %.0f MiB/s",
 			 (unsigned long long)((total > done ? total - done : 0) >> 20),
@@ -191,7 +188,7 @@ static int flush_all(struct tier *t)
 		log_err("unmount: cannot spill every dirty chunk: %s (%llu MiB of %llu MiB "
 			"spilled); the rest stays in %s for the next mount",
 			strerror(-ret), (unsigned long long)(done >> 20),
-			(unsigned long long)(__atomic_load_n(&t->flush_total, __ATOMIC_RELAXED) >> 20),
+			(unsigned long long)(evict_flush_total(t) >> 20),
 			t->cfg->hot_dir);
 	return ret;
 }
@@ -238,7 +235,7 @@ void tier_detach(struct tier *t)
 	inval_set(t, NULL, NULL); /* the FUSE session is gone: no page cache to drop, */
 	__atomic_store_n(&t->pt, NULL, __ATOMIC_RELEASE); /* no kernel reads a hot file any more */
 	flush = t->store && !t->cfg->keep_hot;
-	if (flush && t->cold_failing) {
+	if (flush && evict_cold_failing(t)) {
 		log_warn("unmount: the cold tier is failing: the hot files stay in %s (%llu MiB "
 			 "of RAM) for the next mount",
 			 t->cfg->hot_dir, (unsigned long long)(hot_used(t->hot) >> 20));
@@ -328,18 +325,15 @@ void tier_free(struct tier *t)
 		store_close(t->store);
 	if (t->s3)
 		store_close(t->s3);
-	for (int i = 0; i < t->nvme_nlocks; i++)
-		close(t->nvme_locks[i]); /* the lock file stays: unlinking it would race */
+	stores_unlock_nvme(t);
+	state_s3_free(t);
 	segtab_free(t->segtab);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
 	inval_free(t);
-	pthread_cond_destroy(&t->room);
-	pthread_cond_destroy(&t->wake);
-	pthread_cond_destroy(&t->rcond);
+	restore_free(t);
+	evict_free(t);
 	pthread_mutex_destroy(&t->lock);
-	pthread_mutex_destroy(&t->rlock);
-	pthread_mutex_destroy(&t->plock);
 	free(t);
 }
 

@@ -18,15 +18,14 @@
 
 struct store;
 struct pressure;
-struct restore_job;
-struct rst_part;
+struct restore;
 struct inval;
 struct metrics;
-struct spill_pool;
+struct evictor;
 struct maint;
 struct tier_pt_ops;
-
-#define RST_PART_HASH 64 /* buckets of the in-flight partial restore table */
+struct state_s3;
+struct nvme_locks;
 
 struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
@@ -78,72 +77,59 @@ struct tier_stats {
 	uint64_t kdrops_sent, kdrops_owed;
 };
 
+/*
+ * The tier context: shared handles and the rooms' pointers. Each room owns
+ * what its pointer points at, behind its own lock (its header or DESIGN
+ * block says which); struct tier itself holds no room's state. Who writes
+ * each field, and what guards it:
+ */
 struct tier {
+	/* set by tier_new (and recovery) before any other thread runs;
+	 * read-only until tier_free */
 	const struct spw_config *cfg;
-	struct index *idx;
-	struct hot *hot;
-	struct pressure *pressure; /* the elastic budget (pressure.c) */
+	struct index *idx;	   /* the index (its own locks: index.h) */
+	struct hot *hot;	   /* the hot tier (atomics and inode locks: hot.h) */
+	struct pressure *pressure; /* the elastic budget (pressure.h) */
 	struct store *store; /* first cold tier (nvme, or s3 alone); NULL: none */
 	struct store *s3;    /* with nvme and s3: the third tier, else NULL */
-	int nvme_locks[64];  /* flock'ed .spillway.lock in each cold directory */
-	int nvme_nlocks;
+	struct nvme_locks *nvme_locks; /* each cold directory's flock (stores.c) */
 	uint64_t chunk_size;
+	struct segtab *segtab; /* the segment table, its own lock (segtab.h) */
+
+	/* the rooms: made by tier_new (or tier_start), stopped by tier_stop,
+	 * freed by tier_free; the pointer is read-only in between */
 	struct inval *inval;	 /* page-cache invalidations (inval.c) */
 	struct metrics *metrics; /* the metrics file's writer (metrics.c); NULL: none */
-	/* passthrough (tier_set_passthrough): NULL, off; set before serving */
-	const struct tier_pt_ops *pt;
-	struct tier_stats st;
+	struct evictor *ev;	 /* the evictor: thread, room handshake, spill pool (evict.c) */
+	struct maint *maint;	 /* delete, compact, demote jobs (maint.h); NULL: not running */
+	struct restore *rst;	 /* restore workers and partial restores (restore.h) */
+	struct state_s3 *s3st;	 /* s3 alone: the bucket's copy of the state (state_s3.c); NULL: none */
 
-	/* the evictor's handshake with writers and restores (evict.c) */
-	pthread_mutex_t lock; /* guards the fields down to backoff_until */
-	pthread_cond_t room;  /* hot room was freed */
-	pthread_cond_t wake;  /* evictor: work to do */
-	unsigned writers_waiting;
-	unsigned restores_waiting; /* restores waiting for room (evict_room_for_restore) */
-	uint64_t evict_rounds;	   /* evictor rounds finished */
-	int evict_stuck;	   /* the last busy round freed nothing */
-	int stopping;  /* also read with an atomic load, without the lock */
-	int cold_full; /* last spill failed for lack of cold room */
-	int cold_failing;	/* last spill failed with an I/O error */
-	uint64_t backoff_until; /* no spill before (clock_now_ns) */
-	uint64_t aged_at;	/* index tick of the last age_clamp pass (atomic) */
-	uint64_t flush_total;	/* unmount: dirty bytes to spill (atomic) */
+	/* any thread */
+	const struct tier_pt_ops *pt; /* passthrough: NULL, off (atomic: tier_pt) */
+	struct tier_stats st;	      /* atomics; st.slow_op under lock */
+	pthread_mutex_t lock;	      /* guards st.slow_op with slow_op_ns; a leaf */
+	/* the last spill found the cold tier full: written by evict.c under
+	 * the evictor's lock (atomic store), read by demote.c (tier_cold_full)
+	 * and stats */
+	int cold_full;
+	/* set once by the first of evict_stop (under the evictor's lock),
+	 * maint_stop, restore_stop; read with an atomic load by every worker */
+	int stopping;
+
 	/* set at mount (tier_new, recovery) and unmount (tier_detach), when no
 	 * other thread runs; read-only in between */
 	uint8_t uuid[16];
-	struct journal *jrnl; /* NULL: volatile (no state_dir) */
-	int keep;	      /* detached: segments outlive this mount */
-	int state_s3;	      /* s3 alone: the state is copied to the bucket too */
-	pthread_mutex_t s3state_lock; /* one state upload at a time */
-	uint64_t s3_ck_gen;	      /* checkpoint generation uploaded (s3state_lock) */
+	struct journal *jrnl;	  /* NULL: volatile (no state_dir) */
+	int keep;		  /* detached: segments outlive this mount */
 	struct tier_recovery rec; /* what the last mount's recovery found */
-
-	struct segtab *segtab; /* the segment table, its own lock (segtab.h) */
-
-	/* evictor thread and its pool of io_workers spill threads (evict.c) */
-	pthread_t evict_th;
-	int evict_started;
-	struct spill_pool *spool; /* NULL: not started (spills run inline) */
-
-	/* the maintenance worker: delete, compact, demote jobs (maint.c) */
-	struct maint *maint;
-
-	/* restore workers; queues protected by rlock */
-	pthread_mutex_t rlock;
-	pthread_cond_t rcond;
-	struct restore_job *rq_head, *rq_tail; /* prefetch (restore=open), idle priority */
-	struct restore_job *ra_head, *ra_tail; /* ahead of sequential readers: first */
-
-	/* chunks restored in two steps, keyed by (ino, chunk); the table and
-	 * free list are protected by plock, an entry's state by its inode's lock */
-	pthread_mutex_t plock;
-	struct rst_part *parts[RST_PART_HASH];
-	struct rst_part *pfree;
-	pthread_t *rworkers;
-	unsigned nrworkers;
 };
 
 /* evict.c */
+/* t->ev (tier_new) and its end (tier_free, after evict_pool_stop's work).
+ * 0 or -ENOMEM. */
+int evict_new(struct tier *t);
+void evict_free(struct tier *t);
 /* Start the spill pool (io_workers threads), then the evictor thread. */
 int evict_start(struct tier *t);
 /* Stop the evictor thread; the spill pool stays for the unmount flush. */
@@ -173,6 +159,21 @@ int evict_wait_cold_room(struct tier *t, uint64_t until_ms);
  * these bytes (clean, so dropped first) rather than wait for room that
  * cannot come. Returns the bytes reserved (for hot_unreserve); never fails. */
 int64_t evict_room_for_restore(struct tier *t, int fd, uint64_t off, uint64_t len);
+/* Hot room was freed (a file dropped, a spill done): waiters look again. */
+void evict_room_freed(struct tier *t);
+/* Hot usage crossed spill_threshold: signal the evictor (no lock taken). */
+void evict_kick(struct tier *t);
+/* The budget moved (pressure.c): the evictor and every waiter look again. */
+void evict_budget_changed(struct tier *t);
+/* Writers waiting for room now; *cold_full (may be NULL): the last spill
+ * found the cold tier full. One snapshot under the evictor's lock. */
+unsigned evict_waiters(struct tier *t, int *cold_full);
+/* The last spill found the cold tier failing. */
+int evict_cold_failing(struct tier *t);
+/* Unmount flush: the dirty bytes it set out to spill. */
+uint64_t evict_flush_total(struct tier *t);
+/* The index tick of the evictor's last age pass (tests). */
+uint64_t evict_aged_at(struct tier *t);
 
 /* gc.c: choosing (evictor thread, through maint_plan) and doing (the
  * maintenance worker) segment deletion and compaction. */
@@ -219,6 +220,9 @@ int stores_open_nvme(struct tier *t, char *err, size_t errlen);
 int stores_open_s3(struct tier *t, int with_uuid, struct store **out, char *err, size_t errlen);
 /* Remove every segment t->store lists. */
 void stores_remove_all(struct tier *t);
+/* Let go of the cold directories' locks (tier_free; the lock files stay:
+ * unlinking them would race). */
+void stores_unlock_nvme(struct tier *t);
 
 /* recover.c */
 /* Open state_dir, replay it into the index and the segment table (before
@@ -229,6 +233,10 @@ int recover_open(struct tier *t, char *err, size_t errlen);
 int recover_finish(struct tier *t, char *err, size_t errlen);
 
 /* state_s3.c: s3 alone, the bucket's copy of the state */
+/* t->s3st (recover_open, s3 alone with a state_dir) and its end (tier_free).
+ * 0 or -ENOMEM. */
+int state_s3_new(struct tier *t);
+void state_s3_free(struct tier *t);
 /* recover_open: an empty state_dir adopts the filesystem the bucket prefix
  * holds (refused while another node's lease exists, unless takeover). 0 or
  * -errno with err set. */
@@ -243,9 +251,7 @@ void state_s3_on_checkpoint(void *arg, uint64_t gen);
 /* Clean unmount: push, then release the bucket prefix's lease. */
 void state_s3_release(struct tier *t);
 
-/* restore.c */
-int restore_start(struct tier *t);
-void restore_stop(struct tier *t);
+/* restore.c (its lifecycle: restore.h) */
 /* Queue every COLD chunk of `in` for background restore (file order). */
 void restore_file_async(struct tier *t, struct inode *in);
 /* Restore chunk c, which the caller set to RESTORING (in->lock held; dropped
@@ -380,6 +386,12 @@ static inline struct seg_entry tier_chunk_entry(const struct inode *in, uint64_t
 static inline const struct tier_pt_ops *tier_pt(struct tier *t)
 {
 	return __atomic_load_n(&t->pt, __ATOMIC_ACQUIRE);
+}
+
+/* The last spill found the cold tier full (demotion makes room). */
+static inline int tier_cold_full(struct tier *t)
+{
+	return __atomic_load_n(&t->cold_full, __ATOMIC_RELAXED);
 }
 
 /* Chunk range of [off, off+len). */

@@ -630,7 +630,7 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 	idx_inode_unlock(in);
 	hot_unreserve(t->hot, (uint64_t)io->reserved);
 	if (t->store && hot_used(t->hot) > t->cfg->spill_threshold * hot_limit(t->hot))
-		pthread_cond_signal(&t->wake);
+		evict_kick(t);
 	return written;
 }
 

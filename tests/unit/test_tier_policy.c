@@ -94,7 +94,7 @@ static uint64_t g_aged_want;
 
 static int aged(struct fx *f)
 {
-	return __atomic_load_n(&f->t->aged_at, __ATOMIC_RELAXED) >= g_aged_want;
+	return evict_aged_at(f->t) >= g_aged_want;
 }
 
 /* Files left hot and idle while the tick moves on by more than 2^31 (hours

@@ -600,11 +600,7 @@ static struct inode *g_big;
 static int room_waiter(void *arg)
 {
 	struct fx *f = arg;
-	int n;
-	pthread_mutex_lock(&f->t->lock);
-	n = f->t->writers_waiting;
-	pthread_mutex_unlock(&f->t->lock);
-	return n > 0;
+	return evict_waiters(f->t, NULL) > 0;
 }
 
 /*

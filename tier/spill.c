@@ -1,0 +1,309 @@
+/*
+ * spill — writing one segment of dirty chunks, and dropping hot copies a
+ * segment holds (see spill.h).
+ *
+ * DESIGN
+ * - Spill of one chunk: HOT_DIRTY -> SPILLING (generation noted) -> payload
+ *   copied into the segment (a chunk with a chain: only its dirty blocks,
+ *   as an overlay record) -> segment durable (segtab_commit) -> for each
+ *   chunk whose state is still SPILLING with the same generation: its
+ *   location is recorded and, unless a request has it pinned, its hole is
+ *   punched (COLD) and the kernel's page cache for it invalidated. A chunk
+ *   written during the spill went back to HOT_DIRTY: its copy in the
+ *   segment is dead weight for GC. A failed segment puts every chunk back
+ *   to HOT_DIRTY: a hot copy is never dropped before its segment is durable.
+ * - Lock order: index lock, inode lock, segtab.lock.
+ */
+#include "tier/spill.h"
+#include "tier/cand.h"
+#include "tier/tier_i.h"
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "index/journal.h"
+#include "tier/segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+uint32_t spill_drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	struct chunk *ch = &in->chunks[c];
+	uint32_t len = tier_chunk_len(t, in->size, c);
+	int fd;
+
+	/* the kernel reads a passthrough open's hot file itself: never punched
+	 * (t->pt is NULL once the session is gone: then no kernel does) */
+	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->seg_id ||
+	    (in->pt_opens && tier_pt(t)))
+		return 0;
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd < 0)
+		return 0;
+	/* the whole chunk range, not just its bytes: tmpfs frees only whole
+	 * pages, and a file's last partial page would otherwise stay in RAM */
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(c * t->chunk_size),
+		      (off_t)t->chunk_size) < 0) {
+		log_warn("evict: cannot punch inode %llu chunk %llu: %s",
+			 (unsigned long long)in->ino, (unsigned long long)c, strerror(errno));
+		hot_fd_put_locked(t->hot, in);
+		return 0;
+	}
+	ch->state = CHUNK_COLD;
+	if (ch->chain) {
+		/* RAM holds none of it now (no write is in flight: unpinned) */
+		ch->chain->partial = 1;
+		memset(ch->chain->have, 0, chain_words(t->chunk_size) * sizeof(uint64_t));
+	}
+	hot_account_locked(t->hot, in);
+	hot_fd_put_locked(t->hot, in);
+	return len;
+}
+
+struct spilled {
+	struct seg_entry e;
+	struct inode *in;
+	uint64_t c;
+	uint64_t *bits; /* an overlay of these blocks (chain.c), or NULL: whole */
+};
+
+/* The blocks `bits` of chunk bytes [0, len) at fd_off of fd, as one
+ * overlay record: runs of blocks, the smallest gaps between them stored
+ * too when there are more than a record takes (the bitmap, not the
+ * record, says which blocks it holds). */
+static int add_overlay(struct seg_writer *w, uint64_t ino, uint64_t c, uint64_t gen, int fd,
+		       uint64_t fd_off, uint32_t len, const uint64_t *bits, struct seg_entry *e)
+{
+	uint32_t nb = (len + CHAIN_BLK - 1) / CHAIN_BLK, n = 0, total = 0;
+	struct seg_extent *x = malloc(((size_t)nb / 2 + 1) * sizeof(*x));
+	uint8_t *data = NULL;
+	int ret = 0;
+
+	if (!x)
+		return -ENOMEM;
+	for (uint32_t b = 0; b < nb;) {
+		if (!chain_test(bits, b)) {
+			b++;
+			continue;
+		}
+		uint32_t z = b;
+		while (z < nb && chain_test(bits, z))
+			z++;
+		x[n].off = b * CHAIN_BLK;
+		x[n].len = (z * CHAIN_BLK < len ? z * CHAIN_BLK : len) - x[n].off;
+		n++;
+		b = z;
+	}
+	for (uint32_t gap = CHAIN_BLK; n > SEG_MAX_EXTENTS; gap *= 2) {
+		uint32_t m = 0;
+		for (uint32_t i = 1; i < n; i++) {
+			if (x[i].off - (x[m].off + x[m].len) < gap)
+				x[m].len = x[i].off + x[i].len - x[m].off;
+			else
+				x[++m] = x[i];
+		}
+		n = m + 1;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		total += x[i].len;
+	if (!(data = malloc(total ? total : 1)))
+		ret = -ENOMEM;
+	for (uint32_t i = 0, pos = 0; ret == 0 && i < n; pos += x[i].len, i++) {
+		ssize_t r = pread(fd, data + pos, x[i].len, (off_t)(fd_off + x[i].off));
+		if (r < 0)
+			ret = -errno;
+		else if ((uint32_t)r < x[i].len)
+			ret = -ENODATA; /* truncated meanwhile */
+	}
+	if (ret == 0)
+		ret = seg_writer_add_extents(w, ino, c, gen, len, x, n, data, e);
+	if (ret == 0)
+		seg_writer_mark_overlay(w);
+	free(data);
+	free(x);
+	return ret;
+}
+
+int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int *committed)
+{
+	struct seg_writer *w = NULL;
+	struct spilled *done = calloc(n ? n : 1, sizeof(*done));
+	uint64_t id = segtab_alloc_id(t->segtab), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
+		 payload = 0, t0 = clock_now_ns();
+	size_t nd = 0;
+	uint32_t dev = 0;
+	int ret;
+
+	*committed = 0;
+	if (!done)
+		return -ENOMEM;
+	/* at most: the chunk, its padding, map and footer entry (holes make it less) */
+	for (size_t i = 0; i < n; i++)
+		size_hint += v[i].len + SEG_REC_ALIGN + SEG_MAP_TAIL + 8 +
+			     (v[i].len / SEG_BLOCK + 1) * 4 + SEG_ENTRY_SIZE;
+	ret = seg_writer_new(t->store, t->uuid, id, size_hint, &w);
+	if (ret < 0)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		const struct cand *cd = &v[i];
+		struct inode *in = cd->in;
+		struct chunk *ch;
+		uint64_t gen;
+		uint32_t len;
+		int fd;
+
+		idx_inode_lock(in);
+		ch = &in->chunks[cd->c];
+		len = tier_chunk_len(t, in->size, cd->c);
+		if (ch->state != CHUNK_HOT_DIRTY || len == 0 || (in->pinned && drop)) {
+			idx_inode_unlock(in);
+			continue;
+		}
+		fd = hot_fd_get_locked(t->hot, in);
+		if (fd < 0) {
+			idx_inode_unlock(in);
+			continue;
+		}
+		/* a chunk written over its cold copy: only what is dirty */
+		uint64_t *bits = NULL;
+		int plan = ch->chain ? chain_spill_plan_locked(t, in, cd->c, len, &bits) : 0;
+		ch = &in->chunks[cd->c];
+		if (plan < 0 || ch->state != CHUNK_HOT_DIRTY) {
+			free(bits);
+			hot_fd_put_locked(t->hot, in);
+			idx_inode_unlock(in);
+			continue;
+		}
+		ch->state = CHUNK_SPILLING;
+		gen = ch->gen;
+		idx_inode_unlock(in);
+
+		if (bits)
+			ret = add_overlay(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size, len,
+					  bits, &done[nd].e);
+		else
+			ret = seg_writer_add_fd(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size,
+						len, &done[nd].e);
+		idx_inode_lock(in);
+		ch = &in->chunks[cd->c]; /* the map may have grown (moved) meanwhile */
+		hot_fd_put_locked(t->hot, in);
+		if (ret < 0) {
+			free(bits);
+			/* truncated meanwhile (-ENODATA) or a read error: stays dirty */
+			if (ch->state == CHUNK_SPILLING)
+				ch->state = CHUNK_HOT_DIRTY;
+			idx_inode_wake(in); /* fsync waits for spills */
+			idx_inode_unlock(in);
+			if (ret == -ENODATA)
+				continue;
+			goto out;
+		}
+		idx_inode_unlock(in);
+		done[nd].in = in;
+		done[nd].c = cd->c;
+		done[nd].bits = bits;
+		payload += done[nd].e.len; /* stored bytes: what live counts */
+		nd++;
+	}
+	if (nd == 0) {
+		ret = 0;
+		goto out;
+	}
+	/* journal synced, segment durable, registered (no spill once the
+	 * journal is read-only: its locations could not be recorded) */
+	ret = segtab_commit(t->segtab, w, id, payload, &dev, &seg_len);
+	w = NULL;
+	if (ret < 0)
+		goto out;
+	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.chunks_spilled, nd, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.spill_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
+	hist_observe(&t->st.h_spill, clock_now_ns() - t0);
+	/* durable: record locations; punch what is still unchanged */
+	for (size_t i = 0; i < nd; i++) {
+		struct inode *in = done[i].in;
+		struct chunk *ch;
+		uint32_t n = 0;
+		idx_inode_lock(in);
+		ch = &in->chunks[done[i].c];
+		if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen && done[i].bits) {
+			/* an overlay: pushed on the chain (journaled there) */
+			int r = chain_spill_commit_locked(t, in, done[i].c, &done[i].e, id, dev,
+							  done[i].bits);
+			done[i].bits = NULL;
+			ch = &in->chunks[done[i].c];
+			if (r < 0 && ch->state == CHUNK_SPILLING)
+				ch->state = CHUNK_HOT_DIRTY;
+			if (r == 0 && drop && !in->pinned)
+				n = spill_drop_chunk_locked(t, in, done[i].c);
+		} else if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen &&
+			   !(ch->chain && ch->chain->wr)) {
+			/* whole: the new record replaces the chunk's chain, which
+			 * is let go once the journal says so (not while writes
+			 * over it are in flight: those hold it) */
+			struct chunk old = *ch;
+			ch->chain = NULL;
+			ch->seg_id = id;
+			ch->seg_off = done[i].e.off;
+			ch->seg_len = done[i].e.len;
+			ch->seg_crc = done[i].e.crc;
+			ch->seg_dev = (uint16_t)dev;
+			ch->seg_flags = (uint16_t)(done[i].e.flags & SEG_F_MAP);
+			ch->seg_gen = (uint32_t)done[i].e.gen;
+			ch->state = CHUNK_HOT_CLEAN;
+			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
+				/* not recorded: the RAM copy stays the only one */
+				segtab_release_chunk(t->segtab, ch);
+				*ch = old;
+				ch->state = CHUNK_HOT_DIRTY;
+			} else {
+				chain_forget_cold(t, &old);
+				if (drop && !in->pinned)
+					n = spill_drop_chunk_locked(t, in, done[i].c);
+			}
+		} else {
+			/* rewritten meanwhile (or being written) */
+			segtab_release_bytes(t->segtab, id, done[i].e.len);
+			free(done[i].bits);
+			done[i].bits = NULL;
+			if (ch->state == CHUNK_SPILLING)
+				ch->state = CHUNK_HOT_DIRTY;
+		}
+		idx_inode_wake(in); /* fsync waits for spills */
+		idx_inode_unlock(in);
+		if (n)
+			inval_async(t, in->ino, done[i].c * t->chunk_size, n);
+	}
+	*committed = 1; /* the caller wakes the writers waiting for room */
+	nd = 0;
+	ret = 0;
+out:
+	if (w)
+		seg_writer_abort(w);
+	/* failure: every chunk taken goes back to HOT_DIRTY, its RAM copy intact */
+	for (size_t i = 0; i < nd; i++) {
+		struct inode *in = done[i].in;
+		free(done[i].bits);
+		idx_inode_lock(in);
+		if (in->chunks[done[i].c].state == CHUNK_SPILLING)
+			in->chunks[done[i].c].state = CHUNK_HOT_DIRTY;
+		idx_inode_wake(in);
+		idx_inode_unlock(in);
+	}
+	if (ret == -ENOSPC) {
+		/* the caller reports a full cold tier once, not every retry */
+		log_debug("evict: segment %llu not written: cold tier full",
+			  (unsigned long long)id);
+	} else if (ret < 0) {
+		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
+		log_err("evict: segment %llu not written: %s (chunks stay in RAM)",
+			(unsigned long long)id, strerror(-ret));
+	}
+	free(done);
+	return ret;
+}
