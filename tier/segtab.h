@@ -12,7 +12,7 @@
  * ids only grow, a deleted id is never handed out again.
  * Threading: every call takes the table's lock itself; none does I/O
  * under it (but segtab_remove_stored, at teardown). Lock order: index lock,
- * inode lock, the table's lock, tier lock.
+ * inode lock, the table's lock, the evictor's lock (evict.c).
  */
 #ifndef SPW_SEGTAB_H
 #define SPW_SEGTAB_H

@@ -31,10 +31,10 @@ struct tier_snapshot {
 	uint64_t segs, seg_bytes, seg_live, tier_bytes[2];
 	/* counters and histograms (struct tier_stats, each field read once) */
 	struct tier_stats c;
-	/* under t->lock */
+	/* read together under the evictor's lock (evict_waiters) */
 	unsigned writers_waiting;
 	int cold_full;
-	const char *slow_op; /* "" when none */
+	const char *slow_op; /* "" when none (read under t->lock) */
 	/* journal */
 	int jrnl_on, jrnl_failed;
 	uint64_t jrnl_bytes, jrnl_checkpoints, jrnl_syncs;

@@ -297,6 +297,15 @@ void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t la
 int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
 			    int pin);
 
+/* tier_io.c: chunks [first, last] were written: a new generation, dirty
+ * (journaled before the old cold copy is let go), recently used. in->lock
+ * held. */
+void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last);
+/* tier_open.c: take in what passthrough writers did behind the daemon: the
+ * hot file's size, mtime and allocation, and (all_dirty) every chunk counted
+ * as changed. in->lock held. */
+void tier_pt_refresh_locked(struct tier *t, struct inode *in, int all_dirty);
+
 /* chain.c: read bytes [off, off + len) of record e in segment seg (whole:
  * all of it) wherever the segment is now, verified; *tier (may be NULL)
  * gets its tier. A crc mismatch is -EIO (counted). sc owned on success

@@ -1,0 +1,240 @@
+/*
+ * tier_open.c — opens and closes of a file through the tier, and FUSE
+ * passthrough of files all in RAM (the rules: tier.h): which open is passed
+ * through, the chunks a passthrough writer may have changed behind the
+ * daemon, and the kernel's page cache dropped at the last close served
+ * through the daemon. Threading: every call is thread-safe; callers hold
+ * no inode lock (tier.h), but the *_locked helpers (in->lock held).
+ */
+#include "tier/tier_i.h"
+#include "tier/tier.h"
+
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/*
+ * Chunks [first, last] may have been written behind the daemon (passthrough
+ * writers: from their open to their last close, every chunk counts as
+ * changed). A chunk with a plain cold copy keeps it (index.h): dirty for the
+ * evictor, which spills it (the spill replaces the copy), but not in the
+ * journal, whose durable version stays the copy. Marking it dirty (journal
+ * first, copy released) would make a power loss before the next spill lose
+ * the whole file - one fsync'd and maybe never written since: an open for
+ * write, an fsync and a close each mark every chunk. A chunk with a chain,
+ * or none, becomes dirty as for a write. in->lock held.
+ */
+static void mark_changed_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+{
+	uint64_t tick = idx_tick(t->idx);
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		if (!ch->seg_id || ch->chain ||
+		    (ch->state != CHUNK_HOT_CLEAN && ch->state != CHUNK_HOT_DIRTY &&
+		     ch->state != CHUNK_SPILLING)) {
+			tier_mark_dirty_locked(t, in, c, c);
+			continue;
+		}
+		ch->state = CHUNK_HOT_DIRTY; /* a spill in flight sees the new gen */
+		ch->gen++;
+		ch->atime = tick;
+	}
+}
+
+/* ---- opens, and passthrough (the rules: tier.h) ---- */
+
+void tier_set_passthrough(struct tier *t, const struct tier_pt_ops *ops)
+{
+	__atomic_store_n(&t->pt, ops, __ATOMIC_RELEASE);
+}
+
+/* Chunks [0, n) that hold the file's bytes. */
+static uint64_t size_chunks(const struct tier *t, const struct inode *in)
+{
+	return (in->size + t->chunk_size - 1) / t->chunk_size;
+}
+
+/* An open or a close is an access: the evictor takes the file last. */
+static void touch_all_locked(struct tier *t, struct inode *in)
+{
+	uint32_t tick = (uint32_t)idx_tick(t->idx);
+	for (uint64_t c = 0; c < in->nchunks; c++)
+		in->chunks[c].atime = tick;
+}
+
+/* Is every byte of the file in RAM (no chunk COLD or RESTORING)? A
+ * restore job queued for a chunk that is hot meanwhile does nothing. */
+static int all_hot_locked(const struct inode *in)
+{
+	for (uint64_t c = 0; c < in->nchunks; c++) {
+		const struct chunk *ch = &in->chunks[c];
+		if (ch->state == CHUNK_COLD || ch->state == CHUNK_RESTORING || chain_partial(ch))
+			return 0;
+	}
+	return 1;
+}
+
+/* Passthrough writers wrote into the hot file behind the daemon's back:
+ * take its size, mtime and allocation from it; with all_dirty, every chunk
+ * of it becomes dirty (any may have changed). in->lock held. */
+void tier_pt_refresh_locked(struct tier *t, struct inode *in, int all_dirty)
+{
+	struct stat st;
+	int64_t mt;
+
+	if (in->hot_fd < 0 || fstat(in->hot_fd, &st) < 0)
+		return;
+	if ((uint64_t)st.st_size > in->size) {
+		uint64_t n = ((uint64_t)st.st_size + t->chunk_size - 1) / t->chunk_size;
+		uint64_t first = in->size / t->chunk_size;
+		if (idx_chunks_reserve(in, n) == 0) {
+			in->size = (uint64_t)st.st_size;
+			tier_mark_dirty_locked(t, in, first, n - 1);
+			idx_journal_attr_locked(t->idx, in);
+		}
+	}
+	mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	if (mt > in->mtime) {
+		in->mtime = in->ctime = mt;
+		in->attr_dirty = 1;
+	}
+	if (all_dirty && size_chunks(t, in))
+		mark_changed_locked(t, in, 0, size_chunks(t, in) - 1);
+	hot_account_locked(t->hot, in);
+}
+
+void tier_refresh(struct tier *t, struct inode *in)
+{
+	if (!__atomic_load_n(&in->pt_writers, __ATOMIC_RELAXED))
+		return;
+	idx_inode_lock(in);
+	if (in->pt_writers)
+		tier_pt_refresh_locked(t, in, 0);
+	idx_inode_unlock(in);
+}
+
+/* Decide whether this open is passed through (out->backing_id set) and
+ * count it. fd: the hot file, held for the open. in->lock held. */
+static int pt_open_locked(struct tier *t, struct inode *in, int fd, unsigned flags, void *ctx,
+			  struct tier_open_out *out)
+{
+	static int warned;
+	int why = -1, id;
+	struct stat st;
+
+	if (in->pt_opens) {
+		/* the kernel takes only passthrough opens of this inode now */
+		if (in->pt_opens == UINT16_MAX || in->pt_writers == UINT16_MAX)
+			return -EMFILE;
+		if ((flags & TIER_OPEN_WRITE) && in->pt_writers++ == 0)
+			tier_pt_refresh_locked(t, in, 1);
+		in->pt_opens++;
+		out->backing_id = in->backing_id;
+	} else if (in->open_count > 0) {
+		why = TIER_PT_SHARED;
+	} else if (flags & TIER_OPEN_WRITE) {
+		why = TIER_PT_WRITE;
+	} else if (!all_hot_locked(in)) {
+		why = TIER_PT_COLD;
+	} else if (hot_pinned(t->hot) + in->hot_bytes > hot_limit(t->hot) / 2) {
+		/* RAM the evictor cannot take: at most half of it, so that the
+		 * rest still turns over for writers */
+		why = TIER_PT_ROOM;
+	} else if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != in->size) {
+		/* the hot file mirrors the size (hot.c): never seen otherwise */
+		log_warn("passthrough: inode %llu's hot file is not its size: through the daemon",
+			 (unsigned long long)in->ino);
+		why = TIER_PT_ERROR;
+	} else if ((id = tier_pt(t)->open(ctx, fd)) <= 0) {
+		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+			log_warn("passthrough: the kernel refused a hot file (%s): such opens go "
+				 "through the daemon",
+				 strerror(id < 0 ? -id : EIO));
+		why = TIER_PT_ERROR;
+	} else {
+		in->backing_id = id;
+		in->pt_opens = 1;
+		hot_pin_locked(t->hot, in, 1);
+		out->backing_id = id;
+	}
+	if (why >= 0) {
+		__atomic_add_fetch(&t->st.pt_fallback[why], 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	__atomic_add_fetch(&t->st.pt_opens, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
+	touch_all_locked(t, in);
+	return 0;
+}
+
+int tier_open(struct tier *t, struct inode *in, unsigned flags, void *ctx,
+	      struct tier_open_out *out)
+{
+	int fd, ret = 0;
+
+	out->backing_id = 0;
+	out->flags = flags;
+	idx_inode_lock(in);
+	fd = hot_fd_get_locked(t->hot, in);
+	if (fd >= 0 && tier_pt(t) && (flags & TIER_OPEN_PASSTHROUGH))
+		ret = pt_open_locked(t, in, fd, flags, ctx, out);
+	if (fd >= 0 && ret == 0)
+		in->open_count++;
+	else if (fd >= 0)
+		hot_fd_put_locked(t->hot, in);
+	idx_inode_unlock(in);
+	if (fd < 0 || ret < 0)
+		return fd < 0 ? fd : ret;
+	if (!out->backing_id && t->store && t->cfg->restore == RESTORE_OPEN)
+		restore_file_async(t, in);
+	return 0;
+}
+
+void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *how, void *ctx)
+{
+	int drop_cache = 0;
+
+	idx_inode_lock(in);
+	if (how->backing_id) {
+		if (how->flags & TIER_OPEN_WRITE) {
+			in->pt_writers--;
+			tier_pt_refresh_locked(t, in, 1);
+		}
+		if (in->pt_opens == 1) {
+			hot_pin_locked(t->hot, in, 0);
+			tier_pt(t)->close(ctx, in->backing_id);
+			in->backing_id = 0;
+		}
+		in->pt_opens--;
+		touch_all_locked(t, in);
+		__atomic_sub_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
+	} else if (in->open_count == 1 && tier_pt(t) && in->kcached) {
+		/* the last open served through the daemon: the kernel's copy of
+		 * the file goes, the hot file holds the bytes. Only when a read
+		 * or write put pages there: the drop takes the kernel's cached
+		 * attributes too (a create-and-close stats at cache speed) */
+		in->kcached = 0;
+		drop_cache = 1;
+	}
+	if (in->open_count == 1 && in->inval_owed) {
+		/* the evictor's drops held back while the file was open (inval.c) */
+		in->inval_owed = 0;
+		drop_cache = 1;
+	}
+	if (in->attr_dirty) {
+		in->attr_dirty = 0;
+		idx_journal_attr_locked(t->idx, in);
+	}
+	in->open_count--;
+	hot_fd_put_locked(t->hot, in);
+	idx_inode_unlock(in);
+	if (drop_cache) {
+		inval_async(t, in->ino, 0, 0);
+		__atomic_add_fetch(&t->st.cache_drops, 1, __ATOMIC_RELAXED);
+	}
+}
