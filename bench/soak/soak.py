@@ -1105,6 +1105,11 @@ def report(s, total_s, interrupted=False):
                        % len(s.hangs))
         for t, st in s.hangs:
             P("  HANG at %.0fs:\n%s" % (t, st[:3000]))
+    # a recovery that finds a chunk it cannot read (its segment gone) is
+    # data lost, even in a file no worker checks (fsx's, stress-ng's)
+    rec_err = sum(n for k, n in msgs.items() if k.startswith("error: recovery:"))
+    if rec_err:
+        verdict.append("%d recovery errors in the daemon logs (unreadable chunks)" % rec_err)
     if grew:
         verdict.append("RSS or fds grew")
     if interrupted:
