@@ -479,6 +479,48 @@ void chain_forget_cold(struct tier *t, struct chunk *ch)
 	segtab_release_chunk(t->segtab, ch);
 }
 
+/* Chunks [first,last] were written: new generation, dirty, recently used. */
+void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+{
+	uint64_t tick = idx_tick(t->idx);
+	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c], old = *ch;
+		if (ch->chain && ch->chain->wr) {
+			/* writes over it in flight hold its chain: every block is
+			 * dirty now (RAM holds it whole), the next spill after
+			 * them replaces the chain */
+			int was = chain_any(ch->chain->dirty, 0, ch->chain->nbits);
+			ch->chain->partial = 0;
+			chain_set(ch->chain->dirty, 0, ch->chain->nbits, 1);
+			ch->state = CHUNK_HOT_DIRTY;
+			ch->gen++;
+			ch->atime = tick;
+			if (!was)
+				idx_journal_chunk_locked(t->idx, in, c, 0);
+			continue;
+		}
+		/* a chain's records said "written over it": that changes too; a
+		 * kept copy (index.h) is the journal's location until now */
+		int was_dirty = (ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING) &&
+				!ch->chain && !ch->seg_id;
+		ch->chain = NULL; /* the hot file holds the chunk whole now */
+		ch->state = CHUNK_HOT_DIRTY;
+		ch->gen++;
+		ch->atime = tick;
+		/* no cold copy now (a spill in flight sees the new gen), so the
+		 * record says dirty: with the copy still set it named the old
+		 * location, whose segment GC then deleted - a kill -9 later
+		 * found the chunk in a segment that was gone (fsstress) */
+		ch->seg_id = 0;
+		ch->seg_len = 0;
+		/* journaled before the old cold copy is let go: GC may delete its
+		 * segment as soon as its live bytes drop */
+		if (!was_dirty)
+			idx_journal_chunk_locked(t->idx, in, c, 0);
+		chain_forget_cold(t, &old); /* base and overlays alike */
+	}
+}
+
 int chain_spill_plan_locked(struct tier *t, struct inode *in, uint64_t c, uint32_t len,
 			    uint64_t **bits)
 {

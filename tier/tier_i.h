@@ -297,7 +297,7 @@ void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t la
 int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
 			    int pin);
 
-/* tier_io.c: chunks [first, last] were written: a new generation, dirty
+/* chain.c: chunks [first, last] were written: a new generation, dirty
  * (journaled before the old cold copy is let go), recently used. in->lock
  * held. */
 void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last);
