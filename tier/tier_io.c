@@ -460,19 +460,15 @@ static int covers_chunk(const struct tier *t, const struct inode *in, uint64_t c
 	return off <= cs && off + len >= ce;
 }
 
-int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
+/* One piece of a fallocate (tier_fallocate): its chunks are made hot and
+ * pinned together, so it must fit in RAM. */
+static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
 {
 	int replaces = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE);
 	uint64_t first, last, punch_len = len;
 	int64_t r = 0;
 	int fd, ret = 0;
 
-	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
-		return -EOPNOTSUPP;
-	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
-		return -EOPNOTSUPP;
-	if (len == 0)
-		return -EINVAL;
 	if ((ret = idx_check_writable(t->idx)) < 0)
 		return ret;
 	tier_chunk_range(t, off, len, &first, &last);
@@ -551,6 +547,42 @@ out_put:
 	hot_fd_put_locked(t->hot, in);
 out:
 	idx_inode_unlock(in);
+	return ret;
+}
+
+/*
+ * An allocation (or zeroing) bigger than RAM goes in pieces of a quarter of
+ * the hot budget (at least a chunk), chunk-aligned: each piece is made hot,
+ * allocated and marked dirty, and the evictor spills it to make room for
+ * the next, as for a stream of writes. In one piece, a range larger than
+ * the budget waited write_wait and failed with ENOSPC however much room the
+ * cold tier had (fallocate -l 64M on a 16M tier). A failed piece leaves the
+ * pieces before it allocated (the size covers them), as a local filesystem
+ * running out of room part way may. A punch needs no room: one piece.
+ */
+int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
+{
+	uint64_t piece, end = off + len;
+	int ret = 0;
+
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
+		return -EOPNOTSUPP;
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
+		return -EOPNOTSUPP;
+	if (len == 0)
+		return -EINVAL;
+	if ((mode & FALLOC_FL_PUNCH_HOLE) || !t->store)
+		return fallocate_piece(t, in, mode, off, len);
+	piece = hot_limit(t->hot) / 4 / t->chunk_size * t->chunk_size;
+	if (piece < t->chunk_size)
+		piece = t->chunk_size;
+	while (off < end && ret == 0) {
+		uint64_t next = (off / piece + 1) * piece;
+		if (next > end)
+			next = end;
+		ret = fallocate_piece(t, in, mode, off, next - off);
+		off = next;
+	}
 	return ret;
 }
 

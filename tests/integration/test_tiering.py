@@ -596,6 +596,35 @@ class TestFallocatePressure(TierCase):
             os.close(fd)
         self.assertContent(p, 120, size)
 
+    def test_one_fallocate_of_4x_hot(self):
+        """One fallocate of four times the hot tier (a VM image, a torrent, a
+        database's preallocation): it goes in pieces the evictor spills, as a
+        stream of writes would. In one piece it waited write_wait and failed
+        with ENOSPC while the cold tier had room."""
+        self.tier_mount(hot_size="16M", chunk_size="1M", min_spill_size="4M",
+                        write_wait="5s")
+        p = self.p("big")
+        size = 4 * 16 * MiB
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            try:
+                harness.fallocate(fd, 0, 0, size)
+            except OSError as e:
+                self.fail("fallocate of %d bytes failed with %s while the cold tier has room"
+                          % (size, errno.errorcode.get(e.errno, e.errno)))
+            self.assertEqual(os.fstat(fd).st_size, size)
+            self.assertGreater(self.stats()["spilled"]["bytes"], 0)
+            # zeros, then data written over the end of it
+            self.assertEqual(os.pwrite(fd, content(121, size - MiB, MiB), size - MiB), MiB)
+        finally:
+            os.close(fd)
+        exp = bytes(size - MiB) + content(121, size - MiB, MiB)
+        with open(p, "rb") as f:
+            got = f.read()
+        self.assertEqual(len(got), size)
+        if got != exp:
+            self.fail("wrong bytes from offset %d" % first_diff(got, exp))
+
 
 # --------------------------------------------------------------------------
 # 13. a request spanning two cold chunks while the hot tier is tight
