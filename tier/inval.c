@@ -3,11 +3,11 @@
  * wait on page locks held by reads that wait for us, so the evictor, restore
  * and the last close only queue them (inval_async never blocks).
  * DESIGN
- * - Its state is its own (struct inval, below; t->inval points at it): a
- *   LIFO list under its lock; one worker pops a job, drops the lock and
- *   calls the fs layer's function (tier_set_inval). A job that cannot be
- *   allocated is skipped: only page cache is left behind (correct, just not
- *   freed).
+ * - Its state is its own (struct inval, below; t->inval points at it): one
+ *   worker thread on a workq (workq.h) calls the fs layer's function
+ *   (tier_set_inval) for each job. A job that cannot be allocated or queued
+ *   (not started, or stopping) is skipped: only page cache is left behind
+ *   (correct, just not freed).
  * - A range of a file that is open is never dropped: the kernel drops a
  *   page only once it holds the page's lock, and a read in flight holds it
  *   until this daemon answers. Alive, we answer and the drop ends; killed
@@ -20,17 +20,19 @@
  *   (tier_close). The pages held meanwhile are clean page cache the kernel
  *   reclaims under pressure. What is left: an open and a read that start
  *   between that look and the send, and a kill in that instant.
- * - inval_stop: the worker sends what is still queued, then exits.
+ * - inval_stop: the worker sends what is still queued (a drain), then exits.
  * - Threading: inval_async from any thread; inval_set, start, stop and free
  *   from the tier's owner (tier.c), never while inval_async may run.
  */
 #include "tier/tier_i.h"
+#include "tier/workq.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 struct inval_job {
-	struct inval_job *next;
+	struct workq_job wj;
 	uint64_t ino, off, len;
 };
 
@@ -38,14 +40,9 @@ struct inval {
 	/* the fs layer's sender (tier_inval_fn); NULL: nothing to drop */
 	void (*fn)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
 	void *arg;
-	struct index *idx;	/* to look at a file before its pages go */
-	struct tier_stats *st;	/* kdrops_sent, kdrops_owed */
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct inval_job *q; /* under lock */
-	int stop;	     /* under lock */
-	pthread_t th;
-	int started;
+	struct index *idx;     /* to look at a file before its pages go */
+	struct tier_stats *st; /* kdrops_sent, kdrops_owed */
+	struct workq *wq;      /* one thread; NULL: not started */
 };
 
 int inval_new(struct tier *t)
@@ -53,8 +50,6 @@ int inval_new(struct tier *t)
 	struct inval *v = calloc(1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
-	pthread_mutex_init(&v->lock, NULL);
-	pthread_cond_init(&v->cond, NULL);
 	v->idx = t->idx;
 	v->st = &t->st;
 	t->inval = v;
@@ -66,14 +61,7 @@ void inval_free(struct tier *t)
 	struct inval *v = t->inval;
 	if (!v)
 		return;
-	inval_stop(t);
-	while (v->q) { /* never started (a failed mount): nothing to send them to */
-		struct inval_job *j = v->q;
-		v->q = j->next;
-		free(j);
-	}
-	pthread_cond_destroy(&v->cond);
-	pthread_mutex_destroy(&v->lock);
+	workq_free(v->wq); /* drains what is queued */
 	free(v);
 	t->inval = NULL;
 }
@@ -88,16 +76,13 @@ void inval_async(struct tier *t, uint64_t ino, uint64_t off, uint64_t len)
 {
 	struct inval *v = t->inval;
 	struct inval_job *j;
-	if (!v->fn || !(j = malloc(sizeof(*j))))
+	if (!v->fn || !v->wq || !(j = malloc(sizeof(*j))))
 		return; /* only page cache left behind: correct, just not freed */
 	j->ino = ino;
 	j->off = off;
 	j->len = len;
-	pthread_mutex_lock(&v->lock);
-	j->next = v->q;
-	v->q = j;
-	pthread_cond_signal(&v->cond);
-	pthread_mutex_unlock(&v->lock);
+	if (workq_push(v->wq, &j->wj, 0) < 0)
+		free(j); /* stopping: the same */
 }
 
 /* 1: send j now; 0: the file is open, the drop is owed to its last close */
@@ -117,51 +102,31 @@ static int inval_may_send(struct inval *v, const struct inval_job *j)
 	return send;
 }
 
-static void *inval_worker(void *arg)
+static void inval_run(struct workq *q, struct workq_job *wj, void *arg)
 {
 	struct inval *v = arg;
-	pthread_mutex_lock(&v->lock);
-	for (;;) {
-		struct inval_job *j;
-		while (!v->q && !v->stop)
-			pthread_cond_wait(&v->cond, &v->lock);
-		if (!v->q)
-			break;
-		j = v->q;
-		v->q = j->next;
-		pthread_mutex_unlock(&v->lock);
-		if (v->fn && inval_may_send(v, j)) {
-			v->fn(v->arg, j->ino, j->off, j->len);
-			__atomic_add_fetch(&v->st->kdrops_sent, 1, __ATOMIC_RELAXED);
-		} else if (v->fn) {
-			__atomic_add_fetch(&v->st->kdrops_owed, 1, __ATOMIC_RELAXED);
-		}
-		free(j);
-		pthread_mutex_lock(&v->lock);
+	struct inval_job *j = (struct inval_job *)((char *)wj - offsetof(struct inval_job, wj));
+	(void)q;
+	if (v->fn && inval_may_send(v, j)) {
+		v->fn(v->arg, j->ino, j->off, j->len);
+		__atomic_add_fetch(&v->st->kdrops_sent, 1, __ATOMIC_RELAXED);
+	} else if (v->fn) {
+		__atomic_add_fetch(&v->st->kdrops_owed, 1, __ATOMIC_RELAXED);
 	}
-	pthread_mutex_unlock(&v->lock);
-	return NULL;
+	free(j);
 }
+
+static const struct workq_ops inval_wq_ops = {.run = inval_run};
 
 int inval_start(struct tier *t)
 {
 	struct inval *v = t->inval;
-	int ret = pthread_create(&v->th, NULL, inval_worker, v);
-	if (ret != 0)
-		return -ret;
-	v->started = 1;
-	return 0;
+	return workq_new(&inval_wq_ops, v, 1, 1, 0, &v->wq);
 }
 
 void inval_stop(struct tier *t)
 {
 	struct inval *v = t->inval;
-	if (!v || !v->started)
-		return;
-	pthread_mutex_lock(&v->lock);
-	v->stop = 1;
-	pthread_cond_signal(&v->cond);
-	pthread_mutex_unlock(&v->lock);
-	pthread_join(v->th, NULL);
-	v->started = 0;
+	if (v && v->wq)
+		workq_stop(v->wq); /* sends what is queued first */
 }

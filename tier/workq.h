@@ -1,7 +1,8 @@
 /*
  * workq — a fixed set of worker threads over a queue of caller-owned jobs,
  * in priority levels (redis bio.c's shape): the restore workers, the
- * maintenance worker and the spill pool each run one.
+ * maintenance worker, the spill pool and the page-cache invalidations
+ * (inval.c) each run one.
  * Guarantees: a lower level is taken first, FIFO within a level; at most
  * `bound` jobs wait in each level (0: no bound), a push never blocks; after
  * workq_stop no job is queued or running: what was queued ran (no cancel
