@@ -15,12 +15,14 @@
  * The state machine: every legal move (from -> to), why, and where. A move
  * to the same state is legal only where listed. Replay sets a chunk as its
  * journal record says, from a zeroed (ABSENT) chunk or over what the
- * records before set (index_replay.c).
+ * records before set (index_replay.c). "Written" is tier_mark_dirty_locked()
+ * (chain.c), called by writes and fallocate (tier_io.c) and for passthrough
+ * writers (tier_open.c).
  *
- * ABSENT    -> HOT_DIRTY  written or allocated (tier_io.c); replay: DIRTY
+ * ABSENT    -> HOT_DIRTY  written or allocated; replay: DIRTY
  *           -> COLD       replay: a location (LOC)
  *           -> ABSENT     a hole punched over it (tier_io.c, fallocate)
- * HOT_DIRTY -> HOT_DIRTY  written again (tier_io.c, tier_open.c, chain.c)
+ * HOT_DIRTY -> HOT_DIRTY  written again
  *           -> SPILLING   taken by a spill (spill.c)
  *           -> HOT_CLEAN  written over its cold copy, nothing dirty left:
  *                         RAM and the chain agree (chain.c, spill plan)
@@ -29,10 +31,10 @@
  *           -> ABSENT     truncated or punched (tier_io.c)
  * SPILLING  -> HOT_CLEAN  its segment durable, its location journaled
  *                         (spill.c; chain.c for an overlay record)
- *           -> HOT_DIRTY  written meanwhile, or the spill failed (tier_io.c,
- *                         tier_open.c, chain.c fold, spill.c)
+ *           -> HOT_DIRTY  written (or its chain folded, chain.c) meanwhile,
+ *                         or the spill failed (spill.c)
  *           -> ABSENT     truncated or punched meanwhile (tier_io.c)
- * HOT_CLEAN -> HOT_DIRTY  written (tier_io.c, tier_open.c, chain.c)
+ * HOT_CLEAN -> HOT_DIRTY  written (or its chain folded, chain.c)
  *           -> COLD       evicted: its hole punched (spill.c)
  *           -> ABSENT     truncated or punched (tier_io.c)
  * COLD      -> RESTORING  restored (restore.c, restore_workers.c), read from
@@ -40,14 +42,14 @@
  *                         write covering it whole (tier_io.c)
  *           -> HOT_CLEAN  overlays: read or written over in part, RAM holds
  *                         those blocks (restore.c, chain.c)
- *           -> HOT_DIRTY  zeroed whole (fallocate, tier_io.c); replay: PART
+ *           -> HOT_DIRTY  zeroed whole (fallocate: written); replay: PART
  *           -> COLD       recovery: a chain with nothing in the hot file
  *                         (recover.c)
  *           -> ABSENT     truncated or punched (tier_io.c)
  * RESTORING -> HOT_CLEAN  restored (restore.c)
  *           -> COLD       the restore failed or the direct read is done
  *                         (restore.c), a claim undone (tier_io.c)
- *           -> HOT_DIRTY  the claiming write is done (tier_io.c)
+ *           -> HOT_DIRTY  the claiming write is done (written)
  * Never: RESTORING -> ABSENT (truncate and punch wait for restores first),
  * SPILLING -> SPILLING or COLD (one spill at a time; a chunk is punched
  * only clean), RESTORING -> RESTORING (one restore at a time).
