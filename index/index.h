@@ -57,6 +57,14 @@ struct chunk {
 	struct chunk_chain *chain;
 };
 
+struct inode;
+/* Move chunk c of in (c < in->nchunks) to state `to`: the only writer of
+ * struct chunk's state (a tree-wide grep test says so, test_chunk_state_owner).
+ * The moves a chunk may make are one table in index/chunk_state.c; debug
+ * builds abort on any other, naming the inode, the chunk and both states.
+ * Changes nothing else of the chunk. Caller holds the inode lock. */
+void chunk_set_state(struct inode *in, uint64_t c, enum chunk_state to);
+
 /*
  * A chunk written over its cold copy without restoring it (overlays).
  * Its cold copy is a chain: the base (the chunk's own seg_* fields) and

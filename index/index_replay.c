@@ -74,7 +74,7 @@ static int replay_chain(struct index *idx, struct inode *in, const struct jrec *
 	if (!(k = idx_chain_get(idx, in, r->chunk)))
 		return -ENOMEM;
 	if (r->type == JR_CHUNK_PART) {
-		ch->state = CHUNK_HOT_DIRTY;
+		chunk_set_state(in, r->chunk, CHUNK_HOT_DIRTY);
 		return 0;
 	}
 	struct chain_rec *o = &k->rec[k->nrec++];
@@ -197,9 +197,9 @@ int idx_replay(struct index *idx, const struct jrec *r)
 		idx_chain_free(ch);
 		memset(ch, 0, sizeof(*ch));
 		if (r->type == JR_CHUNK_DIRTY) {
-			ch->state = CHUNK_HOT_DIRTY;
+			chunk_set_state(in, r->chunk, CHUNK_HOT_DIRTY);
 		} else {
-			ch->state = CHUNK_COLD;
+			chunk_set_state(in, r->chunk, CHUNK_COLD);
 			ch->seg_id = r->loc.seg_id;
 			ch->seg_off = r->loc.off;
 			ch->seg_len = r->loc.len;

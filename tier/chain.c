@@ -352,7 +352,7 @@ static int chain_fold_locked(struct tier *t, struct inode *in, uint64_t c)
 		for (uint32_t j = 0; j < w; j++)
 			k->dirty[j] |= u[j];
 		/* a spill in flight sees the new generation and keeps nothing */
-		in->chunks[c].state = CHUNK_HOT_DIRTY;
+		chunk_set_state(in, c, CHUNK_HOT_DIRTY);
 		in->chunks[c].gen++;
 		if (!was_dirty)
 			idx_journal_chunk_locked(t->idx, in, c, 0);
@@ -390,7 +390,7 @@ int chain_write_begin_locked(struct tier *t, struct inode *in, uint64_t c, uint6
 			k->partial = 1;
 			memset(k->have, 0, w * sizeof(uint64_t));
 			memset(k->dirty, 0, w * sizeof(uint64_t));
-			ch->state = CHUNK_HOT_CLEAN;
+			chunk_set_state(in, c, CHUNK_HOT_CLEAN);
 		}
 		if (k->nrec == CHAIN_MAX && chain_partial(ch) && k->wr) {
 			idx_inode_wait(in);
@@ -461,7 +461,7 @@ void chain_write_end_locked(struct tier *t, struct inode *in, uint64_t c, uint64
 		uint64_t clen = tier_chunk_len(t, in->size, c); /* the size before this write */
 		if (k->partial && chain_all(k->have, 0, blk_hi(clen > done ? clen : done)))
 			k->partial = 0;
-		ch->state = CHUNK_HOT_DIRTY;
+		chunk_set_state(in, c, CHUNK_HOT_DIRTY);
 		ch->gen++;
 		ch->atime = (uint32_t)idx_tick(t->idx);
 		if (!was_dirty)
@@ -492,7 +492,7 @@ void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, ui
 			int was = chain_any(ch->chain->dirty, 0, ch->chain->nbits);
 			ch->chain->partial = 0;
 			chain_set(ch->chain->dirty, 0, ch->chain->nbits, 1);
-			ch->state = CHUNK_HOT_DIRTY;
+			chunk_set_state(in, c, CHUNK_HOT_DIRTY);
 			ch->gen++;
 			ch->atime = tick;
 			if (!was)
@@ -504,7 +504,7 @@ void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, ui
 		int was_dirty = (ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING) &&
 				!ch->chain && !ch->seg_id;
 		ch->chain = NULL; /* the hot file holds the chunk whole now */
-		ch->state = CHUNK_HOT_DIRTY;
+		chunk_set_state(in, c, CHUNK_HOT_DIRTY);
 		ch->gen++;
 		ch->atime = tick;
 		/* no cold copy now (a spill in flight sees the new gen), so the
@@ -542,7 +542,7 @@ int chain_spill_plan_locked(struct tier *t, struct inode *in, uint64_t c, uint32
 		return -EAGAIN;
 	d = chain_count(k->dirty, k->nbits);
 	if (d == 0) {
-		ch->state = CHUNK_HOT_CLEAN; /* RAM and the chain agree */
+		chunk_set_state(in, c, CHUNK_HOT_CLEAN); /* RAM and the chain agree */
 		return -EAGAIN;
 	}
 	if (!k->partial && ((uint64_t)d * 2 >= nb || k->nrec == CHAIN_MAX))
@@ -598,7 +598,7 @@ int chain_spill_commit_locked(struct tier *t, struct inode *in, uint64_t c,
 	memcpy(o->bits, bits, w * sizeof(uint64_t));
 	k->nrec++;
 	memset(k->dirty, 0, w * sizeof(uint64_t));
-	ch->state = CHUNK_HOT_CLEAN;
+	chunk_set_state(in, c, CHUNK_HOT_CLEAN);
 	ret = idx_journal_chunk_locked(t->idx, in, c, 0);
 	if (ret < 0) {
 		/* not recorded (the journal is read-only now): RAM stays the
@@ -606,7 +606,7 @@ int chain_spill_commit_locked(struct tier *t, struct inode *in, uint64_t c,
 		 * names keep their bytes live (no GC under them) */
 		k->nrec--;
 		memcpy(k->dirty, bits, w * sizeof(uint64_t));
-		ch->state = CHUNK_HOT_DIRTY;
+		chunk_set_state(in, c, CHUNK_HOT_DIRTY);
 		segtab_release_bytes(t->segtab, seg, e->len);
 	} else {
 		for (int i = 0; i < ngone; i++)

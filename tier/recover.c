@@ -157,7 +157,7 @@ static void reconcile_chain(struct tier *t, struct inode *in, uint64_t c, int fd
 	}
 	memcpy(k->dirty, k->have, w * sizeof(uint64_t));
 	if (!chain_any(k->have, 0, k->nbits))
-		ch->state = CHUNK_COLD; /* nothing written reached the hot file */
+		chunk_set_state(in, c, CHUNK_COLD); /* nothing written reached the hot file */
 }
 
 /* One regular file: fix its hot file, count its cold bytes, find if lost. */

@@ -239,7 +239,7 @@ static int restore_end_locked(struct tier *t, struct inode *in, uint64_t c, int 
 {
 	struct chunk *ch = &in->chunks[c];
 	if (ret == 0) {
-		ch->state = CHUNK_HOT_CLEAN;
+		chunk_set_state(in, c, CHUNK_HOT_CLEAN);
 		if (ch->chain)
 			ch->chain->partial = 0;
 		ch->atime = (uint32_t)idx_tick(t->idx);
@@ -248,7 +248,7 @@ static int restore_end_locked(struct tier *t, struct inode *in, uint64_t c, int 
 		hist_observe(&t->st.h_restore, clock_now_ns() - t0);
 		lhist_observe(&t->st.h_rst[tier], clock_now_ns() - t0);
 	} else {
-		ch->state = CHUNK_COLD;
+		chunk_set_state(in, c, CHUNK_COLD);
 	}
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);
@@ -272,7 +272,7 @@ static int chain_restore_locked(struct tier *t, struct inode *in, uint64_t c)
 
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0) {
-		in->chunks[c].state = CHUNK_COLD;
+		chunk_set_state(in, c, CHUNK_COLD);
 		idx_inode_wake(in);
 		return fd;
 	}
@@ -331,7 +331,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0) {
-		ch->state = CHUNK_COLD;
+		chunk_set_state(in, c, CHUNK_COLD);
 		idx_inode_wake(in);
 		return fd;
 	}
@@ -437,7 +437,7 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 		hot_unreserve(t->hot, (uint64_t)p->reserved);
 out_cold:
 	part_wait_beside_locked(in, p);
-	in->chunks[c].state = CHUNK_COLD;
+	chunk_set_state(in, c, CHUNK_COLD);
 	part_del(t, p);
 	idx_inode_wake(in);
 	return ret;
@@ -533,9 +533,9 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 			/* a chain: each block from the newest record that has it */
 			if (!(*buf = seg_buf_alloc(hi - lo)))
 				return -ENOMEM;
-			ch->state = CHUNK_RESTORING;
+			chunk_set_state(in, c, CHUNK_RESTORING);
 			ret = chain_read_cold_locked(t, in, c, lo, hi, *buf, tier);
-			in->chunks[c].state = CHUNK_COLD;
+			chunk_set_state(in, c, CHUNK_COLD);
 			idx_inode_wake(in);
 			if (ret < 0) {
 				seg_buf_free(*buf);
@@ -557,7 +557,7 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 				z = (z + SEG_BLOCK - 1) / SEG_BLOCK * SEG_BLOCK;
 				z = z < clen ? z : (clen > hi ? clen : hi);
 			}
-			ch->state = CHUNK_HOT_CLEAN;
+			chunk_set_state(in, c, CHUNK_HOT_CLEAN);
 			ch->chain->partial = 1;
 			if ((ret = chain_fill_locked(t, in, c, a, z)) < 0)
 				return ret;
@@ -568,15 +568,15 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 		    ((ch->seg_flags & CHUNK_LOC_MAP) || ch->seg_len <= SEG_BLOCK)) {
 			/* RESTORING meanwhile (no p: other readers and writers
 			 * wait, the maintenance worker keeps the segment) */
-			ch->state = CHUNK_RESTORING;
+			chunk_set_state(in, c, CHUNK_RESTORING);
 			ret = read_cold_copy_locked(t, in, c, lo, hi, mem, buf, tier);
-			in->chunks[c].state = CHUNK_COLD;
+			chunk_set_state(in, c, CHUNK_COLD);
 			idx_inode_wake(in);
 			if (ret < 0)
 				return ret;
 			break;
 		}
-		ch->state = CHUNK_RESTORING;
+		chunk_set_state(in, c, CHUNK_RESTORING);
 		if (rest && (ch->seg_flags & CHUNK_LOC_MAP) && hi <= clen && !ch->chain &&
 		    (uint64_t)(b1 + 1 - b0) * SEG_BLOCK < clen &&
 		    (p = part_new(t, in->ino, c))) {
@@ -701,7 +701,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 	part_wait_beside_locked(in, p);
 	if (ret == 0) {
 		uint64_t ns = clock_now_ns() - p->t0;
-		in->chunks[c].state = CHUNK_HOT_CLEAN;
+		chunk_set_state(in, c, CHUNK_HOT_CLEAN);
 		in->chunks[c].atime = idx_tick(t->idx);
 		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.restore_ns, ns, __ATOMIC_RELAXED);
@@ -728,7 +728,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 			log_warn("restore: inode %llu chunk %llu still read after 10 s: its "
 				 "restored blocks stay in RAM",
 				 (unsigned long long)in->ino, (unsigned long long)c);
-		in->chunks[c].state = CHUNK_COLD;
+		chunk_set_state(in, c, CHUNK_COLD);
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
 			(unsigned long long)in->ino, (unsigned long long)c,
 			(unsigned long long)seg, strerror(-ret));
@@ -768,7 +768,7 @@ int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
 	p->t0 = clock_now_ns();
 	fd = hot_fd_get_locked(t->hot, in); /* put by part_finish_locked */
 	if (fd < 0) {
-		in->chunks[c].state = CHUNK_COLD;
+		chunk_set_state(in, c, CHUNK_COLD);
 		part_del(t, p);
 		idx_inode_wake(in);
 		return fd;
@@ -808,7 +808,7 @@ int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, ui
 			}
 			if (s != CHUNK_COLD)
 				break;
-			in->chunks[c].state = CHUNK_RESTORING;
+			chunk_set_state(in, c, CHUNK_RESTORING);
 			int ret = restore_chunk_locked(t, in, c);
 			if (ret < 0) {
 				while (pin && c-- > first)

@@ -164,7 +164,7 @@ static void job_run(struct workq *q, struct workq_job *wj, void *arg)
 				/* the head of a file is what its reader asks for
 				 * first: fetch it at normal priority */
 				uring_set_ioprio(j->ahead || j->c < 2 ? IOPRIO_NORMAL : IOPRIO_IDLE);
-				ch->state = CHUNK_RESTORING;
+				chunk_set_state(in, j->c, CHUNK_RESTORING);
 				restore_pub_locked(t, in, j->c);
 			}
 		}

@@ -53,7 +53,7 @@ uint32_t spill_drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 		hot_fd_put_locked(t->hot, in);
 		return 0;
 	}
-	ch->state = CHUNK_COLD;
+	chunk_set_state(in, c, CHUNK_COLD);
 	if (ch->chain) {
 		/* RAM holds none of it now (no write is in flight: unpinned) */
 		ch->chain->partial = 1;
@@ -178,7 +178,7 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 			idx_inode_unlock(in);
 			continue;
 		}
-		ch->state = CHUNK_SPILLING;
+		chunk_set_state(in, cd->c, CHUNK_SPILLING);
 		gen = ch->gen;
 		idx_inode_unlock(in);
 
@@ -195,7 +195,7 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 			free(bits);
 			/* truncated meanwhile (-ENODATA) or a read error: stays dirty */
 			if (ch->state == CHUNK_SPILLING)
-				ch->state = CHUNK_HOT_DIRTY;
+				chunk_set_state(in, cd->c, CHUNK_HOT_DIRTY);
 			idx_inode_wake(in); /* fsync waits for spills */
 			idx_inode_unlock(in);
 			if (ret == -ENODATA)
@@ -238,7 +238,7 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 			done[i].bits = NULL;
 			ch = &in->chunks[done[i].c];
 			if (r < 0 && ch->state == CHUNK_SPILLING)
-				ch->state = CHUNK_HOT_DIRTY;
+				chunk_set_state(in, done[i].c, CHUNK_HOT_DIRTY);
 			if (r == 0 && drop && !in->pinned)
 				n = spill_drop_chunk_locked(t, in, done[i].c);
 		} else if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen &&
@@ -255,12 +255,12 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 			ch->seg_dev = (uint16_t)dev;
 			ch->seg_flags = (uint16_t)(done[i].e.flags & SEG_F_MAP);
 			ch->seg_gen = (uint32_t)done[i].e.gen;
-			ch->state = CHUNK_HOT_CLEAN;
+			chunk_set_state(in, done[i].c, CHUNK_HOT_CLEAN);
 			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
 				/* not recorded: the RAM copy stays the only one */
 				segtab_release_chunk(t->segtab, ch);
 				*ch = old;
-				ch->state = CHUNK_HOT_DIRTY;
+				chunk_set_state(in, done[i].c, CHUNK_HOT_DIRTY);
 			} else {
 				chain_forget_cold(t, &old);
 				if (drop && !in->pinned)
@@ -272,7 +272,7 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 			free(done[i].bits);
 			done[i].bits = NULL;
 			if (ch->state == CHUNK_SPILLING)
-				ch->state = CHUNK_HOT_DIRTY;
+				chunk_set_state(in, done[i].c, CHUNK_HOT_DIRTY);
 		}
 		idx_inode_wake(in); /* fsync waits for spills */
 		idx_inode_unlock(in);
@@ -291,7 +291,7 @@ out:
 		free(done[i].bits);
 		idx_inode_lock(in);
 		if (in->chunks[done[i].c].state == CHUNK_SPILLING)
-			in->chunks[done[i].c].state = CHUNK_HOT_DIRTY;
+			chunk_set_state(in, done[i].c, CHUNK_HOT_DIRTY);
 		idx_inode_wake(in);
 		idx_inode_unlock(in);
 	}

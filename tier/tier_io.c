@@ -213,7 +213,7 @@ static void unclaim_locked(struct inode *in, struct tier_io *io)
 {
 	for (uint64_t i = 0; io->claimed >> i; i++)
 		if ((io->claimed >> i) & 1 && in->chunks[io->first + i].state == CHUNK_RESTORING)
-			in->chunks[io->first + i].state = CHUNK_COLD;
+			chunk_set_state(in, io->first + i, CHUNK_COLD);
 	if (io->claimed)
 		idx_inode_wake(in);
 	io->claimed = 0;
@@ -257,7 +257,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		int full = off <= cs && off + len >= ce && c - io->first < 64;
 		wait_restoring_locked(in, c, c);
 		if (in->chunks[c].state == CHUNK_COLD && full) {
-			in->chunks[c].state = CHUNK_RESTORING;
+			chunk_set_state(in, c, CHUNK_RESTORING);
 			io->claimed |= 1ULL << (c - io->first);
 			in->chunks[c].pins++;
 			continue;
@@ -386,7 +386,7 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 		if (ch->state == CHUNK_ABSENT)
 			continue;
 		chain_forget_cold(t, ch);
-		ch->state = CHUNK_ABSENT;
+		chunk_set_state(in, c, CHUNK_ABSENT);
 		ch->gen++;
 	}
 }
@@ -522,7 +522,7 @@ static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t 
 		uint64_t cs = c * t->chunk_size;
 		int full = covers_chunk(t, in, c, off, len);
 		if ((mode & FALLOC_FL_PUNCH_HOLE) && full) {
-			ch->state = CHUNK_ABSENT;
+			chunk_set_state(in, c, CHUNK_ABSENT);
 			ch->gen++;
 			idx_journal_chunk_locked(t->idx, in, c, 1);
 			chain_forget_cold(t, ch);

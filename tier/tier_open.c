@@ -40,7 +40,7 @@ static void mark_changed_locked(struct tier *t, struct inode *in, uint64_t first
 			tier_mark_dirty_locked(t, in, c, c);
 			continue;
 		}
-		ch->state = CHUNK_HOT_DIRTY; /* a spill in flight sees the new gen */
+		chunk_set_state(in, c, CHUNK_HOT_DIRTY); /* a spill in flight sees the new gen */
 		ch->gen++;
 		ch->atime = tick;
 	}
