@@ -69,10 +69,10 @@ static void seg_delete(struct tier *t, uint64_t id)
  * i >= 0 overlay i of its chain, -2 none. */
 static int chain_rec_of(const struct chunk *ch, uint64_t id, uint64_t off)
 {
-	if (ch->seg_id == id && ch->seg_off == off)
+	if (ch->loc.seg_id == id && ch->loc.off == off)
 		return -1;
 	for (uint16_t i = 0; ch->chain && i < ch->chain->nrec; i++)
-		if (ch->chain->rec[i].seg_id == id && ch->chain->rec[i].off == off)
+		if (ch->chain->rec[i].loc.seg_id == id && ch->chain->rec[i].loc.off == off)
 			return i;
 	return -2;
 }
@@ -96,7 +96,7 @@ static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, st
  * block gains a map (its block crcs); anything else keeps its length. */
 static uint32_t v2_rec_len(const struct seg_entry *e)
 {
-	if ((e->flags & SEG_F_MAP) || e->len <= SEG_BLOCK)
+	if ((e->flags & LOC_F_MAP) || e->len <= SEG_BLOCK)
 		return e->len;
 	return e->len + 8 + (e->len + SEG_BLOCK - 1) / SEG_BLOCK * 4 + SEG_MAP_TAIL;
 }
@@ -210,17 +210,12 @@ static int seg_compact(struct tier *t, uint64_t id)
 		if (r >= 0 && ch->state != CHUNK_RESTORING) {
 			/* an overlay of a chain moves the same way */
 			struct chain_rec *o = &ch->chain->rec[r], was = *o;
-			o->seg_id = (uint32_t)newid;
-			o->off = moved[i].e.off;
-			o->len = moved[i].e.len;
-			o->crc = moved[i].e.crc;
-			o->flags = (uint16_t)(moved[i].e.flags & SEG_F_MAP);
-			o->dev = (uint16_t)newdev;
+			o->loc = seg_entry_loc(&moved[i].e, newid, newdev);
 			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
 				*o = was;
 				segtab_release_bytes(t->segtab, newid, moved[i].e.len);
 			} else {
-				segtab_release_bytes(t->segtab, id, was.len);
+				segtab_release_bytes(t->segtab, id, was.loc.len);
 			}
 		} else if (r == -1 &&
 			   (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN ||
@@ -229,17 +224,13 @@ static int seg_compact(struct tier *t, uint64_t id)
 			/* (a HOT_DIRTY or SPILLING chunk still pointing at the
 			 * record holds it as a kept copy or chain base: index.h) */
 			struct chunk old = *ch;
-			ch->seg_id = newid;
-			ch->seg_off = moved[i].e.off;
-			ch->seg_len = moved[i].e.len; /* a v1 payload gained a map */
-			ch->seg_crc = moved[i].e.crc;
-			ch->seg_flags = (uint16_t)(moved[i].e.flags & SEG_F_MAP);
-			ch->seg_dev = (uint16_t)newdev;
+			/* (a v1 payload gained a map: its len too) */
+			ch->loc = seg_entry_loc(&moved[i].e, newid, newdev);
 			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
 				*ch = old; /* not recorded: it stays in the old segment */
 				segtab_release_bytes(t->segtab, newid, moved[i].e.len);
 			} else {
-				segtab_release_bytes(t->segtab, id, old.seg_len);
+				segtab_release_bytes(t->segtab, id, old.loc.len);
 			}
 		} else {
 			segtab_release_bytes(t->segtab, newid, moved[i].e.len);

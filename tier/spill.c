@@ -38,7 +38,7 @@ uint32_t spill_drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 
 	/* the kernel reads a passthrough open's hot file itself: never punched
 	 * (t->pt is NULL once the session is gone: then no kernel does) */
-	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->seg_id ||
+	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->loc.seg_id ||
 	    (in->pt_opens && tier_pt(t)))
 		return 0;
 	fd = hot_fd_get_locked(t->hot, in);
@@ -248,13 +248,7 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 			 * over it are in flight: those hold it) */
 			struct chunk old = *ch;
 			ch->chain = NULL;
-			ch->seg_id = id;
-			ch->seg_off = done[i].e.off;
-			ch->seg_len = done[i].e.len;
-			ch->seg_crc = done[i].e.crc;
-			ch->seg_dev = (uint16_t)dev;
-			ch->seg_flags = (uint16_t)(done[i].e.flags & SEG_F_MAP);
-			ch->seg_gen = (uint32_t)done[i].e.gen;
+			ch->loc = seg_entry_loc(&done[i].e, id, dev);
 			chunk_set_state(in, done[i].c, CHUNK_HOT_CLEAN);
 			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
 				/* not recorded: the RAM copy stays the only one */
