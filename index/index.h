@@ -317,6 +317,17 @@ static inline int chain_test(const uint64_t *bm, uint32_t b)
 {
 	return (int)(bm[b / 64] >> (b % 64) & 1);
 }
+/* Which of chunk ch's records is at offset off of segment seg: -1 its base,
+ * i >= 0 overlay i of its chain, -2 none. Caller holds the inode lock. */
+static inline int chunk_rec_at(const struct chunk *ch, uint64_t seg, uint64_t off)
+{
+	if (ch->loc.seg_id == seg && ch->loc.off == off)
+		return -1;
+	for (uint16_t i = 0; ch->chain && i < ch->chain->nrec; i++)
+		if (ch->chain->rec[i].loc.seg_id == seg && ch->chain->rec[i].loc.off == off)
+			return i;
+	return -2;
+}
 /* Set or clear bits [b0, b1) */
 void chain_set(uint64_t *bm, uint32_t b0, uint32_t b1, int on);
 /* Any bit set in [b0, b1)? All set? */
