@@ -130,7 +130,7 @@ static void encode_payload(const struct jrec *r, uint8_t *p)
 		put64(&p, r->loc.off);
 		put32(&p, r->loc.len);
 		put32(&p, r->loc.crc);
-		put32(&p, (r->loc.dev & 0xffff) | r->loc.flags << 16);
+		put32(&p, r->loc.dev | (uint32_t)r->loc.flags << 16);
 		put32(&p, r->loc.gen);
 		if (r->type == JR_CHUNK_OVL)
 			putb(&p, r->value, r->value_len);
