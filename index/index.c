@@ -310,13 +310,12 @@ int idx_journal_attr(struct index *idx, struct inode *in)
 
 /* Per-file memory: a chunk is 48 bytes (a 32-bit LRU tick and segment id;
  * format v2's flags took spare bits of the device field; 8 for the pointer
- * to an overlay chain). Its flags are the journal's, bit for bit; its
- * segment id holds any the journal accepts. */
+ * to an overlay chain). Its location is the journal's (struct chunk_loc);
+ * its segment id holds any the journal accepts. */
 _Static_assert(sizeof(struct chunk) == 48, "struct chunk grew");
 /* an overlay's bitmap is journaled as the bytes of its words */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "chain bitmaps are little-endian");
 _Static_assert(JRNL_MAX_SEG_ID <= UINT32_MAX, "segment ids do not fit struct chunk");
-_Static_assert(CHUNK_LOC_MAP == JRNL_LOC_MAP, "chunk and journal location flags differ");
 
 /* The residency record of chunk c (caller holds in->lock): its cold
  * location when it has a valid one, RAM-only when dirty, else a hole. */
@@ -329,15 +328,9 @@ void idx_chunk_rec_locked(struct inode *in, uint64_t c, struct jrec *r)
 	if (!ch || ch->state == CHUNK_ABSENT) {
 		r->type = JR_CHUNK_ABSENT;
 		r->count = 1;
-	} else if (ch->seg_id) { /* clean, or a kept copy (index.h) */
+	} else if (ch->loc.seg_id) { /* clean, or a kept copy (index.h) */
 		r->type = JR_CHUNK_LOC;
-		r->loc.seg_id = ch->seg_id;
-		r->loc.off = ch->seg_off;
-		r->loc.len = ch->seg_len;
-		r->loc.crc = ch->seg_crc;
-		r->loc.dev = ch->seg_dev;
-		r->loc.flags = ch->seg_flags;
-		r->loc.gen = ch->seg_gen;
+		r->loc = ch->loc;
 	} else {
 		r->type = JR_CHUNK_DIRTY;
 	}
@@ -683,7 +676,7 @@ void idx_stat(struct index *idx, struct inode *in, struct stat *st)
 		uint64_t bytes = in->hot_bytes;
 		for (uint64_t c = 0; c < in->nchunks; c++)
 			if (in->chunks[c].state == CHUNK_COLD)
-				bytes += in->chunks[c].seg_len;
+				bytes += in->chunks[c].loc.len;
 		st->st_blocks = (bytes + 511) / 512;
 	}
 	st->st_atim = idx_ns_ts(in->atime);

@@ -20,6 +20,8 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "index/chunk_loc.h"
+
 #define IDX_ROOT_INO 1
 
 enum chunk_state {
@@ -40,18 +42,13 @@ struct chunk {
 	/* index tick of the last access (LRU), its low 32 bits: compare ages
 	 * (idx_tick_now() - atime, in 32 bits), never the values, which wrap */
 	uint32_t atime;
-	/* cold location, valid in HOT_CLEAN, COLD, RESTORING (and SPILLING's old
-	 * copy); in HOT_DIRTY (or SPILLING) without a chain, a kept copy: the
-	 * chunk may have changed behind the daemon (a passthrough writer) and
-	 * this copy stays its durable version until a spill replaces it
-	 * (journaled as its location, never as dirty: tier_io.c) */
-	uint32_t seg_id; /* 0 = none; ids are 1..JRNL_MAX_SEG_ID (2^32 - 1) */
-	uint64_t seg_off;
-	uint32_t seg_len;
-	uint32_t seg_crc;
-	uint16_t seg_dev;   /* device index (< 64) */
-	uint16_t seg_flags; /* CHUNK_LOC_*: how to read the record */
-	uint32_t seg_gen;   /* generation stored in the segment */
+	/* cold location (loc.seg_id 0: none), valid in HOT_CLEAN, COLD,
+	 * RESTORING (and SPILLING's old copy); in HOT_DIRTY (or SPILLING)
+	 * without a chain, a kept copy: the chunk may have changed behind the
+	 * daemon (a passthrough writer) and this copy stays its durable
+	 * version until a spill replaces it (journaled as its location, never
+	 * as dirty: tier_io.c) */
+	struct chunk_loc loc;
 	/* overlays: NULL, or the records over the cold copy above (its base)
 	 * and which blocks of the chunk RAM holds (struct chunk_chain) */
 	struct chunk_chain *chain;
@@ -67,21 +64,19 @@ void chunk_set_state(struct inode *in, uint64_t c, enum chunk_state to);
 
 /*
  * A chunk written over its cold copy without restoring it (overlays).
- * Its cold copy is a chain: the base (the chunk's own seg_* fields) and
+ * Its cold copy is a chain: the base (the chunk's own loc) and
  * up to CHAIN_MAX records over it, oldest first, each holding some
  * CHAIN_BLK-byte blocks of the chunk (bits); a block reads from the newest
  * record that holds it, else from the base. While the chunk is in RAM
  * (HOT_*, SPILLING), `partial` says the hot file holds only the blocks in
  * `have` (the rest is read from the chain); `dirty` are the blocks written
  * since the newest record, a subset of have when partial. A chain is only
- * ever in a chunk with a base (seg_id != 0). Under the inode lock.
+ * ever in a chunk with a base (loc.seg_id != 0). Under the inode lock.
  */
 #define CHAIN_BLK 4096u
 #define CHAIN_MAX 16
 struct chain_rec {
-	uint32_t seg_id, len, crc, gen;
-	uint64_t off;
-	uint16_t dev, flags;
+	struct chunk_loc loc;
 	uint64_t *bits;
 };
 struct chunk_chain {
@@ -93,11 +88,6 @@ struct chunk_chain {
 	struct chain_rec rec[CHAIN_MAX];
 	uint64_t bm[]; /* the bitmaps: have, dirty, one per record */
 };
-
-/* seg_flags: the record is data + extent map (segment format v2, SEG_F_MAP);
- * clear: plain (v2 small chunk, or any v1 payload). seg_len counts the
- * record's stored bytes either way. */
-#define CHUNK_LOC_MAP 1u
 
 struct xattr {
 	struct xattr *next;
@@ -326,6 +316,17 @@ void idx_chain_free(struct chunk *ch);
 static inline int chain_test(const uint64_t *bm, uint32_t b)
 {
 	return (int)(bm[b / 64] >> (b % 64) & 1);
+}
+/* Which of chunk ch's records is at offset off of segment seg: -1 its base,
+ * i >= 0 overlay i of its chain, -2 none. Caller holds the inode lock. */
+static inline int chunk_rec_at(const struct chunk *ch, uint64_t seg, uint64_t off)
+{
+	if (ch->loc.seg_id == seg && ch->loc.off == off)
+		return -1;
+	for (uint16_t i = 0; ch->chain && i < ch->chain->nrec; i++)
+		if (ch->chain->rec[i].loc.seg_id == seg && ch->chain->rec[i].loc.off == off)
+			return i;
+	return -2;
 }
 /* Set or clear bits [b0, b1) */
 void chain_set(uint64_t *bm, uint32_t b0, uint32_t b1, int on);

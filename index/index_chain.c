@@ -94,30 +94,18 @@ int idx_chunk_recs_locked(struct inode *in, uint64_t c, struct jrec *rs)
 	int n = 1;
 
 	idx_chunk_rec_locked(in, c, &rs[0]);
-	if (!k || !ch->seg_id)
+	if (!k || !ch->loc.seg_id)
 		return 1;
 	/* the base, whatever the chunk's state: the chain stays under RAM bytes */
 	rs[0].type = JR_CHUNK_LOC;
-	rs[0].loc = (struct jrec_loc){.seg_id = ch->seg_id,
-				      .off = ch->seg_off,
-				      .len = ch->seg_len,
-				      .crc = ch->seg_crc,
-				      .dev = ch->seg_dev,
-				      .flags = ch->seg_flags,
-				      .gen = ch->seg_gen};
+	rs[0].loc = ch->loc;
 	for (uint16_t i = 0; i < k->nrec; i++, n++) {
 		const struct chain_rec *o = &k->rec[i];
 		memset(&rs[n], 0, sizeof(rs[n]));
 		rs[n].type = JR_CHUNK_OVL;
 		rs[n].ino = in->ino;
 		rs[n].chunk = c;
-		rs[n].loc = (struct jrec_loc){.seg_id = o->seg_id,
-					      .off = o->off,
-					      .len = o->len,
-					      .crc = o->crc,
-					      .dev = o->dev,
-					      .flags = o->flags,
-					      .gen = o->gen};
+		rs[n].loc = o->loc;
 		rs[n].value = o->bits;
 		rs[n].value_len = (k->nbits + 7) / 8;
 	}

@@ -64,7 +64,7 @@ static int replay_chain(struct index *idx, struct inode *in, const struct jrec *
 	struct chunk *ch = &in->chunks[r->chunk];
 	struct chunk_chain *k;
 
-	if (!ch->seg_id || (ch->state != CHUNK_COLD && ch->state != CHUNK_HOT_DIRTY) ||
+	if (!ch->loc.seg_id || (ch->state != CHUNK_COLD && ch->state != CHUNK_HOT_DIRTY) ||
 	    (r->type == JR_CHUNK_OVL &&
 	     (r->value_len != (idx->chunk_size / CHAIN_BLK + 7) / 8 ||
 	      (ch->chain && ch->chain->nrec == CHAIN_MAX)))) {
@@ -78,13 +78,7 @@ static int replay_chain(struct index *idx, struct inode *in, const struct jrec *
 		return 0;
 	}
 	struct chain_rec *o = &k->rec[k->nrec++];
-	o->seg_id = (uint32_t)r->loc.seg_id;
-	o->off = r->loc.off;
-	o->len = r->loc.len;
-	o->crc = r->loc.crc;
-	o->dev = (uint16_t)r->loc.dev;
-	o->flags = (uint16_t)r->loc.flags;
-	o->gen = r->loc.gen;
+	o->loc = r->loc;
 	memcpy(o->bits, r->value, r->value_len);
 	ch->gen = r->loc.gen;
 	return 0;
@@ -200,13 +194,7 @@ int idx_replay(struct index *idx, const struct jrec *r)
 			chunk_set_state(in, r->chunk, CHUNK_HOT_DIRTY);
 		} else {
 			chunk_set_state(in, r->chunk, CHUNK_COLD);
-			ch->seg_id = r->loc.seg_id;
-			ch->seg_off = r->loc.off;
-			ch->seg_len = r->loc.len;
-			ch->seg_crc = r->loc.crc;
-			ch->seg_dev = (uint16_t)r->loc.dev;
-			ch->seg_flags = (uint16_t)r->loc.flags;
-			ch->seg_gen = r->loc.gen;
+			ch->loc = r->loc;
 			ch->gen = r->loc.gen;
 		}
 		return 0;

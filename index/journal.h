@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "index/chunk_loc.h"
+
 enum jrec_type {
 	JR_HEADER = 1,	 /* hdr */
 	JR_END = 2,	 /* count: records before it in the checkpoint */
@@ -73,17 +75,6 @@ struct jrec_attr {
 	int64_t atime_ns, mtime_ns, ctime_ns; /* ns since the epoch */
 };
 
-struct jrec_loc {
-	uint64_t seg_id, off;
-	uint32_t len, crc, dev, gen;
-	uint32_t flags; /* JRNL_LOC_* (on the wire: the high 16 bits of dev) */
-};
-
-/* loc.flags: the record has an extent map (= CHUNK_LOC_MAP, SEG_F_MAP).
- * Records written before format v2 have none: they decode with flags 0. */
-#define JRNL_LOC_MAP 1u
-#define JRNL_LOC_FLAGS JRNL_LOC_MAP
-
 struct jrec_seg {
 	uint64_t id, len, payload;
 	uint32_t dev;
@@ -108,7 +99,7 @@ struct jrec {
 	const void *value;
 	uint32_t value_len;
 	struct jrec_attr attr;
-	struct jrec_loc loc;
+	struct chunk_loc loc; /* on the wire: seg_id u64, dev | flags << 16 */
 	struct jrec_seg seg;
 	struct jrec_hdr hdr;
 	uint64_t next_ino, next_seg;

@@ -130,7 +130,7 @@ static void encode_payload(const struct jrec *r, uint8_t *p)
 		put64(&p, r->loc.off);
 		put32(&p, r->loc.len);
 		put32(&p, r->loc.crc);
-		put32(&p, (r->loc.dev & 0xffff) | r->loc.flags << 16);
+		put32(&p, r->loc.dev | (uint32_t)r->loc.flags << 16);
 		put32(&p, r->loc.gen);
 		if (r->type == JR_CHUNK_OVL)
 			putb(&p, r->value, r->value_len);
@@ -162,6 +162,7 @@ static void encode_payload(const struct jrec *r, uint8_t *p)
 static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec *r)
 {
 	struct jrec probe = {.type = type};
+	uint64_t seg;
 	size_t fixed;
 
 	memset(r, 0, sizeof(*r));
@@ -250,16 +251,17 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 		}
 		r->ino = le_get64(p);
 		r->chunk = le_get64(p + 8);
-		r->loc.seg_id = le_get64(p + 16);
+		seg = le_get64(p + 16); /* 64 bits on the wire, 32 in struct chunk_loc */
+		r->loc.seg_id = (uint32_t)seg;
 		r->loc.off = le_get64(p + 24);
 		r->loc.len = le_get32(p + 32);
 		r->loc.crc = le_get32(p + 36);
-		r->loc.dev = le_get32(p + 40) & 0xffff;
-		r->loc.flags = le_get32(p + 40) >> 16;
+		r->loc.dev = (uint16_t)le_get32(p + 40);
+		r->loc.flags = (uint16_t)(le_get32(p + 40) >> 16);
 		r->loc.gen = le_get32(p + 44);
-		if (r->loc.seg_id == 0 || (r->loc.flags & ~JRNL_LOC_FLAGS) ||
-		    r->loc.seg_id > JRNL_MAX_SEG_ID || r->chunk >= JRNL_MAX_CHUNKS ||
-		    r->loc.len > JRNL_MAX_LOC_LEN || r->loc.off > UINT64_MAX - r->loc.len)
+		if (seg == 0 || (r->loc.flags & ~LOC_F_ALL) || seg > JRNL_MAX_SEG_ID ||
+		    r->chunk >= JRNL_MAX_CHUNKS || r->loc.len > JRNL_MAX_LOC_LEN ||
+		    r->loc.off > UINT64_MAX - r->loc.len)
 			return -EBADMSG;
 		break;
 	case JR_CHUNK_DIRTY:

@@ -67,23 +67,12 @@ static uint32_t blk_hi(uint64_t end)
 	return (uint32_t)((end + CHAIN_BLK - 1) / CHAIN_BLK);
 }
 
-static struct seg_entry rec_entry(uint64_t ino, uint64_t c, const struct chain_rec *o)
-{
-	return (struct seg_entry){.ino = ino,
-				  .chunk = c,
-				  .gen = o->gen,
-				  .off = o->off,
-				  .len = o->len,
-				  .crc = o->crc,
-				  .flags = o->flags & CHUNK_LOC_MAP};
-}
-
 void chain_view_of(const struct inode *in, uint64_t c, struct chain_view *v)
 {
 	const struct chunk *ch = &in->chunks[c];
 	v->ino = in->ino;
 	v->c = c;
-	v->base_seg = ch->seg_id;
+	v->base_seg = ch->loc.seg_id;
 	v->base = tier_chunk_entry(in, c);
 	v->k = ch->chain;
 }
@@ -151,7 +140,7 @@ int chain_view_read(struct tier *t, const struct chain_view *v, uint64_t lo, uin
 		return -ENOMEM;
 	for (int i = v->k->nrec - 1; i >= 0 && ret == 0; i--) {
 		const struct chain_rec *o = &v->k->rec[i];
-		struct seg_entry e = rec_entry(v->ino, v->c, o);
+		struct seg_entry e = seg_loc_entry(v->ino, v->c, &o->loc);
 		for (uint32_t b = b0; b < b1 && ret == 0;) {
 			if (!chain_test(o->bits, b) || chain_test(done, b - b0)) {
 				b++;
@@ -163,7 +152,7 @@ int chain_view_read(struct tier *t, const struct chain_view *v, uint64_t lo, uin
 			uint64_t a = (uint64_t)b * CHAIN_BLK, y = (uint64_t)z * CHAIN_BLK;
 			a = a > lo ? a : lo;
 			y = y < hi ? y : hi;
-			ret = rec_read(t, o->seg_id, &e, a, y, dst + (a - lo), tier);
+			ret = rec_read(t, o->loc.seg_id, &e, a, y, dst + (a - lo), tier);
 			chain_set(done, b - b0, z - b0, 1);
 			b = z;
 		}
@@ -371,7 +360,7 @@ int chain_write_begin_locked(struct tier *t, struct inode *in, uint64_t c, uint6
 
 	for (;;) {
 		ch = &in->chunks[c];
-		if (!t->cfg->cold_writes || !t->store || !ch->seg_id)
+		if (!t->cfg->cold_writes || !t->store || !ch->loc.seg_id)
 			return 0;
 		if (ch->state == CHUNK_RESTORING) {
 			idx_inode_wait(in);
@@ -474,7 +463,7 @@ void chain_forget_cold(struct tier *t, struct chunk *ch)
 {
 	struct chunk_chain *k = ch->chain;
 	for (uint16_t i = 0; k && i < k->nrec; i++)
-		segtab_release_bytes(t->segtab, k->rec[i].seg_id, k->rec[i].len);
+		segtab_release_bytes(t->segtab, k->rec[i].loc.seg_id, k->rec[i].loc.len);
 	idx_chain_free(ch);
 	segtab_release_chunk(t->segtab, ch);
 }
@@ -502,7 +491,7 @@ void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, ui
 		/* a chain's records said "written over it": that changes too; a
 		 * kept copy (index.h) is the journal's location until now */
 		int was_dirty = (ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING) &&
-				!ch->chain && !ch->seg_id;
+				!ch->chain && !ch->loc.seg_id;
 		ch->chain = NULL; /* the hot file holds the chunk whole now */
 		chunk_set_state(in, c, CHUNK_HOT_DIRTY);
 		ch->gen++;
@@ -511,8 +500,8 @@ void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, ui
 		 * record says dirty: with the copy still set it named the old
 		 * location, whose segment GC then deleted - a kill -9 later
 		 * found the chunk in a segment that was gone (fsstress) */
-		ch->seg_id = 0;
-		ch->seg_len = 0;
+		ch->loc.seg_id = 0;
+		ch->loc.len = 0;
 		/* journaled before the old cold copy is let go: GC may delete its
 		 * segment as soon as its live bytes drop */
 		if (!was_dirty)
@@ -588,13 +577,7 @@ int chain_spill_commit_locked(struct tier *t, struct inode *in, uint64_t c,
 	for (int i = 0; i < ngone; i++)
 		k->rec[k->nrec + i].bits = gone[i].bits;
 	struct chain_rec *o = &k->rec[k->nrec];
-	o->seg_id = (uint32_t)seg;
-	o->off = e->off;
-	o->len = e->len;
-	o->crc = e->crc;
-	o->dev = (uint16_t)dev;
-	o->flags = (uint16_t)(e->flags & SEG_F_MAP);
-	o->gen = (uint32_t)e->gen;
+	o->loc = seg_entry_loc(e, seg, dev);
 	memcpy(o->bits, bits, w * sizeof(uint64_t));
 	k->nrec++;
 	memset(k->dirty, 0, w * sizeof(uint64_t));
@@ -610,7 +593,7 @@ int chain_spill_commit_locked(struct tier *t, struct inode *in, uint64_t c,
 		segtab_release_bytes(t->segtab, seg, e->len);
 	} else {
 		for (int i = 0; i < ngone; i++)
-			segtab_release_bytes(t->segtab, gone[i].seg_id, gone[i].len);
+			segtab_release_bytes(t->segtab, gone[i].loc.seg_id, gone[i].loc.len);
 		__atomic_add_fetch(&t->st.ovl_spills, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.ovl_bytes, e->len, __ATOMIC_RELAXED);
 	}

@@ -11,9 +11,10 @@
  *   one push per batch).
  * - One segment at a time whose live bytes fall below gc_threshold x its
  *   payload is compacted: its live chunks (those still pointing at it) are
- *   copied into a new segment, which is registered, then each chunk is
- *   relocated if it still points at the old record (same segment and
- *   offset) and is not RESTORING (that one stays behind); the
+ *   copied into a new segment, which is committed the way a spill's is
+ *   (seg_commit.c): each chunk is relocated if it still points at the old
+ *   record (same segment and offset) and is not RESTORING (that one stays
+ *   behind); the
  *   old record's live bytes are released in the same inode-lock section,
  *   else the new copy's are. Its live bytes then reach 0 and a later pick
  *   deletes it. A stopping tier ends a compaction before its new segment
@@ -23,6 +24,7 @@
  * - The table's entries change only through segtab's calls (segtab.h).
  * - Lock order: index lock, inode lock, the segment table's lock.
  */
+#include "tier/seg_commit.h"
 #include "tier/tier_i.h"
 
 #include "common/log.h"
@@ -33,14 +35,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A live chunk copied into the new segment, waiting to be relocated. */
-struct gc_moved {
-	struct seg_entry e;
-	struct inode *in; /* holds a ref until relocated */
-	uint64_t c;
-	uint64_t old_off; /* the chunk's record in the old segment */
-};
 
 static void seg_delete(struct tier *t, uint64_t id)
 {
@@ -65,18 +59,6 @@ static void seg_delete(struct tier *t, uint64_t id)
 	}
 }
 
-/* Which record of chunk ch is at offset off of segment id: -1 its base,
- * i >= 0 overlay i of its chain, -2 none. */
-static int chain_rec_of(const struct chunk *ch, uint64_t id, uint64_t off)
-{
-	if (ch->seg_id == id && ch->seg_off == off)
-		return -1;
-	for (uint16_t i = 0; ch->chain && i < ch->chain->nrec; i++)
-		if (ch->chain->rec[i].seg_id == id && ch->chain->rec[i].off == off)
-			return i;
-	return -2;
-}
-
 /* Is entry e of segment id still what its chunk points at? */
 static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, struct inode **out)
 {
@@ -87,7 +69,7 @@ static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, st
 	if (!in)
 		return 0;
 	idx_inode_lock(in);
-	live = e->chunk < in->nchunks && chain_rec_of(&in->chunks[e->chunk], id, e->off) >= -1;
+	live = e->chunk < in->nchunks && chunk_rec_at(&in->chunks[e->chunk], id, e->off) >= -1;
 	idx_inode_unlock(in);
 	return live;
 }
@@ -96,7 +78,7 @@ static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, st
  * block gains a map (its block crcs); anything else keeps its length. */
 static uint32_t v2_rec_len(const struct seg_entry *e)
 {
-	if ((e->flags & SEG_F_MAP) || e->len <= SEG_BLOCK)
+	if ((e->flags & LOC_F_MAP) || e->len <= SEG_BLOCK)
 		return e->len;
 	return e->len + 8 + (e->len + SEG_BLOCK - 1) / SEG_BLOCK * 4 + SEG_MAP_TAIL;
 }
@@ -130,10 +112,10 @@ static int compact_no_gain(struct tier *t, uint64_t id, uint64_t len, const stru
 static int seg_compact(struct tier *t, uint64_t id)
 {
 	struct seg_entry *ents = NULL;
-	struct gc_moved *moved = NULL;
+	struct seg_commit_rec *moved = NULL;
 	struct seg_writer *w = NULL;
-	uint32_t n = 0, dev, newdev = 0;
-	uint64_t len, newid = 0, newlen = 0, payload = 0;
+	uint32_t n = 0, dev;
+	uint64_t len, newid = 0;
 	size_t nm = 0;
 	struct seg_where where;
 	struct store *old;
@@ -185,66 +167,15 @@ static int seg_compact(struct tier *t, uint64_t id)
 		}
 		moved[nm].in = in; /* keeps the ref until relocated */
 		moved[nm].c = ents[i].chunk;
-		moved[nm].old_off = ents[i].off;
-		payload += moved[nm].e.len;
+		moved[nm].from = seg_entry_loc(&ents[i], id, dev);
 		nm++;
 	}
 	if (nm) {
-		ret = segtab_commit(t->segtab, w, newid, payload, &newdev, &newlen);
+		ret = seg_commit(t, w, newid, moved, nm, NULL);
 		w = NULL;
 		if (ret < 0)
 			goto out;
 		__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
-	}
-	for (size_t i = 0; i < nm; i++) {
-		struct inode *in = moved[i].in;
-		struct chunk *ch;
-		idx_inode_lock(in);
-		ch = moved[i].c < in->nchunks ? &in->chunks[moved[i].c] : NULL;
-		/* only the very record copied moves: a chunk rewritten, truncated or
-		 * unlinked meanwhile had its old bytes released by whoever changed
-		 * it (and its segment cleared). A RESTORING chunk is being read
-		 * from the old segment right now: it stays there (the old segment
-		 * stays live) */
-		int r = ch ? chain_rec_of(ch, id, moved[i].old_off) : -2;
-		if (r >= 0 && ch->state != CHUNK_RESTORING) {
-			/* an overlay of a chain moves the same way */
-			struct chain_rec *o = &ch->chain->rec[r], was = *o;
-			o->seg_id = (uint32_t)newid;
-			o->off = moved[i].e.off;
-			o->len = moved[i].e.len;
-			o->crc = moved[i].e.crc;
-			o->flags = (uint16_t)(moved[i].e.flags & SEG_F_MAP);
-			o->dev = (uint16_t)newdev;
-			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
-				*o = was;
-				segtab_release_bytes(t->segtab, newid, moved[i].e.len);
-			} else {
-				segtab_release_bytes(t->segtab, id, was.len);
-			}
-		} else if (r == -1 &&
-			   (ch->state == CHUNK_COLD || ch->state == CHUNK_HOT_CLEAN ||
-			    ch->state == CHUNK_HOT_DIRTY || ch->state == CHUNK_SPILLING ||
-			    (ch->chain && ch->state != CHUNK_RESTORING))) {
-			/* (a HOT_DIRTY or SPILLING chunk still pointing at the
-			 * record holds it as a kept copy or chain base: index.h) */
-			struct chunk old = *ch;
-			ch->seg_id = newid;
-			ch->seg_off = moved[i].e.off;
-			ch->seg_len = moved[i].e.len; /* a v1 payload gained a map */
-			ch->seg_crc = moved[i].e.crc;
-			ch->seg_flags = (uint16_t)(moved[i].e.flags & SEG_F_MAP);
-			ch->seg_dev = (uint16_t)newdev;
-			if (idx_journal_chunk_locked(t->idx, in, moved[i].c, 0) < 0) {
-				*ch = old; /* not recorded: it stays in the old segment */
-				segtab_release_bytes(t->segtab, newid, moved[i].e.len);
-			} else {
-				segtab_release_bytes(t->segtab, id, old.seg_len);
-			}
-		} else {
-			segtab_release_bytes(t->segtab, newid, moved[i].e.len);
-		}
-		idx_inode_unlock(in);
 	}
 	__atomic_add_fetch(&t->st.segments_compacted, 1, __ATOMIC_RELAXED);
 	ret = 0;

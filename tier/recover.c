@@ -176,14 +176,14 @@ static void reconcile_file(struct tier *t, struct inode *in)
 		cold = 1;
 		/* a chain (written over its cold copy): every record holds bytes */
 		for (uint16_t i = 0; ch->chain && i < ch->chain->nrec; i++)
-			bad |= segtab_add_live(t->segtab, ch->chain->rec[i].seg_id,
-					       ch->chain->rec[i].len) < 0;
-		if (segtab_add_live(t->segtab, ch->seg_id, ch->seg_len) < 0 || bad) {
+			bad |= segtab_add_live(t->segtab, ch->chain->rec[i].loc.seg_id,
+					       ch->chain->rec[i].loc.len) < 0;
+		if (segtab_add_live(t->segtab, ch->loc.seg_id, ch->loc.len) < 0 || bad) {
 			t->rec.damaged_chunks++;
 			log_err("recovery: inode %llu chunk %llu: segment %llu is not in the index "
 				"(reads of it fail with EIO; see spillway-fsck)",
 				(unsigned long long)in->ino, (unsigned long long)c,
-				(unsigned long long)ch->seg_id);
+				(unsigned long long)ch->loc.seg_id);
 		}
 	}
 	if (in->mark == 1 && !cold) {

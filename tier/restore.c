@@ -70,8 +70,6 @@
 #include <time.h>
 #include <unistd.h>
 
-_Static_assert(SEG_F_MAP == CHUNK_LOC_MAP, "segment and index record flags differ");
-
 /* Blocks of the largest chunk (JRNL_MAX_CHUNK_SIZE) */
 #define PART_BLKS ((64u << 20) / SEG_BLOCK)
 
@@ -321,7 +319,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 		return chain_restore_locked(t, in, c);
 	struct chunk *ch = &in->chunks[c];
 	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = ch->seg_id, off = c * t->chunk_size, t0 = clock_now_ns();
+	uint64_t seg = ch->loc.seg_id, off = c * t->chunk_size, t0 = clock_now_ns();
 	/* room: a plain record is its bytes from offset 0; a mapped one may
 	 * spread anywhere in the chunk (only its extents get written) */
 	uint32_t need = e.flags ? tier_chunk_len(t, in->size, c) : e.len;
@@ -383,7 +381,7 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 			     const void **mem)
 {
 	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
+	uint64_t seg = in->chunks[c].loc.seg_id, base = c * t->chunk_size;
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	uint64_t lo = (uint64_t)b0 * SEG_BLOCK, hi = (uint64_t)(b1 + 1) * SEG_BLOCK;
 	struct seg_chunk sc;
@@ -452,7 +450,7 @@ static int read_cold_copy_locked(struct tier *t, struct inode *in, uint64_t c, u
 				 uint64_t hi, const void **mem, void **buf, int *tier)
 {
 	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = in->chunks[c].seg_id;
+	uint64_t seg = in->chunks[c].loc.seg_id;
 	struct seg_chunk sc;
 	int ret;
 
@@ -504,7 +502,7 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 			struct store *st;
 			uint32_t dev;
 			*tier = 0;
-			if (segtab_locate(t->segtab, ch->seg_id, &st, &dev) == 0)
+			if (segtab_locate(t->segtab, ch->loc.seg_id, &st, &dev) == 0)
 				*tier = tier_of(st);
 		}
 		clen = tier_chunk_len(t, in->size, c);
@@ -565,7 +563,7 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 		}
 		/* a v1 record is read whole: direct only when it is one block */
 		if ((how & RR_DIRECT) && mem && hi <= clen &&
-		    ((ch->seg_flags & CHUNK_LOC_MAP) || ch->seg_len <= SEG_BLOCK)) {
+		    ((ch->loc.flags & LOC_F_MAP) || ch->loc.len <= SEG_BLOCK)) {
 			/* RESTORING meanwhile (no p: other readers and writers
 			 * wait, the maintenance worker keeps the segment) */
 			chunk_set_state(in, c, CHUNK_RESTORING);
@@ -577,7 +575,7 @@ int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t l
 			break;
 		}
 		chunk_set_state(in, c, CHUNK_RESTORING);
-		if (rest && (ch->seg_flags & CHUNK_LOC_MAP) && hi <= clen && !ch->chain &&
+		if (rest && (ch->loc.flags & LOC_F_MAP) && hi <= clen && !ch->chain &&
 		    (uint64_t)(b1 + 1 - b0) * SEG_BLOCK < clen &&
 		    (p = part_new(t, in->ino, c))) {
 			if ((ret = part_first_locked(t, in, c, p, b0, b1, lo, hi, mem)) < 0)
@@ -691,7 +689,7 @@ static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_pa
 static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p)
 {
 	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
+	uint64_t seg = in->chunks[c].loc.seg_id, base = c * t->chunk_size;
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	int fd = in->hot_fd, ret;
 
@@ -762,7 +760,7 @@ int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
 	struct rst_part *p;
 	int fd;
 
-	if (!(in->chunks[c].seg_flags & CHUNK_LOC_MAP) || clen <= PUB_PIECE || in->chunks[c].chain ||
+	if (!(in->chunks[c].loc.flags & LOC_F_MAP) || clen <= PUB_PIECE || in->chunks[c].chain ||
 	    part_find(t, in->ino, c) || !(p = part_new(t, in->ino, c)))
 		return restore_chunk_locked(t, in, c);
 	p->t0 = clock_now_ns();

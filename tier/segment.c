@@ -166,7 +166,7 @@ static int entry_decode(const uint8_t *p, uint32_t version, uint64_t data_end, s
 		if (e->off % SEG_REC_ALIGN || (e->flags & ~SEG_F_ALL) ||
 		    e->chunk_len > SEG_MAX_CHUNK_LEN)
 			return -EIO;
-		if (e->flags & SEG_F_MAP ? e->len < SEG_MAP_TAIL
+		if (e->flags & LOC_F_MAP ? e->len < SEG_MAP_TAIL
 					 : e->len > SEG_BLOCK || e->len > e->chunk_len)
 			return -EIO;
 	}
@@ -663,7 +663,7 @@ static int w_record(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t
 
 	if (!extents_valid(chunk_len, ext, next, &data_len))
 		return -EINVAL;
-	flags = next == 1 && ext[0].off == 0 && ext[0].len <= SEG_BLOCK ? 0 : SEG_F_MAP;
+	flags = next == 1 && ext[0].off == 0 && ext[0].len <= SEG_BLOCK ? 0 : LOC_F_MAP;
 	nblocks = (uint32_t)((data_len + SEG_BLOCK - 1) / SEG_BLOCK);
 	map_len = flags ? next * 8 + nblocks * 4 + SEG_MAP_TAIL : 0;
 	b.v = calloc(nblocks + 1, sizeof(*b.v));

@@ -20,11 +20,11 @@
  *   data, from 4096: chunk records packed back to back, each starting at a
  *     multiple of SEG_REC_ALIGN (8) bytes; zero padding (< 8 bytes) between
  *     them is covered by no crc. A record is one of:
- *     plain (entry flag SEG_F_MAP clear): the chunk is one data extent that
+ *     plain (entry flag LOC_F_MAP clear): the chunk is one data extent that
  *       starts at chunk offset 0 and is at most SEG_BLOCK bytes long; the
  *       record is those bytes, nothing else; the entry's crc is their
  *       crc32c (so it is also the crc of the record's only block).
- *     mapped (SEG_F_MAP set): every other chunk (bigger than a block, or
+ *     mapped (LOC_F_MAP set): every other chunk (bigger than a block, or
  *       sparse, or no data at all):
  *         data   the bytes of the chunk's data extents, back to back
  *         map    u32[2] (chunk offset, length) per extent, ascending, not
@@ -37,13 +37,13 @@
  *       through its buffer and emit the block crcs after; a reader finds it
  *       from the record's end (the last 16 bytes give its length). The
  *       entry's crc is the map's crc.
- *     The index keeps (offset, record length, crc, SEG_F_MAP) per chunk:
+ *     The index keeps (offset, record length, crc, LOC_F_MAP) per chunk:
  *     enough to read a plain record, or the map and then any of its blocks.
  *   footer, the last footer_len bytes, starting right after the last
  *   record (or at 4096), so that the segment length is a multiple of 4096:
  *     zero padding (< 4096 bytes)
  *     entries, SEG_ENTRY_SIZE (44) bytes each:
- *       u64 ino, u64 chunk index, u32 generation, u32 flags (SEG_F_MAP),
+ *       u64 ino, u64 chunk index, u32 generation, u32 flags (LOC_F_MAP),
  *       u64 record offset within the segment, u32 record length,
  *       u32 crc (above), u32 chunk length (its bytes in the file, holes
  *       included: --rebuild sizes files from it)
@@ -68,7 +68,7 @@
  * u64 generation, u32 length, u64 offset, u32 crc32c; footer magic
  * "SPWFOOT1". A v1 record reads exactly like a v2 plain record of any
  * length (one crc over the whole record), so index locations of v1 chunks
- * (no SEG_F_MAP) keep their meaning.
+ * (no LOC_F_MAP) keep their meaning.
  */
 #ifndef SPW_SEGMENT_H
 #define SPW_SEGMENT_H
@@ -76,6 +76,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "index/chunk_loc.h"
 #include "tier/store/store.h"
 
 #define SEG_ALIGN	    4096u
@@ -92,11 +93,12 @@
 #define SEG_FOOTER_MAX	    (256u << 20) /* readers refuse larger footers */
 #define SEG_MAX_CHUNK_LEN   (1u << 30)	 /* longest chunk add() takes */
 
-#define SEG_F_MAP 1u /* entry flag: the record is data + extent map (v2) */
-/* entry flag: an overlay (tier/chain.c): the record holds only the blocks
+/* entry flags: LOC_F_MAP (index/chunk_loc.h), the record is data + extent
+ * map (v2), the same bit in a footer, the index and the journal; and
+ * SEG_F_OVL, an overlay (tier/chain.c): the record holds only the blocks
  * its chunk's journal names, over older records; not a copy of the chunk */
 #define SEG_F_OVL 2u
-#define SEG_F_ALL (SEG_F_MAP | SEG_F_OVL)
+#define SEG_F_ALL (LOC_F_MAP | SEG_F_OVL)
 
 /* One data extent of a chunk: bytes [off, off + len) of the chunk. */
 struct seg_extent {
@@ -108,9 +110,36 @@ struct seg_entry {
 	uint64_t off;	   /* record offset within the segment (v1: 4 KiB-aligned) */
 	uint32_t len;	   /* record bytes stored (live/payload accounting counts these) */
 	uint32_t crc;	   /* plain: crc32c of the record; mapped: the map's crc */
-	uint32_t flags;	   /* SEG_F_MAP */
+	uint32_t flags;	   /* LOC_F_MAP, SEG_F_OVL */
 	uint32_t chunk_len; /* the chunk's length in its file, holes included */
 };
+
+/* The only conversions between a footer entry and a chunk's location:
+ * where entry e's record lies once its segment seg is on device dev (what
+ * the index keeps: LOC_F_MAP; SEG_F_OVL is the footer's), and the entry
+ * that reads record l of chunk `chunk` of inode ino (seg_read_*; its
+ * chunk_len is not the location's to know: 0). */
+static inline struct chunk_loc seg_entry_loc(const struct seg_entry *e, uint64_t seg, uint32_t dev)
+{
+	return (struct chunk_loc){.seg_id = (uint32_t)seg,
+				  .off = e->off,
+				  .len = e->len,
+				  .crc = e->crc,
+				  .gen = (uint32_t)e->gen,
+				  .dev = (uint16_t)dev,
+				  .flags = (uint16_t)(e->flags & LOC_F_MAP)};
+}
+static inline struct seg_entry seg_loc_entry(uint64_t ino, uint64_t chunk,
+					     const struct chunk_loc *l)
+{
+	return (struct seg_entry){.ino = ino,
+				  .chunk = chunk,
+				  .gen = l->gen,
+				  .off = l->off,
+				  .len = l->len,
+				  .crc = l->crc,
+				  .flags = l->flags & LOC_F_MAP};
+}
 
 /* ---- pure encode/decode (no I/O) ---- */
 

@@ -147,7 +147,7 @@ int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 	if (ret < 0)
 		goto out;
 	what = "verifying";
-	if (!(e->flags & SEG_F_MAP)) {
+	if (!(e->flags & LOC_F_MAP)) {
 		if (crc32c(0, p, e->len) != e->crc) {
 			ret = -EBADMSG;
 			goto out;
@@ -320,7 +320,7 @@ int seg_read_part(struct store *st, uint64_t seg_id, uint32_t dev, const struct 
 	if (e->len == 0 || e->off < SEG_HDR_SIZE || (e->flags & ~SEG_F_ALL) ||
 	    off > SEG_MAX_CHUNK_LEN || len > SEG_MAX_CHUNK_LEN)
 		return -EINVAL;
-	if (e->flags & SEG_F_MAP) {
+	if (e->flags & LOC_F_MAP) {
 		ret = part_mapped(st, seg_id, dev, e, off, len, out, &what);
 		goto out;
 	}

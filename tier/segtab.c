@@ -203,10 +203,10 @@ void segtab_release_bytes(struct segtab *s, uint64_t id, uint64_t bytes)
 
 void segtab_release_chunk(struct segtab *s, struct chunk *c)
 {
-	if (c->seg_id)
-		segtab_release_bytes(s, c->seg_id, c->seg_len);
-	c->seg_id = 0;
-	c->seg_len = 0;
+	if (c->loc.seg_id)
+		segtab_release_bytes(s, c->loc.seg_id, c->loc.len);
+	c->loc.seg_id = 0;
+	c->loc.len = 0;
 }
 
 int segtab_locate(struct segtab *s, uint64_t id, struct store **st, uint32_t *dev)

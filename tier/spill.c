@@ -5,10 +5,11 @@
  * DESIGN
  * - Spill of one chunk: HOT_DIRTY -> SPILLING (generation noted) -> payload
  *   copied into the segment (a chunk with a chain: only its dirty blocks,
- *   as an overlay record) -> segment durable (segtab_commit) -> for each
- *   chunk whose state is still SPILLING with the same generation: its
- *   location is recorded and, unless a request has it pinned, its hole is
- *   punched (COLD) and the kernel's page cache for it invalidated. A chunk
+ *   as an overlay record) -> segment durable (seg_commit.c, the same
+ *   sequence as compaction's) -> for each chunk whose state is still
+ *   SPILLING with the same generation: its location is recorded and,
+ *   unless a request has it pinned, its hole is punched (COLD) and the
+ *   kernel's page cache for it invalidated. A chunk
  *   written during the spill went back to HOT_DIRTY: its copy in the
  *   segment is dead weight for GC. A failed segment puts every chunk back
  *   to HOT_DIRTY: a hot copy is never dropped before its segment is durable.
@@ -16,6 +17,7 @@
  */
 #include "tier/spill.h"
 #include "tier/cand.h"
+#include "tier/seg_commit.h"
 #include "tier/tier_i.h"
 
 #include "common/clock.h"
@@ -38,7 +40,7 @@ uint32_t spill_drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 
 	/* the kernel reads a passthrough open's hot file itself: never punched
 	 * (t->pt is NULL once the session is gone: then no kernel does) */
-	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->seg_id ||
+	if (ch->state != CHUNK_HOT_CLEAN || ch->pins || len == 0 || !ch->loc.seg_id ||
 	    (in->pt_opens && tier_pt(t)))
 		return 0;
 	fd = hot_fd_get_locked(t->hot, in);
@@ -63,13 +65,6 @@ uint32_t spill_drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	hot_fd_put_locked(t->hot, in);
 	return len;
 }
-
-struct spilled {
-	struct seg_entry e;
-	struct inode *in;
-	uint64_t c;
-	uint64_t *bits; /* an overlay of these blocks (chain.c), or NULL: whole */
-};
 
 /* The blocks `bits` of chunk bytes [0, len) at fd_off of fd, as one
  * overlay record: runs of blocks, the smallest gaps between them stored
@@ -128,14 +123,20 @@ static int add_overlay(struct seg_writer *w, uint64_t ino, uint64_t c, uint64_t 
 	return ret;
 }
 
+/* seg_commit's hook: a chunk now durable in the new segment leaves RAM
+ * unless its file is pinned. */
+static uint32_t drop_unpinned_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	return in->pinned ? 0 : spill_drop_chunk_locked(t, in, c);
+}
+
 int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int *committed)
 {
 	struct seg_writer *w = NULL;
-	struct spilled *done = calloc(n ? n : 1, sizeof(*done));
-	uint64_t id = segtab_alloc_id(t->segtab), size_hint = SEG_HDR_SIZE + SEG_ALIGN, seg_len = 0,
-		 payload = 0, t0 = clock_now_ns();
+	struct seg_commit_rec *done = calloc(n ? n : 1, sizeof(*done));
+	uint64_t id = segtab_alloc_id(t->segtab), size_hint = SEG_HDR_SIZE + SEG_ALIGN, payload = 0,
+		 t0 = clock_now_ns();
 	size_t nd = 0;
-	uint32_t dev = 0;
 	int ret;
 
 	*committed = 0;
@@ -213,9 +214,7 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 		ret = 0;
 		goto out;
 	}
-	/* journal synced, segment durable, registered (no spill once the
-	 * journal is read-only: its locations could not be recorded) */
-	ret = segtab_commit(t->segtab, w, id, payload, &dev, &seg_len);
+	ret = seg_commit(t, w, id, done, nd, drop ? drop_unpinned_locked : NULL);
 	w = NULL;
 	if (ret < 0)
 		goto out;
@@ -224,61 +223,6 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 	__atomic_add_fetch(&t->st.chunks_spilled, nd, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.spill_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
 	hist_observe(&t->st.h_spill, clock_now_ns() - t0);
-	/* durable: record locations; punch what is still unchanged */
-	for (size_t i = 0; i < nd; i++) {
-		struct inode *in = done[i].in;
-		struct chunk *ch;
-		uint32_t n = 0;
-		idx_inode_lock(in);
-		ch = &in->chunks[done[i].c];
-		if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen && done[i].bits) {
-			/* an overlay: pushed on the chain (journaled there) */
-			int r = chain_spill_commit_locked(t, in, done[i].c, &done[i].e, id, dev,
-							  done[i].bits);
-			done[i].bits = NULL;
-			ch = &in->chunks[done[i].c];
-			if (r < 0 && ch->state == CHUNK_SPILLING)
-				chunk_set_state(in, done[i].c, CHUNK_HOT_DIRTY);
-			if (r == 0 && drop && !in->pinned)
-				n = spill_drop_chunk_locked(t, in, done[i].c);
-		} else if (ch->state == CHUNK_SPILLING && ch->gen == done[i].e.gen &&
-			   !(ch->chain && ch->chain->wr)) {
-			/* whole: the new record replaces the chunk's chain, which
-			 * is let go once the journal says so (not while writes
-			 * over it are in flight: those hold it) */
-			struct chunk old = *ch;
-			ch->chain = NULL;
-			ch->seg_id = id;
-			ch->seg_off = done[i].e.off;
-			ch->seg_len = done[i].e.len;
-			ch->seg_crc = done[i].e.crc;
-			ch->seg_dev = (uint16_t)dev;
-			ch->seg_flags = (uint16_t)(done[i].e.flags & SEG_F_MAP);
-			ch->seg_gen = (uint32_t)done[i].e.gen;
-			chunk_set_state(in, done[i].c, CHUNK_HOT_CLEAN);
-			if (idx_journal_chunk_locked(t->idx, in, done[i].c, 0) < 0) {
-				/* not recorded: the RAM copy stays the only one */
-				segtab_release_chunk(t->segtab, ch);
-				*ch = old;
-				chunk_set_state(in, done[i].c, CHUNK_HOT_DIRTY);
-			} else {
-				chain_forget_cold(t, &old);
-				if (drop && !in->pinned)
-					n = spill_drop_chunk_locked(t, in, done[i].c);
-			}
-		} else {
-			/* rewritten meanwhile (or being written) */
-			segtab_release_bytes(t->segtab, id, done[i].e.len);
-			free(done[i].bits);
-			done[i].bits = NULL;
-			if (ch->state == CHUNK_SPILLING)
-				chunk_set_state(in, done[i].c, CHUNK_HOT_DIRTY);
-		}
-		idx_inode_wake(in); /* fsync waits for spills */
-		idx_inode_unlock(in);
-		if (n)
-			inval_async(t, in->ino, done[i].c * t->chunk_size, n);
-	}
 	*committed = 1; /* the caller wakes the writers waiting for room */
 	nd = 0;
 	ret = 0;

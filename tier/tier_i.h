@@ -380,14 +380,7 @@ static inline uint32_t tier_chunk_len(const struct tier *t, uint64_t size, uint6
  * chain). in->lock held. */
 static inline struct seg_entry tier_chunk_entry(const struct inode *in, uint64_t c)
 {
-	const struct chunk *ch = &in->chunks[c];
-	return (struct seg_entry){.ino = in->ino,
-				  .chunk = c,
-				  .gen = ch->seg_gen,
-				  .off = ch->seg_off,
-				  .len = ch->seg_len,
-				  .crc = ch->seg_crc,
-				  .flags = ch->seg_flags & CHUNK_LOC_MAP};
+	return seg_loc_entry(in->ino, c, &in->chunks[c].loc);
 }
 
 /* The passthrough ops (NULL: no passthrough now). Set by the FUSE init

@@ -724,9 +724,9 @@ int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
 		struct chunk *ch = &in->chunks[c];
 		n[ch->state]++;
 		/* distinct segments (chunks of a file are mostly contiguous) */
-		if (ch->seg_id && ch->seg_id != last) {
+		if (ch->loc.seg_id && ch->loc.seg_id != last) {
 			segs++;
-			last = ch->seg_id;
+			last = ch->loc.seg_id;
 		}
 	}
 	pinned = in->pinned;

@@ -34,7 +34,7 @@ static void mark_changed_locked(struct tier *t, struct inode *in, uint64_t first
 	uint64_t tick = idx_tick(t->idx);
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
-		if (!ch->seg_id || ch->chain ||
+		if (!ch->loc.seg_id || ch->chain ||
 		    (ch->state != CHUNK_HOT_CLEAN && ch->state != CHUNK_HOT_DIRTY &&
 		     ch->state != CHUNK_SPILLING)) {
 			tier_mark_dirty_locked(t, in, c, c);

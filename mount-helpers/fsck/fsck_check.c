@@ -73,7 +73,7 @@ static int bad_cmp(const void *a, const void *b)
 }
 
 /* Classify chunk c of in (cold copy at loc) into l. */
-static int check_chunk(struct fsck *f, struct inode *in, uint64_t c, const struct jrec_loc *loc,
+static int check_chunk(struct fsck *f, struct inode *in, uint64_t c, const struct chunk_loc *loc,
 		       struct badlist *l)
 {
 	struct seg_where w;
@@ -112,7 +112,7 @@ static int check_chunk(struct fsck *f, struct inode *in, uint64_t c, const struc
 		return bad_add(l, K_FOREIGN, loc->seg_id, c, 0);
 	e = fsck_entry_for(fd, in->ino, c, loc->off);
 	if (!e || e->len != loc->len || e->crc != loc->crc || e->gen != loc->gen ||
-	    (e->flags & SEG_F_MAP) != loc->flags)
+	    (e->flags & LOC_F_MAP) != loc->flags)
 		return bad_add(l, K_MANIFEST, loc->seg_id, c, 0);
 	if (f->verify) {
 		ret = fsck_verify_chunk(f, fd, e);
@@ -131,7 +131,7 @@ static int check_chunk(struct fsck *f, struct inode *in, uint64_t c, const struc
  * in a segment the table can point at; NULL if none. */
 static struct copy *find_copy(struct fsck *f, struct inode *in, uint64_t c)
 {
-	struct jrec_loc l, *loc = &l;
+	struct chunk_loc l, *loc = &l;
 	uint64_t k = key2(in->ino, c);
 	if (!fsck_chunk_loc(in, c, loc))
 		return NULL;
@@ -299,7 +299,7 @@ int fsck_check_files(struct fsck *f)
 	uint64_t total = 0, done = 0;
 	int ret = 0;
 	struct inode **ins = fsck_reachable_inodes(f, &n, &ret);
-	struct jrec_loc loc, locs[CHAIN_MAX + 1];
+	struct chunk_loc loc, locs[CHAIN_MAX + 1];
 
 	if (ret < 0)
 		return ret;

@@ -176,7 +176,7 @@ static inline int is_dir(struct inode *in)
 }
 
 /* Chunk c of in: 1 with its location when it has a cold copy, else 0. */
-static inline int fsck_chunk_loc(struct inode *in, uint64_t c, struct jrec_loc *loc)
+static inline int fsck_chunk_loc(struct inode *in, uint64_t c, struct chunk_loc *loc)
 {
 	struct jrec r;
 	idx_chunk_rec(in, c, &r);
@@ -186,7 +186,7 @@ static inline int fsck_chunk_loc(struct inode *in, uint64_t c, struct jrec_loc *
 
 /* Chunk c of in: the locations of its cold copy — one, or a chain's base
  * and overlays (locs holds CHAIN_MAX + 1) — and how many (0: none). */
-static inline int fsck_chunk_locs(struct inode *in, uint64_t c, struct jrec_loc *locs)
+static inline int fsck_chunk_locs(struct inode *in, uint64_t c, struct chunk_loc *locs)
 {
 	struct jrec rs[CHAIN_MAX + 2];
 	int n = idx_chunk_recs(in, c, rs), k = 0;

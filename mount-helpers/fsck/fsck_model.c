@@ -401,13 +401,7 @@ int fsck_change_loc(struct fsck *f, uint64_t ino, uint64_t chunk, const struct f
 	struct jrec r = {.type = JR_CHUNK_LOC,
 			 .ino = ino,
 			 .chunk = chunk,
-			 .loc = {.seg_id = fd->id,
-				 .off = e->off,
-				 .len = e->len,
-				 .crc = e->crc,
-				 .dev = fd->dev,
-				 .gen = (uint32_t)e->gen,
-				 .flags = e->flags & SEG_F_MAP}};
+			 .loc = seg_entry_loc(e, fd->id, fd->dev)};
 	return fsck_change(f, &r);
 }
 

@@ -202,26 +202,26 @@ static int rebuild_file(struct fsck *f, struct best **bs, size_t n, struct rebui
 	for (size_t c = 0; c < n && ret == 0; c++) {
 		struct copy *cp = bs[c]->c;
 		const struct seg_entry *e;
-		struct jrec_loc l;
-		const struct jrec_loc *ch;
+		struct chunk_loc l;
+		const struct chunk_loc *cl;
 		if (!cp)
 			continue;
 		e = &cp->f->ents[cp->ei];
-		ch = fsck_chunk_loc(in, bs[c]->chunk, &l) ? &l : NULL;
+		cl = fsck_chunk_loc(in, bs[c]->chunk, &l) ? &l : NULL;
 		/* the chunk's length in its file (holes included), not its record's */
 		if (bs[c]->chunk * f->chunk_size + e->chunk_len > end)
 			end = bs[c]->chunk * f->chunk_size + e->chunk_len;
-		if (ch && ch->seg_id == cp->f->id && ch->off == e->off && ch->dev == cp->f->dev &&
-		    ch->gen == e->gen && ch->len == e->len && ch->crc == e->crc &&
-		    ch->flags == e->flags)
+		if (cl && cl->seg_id == cp->f->id && cl->off == e->off && cl->dev == cp->f->dev &&
+		    cl->gen == e->gen && cl->len == e->len && cl->crc == e->crc &&
+		    cl->flags == e->flags)
 			continue;
-		if (ch && ch->gen > e->gen) {
+		if (cl && cl->gen > e->gen) {
 			char path[PATH_MAX_OUT];
 			fsck_note(f,
 				  "chunk %" PRIu64 " of %s: only an older copy found (gen %" PRIu64
 				  " < %u)",
 				  bs[c]->chunk, fsck_path_of(f, ino, path, sizeof(path)), e->gen,
-				  ch->gen);
+				  cl->gen);
 		}
 		ret = fsck_change_loc(f, ino, bs[c]->chunk, cp->f, e);
 		changed++;

@@ -1332,25 +1332,25 @@ static void test_chunks_reserve(void **state)
 		    (char *)in->chunks < (char *)in + sizeof(*in) + sizeof(struct chunk));
 	assert_int_equal(in->chunks[0].state, CHUNK_ABSENT);
 	in->chunks[0].state = CHUNK_COLD;
-	in->chunks[0].seg_id = 5;
+	in->chunks[0].loc.seg_id = 5;
 	/* growing moves it out, contents kept */
 	assert_int_equal(idx_chunks_reserve(in, 3), 0);
 	assert_int_equal(in->chunks[0].state, CHUNK_COLD);
-	assert_int_equal(in->chunks[0].seg_id, 5);
+	assert_int_equal(in->chunks[0].loc.seg_id, 5);
 	in->chunks[0].state = CHUNK_ABSENT;
-	in->chunks[0].seg_id = 0;
+	in->chunks[0].loc.seg_id = 0;
 	assert_true(in->nchunks >= 3);
 	assert_non_null(in->chunks);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		assert_int_equal(in->chunks[c].state, CHUNK_ABSENT);
-		assert_int_equal(in->chunks[c].seg_id, 0);
+		assert_int_equal(in->chunks[c].loc.seg_id, 0);
 		assert_int_equal(in->chunks[c].gen, 0);
 	}
 	in->chunks[1].state = CHUNK_HOT_DIRTY;
 	in->chunks[1].gen = 7;
 	in->chunks[2].state = CHUNK_COLD;
-	in->chunks[2].seg_id = 99;
-	in->chunks[2].seg_len = 4096;
+	in->chunks[2].loc.seg_id = 99;
+	in->chunks[2].loc.len = 4096;
 	n1 = in->nchunks;
 
 	/* smaller or equal: nothing moves */
@@ -1366,7 +1366,7 @@ static void test_chunks_reserve(void **state)
 	assert_int_equal(in->chunks[1].state, CHUNK_HOT_DIRTY);
 	assert_int_equal(in->chunks[1].gen, 7);
 	assert_int_equal(in->chunks[2].state, CHUNK_COLD);
-	assert_int_equal(in->chunks[2].seg_id, 99);
+	assert_int_equal(in->chunks[2].loc.seg_id, 99);
 	for (uint64_t c = 3; c < in->nchunks; c++) {
 		static const struct chunk zero;
 		if (memcmp(&in->chunks[c], &zero, sizeof(zero)) != 0)

@@ -362,7 +362,7 @@ static int attr_eq(const struct jrec_attr *a, const struct jrec_attr *b)
 	       a->ctime_ns == b->ctime_ns;
 }
 
-static int loc_eq(const struct jrec_loc *a, const struct jrec_loc *b)
+static int loc_eq(const struct chunk_loc *a, const struct chunk_loc *b)
 {
 	return a->seg_id == b->seg_id && a->off == b->off && a->len == b->len && a->crc == b->crc &&
 	       a->dev == b->dev && a->gen == b->gen;
@@ -585,7 +585,7 @@ struct m_xattr {
 
 struct m_chunk {
 	int state; /* 0 hole, 1 clean copy at loc, 2 dirty */
-	struct jrec_loc loc;
+	struct chunk_loc loc;
 };
 
 struct mstate {
@@ -770,7 +770,7 @@ static const char *mstate_diff(const struct mstate *a, const struct mstate *b, c
 
 			if (x->state != y->state || (x->state == 1 && !loc_eq(&x->loc, &y->loc))) {
 				snprintf(buf, len,
-					 "chunk (ino %d, %d): state %d/%d seg %" PRIu64 "/%" PRIu64,
+					 "chunk (ino %d, %d): state %d/%d seg %" PRIu32 "/%" PRIu32,
 					 i, c, x->state, y->state, x->loc.seg_id, y->loc.seg_id);
 				return buf;
 			}
@@ -1145,13 +1145,13 @@ static int sample_records(struct jrec *rs)
 	r->type = JR_CHUNK_LOC;
 	r->ino = 1ULL << 63;
 	r->chunk = JRNL_MAX_CHUNKS - 1;
-	r->loc = (struct jrec_loc){.seg_id = JRNL_MAX_SEG_ID,
+	r->loc = (struct chunk_loc){.seg_id = JRNL_MAX_SEG_ID,
 				   .off = 0x7766554433221100ULL,
 				   .len = JRNL_MAX_CHUNK_SIZE,
 				   .crc = 0x12345678,
 				   .dev = 0xdef0,
 				   .gen = 0xffffffff,
-				   .flags = JRNL_LOC_MAP};
+				   .flags = LOC_F_MAP};
 	r = &rs[n++];
 	r->type = JR_CHUNK_DIRTY;
 	r->ino = 3;
@@ -1529,7 +1529,7 @@ static int model_records(struct jrec *rs, int variant)
 	r->type = JR_CHUNK_LOC;
 	r->ino = 5;
 	r->chunk = 3;
-	r->loc = (struct jrec_loc){.seg_id = 7,
+	r->loc = (struct chunk_loc){.seg_id = 7,
 				   .off = 4096 * (1 + variant),
 				   .len = 1 << 22,
 				   .crc = 0xdeadbeef,
@@ -1610,7 +1610,7 @@ static void model_seed(struct model *m)
 	r.type = JR_CHUNK_LOC;
 	r.ino = 2;
 	r.chunk = 0;
-	r.loc = (struct jrec_loc){.seg_id = 3, .off = 0, .len = 1000, .crc = 1, .dev = 0, .gen = 1};
+	r.loc = (struct chunk_loc){.seg_id = 3, .off = 0, .len = 1000, .crc = 1, .dev = 0, .gen = 1};
 	assert_int_equal(model_apply(s, &r), 0);
 }
 
@@ -2332,7 +2332,7 @@ static void gen_one(uint64_t *rs, const struct mstate *m, struct jrec *r, uint8_
 		r->type = JR_CHUNK_LOC;
 		r->ino = 1 + rndn(rs, NINO - 1);
 		r->chunk = rndn(rs, NCHUNK);
-		r->loc = (struct jrec_loc){.seg_id = 1 + rndn(rs, NSEG - 1),
+		r->loc = (struct chunk_loc){.seg_id = 1 + rndn(rs, NSEG - 1),
 					   .off = rnd(rs) >> 1,
 					   .len = (uint32_t)rndn(rs, JRNL_MAX_LOC_LEN + 1),
 					   .crc = (uint32_t)rnd(rs),
@@ -3001,7 +3001,7 @@ static void replay_bad_record(struct fx *f, const struct jrec *bad, const char *
 	in = idx_get(idx, 5);
 	assert_non_null(in);
 	assert_true(in->nchunks >= 1 && in->nchunks <= 64);
-	assert_int_equal(in->chunks[0].seg_id, 7);
+	assert_int_equal(in->chunks[0].loc.seg_id, 7);
 	/* the record after the cut is not applied (a one-chunk map may be all
 	 * there is: chunks[1] exists only when the map grew) */
 	assert_true(in->nchunks < 2 || in->chunks[1].state != CHUNK_HOT_DIRTY);
@@ -3077,7 +3077,6 @@ static void test_codec_bounds(void **state)
 	};
 	struct jrec bad[] = {
 	    {.type = JR_CHUNK_LOC, .ino = 2, .chunk = JRNL_MAX_CHUNKS, .loc = {.seg_id = 1}},
-	    {.type = JR_CHUNK_LOC, .ino = 2, .loc = {.seg_id = JRNL_MAX_SEG_ID + 1}},
 	    {.type = JR_CHUNK_LOC, .ino = 2, .loc = {.seg_id = 1, .len = JRNL_MAX_LOC_LEN + 1}},
 	    {.type = JR_CHUNK_LOC, .ino = 2,
 	     .loc = {.seg_id = 1, .off = UINT64_MAX - 9, .len = 10}},
@@ -3103,6 +3102,14 @@ static void test_codec_bounds(void **state)
 		if (jrnl_decode(buf, n, &d) != -EBADMSG)
 			fail_msg("out-of-range record %zu (type %u) decoded", i, bad[i].type);
 	}
+	/* a segment id past JRNL_MAX_SEG_ID: 64 bits on the wire, but struct
+	 * chunk_loc holds 32, so the record is patched by hand (payload from
+	 * byte 9: ino, chunk, then the id) */
+	n = jrnl_encode(&(struct jrec){.type = JR_CHUNK_LOC, .ino = 2, .loc = {.seg_id = 1}}, buf);
+	assert_int_equal(jrnl_decode(buf, n, &d), (ssize_t)n);
+	le_put64(buf + 9 + 16, JRNL_MAX_SEG_ID + 1);
+	le_put32(buf + 4, crc32c(crc32c(0, buf, 4), buf + 8, n - 8));
+	assert_int_equal(jrnl_decode(buf, n, &d), -EBADMSG);
 	/* with 64 MiB chunks, a file has at most 2^18 of them */
 	assert_true(jrnl_rec_fits(&ok[0], JRNL_MIN_CHUNK_SIZE));
 	assert_false(jrnl_rec_fits(&ok[0], 64ULL << 20));
@@ -3144,19 +3151,19 @@ static void test_codec_loc_flags(void **state)
 	size_t n;
 
 	(void)state;
-	r.loc = (struct jrec_loc){.seg_id = 9, .off = 4104, .len = 300, .crc = 7, .dev = 3,
+	r.loc = (struct chunk_loc){.seg_id = 9, .off = 4104, .len = 300, .crc = 7, .dev = 3,
 				  .gen = 4};
 	n = jrnl_encode(&r, old);
 	assert_true(n <= sizeof(old));
 	assert_int_equal(jrnl_decode(old, n, &out), (ssize_t)n);
 	assert_int_equal(out.loc.dev, 3);
 	assert_int_equal(out.loc.flags, 0);
-	r.loc.flags = JRNL_LOC_MAP;
+	r.loc.flags = LOC_F_MAP;
 	assert_int_equal(jrnl_encode(&r, buf), n);
 	assert_memory_not_equal(buf, old, n);
 	assert_int_equal(jrnl_decode(buf, n, &out), (ssize_t)n);
 	assert_int_equal(out.loc.dev, 3);
-	assert_int_equal(out.loc.flags, JRNL_LOC_MAP);
+	assert_int_equal(out.loc.flags, LOC_F_MAP);
 	assert_int_equal(out.loc.len, 300);
 	r.loc.flags = 2; /* not a flag this code knows */
 	jrnl_encode(&r, buf);

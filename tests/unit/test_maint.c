@@ -64,10 +64,10 @@ static void assert_live_matches(struct fx *f, struct inode **ins, size_t n)
 		idx_inode_lock(ins[i]);
 		for (uint64_t c = 0; c < ins[i]->nchunks; c++) {
 			struct chunk *ch = &ins[i]->chunks[c];
-			if (!ch->seg_id)
+			if (!ch->loc.seg_id)
 				continue;
-			assert_true(ch->seg_id < cap);
-			want[ch->seg_id] += ch->seg_len;
+			assert_true(ch->loc.seg_id < cap);
+			want[ch->loc.seg_id] += ch->loc.len;
 		}
 		idx_inode_unlock(ins[i]);
 	}
@@ -232,8 +232,8 @@ static int record_read(uint64_t seg, struct inode *in, uint64_t c)
 	int seen = 0;
 
 	idx_inode_lock(in);
-	off = in->chunks[c].seg_off;
-	len = in->chunks[c].seg_len;
+	off = in->chunks[c].loc.off;
+	len = in->chunks[c].loc.len;
 	idx_inode_unlock(in);
 	fake_lock();
 	for (unsigned i = 0; i < fake_current->nreads && !seen; i++) {
@@ -285,9 +285,9 @@ static void test_chunks_changed_while_compacted(void **state)
 	bino = b->ino;
 	assert_int_equal(evict_flush_all(f->t), 0);
 	assert_int_equal(fake_live_segments(), 1);
-	seg = a->chunks[0].seg_id;
-	assert_int_equal(b->chunks[1].seg_id, seg);
-	assert_int_equal(c->chunks[0].seg_id, seg);
+	seg = a->chunks[0].loc.seg_id;
+	assert_int_equal(b->chunks[1].loc.seg_id, seg);
+	assert_int_equal(c->chunks[0].loc.seg_id, seg);
 	assert_int_equal(fx_chunk_state(c, 1), CHUNK_COLD);
 	{
 		struct inode *all[3] = {a, b, c};
@@ -303,11 +303,11 @@ static void test_chunks_changed_while_compacted(void **state)
 	wait_record_read(seg, a, 0);
 	fx_write(f, a, 0, MiB, 11); /* whole chunk: claims it, no restore */
 	assert_int_equal(fx_chunk_state(a, 0), CHUNK_HOT_DIRTY);
-	assert_int_equal(a->chunks[0].seg_id, 0);
+	assert_int_equal(a->chunks[0].loc.seg_id, 0);
 	/* and spilled again: COLD, as the copy was, but in another segment */
 	assert_int_equal(tier_evict_file(f->t, a), 0);
 	assert_int_equal(fx_chunk_state(a, 0), CHUNK_COLD);
-	uint64_t aseg = a->chunks[0].seg_id;
+	uint64_t aseg = a->chunks[0].loc.seg_id;
 	assert_int_not_equal(aseg, seg);
 
 	wait_record_read(seg, b, 0);
@@ -338,14 +338,14 @@ static void test_chunks_changed_while_compacted(void **state)
 		assert_live_matches(f, all, 2);
 	}
 	/* the new segment holds a's chunks 1 and 2, nothing else alive */
-	uint64_t nseg = a->chunks[1].seg_id;
+	uint64_t nseg = a->chunks[1].loc.seg_id;
 	assert_int_not_equal(nseg, 0);
 	assert_int_not_equal(nseg, seg);
-	assert_int_equal(a->chunks[2].seg_id, nseg);
+	assert_int_equal(a->chunks[2].loc.seg_id, nseg);
 	struct seg_where w;
 	assert_int_equal(segtab_where(f->t->segtab, nseg, &w), 0);
-	assert_int_equal(w.live, a->chunks[1].seg_len + a->chunks[2].seg_len);
-	assert_int_equal(a->chunks[0].seg_id, aseg); /* not moved back to the old bytes */
+	assert_int_equal(w.live, a->chunks[1].loc.len + a->chunks[2].loc.len);
+	assert_int_equal(a->chunks[0].loc.seg_id, aseg); /* not moved back to the old bytes */
 
 	assert_int_equal(fx_check_range(f, a, 11, 0, MiB), 0);
 	assert_int_equal(fx_check_range(f, a, 1, MiB, 2 * MiB), 0);

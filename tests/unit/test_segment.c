@@ -134,7 +134,7 @@ static const struct seg_entry sample[3] = {
     {.ino = 42, .chunk = 0, .gen = 7, .off = 4096, .len = 8192, .crc = 0xdeadbeef,
      .chunk_len = 4 << 20},
     {.ino = 42, .chunk = 1, .gen = 9, .off = 12288, .len = 5000, .crc = 0x01020304,
-     .flags = SEG_F_MAP, .chunk_len = 4 << 20},
+     .flags = LOC_F_MAP, .chunk_len = 4 << 20},
     {.ino = 1ull << 40, .chunk = 3, .gen = 1, .off = 20480, .len = 1, .crc = 0, .chunk_len = 1},
 };
 
@@ -191,7 +191,7 @@ static void test_footer_empty(void **state)
 static void test_footer_bounds(void **state)
 {
 	struct seg_entry bad[1] = {
-	    {.ino = 1, .off = 4096, .len = 8193, .flags = SEG_F_MAP, .chunk_len = 1 << 20}};
+	    {.ino = 1, .off = 4096, .len = 8193, .flags = LOC_F_MAP, .chunk_len = 1 << 20}};
 	uint32_t flen = seg_footer_len(4096 + 8192, 1), n;
 	uint64_t seg_len = 4096 + 8192 + flen;
 	struct seg_entry *e = NULL;
@@ -375,7 +375,7 @@ static void test_large_segment(void **state)
 	for (int i = 0; i < 3; i++) {
 		uint8_t *buf = malloc(sz[i]);
 
-		assert_int_equal(ent[i].flags, SEG_F_MAP);
+		assert_int_equal(ent[i].flags, LOC_F_MAP);
 		assert_true(ent[i].len < sz[i] + 1024); /* the map: a few hundred bytes */
 		assert_int_equal(read_whole(f, 78, dev, &ent[i], buf, (uint32_t)sz[i]), 0);
 		assert_memory_equal(buf, data[i], sz[i]);
@@ -561,7 +561,7 @@ static void test_v2_sizes(void **state)
 		} else {
 			uint32_t blocks = (sz[i] + SEG_BLOCK - 1) / SEG_BLOCK;
 
-			assert_int_equal(ent[i].flags, SEG_F_MAP);
+			assert_int_equal(ent[i].flags, LOC_F_MAP);
 			assert_int_equal(ent[i].len, sz[i] + 8 + 4 * blocks + SEG_MAP_TAIL);
 		}
 	}
@@ -619,14 +619,14 @@ static void test_v2_sparse_fd(void **state)
 	/* a chunk of holes only: a map of no extents */
 	assert_int_equal(seg_writer_add_fd(w, 4, 3, 3, hot, base - (4u << 20), chunk, &e2), 0);
 	assert_int_equal(seg_writer_finish(w, &dev, &seg_len), 0);
-	assert_int_equal(e.flags, SEG_F_MAP);
+	assert_int_equal(e.flags, LOC_F_MAP);
 	assert_int_equal(e.chunk_len, chunk);
 	for (size_t i = 0; i < 4; i++)
 		stored += pages[i].len;
 	/* the data pages tmpfs holds, plus the map: not 4 MiB */
 	assert_int_equal(e.len, stored + 4 * 8 + 4 * ((stored + SEG_BLOCK - 1) / SEG_BLOCK) +
 				    SEG_MAP_TAIL);
-	assert_int_equal(e2.flags, SEG_F_MAP);
+	assert_int_equal(e2.flags, LOC_F_MAP);
 	assert_int_equal(e2.len, SEG_MAP_TAIL);
 	assert_true(seg_len < 100 * 1024);
 	assert_int_equal(verify(f, 31, dev, seg_len), 0);

@@ -61,9 +61,9 @@ static void test_register_release(void **state)
 	assert_int_equal(bytes, 1500);
 	assert_int_equal(live, 1300);
 
-	struct chunk c = {.seg_id = a, .seg_len = 300};
+	struct chunk c = {.loc = {.seg_id = a, .len = 300}};
 	segtab_release_chunk(t, &c);
-	assert_int_equal(c.seg_id, 0);
+	assert_int_equal(c.loc.seg_id, 0);
 	segtab_release_bytes(t, b, 500);
 	segtab_totals(t, &n, &bytes, &live);
 	assert_int_equal(live, 500);

@@ -171,8 +171,8 @@ static void test_crc_failure_is_eio_for_that_chunk_only(void **state)
 	in = fx_mk(f, "a", 2 * MiB, 9);
 	assert_int_equal(tier_evict_file(f->t, in), 0);
 	idx_inode_lock(in);
-	seg = in->chunks[0].seg_id;
-	off = in->chunks[0].seg_off;
+	seg = in->chunks[0].loc.seg_id;
+	off = in->chunks[0].loc.off;
 	idx_inode_unlock(in);
 	assert_int_equal(fake_flip(seg, off + 1000), 0);
 	assert_int_equal(fx_check_range(f, in, 9, 0, 4096), -EIO);
@@ -213,8 +213,8 @@ static void test_random_read_restores_nothing(void **state)
 	fake_unlock();
 	/* a flipped byte in chunk 2: EIO, never wrong bytes, still cold */
 	idx_inode_lock(in);
-	seg = in->chunks[2].seg_id;
-	off = in->chunks[2].seg_off;
+	seg = in->chunks[2].loc.seg_id;
+	off = in->chunks[2].loc.off;
 	idx_inode_unlock(in);
 	assert_int_equal(fake_flip(seg, off + 77), 0);
 	assert_int_equal(fx_check_range_flags(f, in, 7, 2 * MiB + 10, 4096, TIER_READ_RANDOM),
@@ -310,9 +310,9 @@ static void test_open_restores_in_file_order(void **state)
 	int first[6];
 	idx_inode_lock(g_in);
 	for (int c = 0; c < 6; c++) {
-		roff[c] = g_in->chunks[c].seg_off;
-		rlen[c] = g_in->chunks[c].seg_len;
-		rseg[c] = g_in->chunks[c].seg_id;
+		roff[c] = g_in->chunks[c].loc.off;
+		rlen[c] = g_in->chunks[c].loc.len;
+		rseg[c] = g_in->chunks[c].loc.seg_id;
 		first[c] = -1;
 	}
 	idx_inode_unlock(g_in);

@@ -696,7 +696,7 @@ static void test_fsync_looks_again_after_a_failed_spill(void **state)
 	assert_int_equal(op_join(&s2), 0);
 	assert_int_equal(fx_chunk_state(in, 0), CHUNK_HOT_CLEAN);
 	idx_inode_lock(in);
-	assert_true(in->chunks[0].seg_id != 0);
+	assert_true(in->chunks[0].loc.seg_id != 0);
 	idx_inode_unlock(in);
 	fake_lock();
 	assert_int_equal(fake_current->puts_finished, 1);
