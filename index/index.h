@@ -36,7 +36,11 @@ enum chunk_state {
 /* One chunk of a regular file. Protected by its inode's lock. */
 struct chunk {
 	uint8_t state;	/* enum chunk_state */
-	uint8_t queued; /* restore queued/in flight */
+	uint8_t queued : 1; /* restore queued/in flight */
+	/* restored ahead of its reader (prefetch, read-ahead) and not read or
+	 * written since: the evictor drops it after the chunks used already
+	 * (tier/evict.c), or a slow reader would restore it twice */
+	uint8_t unread : 1;
 	uint16_t pins;	/* reads/writes in flight on this chunk: not evictable */
 	uint32_t gen;	/* bumped by every write/punch of the chunk */
 	/* index tick of the last access (LRU), its low 32 bits: compare ages
@@ -53,6 +57,13 @@ struct chunk {
 	 * and which blocks of the chunk RAM holds (struct chunk_chain) */
 	struct chunk_chain *chain;
 };
+
+/* A read or a write of the chunk: the LRU's tick, and no longer unread. */
+static inline void chunk_touch(struct chunk *ch, uint32_t tick)
+{
+	ch->atime = tick;
+	ch->unread = 0;
+}
 
 struct inode;
 /* Move chunk c of in (c < in->nchunks) to state `to`: the only writer of

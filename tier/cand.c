@@ -47,7 +47,8 @@ long cand_collect_file(struct tier *t, struct cand_set *cs, struct inode *in, in
 			    (ch->state == CHUNK_HOT_CLEAN && in->pt_opens && !only))
 				continue;
 			struct cand cd = {
-			    .in = in, .c = c, .age = chunk_age(cs->now, ch->atime), .len = len, .state = ch->state};
+			    .in = in, .c = c, .age = chunk_age(cs->now, ch->atime), .len = len, .state = ch->state,
+			    .unread = ch->unread};
 			if (cand_push(cs, &cd) < 0) {
 				cs->oom = 1;
 				break;

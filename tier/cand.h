@@ -21,6 +21,7 @@ struct cand {
 	uint32_t age; /* index ticks since the chunk's last access (mod 2^32) */
 	uint32_t len;
 	uint8_t state;
+	uint8_t unread; /* restored ahead and not read yet (index.h) */
 };
 
 struct cand_set {

@@ -452,7 +452,7 @@ void chain_write_end_locked(struct tier *t, struct inode *in, uint64_t c, uint64
 			k->partial = 0;
 		chunk_set_state(in, c, CHUNK_HOT_DIRTY);
 		ch->gen++;
-		ch->atime = (uint32_t)idx_tick(t->idx);
+		chunk_touch(ch, (uint32_t)idx_tick(t->idx));
 		if (!was_dirty)
 			idx_journal_chunk_locked(t->idx, in, c, 0);
 	}
@@ -483,7 +483,7 @@ void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, ui
 			chain_set(ch->chain->dirty, 0, ch->chain->nbits, 1);
 			chunk_set_state(in, c, CHUNK_HOT_DIRTY);
 			ch->gen++;
-			ch->atime = tick;
+			chunk_touch(ch, (uint32_t)tick);
 			if (!was)
 				idx_journal_chunk_locked(t->idx, in, c, 0);
 			continue;
@@ -495,7 +495,7 @@ void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, ui
 		ch->chain = NULL; /* the hot file holds the chunk whole now */
 		chunk_set_state(in, c, CHUNK_HOT_DIRTY);
 		ch->gen++;
-		ch->atime = tick;
+		chunk_touch(ch, (uint32_t)tick);
 		/* no cold copy now (a spill in flight sees the new gen), so the
 		 * record says dirty: with the copy still set it named the old
 		 * location, whose segment GC then deleted - a kill -9 later

@@ -11,12 +11,21 @@
  *   spill_threshold x budget, when a writer waits, when memory pressure
  *   shrinks the budget (pressure.c), or every 200 ms, and works until usage
  *   is below low_watermark x budget (budget: hot_size, less under pressure):
- *     1. drops HOT_CLEAN chunks, least recently used first (no I/O);
+ *     1. drops HOT_CLEAN chunks that were read or written since they
+ *        came into RAM, least recently used first (no I/O);
  *     2. gathers HOT_DIRTY chunks LRU-first, at least min_spill_size bytes,
  *        sorts them by (inode, chunk), cuts them into segments of about
  *        min_spill_size and writes up to io_workers segments in parallel.
  *        Under pressure (above hard_watermark, or a writer waiting) it also
  *        writes a partial segment rather than wait for min_spill_size.
+ *     3. drops the HOT_CLEAN chunks restored ahead of a reader and not yet
+ *        read (index.h: unread), LRU first: only what steps 1-2 left short,
+ *        and only down to the spill threshold (or one chunk for a waiter).
+ *        A chunk restored ahead is newer than the reader's chunks behind
+ *        it, yet plain LRU took it first (its restore is older than the
+ *        reader's last read), and a reader slower than the restores then
+ *        restored it again: 2.1x the bytes read with restore=open
+ *        (bench/ray/restore_amp.py), as Ray's restores showed.
  * - Spill pool: a workq of io_workers threads created at evict_start, at
  *   most 4 x io_workers jobs queued; a batch (this thread's, an fsync's,
  *   the unmount flush's) keeps at most io_workers segments in it and waits
@@ -414,6 +423,28 @@ static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_by
 	return ret;
 }
 
+/* Drop the clean candidates of cs that are (unread 1) or are not (0)
+ * unread, least recently used first, until got reaches need. Returns
+ * whether any went (the room is announced). */
+static int drop_clean(struct tier *t, struct cand_set *cs, int unread, uint64_t need,
+		      uint64_t *got)
+{
+	int dropped = 0;
+
+	for (size_t i = 0; i < cs->n && *got < need; i++) {
+		if (cs->v[i].state != CHUNK_HOT_CLEAN || cs->v[i].unread != unread)
+			continue;
+		uint64_t before = hot_used(t->hot);
+		drop_and_inval(t, cs->v[i].in, cs->v[i].c);
+		uint64_t after = hot_used(t->hot);
+		*got += before > after ? before - after : 0;
+		dropped = 1;
+	}
+	if (dropped)
+		evict_room_freed(t);
+	return dropped;
+}
+
 static uint64_t usage(struct tier *t)
 {
 	return hot_used(t->hot) + hot_reserved(t->hot);
@@ -447,18 +478,8 @@ static int evict_round(struct tier *t)
 	cand_collect_hot(t, &cs);
 	cand_sort_lru(cs.v, cs.n);
 
-	/* 1. clean chunks, LRU first: no I/O */
-	for (size_t i = 0; i < cs.n && got < need; i++) {
-		if (cs.v[i].state != CHUNK_HOT_CLEAN)
-			continue;
-		uint64_t before = hot_used(t->hot);
-		drop_and_inval(t, cs.v[i].in, cs.v[i].c);
-		uint64_t after = hot_used(t->hot);
-		got += before > after ? before - after : 0;
-		progress = 1;
-	}
-	if (progress)
-		evict_room_freed(t);
+	/* 1. clean chunks used already, LRU first: no I/O */
+	progress = drop_clean(t, &cs, 0, need, &got);
 	/* 2. dirty chunks, LRU first, batched into large segments */
 	if (got < need) {
 		uint64_t want = need - got;
@@ -500,6 +521,13 @@ static int evict_round(struct tier *t)
 			progress = ret == 0;
 		}
 	}
+	/* 3. chunks restored ahead of their readers, last, and only down to
+	 * the spill threshold (prefetch stops there too): each one dropped is
+	 * restored again when its reader gets there */
+	uint64_t thr = (uint64_t)(t->cfg->spill_threshold * limit);
+	uint64_t need_ahead = used > thr ? used - thr : pressure ? t->chunk_size : 0;
+	if (got < need_ahead && drop_clean(t, &cs, 1, need_ahead, &got))
+		progress = 1;
 	cand_free(t, &cs);
 	return progress;
 }

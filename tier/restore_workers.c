@@ -165,6 +165,9 @@ static void job_run(struct workq *q, struct workq_job *wj, void *arg)
 				 * first: fetch it at normal priority */
 				uring_set_ioprio(j->ahead || j->c < 2 ? IOPRIO_NORMAL : IOPRIO_IDLE);
 				chunk_set_state(in, j->c, CHUNK_RESTORING);
+				/* until its reader reads it (a read beside the
+				 * restore counts too) */
+				ch->unread = 1;
 				restore_pub_locked(t, in, j->c);
 			}
 		}

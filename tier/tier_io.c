@@ -168,7 +168,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		}
 		uint64_t tick = idx_tick(t->idx);
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
-			in->chunks[c].atime = tick;
+			chunk_touch(&in->chunks[c], (uint32_t)tick);
 	}
 	io->fd = in->hot_fd;
 	io->off = off;

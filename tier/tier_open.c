@@ -42,7 +42,7 @@ static void mark_changed_locked(struct tier *t, struct inode *in, uint64_t first
 		}
 		chunk_set_state(in, c, CHUNK_HOT_DIRTY); /* a spill in flight sees the new gen */
 		ch->gen++;
-		ch->atime = tick;
+		chunk_touch(ch, (uint32_t)tick);
 	}
 }
 
@@ -59,7 +59,8 @@ static uint64_t size_chunks(const struct tier *t, const struct inode *in)
 	return (in->size + t->chunk_size - 1) / t->chunk_size;
 }
 
-/* An open or a close is an access: the evictor takes the file last. */
+/* An open or a close is an access: the evictor takes the file last. Not a
+ * read of its chunks (an unread chunk stays unread: index.h). */
 static void touch_all_locked(struct tier *t, struct inode *in)
 {
 	uint32_t tick = (uint32_t)idx_tick(t->idx);

@@ -394,6 +394,39 @@ static void test_reader_reads_beside_a_restore(void **state)
 	idx_put(f->idx, g_in);
 }
 
+/* Chunks restored ahead of a reader and not read yet are dropped after
+ * the chunks the reader has read, although plain LRU would take them
+ * first (their restore is older than the reader's last read): a reader
+ * slower than the restores then restored each chunk twice (Ray's
+ * restores, bench/ray/restore_amp.py). */
+static void test_unread_ahead_chunks_stay_before_read_ones(void **state)
+{
+	struct fx *f = *state;
+
+	fx_cfg_defaults(f, 16 * MiB);
+	fx_start(f);
+	g_in = fx_mk(f, "a", 8 * MiB, 1);
+	assert_int_equal(tier_evict_file(f->t, g_in), 0);
+	restore_ahead(f->t, g_in, 0, 7);
+	assert_true(fx_wait_for(all_hot, f, 10000));
+	/* the reader reads chunks 0 and 1; 2..7 wait for it, unread */
+	assert_int_equal(fx_check_range(f, g_in, 1, 0, 2 * MiB), 0);
+	/* 6 MiB more: over the threshold (12 of 16 MiB) */
+	struct inode *b = fx_mk(f, "b", 6 * MiB, 2);
+	assert_true(fx_wait_for(any_cold, f, 10000));
+	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
+	assert_int_equal(fx_chunk_state(g_in, 0), CHUNK_COLD);
+	assert_int_equal(fx_chunk_state(g_in, 1), CHUNK_COLD);
+	for (uint64_t c = 2; c < 8; c++)
+		if (fx_chunk_state(g_in, c) != CHUNK_HOT_CLEAN)
+			fail_msg("chunk %llu, restored ahead and unread, was dropped (state %d)",
+				 (unsigned long long)c, fx_chunk_state(g_in, c));
+	fx_check_all(f, g_in, 1, 8 * MiB);
+	fx_check_all(f, b, 2, 6 * MiB);
+	idx_put(f->idx, b);
+	idx_put(f->idx, g_in);
+}
+
 /* RAM full of pinned data: a read of a cold chunk does not wait for room
  * that cannot come; it overshoots hot_size by its chunk. */
 static void test_cold_read_never_waits_for_impossible_room(void **state)
@@ -438,6 +471,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_reader_reads_beside_a_restore, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_open_restores_in_file_order, fx_setup, fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_unread_ahead_chunks_stay_before_read_ones, fx_setup,
+					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_cold_read_never_waits_for_impossible_room, fx_setup,
 					    fx_teardown),
 	};
