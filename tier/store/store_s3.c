@@ -819,6 +819,7 @@ static void s3_close(struct store *st)
 
 const struct store_ops s3_ops = {
     .name = "s3",
+    .tier = STORE_TIER_S3,
     .put_begin = s3_put_begin,
     .put_append = s3_put_append,
     .put_window = s3_put_window,
