@@ -81,7 +81,7 @@ struct rst_part {
 	uint64_t ino, c;       /* key, set while hashed (restore.plock) */
 	/* the rest: protected by the inode's lock */
 	int failed;	  /* the rest failed: no new reader of it */
-	int tier;	  /* cold tier it comes from (0 nvme, 1 s3) */
+	struct cold_rec rec; /* the chunk's record, located when it began */
 	int64_t reserved; /* hot room held until the rest is in */
 	uint64_t t0;	  /* restore start */
 	/* the reader's blocks, verified, answered from memory and not yet in
@@ -315,19 +315,17 @@ static int chain_restore_locked(struct tier *t, struct inode *in, uint64_t c)
 	return restore_end_locked(t, in, c, ret, t0, tier, reserved);
 }
 
-int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
+/* The whole-chunk restore of chunk c (RESTORING, no chain) from its record
+ * rec, located. */
+static int restore_rec_locked(struct tier *t, struct inode *in, uint64_t c, struct cold_rec *rec)
 {
-	if (in->chunks[c].chain)
-		return chain_restore_locked(t, in, c);
-	struct chunk *ch = &in->chunks[c];
-	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = ch->seg_id, off = c * t->chunk_size, t0 = clock_now_ns();
+	uint64_t off = c * t->chunk_size, t0 = clock_now_ns();
 	/* room: a plain record is its bytes from offset 0; a mapped one may
 	 * spread anywhere in the chunk (only its extents get written) */
-	uint32_t need = e.flags ? tier_chunk_len(t, in->size, c) : e.len;
+	uint32_t need = rec->e.flags ? tier_chunk_len(t, in->size, c) : rec->e.len;
 	struct seg_chunk sc = {0};
 	int64_t reserved = 0;
-	int fd, ret, tier = 0;
+	int fd, ret;
 
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0) {
@@ -342,7 +340,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	 * overshoots hot_size by the chunks in flight (at most io_workers +
 	 * readers); the evictor drops them first, as they are clean. */
 	reserved = evict_room_for_restore(t, fd, off, need);
-	ret = tier_seg_read(t, seg, &e, 0, 0, 1, &sc, &tier);
+	ret = cold_read_whole(t, rec, &sc);
 	/* the data extents only: holes stay holes in the hot file too */
 	for (uint32_t i = 0, pos = 0; ret == 0 && i < sc.next; pos += sc.ext[i].len, i++)
 		ret = hot_write_full(fd, sc.data + pos, sc.ext[i].len, off + sc.ext[i].off);
@@ -352,9 +350,27 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	idx_inode_lock(in);
 	if (ret < 0)
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
-			(unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)seg,
-			strerror(-ret));
-	return restore_end_locked(t, in, c, ret, t0, tier, reserved);
+			(unsigned long long)in->ino, (unsigned long long)c,
+			(unsigned long long)rec->seg, strerror(-ret));
+	return restore_end_locked(t, in, c, ret, t0, rec->tier, reserved);
+}
+
+/* Chunk c's cold record, located (in->lock held). */
+static void locate_chunk(struct tier *t, const struct inode *in, uint64_t c, struct cold_rec *rec)
+{
+	struct seg_entry e = tier_chunk_entry(in, c);
+
+	cold_locate(t, in->chunks[c].seg_id, &e, rec);
+}
+
+int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	struct cold_rec rec;
+
+	if (in->chunks[c].chain)
+		return chain_restore_locked(t, in, c);
+	locate_chunk(t, in, c, &rec);
+	return restore_rec_locked(t, in, c, &rec);
 }
 
 /* When the reader's bytes [rlo, rhi) of the chunk lie inside one data extent
@@ -372,18 +388,18 @@ static const void *reply_bytes(const struct seg_chunk *sc, uint64_t rlo, uint64_
 	return NULL;
 }
 
-/* First step of a partial restore of chunk c (RESTORING, p fresh): blocks
- * [b0, b1] only, which cover the reader's bytes [rlo, rhi). With mem, when
- * those bytes are all data, they are not written into the hot file here:
- * *mem points at them in the verified read buffer, which p holds until
- * restore_rest_locked writes them (after the reply). On failure the chunk
- * is COLD again and p is gone. */
-static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p,
-			     uint32_t b0, uint32_t b1, uint64_t rlo, uint64_t rhi,
-			     const void **mem)
+/* First step of a partial restore of chunk r->c (RESTORING, p fresh) from
+ * its record rec: the blocks covering the reader's bytes [r->lo, r->hi)
+ * only. When the read lies in this chunk (r->one) and those bytes are all
+ * data, they are not written into the hot file here: r->mem points at them
+ * in the verified read buffer, which p holds until restore_rest_locked
+ * writes them (after the reply). On failure the chunk is COLD again and p
+ * is gone. */
+static int part_first_locked(struct tier *t, struct inode *in, struct chunk_read *r,
+			     struct rst_part *p, const struct cold_rec *rec)
 {
-	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
+	uint64_t c = r->c, base = c * t->chunk_size;
+	uint32_t b0 = (uint32_t)(r->lo / SEG_BLOCK), b1 = (uint32_t)((r->hi - 1) / SEG_BLOCK);
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	uint64_t lo = (uint64_t)b0 * SEG_BLOCK, hi = (uint64_t)(b1 + 1) * SEG_BLOCK;
 	struct seg_chunk sc;
@@ -391,6 +407,7 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 
 	if (hi > clen)
 		hi = clen;
+	p->rec = *rec;
 	p->t0 = clock_now_ns();
 	fd = hot_fd_get_locked(t->hot, in); /* kept until the rest is in */
 	if (fd < 0) {
@@ -399,8 +416,8 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 	}
 	idx_inode_unlock(in);
 	p->reserved = evict_room_for_restore(t, fd, base, clen);
-	ret = tier_seg_read(t, seg, &e, lo, hi - lo, 0, &sc, &p->tier);
-	if (ret == 0 && mem && (*mem = reply_bytes(&sc, rlo, rhi))) {
+	ret = cold_read(t, &p->rec, lo, hi - lo, &sc);
+	if (ret == 0 && r->one && (r->mem = reply_bytes(&sc, r->lo, r->hi))) {
 		/* answered from sc; written and published after the reply */
 		p->sc = sc;
 		if (sc.ext == sc.in_) /* the inline extents moved with it */
@@ -430,7 +447,7 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 		  (off_t)(hi - lo));
 	log_err("restore: inode %llu chunk %llu bytes [%llu, %llu) from segment %llu: %s",
 		(unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)lo,
-		(unsigned long long)hi, (unsigned long long)seg, strerror(-ret));
+		(unsigned long long)hi, (unsigned long long)rec->seg, strerror(-ret));
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);
 	if (p->reserved > 0)
@@ -443,29 +460,30 @@ out_cold:
 	return ret;
 }
 
-/* Bytes [lo, hi) of chunk c (RESTORING: its cold copy is what the chunk
- * holds, and stays) read and verified from that copy, restoring nothing.
- * *mem points at them in *buf (seg_buf_free it): the verified read window
- * itself when they are all data, else a copy with the holes zeroed.
- * in->lock held; dropped during I/O. 0 or -errno. */
-static int read_cold_copy_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
-				 uint64_t hi, const void **mem, void **buf, int *tier)
+/* The reader's bytes [r->lo, r->hi) of chunk r->c (RESTORING: its cold copy,
+ * rec, is what the chunk holds, and stays) read and verified from that
+ * copy, restoring nothing. r->mem points at them in r->buf: the verified
+ * read window itself when they are all data, else a copy with the holes
+ * zeroed; r->tier is where they came from. in->lock held; dropped during
+ * I/O. 0 or -errno. */
+static int read_cold_copy_locked(struct tier *t, struct inode *in, struct chunk_read *r,
+				 struct cold_rec *rec)
 {
-	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = in->chunks[c].seg_id;
+	uint64_t lo = r->lo, hi = r->hi;
 	struct seg_chunk sc;
 	int ret;
 
 	idx_inode_unlock(in);
-	ret = tier_seg_read(t, seg, &e, lo, hi - lo, 0, &sc, tier);
-	if (ret == 0 && (*mem = reply_bytes(&sc, lo, hi))) {
-		*buf = sc.buf_; /* kept for the reply */
+	ret = cold_read(t, rec, lo, hi - lo, &sc);
+	r->tier = rec->tier;
+	if (ret == 0 && (r->mem = reply_bytes(&sc, lo, hi))) {
+		r->buf = sc.buf_; /* kept for the reply */
 		sc.buf_ = NULL;
-	} else if (ret == 0 && !(*buf = seg_buf_alloc(hi - lo))) {
+	} else if (ret == 0 && !(r->buf = seg_buf_alloc(hi - lo))) {
 		ret = -ENOMEM;
 	} else if (ret == 0) {
-		seg_chunk_copy(&sc, lo, (uint32_t)(hi - lo), *buf);
-		*mem = *buf;
+		seg_chunk_copy(&sc, lo, (uint32_t)(hi - lo), r->buf);
+		r->mem = r->buf;
 	}
 	seg_chunk_free(&sc);
 	idx_inode_lock(in);
@@ -474,123 +492,270 @@ static int read_cold_copy_locked(struct tier *t, struct inode *in, uint64_t c, u
 	return ret;
 }
 
-int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
-			int *rest, int *tier, const void **mem, void **buf, unsigned how)
+/*
+ * The read plan: what a read of a chunk does at one look at it (in->lock
+ * held). read_plan_locked is the one place that decides, from the chunk's
+ * state and what the reader asked (struct chunk_read); one executor per
+ * plan does it (plan_run). An executor that waited, or changed the chunk,
+ * returns PLAN_AGAIN: the chunk is looked at again (the lock was dropped).
+ */
+enum plan_kind {
+	PLAN_RAM,	   /* in RAM: the reader reads the hot file */
+	PLAN_FILL,	   /* RAM holds part of a chain: the range from it first */
+	PLAN_CHAIN_PART,   /* a COLD chain: held in part from now, the range filled */
+	PLAN_PUBLISHED,	   /* restored in blocks and the range's are in: read them */
+	PLAN_BESIDE,	   /* restored in blocks: the range from the cold copy beside it */
+	PLAN_WAIT,	   /* being restored: wait for it */
+	PLAN_DIRECT,	   /* COLD: the range from the cold copy, nothing restored */
+	PLAN_DIRECT_CHAIN, /* the same of a chain: each block from its newest record */
+	PLAN_PARTIAL,	   /* COLD, mapped: the range's blocks now, the rest after the reply */
+	PLAN_WHOLE,	   /* COLD: the whole chunk restored */
+	PLAN_KINDS
+};
+
+#define PLAN_AGAIN 1 /* an executor's "look at the chunk again" */
+
+/* A read's plan, kept across its looks at the chunk. */
+struct read_plan {
+	enum plan_kind kind;
+	int looked;	     /* the first look was taken (direct decided) */
+	int direct;	     /* a random reader found the chunk COLD, no worker on it */
+	int located;	     /* rec is set */
+	struct cold_rec rec; /* the chunk's record, located once per read */
+	struct rst_part *p;  /* PUBLISHED, BESIDE: the restore in blocks */
+};
+
+static int in_cold(const struct chunk *ch)
 {
-	uint32_t b0 = (uint32_t)(lo / SEG_BLOCK), b1 = (uint32_t)((hi - 1) / SEG_BLOCK);
-	struct rst_part *p;
+	return ch->state == CHUNK_COLD || ch->state == CHUNK_RESTORING;
+}
+
+/* The chunk's record, located once per read (again only when the chunk has
+ * another record by now); the first location is the read's cold tier. */
+static void plan_locate(struct tier *t, struct inode *in, struct chunk_read *r,
+			struct read_plan *pl)
+{
+	struct seg_entry e = tier_chunk_entry(in, r->c);
+
+	if (pl->located && pl->rec.seg == in->chunks[r->c].seg_id) {
+		pl->rec.e = e;
+		return;
+	}
+	cold_locate(t, in->chunks[r->c].seg_id, &e, &pl->rec);
+	if (!pl->located)
+		r->tier = pl->rec.tier;
+	pl->located = 1;
+}
+
+/* The plan of a COLD chunk that has no chain. */
+static enum plan_kind plan_cold(struct tier *t, struct inode *in, struct chunk_read *r,
+				const struct read_plan *pl, int mem_ok)
+{
+	const struct chunk *ch = &in->chunks[r->c];
+	uint32_t clen = tier_chunk_len(t, in->size, r->c);
+	uint64_t b0 = r->lo / SEG_BLOCK, b1 = (r->hi - 1) / SEG_BLOCK;
+	int mapped = (ch->seg_flags & CHUNK_LOC_MAP) != 0;
+
+	/* a v1 record is read whole: direct only when it is one block */
+	if (pl->direct && mem_ok && (mapped || ch->seg_len <= SEG_BLOCK))
+		return PLAN_DIRECT;
+	/* one crc for the record (v1, small), or the range is the chunk: whole */
+	if (r->may_rest && mapped && r->hi <= clen && (b1 + 1 - b0) * SEG_BLOCK < clen)
+		return PLAN_PARTIAL;
+	return PLAN_WHOLE;
+}
+
+static enum plan_kind read_plan_locked(struct tier *t, struct inode *in, struct chunk_read *r,
+				       struct read_plan *pl)
+{
+	const struct chunk *ch = &in->chunks[r->c]; /* the map may move while unlocked */
+	uint32_t b0 = (uint32_t)(r->lo / SEG_BLOCK), b1 = (uint32_t)((r->hi - 1) / SEG_BLOCK);
+	int mem_ok;
+
+	if (!pl->looked) {
+		/* a random reader's read of a chunk it finds COLD, and no
+		 * worker restoring: read directly (decided at the first look) */
+		pl->direct = r->random && r->one &&
+			     ch->state == CHUNK_COLD && !ch->queued;
+		pl->looked = 1;
+	}
+	if (!in_cold(ch))
+		return chain_partial(ch) ? PLAN_FILL : PLAN_RAM;
+	plan_locate(t, in, r, pl);
+	mem_ok = r->one && r->hi <= tier_chunk_len(t, in->size, r->c);
+	if (ch->state == CHUNK_RESTORING) {
+		pl->p = part_find(t, in->ino, r->c);
+		if (!pl->p || pl->p->failed)
+			return PLAN_WAIT;
+		if (part_has(pl->p, b0, b1))
+			return PLAN_PUBLISHED;
+		/* a stream's blocks are next anyway: it waits for them */
+		return mem_ok && !r->stream ? PLAN_BESIDE : PLAN_WAIT;
+	}
+	if (ch->chain)
+		return pl->direct && mem_ok ? PLAN_DIRECT_CHAIN : PLAN_CHAIN_PART;
+	return plan_cold(t, in, r, pl, mem_ok);
+}
+
+typedef int (*plan_fn)(struct tier *t, struct inode *in, struct chunk_read *r,
+		       struct read_plan *pl);
+
+static int run_ram(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
+{
+	(void)t, (void)in, (void)r, (void)pl;
+	return 0;
+}
+
+static int run_fill(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
+{
+	int ret = chain_fill_locked(t, in, r->c, r->lo, r->hi);
+	const struct chunk *ch = &in->chunks[r->c];
+
+	(void)pl;
+	if (ret < 0)
+		return ret;
+	/* dropped meanwhile: look again */
+	return chain_partial(ch) && !in_cold(ch) ? 0 : PLAN_AGAIN;
+}
+
+/* The blocks of the range only, the chunk then held in part (RAM and the
+ * chain agree: clean); a stream's whole segment blocks (read and verified
+ * anyway). The workers restoring ahead of a stream restore whole chains. */
+static int run_chain_part(struct tier *t, struct inode *in, struct chunk_read *r,
+			  struct read_plan *pl)
+{
+	uint64_t clen = tier_chunk_len(t, in->size, r->c), a = r->lo, z = r->hi;
 	int ret;
 
-	*tier = -1;
-	if (mem)
-		*mem = NULL;
-	for (;;) {
-		struct chunk *ch = &in->chunks[c]; /* the map may move while unlocked */
-		uint32_t clen;
-
-		if (chain_partial(ch) && ch->state != CHUNK_COLD && ch->state != CHUNK_RESTORING) {
-			/* RAM holds part of it: the rest of the range from the chain */
-			if ((ret = chain_fill_locked(t, in, c, lo, hi)) < 0)
-				return ret;
-			ch = &in->chunks[c];
-			if (chain_partial(ch) && ch->state != CHUNK_COLD &&
-			    ch->state != CHUNK_RESTORING)
-				break;
-			continue; /* dropped meanwhile: look again */
-		}
-		if (ch->state != CHUNK_COLD && ch->state != CHUNK_RESTORING)
-			break;
-		if (*tier < 0) {
-			struct store *st;
-			uint32_t dev;
-			*tier = 0;
-			if (segtab_locate(t->segtab, ch->seg_id, &st, &dev) == 0)
-				*tier = tier_of(st);
-		}
-		clen = tier_chunk_len(t, in->size, c);
-		if (ch->state == CHUNK_RESTORING) {
-			p = part_find(t, in->ino, c);
-			if (p && !p->failed && part_has(p, b0, b1)) {
-				/* its blocks are in: read them while the rest comes */
-				__atomic_add_fetch(&t->st.published_reads, 1, __ATOMIC_RELAXED);
-				break;
-			}
-			/* a restore in blocks (p) holds the cold copy still: read
-			 * the blocks from it rather than wait for their turn */
-			if (p && !p->failed && (how & RR_BESIDE) && mem && hi <= clen) {
-				p->beside++;
-				ret = read_cold_copy_locked(t, in, c, lo, hi, mem, buf, tier);
-				p->beside--;
-				idx_inode_wake(in);
-				if (ret < 0)
-					return ret;
-				break;
-			}
-			idx_inode_wait(in);
-			continue;
-		}
-		if ((how & RR_DIRECT) && mem && hi <= clen && ch->chain) {
-			/* a chain: each block from the newest record that has it */
-			if (!(*buf = seg_buf_alloc(hi - lo)))
-				return -ENOMEM;
-			chunk_set_state(in, c, CHUNK_RESTORING);
-			ret = chain_read_cold_locked(t, in, c, lo, hi, *buf, tier);
-			chunk_set_state(in, c, CHUNK_COLD);
-			idx_inode_wake(in);
-			if (ret < 0) {
-				seg_buf_free(*buf);
-				*buf = NULL;
-				return ret;
-			}
-			*mem = *buf;
-			__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
-			break;
-		}
-		if (ch->chain && ch->state == CHUNK_COLD) {
-			/* the blocks of the range only, the chunk then held in
-			 * part (RAM and the chain agree: clean); a stream's whole
-			 * segment blocks (read and verified anyway). The workers
-			 * restoring ahead of a stream restore whole chains. */
-			uint64_t a = lo, z = hi;
-			if (how & RR_STREAM) {
-				a -= a % SEG_BLOCK;
-				z = (z + SEG_BLOCK - 1) / SEG_BLOCK * SEG_BLOCK;
-				z = z < clen ? z : (clen > hi ? clen : hi);
-			}
-			chunk_set_state(in, c, CHUNK_HOT_CLEAN);
-			ch->chain->partial = 1;
-			if ((ret = chain_fill_locked(t, in, c, a, z)) < 0)
-				return ret;
-			continue;
-		}
-		/* a v1 record is read whole: direct only when it is one block */
-		if ((how & RR_DIRECT) && mem && hi <= clen &&
-		    ((ch->seg_flags & CHUNK_LOC_MAP) || ch->seg_len <= SEG_BLOCK)) {
-			/* RESTORING meanwhile (no p: other readers and writers
-			 * wait, the maintenance worker keeps the segment) */
-			chunk_set_state(in, c, CHUNK_RESTORING);
-			ret = read_cold_copy_locked(t, in, c, lo, hi, mem, buf, tier);
-			chunk_set_state(in, c, CHUNK_COLD);
-			idx_inode_wake(in);
-			if (ret < 0)
-				return ret;
-			break;
-		}
-		chunk_set_state(in, c, CHUNK_RESTORING);
-		if (rest && (ch->seg_flags & CHUNK_LOC_MAP) && hi <= clen && !ch->chain &&
-		    (uint64_t)(b1 + 1 - b0) * SEG_BLOCK < clen &&
-		    (p = part_new(t, in->ino, c))) {
-			if ((ret = part_first_locked(t, in, c, p, b0, b1, lo, hi, mem)) < 0)
-				return ret;
-			*rest = 1;
-			break;
-		}
-		/* one crc for the record (v1, small), or the range is the chunk */
-		if ((ret = restore_chunk_locked(t, in, c)) < 0)
-			return ret;
+	(void)pl;
+	if (r->stream) {
+		a -= a % SEG_BLOCK;
+		z = (z + SEG_BLOCK - 1) / SEG_BLOCK * SEG_BLOCK;
+		z = z < clen ? z : (clen > r->hi ? clen : r->hi);
 	}
-	in->chunks[c].pins++;
+	chunk_set_state(in, r->c, CHUNK_HOT_CLEAN);
+	in->chunks[r->c].chain->partial = 1;
+	ret = chain_fill_locked(t, in, r->c, a, z);
+	return ret < 0 ? ret : PLAN_AGAIN;
+}
+
+static int run_published(struct tier *t, struct inode *in, struct chunk_read *r,
+			 struct read_plan *pl)
+{
+	(void)in, (void)r, (void)pl;
+	/* its blocks are in: read them while the rest comes */
+	__atomic_add_fetch(&t->st.published_reads, 1, __ATOMIC_RELAXED);
 	return 0;
+}
+
+/* A restore in blocks (pl->p) holds the cold copy still: read the range
+ * from it rather than wait for its turn (the restore ends after us). */
+static int run_beside(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
+{
+	int ret;
+
+	pl->p->beside++;
+	ret = read_cold_copy_locked(t, in, r, &pl->rec);
+	pl->p->beside--;
+	idx_inode_wake(in);
+	return ret;
+}
+
+static int run_wait(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
+{
+	(void)t, (void)r, (void)pl;
+	idx_inode_wait(in);
+	return PLAN_AGAIN;
+}
+
+/* RESTORING meanwhile (no p: other readers and writers wait, the
+ * maintenance worker keeps the segment), COLD again after. */
+static int run_direct(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
+{
+	int ret;
+
+	chunk_set_state(in, r->c, CHUNK_RESTORING);
+	ret = read_cold_copy_locked(t, in, r, &pl->rec);
+	chunk_set_state(in, r->c, CHUNK_COLD);
+	idx_inode_wake(in);
+	return ret;
+}
+
+static int run_direct_chain(struct tier *t, struct inode *in, struct chunk_read *r,
+			    struct read_plan *pl)
+{
+	int ret;
+
+	(void)pl;
+	if (!(r->buf = seg_buf_alloc(r->hi - r->lo)))
+		return -ENOMEM;
+	chunk_set_state(in, r->c, CHUNK_RESTORING);
+	ret = chain_read_cold_locked(t, in, r->c, r->lo, r->hi, r->buf, &r->tier);
+	chunk_set_state(in, r->c, CHUNK_COLD);
+	idx_inode_wake(in);
+	if (ret < 0) {
+		seg_buf_free(r->buf);
+		r->buf = NULL;
+		return ret;
+	}
+	r->mem = r->buf;
+	__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static int run_whole(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
+{
+	int ret;
+
+	chunk_set_state(in, r->c, CHUNK_RESTORING);
+	ret = restore_rec_locked(t, in, r->c, &pl->rec);
+	return ret < 0 ? ret : PLAN_AGAIN;
+}
+
+static int run_partial(struct tier *t, struct inode *in, struct chunk_read *r,
+		       struct read_plan *pl)
+{
+	struct rst_part *p = part_new(t, in->ino, r->c);
+	int ret;
+
+	if (!p) /* no memory for its entry: the whole chunk */
+		return run_whole(t, in, r, pl);
+	chunk_set_state(in, r->c, CHUNK_RESTORING);
+	if ((ret = part_first_locked(t, in, r, p, &pl->rec)) < 0)
+		return ret;
+	r->rest = 1;
+	return 0;
+}
+
+static const plan_fn plan_run[PLAN_KINDS] = {
+    [PLAN_RAM] = run_ram,
+    [PLAN_FILL] = run_fill,
+    [PLAN_CHAIN_PART] = run_chain_part,
+    [PLAN_PUBLISHED] = run_published,
+    [PLAN_BESIDE] = run_beside,
+    [PLAN_WAIT] = run_wait,
+    [PLAN_DIRECT] = run_direct,
+    [PLAN_DIRECT_CHAIN] = run_direct_chain,
+    [PLAN_PARTIAL] = run_partial,
+    [PLAN_WHOLE] = run_whole,
+};
+
+int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r)
+{
+	struct read_plan pl = {0};
+	int ret;
+
+	r->rest = 0;
+	r->tier = -1;
+	r->mem = NULL;
+	r->buf = NULL;
+	do {
+		pl.kind = read_plan_locked(t, in, r, &pl);
+		ret = plan_run[pl.kind](t, in, r, &pl);
+	} while (ret == PLAN_AGAIN);
+	if (ret == 0)
+		in->chunks[r->c].pins++;
+	return ret;
 }
 
 /* Write the held reader's blocks of p (see part_first_locked) into the hot
@@ -619,7 +784,7 @@ static int part_put_held(struct tier *t, struct inode *in, struct rst_part *p, i
 }
 
 /*
- * Bring in the blocks of chunk c (clen bytes, record e in segment seg) that
+ * Bring in the blocks of p's chunk (clen bytes, record p->rec, located) that
  * p does not have, in chunk order, a piece at a time: each piece is read,
  * verified, written into the hot file (fd) and published in p->have, so a
  * reader waiting for one of its blocks goes on while the rest still
@@ -627,18 +792,15 @@ static int part_put_held(struct tier *t, struct inode *in, struct rst_part *p, i
  * range is one GET (a request costs more than the bytes). Only this thread
  * sets bits of p->have meanwhile. in->lock not held. 0 or -errno.
  */
-static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p, int fd,
-		     const struct seg_entry *e, uint64_t seg, uint32_t clen)
+static int part_fill(struct tier *t, struct inode *in, struct rst_part *p, int fd, uint32_t clen)
 {
 	uint32_t nb = (clen + SEG_BLOCK - 1) / SEG_BLOCK, per = PUB_PIECE / SEG_BLOCK;
-	uint64_t base = c * t->chunk_size, done = 0;
-	struct store *st;
-	uint32_t dev;
+	uint64_t base = p->c * t->chunk_size, done = 0;
 	int ret;
 
 	if ((ret = part_put_held(t, in, p, fd, base)) < 0)
 		return ret;
-	if (segtab_locate(t->segtab, seg, &st, &dev) == 0 && tier_of(st))
+	if (p->rec.tier == STORE_TIER_S3)
 		per = nb;
 	for (uint32_t b = 0; ret == 0 && b < nb; b += per) {
 		uint32_t end = b + per < nb ? b + per : nb, m0 = end, m1 = 0;
@@ -655,7 +817,7 @@ static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_pa
 		uint64_t lo = (uint64_t)m0 * SEG_BLOCK, hi = (uint64_t)(m1 + 1) * SEG_BLOCK;
 		if (hi > clen)
 			hi = clen;
-		if ((ret = tier_seg_read(t, seg, e, lo, hi - lo, 0, &sc, &p->tier)) < 0)
+		if ((ret = cold_read(t, &p->rec, lo, hi - lo, &sc)) < 0)
 			break;
 		/* only the runs of missing blocks: a reader may be reading the others */
 		for (uint32_t k = m0; ret == 0 && k <= m1;) {
@@ -690,13 +852,12 @@ static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_pa
  * p is gone afterwards. 0 or -errno. */
 static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p)
 {
-	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = in->chunks[c].seg_id, base = c * t->chunk_size;
+	uint64_t base = c * t->chunk_size;
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	int fd = in->hot_fd, ret;
 
 	idx_inode_unlock(in);
-	ret = part_fill(t, in, c, p, fd, &e, seg, clen);
+	ret = part_fill(t, in, p, fd, clen);
 	idx_inode_lock(in);
 	part_wait_beside_locked(in, p);
 	if (ret == 0) {
@@ -706,7 +867,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.restore_ns, ns, __ATOMIC_RELAXED);
 		hist_observe(&t->st.h_restore, ns);
-		lhist_observe(&t->st.h_rst[p->tier], ns);
+		lhist_observe(&t->st.h_rst[p->rec.tier], ns);
 	} else {
 		/* readers of the blocks in RAM finish first, none start; then
 		 * the range goes (bounded: readers hold a pin only while the
@@ -731,7 +892,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 		chunk_set_state(in, c, CHUNK_COLD);
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
 			(unsigned long long)in->ino, (unsigned long long)c,
-			(unsigned long long)seg, strerror(-ret));
+			(unsigned long long)p->rec.seg, strerror(-ret));
 	}
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);
@@ -765,6 +926,7 @@ int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
 	if (!(in->chunks[c].seg_flags & CHUNK_LOC_MAP) || clen <= PUB_PIECE || in->chunks[c].chain ||
 	    part_find(t, in->ino, c) || !(p = part_new(t, in->ino, c)))
 		return restore_chunk_locked(t, in, c);
+	locate_chunk(t, in, c, &p->rec);
 	p->t0 = clock_now_ns();
 	fd = hot_fd_get_locked(t->hot, in); /* put by part_finish_locked */
 	if (fd < 0) {
