@@ -48,7 +48,9 @@
  * - Sequential readers: the fs layer asks for io_workers chunks ahead
  *   (restore_ahead); those jobs go before the prefetch queue and run at
  *   normal I/O priority, prefetch at idle priority. The workers and their
- *   queue are restore_workers.c; the room's state is restore_i.h.
+ *   queue are restore_workers.c; the room's state is restore_i.h. What a
+ *   read of a chunk does (read directly, beside, wait, restore in part or
+ *   whole) is decided in one place, restore_read.c (read_plan_locked).
  */
 #include "tier/restore.h"
 #include "tier/restore_i.h"
@@ -72,29 +74,6 @@
 
 _Static_assert(SEG_F_MAP == CHUNK_LOC_MAP, "segment and index record flags differ");
 
-/* Blocks of the largest chunk (JRNL_MAX_CHUNK_SIZE) */
-#define PART_BLKS ((64u << 20) / SEG_BLOCK)
-
-/* A chunk being restored in two steps. See DESIGN. */
-struct rst_part {
-	struct rst_part *next; /* hash chain or free list (restore.plock) */
-	uint64_t ino, c;       /* key, set while hashed (restore.plock) */
-	/* the rest: protected by the inode's lock */
-	int failed;	  /* the rest failed: no new reader of it */
-	struct cold_rec rec; /* the chunk's record, located when it began */
-	int64_t reserved; /* hot room held until the rest is in */
-	uint64_t t0;	  /* restore start */
-	/* the reader's blocks, verified, answered from memory and not yet in
-	 * the hot file (held): chunk bytes [hlo, hhi) of sc */
-	int held;
-	uint64_t hlo, hhi;
-	struct seg_chunk sc;
-	/* readers reading blocks of the chunk from its cold copy meanwhile
-	 * (read_cold_copy_locked): the restore ends (and p goes) after them */
-	int beside;
-	uint64_t have[PART_BLKS / 64]; /* blocks in the hot file */
-};
-
 /* Bytes a restore of a mapped record reads, verifies, writes and publishes
  * at a time from an NVMe segment (S3: the whole missing range, one GET). */
 #define PUB_PIECE (1u << 20)
@@ -104,7 +83,7 @@ static unsigned part_bucket(uint64_t ino, uint64_t c)
 	return (unsigned)(((ino * 0x9E3779B97F4A7C15ull) ^ c) % RST_PART_HASH);
 }
 
-static struct rst_part *part_find(struct tier *t, uint64_t ino, uint64_t c)
+struct rst_part *rst_part_find(struct tier *t, uint64_t ino, uint64_t c)
 {
 	struct restore *r = t->rst;
 	struct rst_part *p;
@@ -119,7 +98,7 @@ static struct rst_part *part_find(struct tier *t, uint64_t ino, uint64_t c)
 
 /* A new entry for (ino, c), no block in RAM; NULL without memory. The free
  * list keeps them, so a restore allocates only while the table grows. */
-static struct rst_part *part_new(struct tier *t, uint64_t ino, uint64_t c)
+struct rst_part *rst_part_new(struct tier *t, uint64_t ino, uint64_t c)
 {
 	struct restore *r = t->rst;
 	struct rst_part *p;
@@ -157,7 +136,7 @@ static void part_del(struct tier *t, struct rst_part *p)
 	pthread_mutex_unlock(&r->plock);
 }
 
-static int part_has(const struct rst_part *p, uint32_t b0, uint32_t b1)
+int rst_part_has(const struct rst_part *p, uint32_t b0, uint32_t b1)
 {
 	for (uint32_t b = b0; b <= b1; b++)
 		if (!(p->have[b / 64] >> (b % 64) & 1))
@@ -317,7 +296,7 @@ static int chain_restore_locked(struct tier *t, struct inode *in, uint64_t c)
 
 /* The whole-chunk restore of chunk c (RESTORING, no chain) from its record
  * rec, located. */
-static int restore_rec_locked(struct tier *t, struct inode *in, uint64_t c, struct cold_rec *rec)
+int rst_whole_locked(struct tier *t, struct inode *in, uint64_t c, struct cold_rec *rec)
 {
 	uint64_t off = c * t->chunk_size, t0 = clock_now_ns();
 	/* room: a plain record is its bytes from offset 0; a mapped one may
@@ -370,22 +349,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	if (in->chunks[c].chain)
 		return chain_restore_locked(t, in, c);
 	locate_chunk(t, in, c, &rec);
-	return restore_rec_locked(t, in, c, &rec);
-}
-
-/* When the reader's bytes [rlo, rhi) of the chunk lie inside one data extent
- * of sc: a pointer to them in sc's buffer, else NULL. */
-static const void *reply_bytes(const struct seg_chunk *sc, uint64_t rlo, uint64_t rhi)
-{
-	uint64_t pos = 0;
-
-	for (uint32_t i = 0; i < sc->next; pos += sc->ext[i].len, i++) {
-		uint64_t xo = sc->ext[i].off, xe = xo + sc->ext[i].len;
-
-		if (xo <= rlo && rhi <= xe)
-			return sc->data + pos + (rlo - xo);
-	}
-	return NULL;
+	return rst_whole_locked(t, in, c, &rec);
 }
 
 /* First step of a partial restore of chunk r->c (RESTORING, p fresh) from
@@ -395,7 +359,7 @@ static const void *reply_bytes(const struct seg_chunk *sc, uint64_t rlo, uint64_
  * in the verified read buffer, which p holds until restore_rest_locked
  * writes them (after the reply). On failure the chunk is COLD again and p
  * is gone. */
-static int part_first_locked(struct tier *t, struct inode *in, struct chunk_read *r,
+int rst_part_first_locked(struct tier *t, struct inode *in, struct chunk_read *r,
 			     struct rst_part *p, const struct cold_rec *rec)
 {
 	uint64_t c = r->c, base = c * t->chunk_size;
@@ -417,7 +381,7 @@ static int part_first_locked(struct tier *t, struct inode *in, struct chunk_read
 	idx_inode_unlock(in);
 	p->reserved = evict_room_for_restore(t, fd, base, clen);
 	ret = cold_read(t, &p->rec, lo, hi - lo, &sc);
-	if (ret == 0 && r->one && (r->mem = reply_bytes(&sc, r->lo, r->hi))) {
+	if (ret == 0 && r->one && (r->mem = seg_chunk_span(&sc, r->lo, r->hi))) {
 		/* answered from sc; written and published after the reply */
 		p->sc = sc;
 		if (sc.ext == sc.in_) /* the inline extents moved with it */
@@ -457,304 +421,6 @@ out_cold:
 	chunk_set_state(in, c, CHUNK_COLD);
 	part_del(t, p);
 	idx_inode_wake(in);
-	return ret;
-}
-
-/* The reader's bytes [r->lo, r->hi) of chunk r->c (RESTORING: its cold copy,
- * rec, is what the chunk holds, and stays) read and verified from that
- * copy, restoring nothing. r->mem points at them in r->buf: the verified
- * read window itself when they are all data, else a copy with the holes
- * zeroed; r->tier is where they came from. in->lock held; dropped during
- * I/O. 0 or -errno. */
-static int read_cold_copy_locked(struct tier *t, struct inode *in, struct chunk_read *r,
-				 struct cold_rec *rec)
-{
-	uint64_t lo = r->lo, hi = r->hi;
-	struct seg_chunk sc;
-	int ret;
-
-	idx_inode_unlock(in);
-	ret = cold_read(t, rec, lo, hi - lo, &sc);
-	r->tier = rec->tier;
-	if (ret == 0 && (r->mem = reply_bytes(&sc, lo, hi))) {
-		r->buf = sc.buf_; /* kept for the reply */
-		sc.buf_ = NULL;
-	} else if (ret == 0 && !(r->buf = seg_buf_alloc(hi - lo))) {
-		ret = -ENOMEM;
-	} else if (ret == 0) {
-		seg_chunk_copy(&sc, lo, (uint32_t)(hi - lo), r->buf);
-		r->mem = r->buf;
-	}
-	seg_chunk_free(&sc);
-	idx_inode_lock(in);
-	if (ret == 0)
-		__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
-	return ret;
-}
-
-/*
- * The read plan: what a read of a chunk does at one look at it (in->lock
- * held). read_plan_locked is the one place that decides, from the chunk's
- * state and what the reader asked (struct chunk_read); one executor per
- * plan does it (plan_run). An executor that waited, or changed the chunk,
- * returns PLAN_AGAIN: the chunk is looked at again (the lock was dropped).
- */
-enum plan_kind {
-	PLAN_RAM,	   /* in RAM: the reader reads the hot file */
-	PLAN_FILL,	   /* RAM holds part of a chain: the range from it first */
-	PLAN_CHAIN_PART,   /* a COLD chain: held in part from now, the range filled */
-	PLAN_PUBLISHED,	   /* restored in blocks and the range's are in: read them */
-	PLAN_BESIDE,	   /* restored in blocks: the range from the cold copy beside it */
-	PLAN_WAIT,	   /* being restored: wait for it */
-	PLAN_DIRECT,	   /* COLD: the range from the cold copy, nothing restored */
-	PLAN_DIRECT_CHAIN, /* the same of a chain: each block from its newest record */
-	PLAN_PARTIAL,	   /* COLD, mapped: the range's blocks now, the rest after the reply */
-	PLAN_WHOLE,	   /* COLD: the whole chunk restored */
-	PLAN_KINDS
-};
-
-#define PLAN_AGAIN 1 /* an executor's "look at the chunk again" */
-
-/* A read's plan, kept across its looks at the chunk. */
-struct read_plan {
-	enum plan_kind kind;
-	int looked;	     /* the first look was taken (direct decided) */
-	int direct;	     /* a random reader found the chunk COLD, no worker on it */
-	int located;	     /* rec is set */
-	struct cold_rec rec; /* the chunk's record, located once per read */
-	struct rst_part *p;  /* PUBLISHED, BESIDE: the restore in blocks */
-};
-
-static int in_cold(const struct chunk *ch)
-{
-	return ch->state == CHUNK_COLD || ch->state == CHUNK_RESTORING;
-}
-
-/* The chunk's record, located once per read (again only when the chunk has
- * another record by now); the first location is the read's cold tier. */
-static void plan_locate(struct tier *t, struct inode *in, struct chunk_read *r,
-			struct read_plan *pl)
-{
-	struct seg_entry e = tier_chunk_entry(in, r->c);
-
-	if (pl->located && pl->rec.seg == in->chunks[r->c].seg_id) {
-		pl->rec.e = e;
-		return;
-	}
-	cold_locate(t, in->chunks[r->c].seg_id, &e, &pl->rec);
-	if (!pl->located)
-		r->tier = pl->rec.tier;
-	pl->located = 1;
-}
-
-/* The plan of a COLD chunk that has no chain. */
-static enum plan_kind plan_cold(struct tier *t, struct inode *in, struct chunk_read *r,
-				const struct read_plan *pl, int mem_ok)
-{
-	const struct chunk *ch = &in->chunks[r->c];
-	uint32_t clen = tier_chunk_len(t, in->size, r->c);
-	uint64_t b0 = r->lo / SEG_BLOCK, b1 = (r->hi - 1) / SEG_BLOCK;
-	int mapped = (ch->seg_flags & CHUNK_LOC_MAP) != 0;
-
-	/* a v1 record is read whole: direct only when it is one block */
-	if (pl->direct && mem_ok && (mapped || ch->seg_len <= SEG_BLOCK))
-		return PLAN_DIRECT;
-	/* one crc for the record (v1, small), or the range is the chunk: whole */
-	if (r->may_rest && mapped && r->hi <= clen && (b1 + 1 - b0) * SEG_BLOCK < clen)
-		return PLAN_PARTIAL;
-	return PLAN_WHOLE;
-}
-
-static enum plan_kind read_plan_locked(struct tier *t, struct inode *in, struct chunk_read *r,
-				       struct read_plan *pl)
-{
-	const struct chunk *ch = &in->chunks[r->c]; /* the map may move while unlocked */
-	uint32_t b0 = (uint32_t)(r->lo / SEG_BLOCK), b1 = (uint32_t)((r->hi - 1) / SEG_BLOCK);
-	int mem_ok;
-
-	if (!pl->looked) {
-		/* a random reader's read of a chunk it finds COLD, and no
-		 * worker restoring: read directly (decided at the first look) */
-		pl->direct = r->random && r->one &&
-			     ch->state == CHUNK_COLD && !ch->queued;
-		pl->looked = 1;
-	}
-	if (!in_cold(ch))
-		return chain_partial(ch) ? PLAN_FILL : PLAN_RAM;
-	plan_locate(t, in, r, pl);
-	mem_ok = r->one && r->hi <= tier_chunk_len(t, in->size, r->c);
-	if (ch->state == CHUNK_RESTORING) {
-		pl->p = part_find(t, in->ino, r->c);
-		if (!pl->p || pl->p->failed)
-			return PLAN_WAIT;
-		if (part_has(pl->p, b0, b1))
-			return PLAN_PUBLISHED;
-		/* a stream's blocks are next anyway: it waits for them */
-		return mem_ok && !r->stream ? PLAN_BESIDE : PLAN_WAIT;
-	}
-	if (ch->chain)
-		return pl->direct && mem_ok ? PLAN_DIRECT_CHAIN : PLAN_CHAIN_PART;
-	return plan_cold(t, in, r, pl, mem_ok);
-}
-
-typedef int (*plan_fn)(struct tier *t, struct inode *in, struct chunk_read *r,
-		       struct read_plan *pl);
-
-static int run_ram(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
-{
-	(void)t, (void)in, (void)r, (void)pl;
-	return 0;
-}
-
-static int run_fill(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
-{
-	int ret = chain_fill_locked(t, in, r->c, r->lo, r->hi);
-	const struct chunk *ch = &in->chunks[r->c];
-
-	(void)pl;
-	if (ret < 0)
-		return ret;
-	/* dropped meanwhile: look again */
-	return chain_partial(ch) && !in_cold(ch) ? 0 : PLAN_AGAIN;
-}
-
-/* The blocks of the range only, the chunk then held in part (RAM and the
- * chain agree: clean); a stream's whole segment blocks (read and verified
- * anyway). The workers restoring ahead of a stream restore whole chains. */
-static int run_chain_part(struct tier *t, struct inode *in, struct chunk_read *r,
-			  struct read_plan *pl)
-{
-	uint64_t clen = tier_chunk_len(t, in->size, r->c), a = r->lo, z = r->hi;
-	int ret;
-
-	(void)pl;
-	if (r->stream) {
-		a -= a % SEG_BLOCK;
-		z = (z + SEG_BLOCK - 1) / SEG_BLOCK * SEG_BLOCK;
-		z = z < clen ? z : (clen > r->hi ? clen : r->hi);
-	}
-	chunk_set_state(in, r->c, CHUNK_HOT_CLEAN);
-	in->chunks[r->c].chain->partial = 1;
-	ret = chain_fill_locked(t, in, r->c, a, z);
-	return ret < 0 ? ret : PLAN_AGAIN;
-}
-
-static int run_published(struct tier *t, struct inode *in, struct chunk_read *r,
-			 struct read_plan *pl)
-{
-	(void)in, (void)r, (void)pl;
-	/* its blocks are in: read them while the rest comes */
-	__atomic_add_fetch(&t->st.published_reads, 1, __ATOMIC_RELAXED);
-	return 0;
-}
-
-/* A restore in blocks (pl->p) holds the cold copy still: read the range
- * from it rather than wait for its turn (the restore ends after us). */
-static int run_beside(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
-{
-	int ret;
-
-	pl->p->beside++;
-	ret = read_cold_copy_locked(t, in, r, &pl->rec);
-	pl->p->beside--;
-	idx_inode_wake(in);
-	return ret;
-}
-
-static int run_wait(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
-{
-	(void)t, (void)r, (void)pl;
-	idx_inode_wait(in);
-	return PLAN_AGAIN;
-}
-
-/* RESTORING meanwhile (no p: other readers and writers wait, the
- * maintenance worker keeps the segment), COLD again after. */
-static int run_direct(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
-{
-	int ret;
-
-	chunk_set_state(in, r->c, CHUNK_RESTORING);
-	ret = read_cold_copy_locked(t, in, r, &pl->rec);
-	chunk_set_state(in, r->c, CHUNK_COLD);
-	idx_inode_wake(in);
-	return ret;
-}
-
-static int run_direct_chain(struct tier *t, struct inode *in, struct chunk_read *r,
-			    struct read_plan *pl)
-{
-	int ret;
-
-	(void)pl;
-	if (!(r->buf = seg_buf_alloc(r->hi - r->lo)))
-		return -ENOMEM;
-	chunk_set_state(in, r->c, CHUNK_RESTORING);
-	ret = chain_read_cold_locked(t, in, r->c, r->lo, r->hi, r->buf, &r->tier);
-	chunk_set_state(in, r->c, CHUNK_COLD);
-	idx_inode_wake(in);
-	if (ret < 0) {
-		seg_buf_free(r->buf);
-		r->buf = NULL;
-		return ret;
-	}
-	r->mem = r->buf;
-	__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
-	return 0;
-}
-
-static int run_whole(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
-{
-	int ret;
-
-	chunk_set_state(in, r->c, CHUNK_RESTORING);
-	ret = restore_rec_locked(t, in, r->c, &pl->rec);
-	return ret < 0 ? ret : PLAN_AGAIN;
-}
-
-static int run_partial(struct tier *t, struct inode *in, struct chunk_read *r,
-		       struct read_plan *pl)
-{
-	struct rst_part *p = part_new(t, in->ino, r->c);
-	int ret;
-
-	if (!p) /* no memory for its entry: the whole chunk */
-		return run_whole(t, in, r, pl);
-	chunk_set_state(in, r->c, CHUNK_RESTORING);
-	if ((ret = part_first_locked(t, in, r, p, &pl->rec)) < 0)
-		return ret;
-	r->rest = 1;
-	return 0;
-}
-
-static const plan_fn plan_run[PLAN_KINDS] = {
-    [PLAN_RAM] = run_ram,
-    [PLAN_FILL] = run_fill,
-    [PLAN_CHAIN_PART] = run_chain_part,
-    [PLAN_PUBLISHED] = run_published,
-    [PLAN_BESIDE] = run_beside,
-    [PLAN_WAIT] = run_wait,
-    [PLAN_DIRECT] = run_direct,
-    [PLAN_DIRECT_CHAIN] = run_direct_chain,
-    [PLAN_PARTIAL] = run_partial,
-    [PLAN_WHOLE] = run_whole,
-};
-
-int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r)
-{
-	struct read_plan pl = {0};
-	int ret;
-
-	r->rest = 0;
-	r->tier = -1;
-	r->mem = NULL;
-	r->buf = NULL;
-	do {
-		pl.kind = read_plan_locked(t, in, r, &pl);
-		ret = plan_run[pl.kind](t, in, r, &pl);
-	} while (ret == PLAN_AGAIN);
-	if (ret == 0)
-		in->chunks[r->c].pins++;
 	return ret;
 }
 
@@ -807,7 +473,7 @@ static int part_fill(struct tier *t, struct inode *in, struct rst_part *p, int f
 		struct seg_chunk sc;
 
 		for (uint32_t k = b; k < end; k++)
-			if (!part_has(p, k, k)) {
+			if (!rst_part_has(p, k, k)) {
 				if (m0 == end)
 					m0 = k;
 				m1 = k;
@@ -822,11 +488,11 @@ static int part_fill(struct tier *t, struct inode *in, struct rst_part *p, int f
 		/* only the runs of missing blocks: a reader may be reading the others */
 		for (uint32_t k = m0; ret == 0 && k <= m1;) {
 			uint32_t r = k;
-			if (part_has(p, k, k)) {
+			if (rst_part_has(p, k, k)) {
 				k++;
 				continue;
 			}
-			while (r <= m1 && !part_has(p, r, r))
+			while (r <= m1 && !rst_part_has(p, r, r))
 				r++;
 			uint64_t rhi = (uint64_t)r * SEG_BLOCK < clen ? (uint64_t)r * SEG_BLOCK : clen;
 			ret = write_extents(fd, base, &sc, (uint64_t)k * SEG_BLOCK, rhi, &done);
@@ -905,7 +571,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 
 int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
 {
-	struct rst_part *p = part_find(t, in->ino, c);
+	struct rst_part *p = rst_part_find(t, in->ino, c);
 
 	if (!p) /* cannot be: the caller started it */
 		return -EINVAL;
@@ -924,7 +590,7 @@ int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
 	int fd;
 
 	if (!(in->chunks[c].seg_flags & CHUNK_LOC_MAP) || clen <= PUB_PIECE || in->chunks[c].chain ||
-	    part_find(t, in->ino, c) || !(p = part_new(t, in->ino, c)))
+	    rst_part_find(t, in->ino, c) || !(p = rst_part_new(t, in->ino, c)))
 		return restore_chunk_locked(t, in, c);
 	locate_chunk(t, in, c, &p->rec);
 	p->t0 = clock_now_ns();
