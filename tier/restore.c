@@ -424,7 +424,7 @@ out_cold:
 	return ret;
 }
 
-/* Write the held reader's blocks of p (see part_first_locked) into the hot
+/* Write the held reader's blocks of p (see rst_part_first_locked) into the hot
  * file and publish them. in->lock not held. 0 or -errno. */
 static int part_put_held(struct tier *t, struct inode *in, struct rst_part *p, int fd,
 			 uint64_t base)

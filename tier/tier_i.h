@@ -261,18 +261,21 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
  * A read of chunk bytes [lo, hi) of chunk c, as tier_read_begin asks it
  * (what the reader is), and what it got. restore_read_locked makes the
  * bytes readable and pins the chunk (in->lock held; dropped during I/O).
- * How is the read's plan (restore.c, read_plan_locked: the one place that
- * decides, at each look at the chunk): in RAM; a chain's blocks filled;
- * blocks already published by a restore in blocks; read beside such a
- * restore from the cold copy; read directly (a random reader: the chunk
- * stays COLD); a partial restore (a COLD chunk with a v2 mapped record:
- * the reader's blocks first, the rest after the reply); or the whole chunk.
- * The chunk's record is located once per read. 0 or -errno (nothing pinned).
+ * How is the read's plan (restore_read.c, read_plan_locked: the one place
+ * that decides, at each look at the chunk): in RAM; a chain's blocks
+ * filled; blocks already published by a restore in blocks; read beside
+ * such a restore from the cold copy; read directly (a random reader: the
+ * chunk stays COLD, RESTORING meanwhile so its segment stays); a partial
+ * restore (a COLD chunk with a v2 mapped record: the reader's blocks
+ * first, the rest after the reply); or the whole chunk. The chunk's record
+ * is located once per read. 0 or -errno (nothing pinned).
  */
 struct chunk_read {
 	uint64_t c, lo, hi;
 	int random;	  /* the reader jumps about (TIER_READ_RANDOM) */
-	int stream;	  /* it goes on from its last read (TIER_READ_STREAM) */
+	int stream;	  /* it goes on from its last read (TIER_READ_STREAM): it
+			   * waits for a restore's blocks (next anyway) and a
+			   * COLD chain fills whole segment blocks (chain.c) */
 	int one;	  /* the read lies in this chunk alone: its bytes may be
 			   * answered from memory (mem), read beside or directly */
 	int may_rest;	  /* a partial restore may leave its rest for later */
@@ -282,8 +285,8 @@ struct chunk_read {
 			  * until then; readers of its blocks in RAM go on) */
 	int tier;	 /* cold tier waited on (STORE_TIER_*), -1: in RAM */
 	const void *mem; /* with one: the bytes [lo, hi) from memory, valid until
-			  * restore_rest_locked, or while buf is; NULL: read the
-			  * hot file */
+			  * restore_rest_locked, or while buf is (holes read as
+			  * zeros); NULL: read the hot file */
 	void *buf;	 /* holds mem when the reader owns it (seg_buf_free) */
 };
 int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r);
