@@ -38,17 +38,17 @@
  *           -> COLD       evicted: its hole punched (spill.c)
  *           -> ABSENT     truncated or punched (tier_io.c)
  * COLD      -> RESTORING  restored (restore.c, restore_workers.c), read from
- *                         its cold copy directly (restore.c), or claimed by a
+ *                         its cold copy directly (restore_read.c), or claimed by a
  *                         write covering it whole (tier_io.c)
  *           -> HOT_CLEAN  overlays: read or written over in part, RAM holds
- *                         those blocks (restore.c, chain.c)
+ *                         those blocks (restore_read.c, chain.c)
  *           -> HOT_DIRTY  zeroed whole (fallocate: written); replay: PART
  *           -> COLD       recovery: a chain with nothing in the hot file
  *                         (recover.c)
  *           -> ABSENT     truncated or punched (tier_io.c)
  * RESTORING -> HOT_CLEAN  restored (restore.c)
- *           -> COLD       the restore failed or the direct read is done
- *                         (restore.c), a claim undone (tier_io.c)
+ *           -> COLD       the restore failed (restore.c) or the direct read is
+ *                         done (restore_read.c), a claim undone (tier_io.c)
  *           -> HOT_DIRTY  the claiming write is done (written)
  * Never: RESTORING -> ABSENT (truncate and punch wait for restores first),
  * SPILLING -> SPILLING or COLD (one spill at a time; a chunk is punched

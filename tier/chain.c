@@ -77,51 +77,24 @@ void chain_view_of(const struct inode *in, uint64_t c, struct chain_view *v)
 	v->k = ch->chain;
 }
 
-/* Bytes [a, z) of record e of segment seg into dst (holes as zeros). */
+/* Bytes [a, z) of record e of segment seg into dst (holes as zeros); *tier
+ * (may be NULL) gets the cold tier it came from. */
 static int rec_read(struct tier *t, uint64_t seg, const struct seg_entry *e, uint64_t a,
 		    uint64_t z, uint8_t *dst, int *tier)
 {
+	struct cold_rec r;
 	struct seg_chunk sc;
-	int ret = tier_seg_read(t, seg, e, a, z - a, 0, &sc, tier);
+	int ret;
+
+	cold_locate(t, seg, e, &r);
+	ret = cold_read(t, &r, a, z - a, &sc);
+	if (tier)
+		*tier = r.tier;
 	if (ret < 0)
 		return ret;
 	seg_chunk_copy(&sc, a, (uint32_t)(z - a), dst);
 	seg_chunk_free(&sc);
 	return 0;
-}
-
-int tier_of(const struct store *st)
-{
-	return st && strcmp(store_name(st), "s3") == 0;
-}
-
-int tier_seg_read(struct tier *t, uint64_t seg, const struct seg_entry *e, uint64_t off,
-		  uint64_t len, int whole, struct seg_chunk *sc, int *tier)
-{
-	struct store *st = NULL;
-	uint32_t dev;
-	int ret = -ENOENT;
-
-	for (int tries = 0; tries < 2; tries++) {
-		/* the segment may have moved to s3 since: look it up each time */
-		ret = segtab_locate(t->segtab, seg, &st, &dev);
-		if (ret == 0)
-			ret = whole ? seg_read_chunk(st, seg, dev, e, sc)
-				    : seg_read_part(st, seg, dev, e, off, len, sc);
-		if (ret != -ENOENT)
-			break;
-	}
-	if (tier)
-		*tier = tier_of(st);
-	if (ret == -EBADMSG) {
-		__atomic_add_fetch(&t->st.errors_crc, 1, __ATOMIC_RELAXED);
-		ret = -EIO; /* the caller sees an I/O error, never wrong bytes */
-	} else if (ret < 0) {
-		__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
-		if (ret == -ENOENT)
-			ret = -EIO; /* the segment is gone: for the reader, an I/O error */
-	}
-	return ret;
 }
 
 /*

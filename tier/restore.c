@@ -48,7 +48,9 @@
  * - Sequential readers: the fs layer asks for io_workers chunks ahead
  *   (restore_ahead); those jobs go before the prefetch queue and run at
  *   normal I/O priority, prefetch at idle priority. The workers and their
- *   queue are restore_workers.c; the room's state is restore_i.h.
+ *   queue are restore_workers.c; the room's state is restore_i.h. What a
+ *   read of a chunk does (read directly, beside, wait, restore in part or
+ *   whole) is decided in one place, restore_read.c (read_plan_locked).
  */
 #include "tier/restore.h"
 #include "tier/restore_i.h"
@@ -70,29 +72,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Blocks of the largest chunk (JRNL_MAX_CHUNK_SIZE) */
-#define PART_BLKS ((64u << 20) / SEG_BLOCK)
-
-/* A chunk being restored in two steps. See DESIGN. */
-struct rst_part {
-	struct rst_part *next; /* hash chain or free list (restore.plock) */
-	uint64_t ino, c;       /* key, set while hashed (restore.plock) */
-	/* the rest: protected by the inode's lock */
-	int failed;	  /* the rest failed: no new reader of it */
-	int tier;	  /* cold tier it comes from (0 nvme, 1 s3) */
-	int64_t reserved; /* hot room held until the rest is in */
-	uint64_t t0;	  /* restore start */
-	/* the reader's blocks, verified, answered from memory and not yet in
-	 * the hot file (held): chunk bytes [hlo, hhi) of sc */
-	int held;
-	uint64_t hlo, hhi;
-	struct seg_chunk sc;
-	/* readers reading blocks of the chunk from its cold copy meanwhile
-	 * (read_cold_copy_locked): the restore ends (and p goes) after them */
-	int beside;
-	uint64_t have[PART_BLKS / 64]; /* blocks in the hot file */
-};
-
 /* Bytes a restore of a mapped record reads, verifies, writes and publishes
  * at a time from an NVMe segment (S3: the whole missing range, one GET). */
 #define PUB_PIECE (1u << 20)
@@ -102,7 +81,7 @@ static unsigned part_bucket(uint64_t ino, uint64_t c)
 	return (unsigned)(((ino * 0x9E3779B97F4A7C15ull) ^ c) % RST_PART_HASH);
 }
 
-static struct rst_part *part_find(struct tier *t, uint64_t ino, uint64_t c)
+struct rst_part *rst_part_find(struct tier *t, uint64_t ino, uint64_t c)
 {
 	struct restore *r = t->rst;
 	struct rst_part *p;
@@ -117,7 +96,7 @@ static struct rst_part *part_find(struct tier *t, uint64_t ino, uint64_t c)
 
 /* A new entry for (ino, c), no block in RAM; NULL without memory. The free
  * list keeps them, so a restore allocates only while the table grows. */
-static struct rst_part *part_new(struct tier *t, uint64_t ino, uint64_t c)
+struct rst_part *rst_part_new(struct tier *t, uint64_t ino, uint64_t c)
 {
 	struct restore *r = t->rst;
 	struct rst_part *p;
@@ -155,7 +134,7 @@ static void part_del(struct tier *t, struct rst_part *p)
 	pthread_mutex_unlock(&r->plock);
 }
 
-static int part_has(const struct rst_part *p, uint32_t b0, uint32_t b1)
+int rst_part_has(const struct rst_part *p, uint32_t b0, uint32_t b1)
 {
 	for (uint32_t b = b0; b <= b1; b++)
 		if (!(p->have[b / 64] >> (b % 64) & 1))
@@ -313,19 +292,17 @@ static int chain_restore_locked(struct tier *t, struct inode *in, uint64_t c)
 	return restore_end_locked(t, in, c, ret, t0, tier, reserved);
 }
 
-int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
+/* The whole-chunk restore of chunk c (RESTORING, no chain) from its record
+ * rec, located. */
+int rst_whole_locked(struct tier *t, struct inode *in, uint64_t c, struct cold_rec *rec)
 {
-	if (in->chunks[c].chain)
-		return chain_restore_locked(t, in, c);
-	struct chunk *ch = &in->chunks[c];
-	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = ch->loc.seg_id, off = c * t->chunk_size, t0 = clock_now_ns();
+	uint64_t off = c * t->chunk_size, t0 = clock_now_ns();
 	/* room: a plain record is its bytes from offset 0; a mapped one may
 	 * spread anywhere in the chunk (only its extents get written) */
-	uint32_t need = e.flags ? tier_chunk_len(t, in->size, c) : e.len;
+	uint32_t need = rec->e.flags ? tier_chunk_len(t, in->size, c) : rec->e.len;
 	struct seg_chunk sc = {0};
 	int64_t reserved = 0;
-	int fd, ret, tier = 0;
+	int fd, ret;
 
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0) {
@@ -340,7 +317,7 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	 * overshoots hot_size by the chunks in flight (at most io_workers +
 	 * readers); the evictor drops them first, as they are clean. */
 	reserved = evict_room_for_restore(t, fd, off, need);
-	ret = tier_seg_read(t, seg, &e, 0, 0, 1, &sc, &tier);
+	ret = cold_read_whole(t, rec, &sc);
 	/* the data extents only: holes stay holes in the hot file too */
 	for (uint32_t i = 0, pos = 0; ret == 0 && i < sc.next; pos += sc.ext[i].len, i++)
 		ret = hot_write_full(fd, sc.data + pos, sc.ext[i].len, off + sc.ext[i].off);
@@ -350,38 +327,41 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	idx_inode_lock(in);
 	if (ret < 0)
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
-			(unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)seg,
-			strerror(-ret));
-	return restore_end_locked(t, in, c, ret, t0, tier, reserved);
+			(unsigned long long)in->ino, (unsigned long long)c,
+			(unsigned long long)rec->seg, strerror(-ret));
+	return restore_end_locked(t, in, c, ret, t0, rec->tier, reserved);
 }
 
-/* When the reader's bytes [rlo, rhi) of the chunk lie inside one data extent
- * of sc: a pointer to them in sc's buffer, else NULL. */
-static const void *reply_bytes(const struct seg_chunk *sc, uint64_t rlo, uint64_t rhi)
-{
-	uint64_t pos = 0;
-
-	for (uint32_t i = 0; i < sc->next; pos += sc->ext[i].len, i++) {
-		uint64_t xo = sc->ext[i].off, xe = xo + sc->ext[i].len;
-
-		if (xo <= rlo && rhi <= xe)
-			return sc->data + pos + (rlo - xo);
-	}
-	return NULL;
-}
-
-/* First step of a partial restore of chunk c (RESTORING, p fresh): blocks
- * [b0, b1] only, which cover the reader's bytes [rlo, rhi). With mem, when
- * those bytes are all data, they are not written into the hot file here:
- * *mem points at them in the verified read buffer, which p holds until
- * restore_rest_locked writes them (after the reply). On failure the chunk
- * is COLD again and p is gone. */
-static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p,
-			     uint32_t b0, uint32_t b1, uint64_t rlo, uint64_t rhi,
-			     const void **mem)
+/* Chunk c's cold record, located (in->lock held). */
+static void locate_chunk(struct tier *t, const struct inode *in, uint64_t c, struct cold_rec *rec)
 {
 	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = in->chunks[c].loc.seg_id, base = c * t->chunk_size;
+
+	cold_locate(t, in->chunks[c].loc.seg_id, &e, rec);
+}
+
+int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
+{
+	struct cold_rec rec;
+
+	if (in->chunks[c].chain)
+		return chain_restore_locked(t, in, c);
+	locate_chunk(t, in, c, &rec);
+	return rst_whole_locked(t, in, c, &rec);
+}
+
+/* First step of a partial restore of chunk r->c (RESTORING, p fresh) from
+ * its record rec: the blocks covering the reader's bytes [r->lo, r->hi)
+ * only. When the read lies in this chunk (r->one) and those bytes are all
+ * data, they are not written into the hot file here: r->mem points at them
+ * in the verified read buffer, which p holds until restore_rest_locked
+ * writes them (after the reply). On failure the chunk is COLD again and p
+ * is gone. */
+int rst_part_first_locked(struct tier *t, struct inode *in, struct chunk_read *r,
+			     struct rst_part *p, const struct cold_rec *rec)
+{
+	uint64_t c = r->c, base = c * t->chunk_size;
+	uint32_t b0 = (uint32_t)(r->lo / SEG_BLOCK), b1 = (uint32_t)((r->hi - 1) / SEG_BLOCK);
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	uint64_t lo = (uint64_t)b0 * SEG_BLOCK, hi = (uint64_t)(b1 + 1) * SEG_BLOCK;
 	struct seg_chunk sc;
@@ -389,6 +369,7 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 
 	if (hi > clen)
 		hi = clen;
+	p->rec = *rec;
 	p->t0 = clock_now_ns();
 	fd = hot_fd_get_locked(t->hot, in); /* kept until the rest is in */
 	if (fd < 0) {
@@ -397,8 +378,8 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 	}
 	idx_inode_unlock(in);
 	p->reserved = evict_room_for_restore(t, fd, base, clen);
-	ret = tier_seg_read(t, seg, &e, lo, hi - lo, 0, &sc, &p->tier);
-	if (ret == 0 && mem && (*mem = reply_bytes(&sc, rlo, rhi))) {
+	ret = cold_read(t, &p->rec, lo, hi - lo, &sc);
+	if (ret == 0 && r->one && (r->mem = seg_chunk_span(&sc, r->lo, r->hi))) {
 		/* answered from sc; written and published after the reply */
 		p->sc = sc;
 		if (sc.ext == sc.in_) /* the inline extents moved with it */
@@ -428,7 +409,7 @@ static int part_first_locked(struct tier *t, struct inode *in, uint64_t c, struc
 		  (off_t)(hi - lo));
 	log_err("restore: inode %llu chunk %llu bytes [%llu, %llu) from segment %llu: %s",
 		(unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)lo,
-		(unsigned long long)hi, (unsigned long long)seg, strerror(-ret));
+		(unsigned long long)hi, (unsigned long long)rec->seg, strerror(-ret));
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);
 	if (p->reserved > 0)
@@ -441,157 +422,7 @@ out_cold:
 	return ret;
 }
 
-/* Bytes [lo, hi) of chunk c (RESTORING: its cold copy is what the chunk
- * holds, and stays) read and verified from that copy, restoring nothing.
- * *mem points at them in *buf (seg_buf_free it): the verified read window
- * itself when they are all data, else a copy with the holes zeroed.
- * in->lock held; dropped during I/O. 0 or -errno. */
-static int read_cold_copy_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
-				 uint64_t hi, const void **mem, void **buf, int *tier)
-{
-	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = in->chunks[c].loc.seg_id;
-	struct seg_chunk sc;
-	int ret;
-
-	idx_inode_unlock(in);
-	ret = tier_seg_read(t, seg, &e, lo, hi - lo, 0, &sc, tier);
-	if (ret == 0 && (*mem = reply_bytes(&sc, lo, hi))) {
-		*buf = sc.buf_; /* kept for the reply */
-		sc.buf_ = NULL;
-	} else if (ret == 0 && !(*buf = seg_buf_alloc(hi - lo))) {
-		ret = -ENOMEM;
-	} else if (ret == 0) {
-		seg_chunk_copy(&sc, lo, (uint32_t)(hi - lo), *buf);
-		*mem = *buf;
-	}
-	seg_chunk_free(&sc);
-	idx_inode_lock(in);
-	if (ret == 0)
-		__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
-	return ret;
-}
-
-int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
-			int *rest, int *tier, const void **mem, void **buf, unsigned how)
-{
-	uint32_t b0 = (uint32_t)(lo / SEG_BLOCK), b1 = (uint32_t)((hi - 1) / SEG_BLOCK);
-	struct rst_part *p;
-	int ret;
-
-	*tier = -1;
-	if (mem)
-		*mem = NULL;
-	for (;;) {
-		struct chunk *ch = &in->chunks[c]; /* the map may move while unlocked */
-		uint32_t clen;
-
-		if (chain_partial(ch) && ch->state != CHUNK_COLD && ch->state != CHUNK_RESTORING) {
-			/* RAM holds part of it: the rest of the range from the chain */
-			if ((ret = chain_fill_locked(t, in, c, lo, hi)) < 0)
-				return ret;
-			ch = &in->chunks[c];
-			if (chain_partial(ch) && ch->state != CHUNK_COLD &&
-			    ch->state != CHUNK_RESTORING)
-				break;
-			continue; /* dropped meanwhile: look again */
-		}
-		if (ch->state != CHUNK_COLD && ch->state != CHUNK_RESTORING)
-			break;
-		if (*tier < 0) {
-			struct store *st;
-			uint32_t dev;
-			*tier = 0;
-			if (segtab_locate(t->segtab, ch->loc.seg_id, &st, &dev) == 0)
-				*tier = tier_of(st);
-		}
-		clen = tier_chunk_len(t, in->size, c);
-		if (ch->state == CHUNK_RESTORING) {
-			p = part_find(t, in->ino, c);
-			if (p && !p->failed && part_has(p, b0, b1)) {
-				/* its blocks are in: read them while the rest comes */
-				__atomic_add_fetch(&t->st.published_reads, 1, __ATOMIC_RELAXED);
-				break;
-			}
-			/* a restore in blocks (p) holds the cold copy still: read
-			 * the blocks from it rather than wait for their turn */
-			if (p && !p->failed && (how & RR_BESIDE) && mem && hi <= clen) {
-				p->beside++;
-				ret = read_cold_copy_locked(t, in, c, lo, hi, mem, buf, tier);
-				p->beside--;
-				idx_inode_wake(in);
-				if (ret < 0)
-					return ret;
-				break;
-			}
-			idx_inode_wait(in);
-			continue;
-		}
-		if ((how & RR_DIRECT) && mem && hi <= clen && ch->chain) {
-			/* a chain: each block from the newest record that has it */
-			if (!(*buf = seg_buf_alloc(hi - lo)))
-				return -ENOMEM;
-			chunk_set_state(in, c, CHUNK_RESTORING);
-			ret = chain_read_cold_locked(t, in, c, lo, hi, *buf, tier);
-			chunk_set_state(in, c, CHUNK_COLD);
-			idx_inode_wake(in);
-			if (ret < 0) {
-				seg_buf_free(*buf);
-				*buf = NULL;
-				return ret;
-			}
-			*mem = *buf;
-			__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
-			break;
-		}
-		if (ch->chain && ch->state == CHUNK_COLD) {
-			/* the blocks of the range only, the chunk then held in
-			 * part (RAM and the chain agree: clean); a stream's whole
-			 * segment blocks (read and verified anyway). The workers
-			 * restoring ahead of a stream restore whole chains. */
-			uint64_t a = lo, z = hi;
-			if (how & RR_STREAM) {
-				a -= a % SEG_BLOCK;
-				z = (z + SEG_BLOCK - 1) / SEG_BLOCK * SEG_BLOCK;
-				z = z < clen ? z : (clen > hi ? clen : hi);
-			}
-			chunk_set_state(in, c, CHUNK_HOT_CLEAN);
-			ch->chain->partial = 1;
-			if ((ret = chain_fill_locked(t, in, c, a, z)) < 0)
-				return ret;
-			continue;
-		}
-		/* a v1 record is read whole: direct only when it is one block */
-		if ((how & RR_DIRECT) && mem && hi <= clen &&
-		    ((ch->loc.flags & LOC_F_MAP) || ch->loc.len <= SEG_BLOCK)) {
-			/* RESTORING meanwhile (no p: other readers and writers
-			 * wait, the maintenance worker keeps the segment) */
-			chunk_set_state(in, c, CHUNK_RESTORING);
-			ret = read_cold_copy_locked(t, in, c, lo, hi, mem, buf, tier);
-			chunk_set_state(in, c, CHUNK_COLD);
-			idx_inode_wake(in);
-			if (ret < 0)
-				return ret;
-			break;
-		}
-		chunk_set_state(in, c, CHUNK_RESTORING);
-		if (rest && (ch->loc.flags & LOC_F_MAP) && hi <= clen && !ch->chain &&
-		    (uint64_t)(b1 + 1 - b0) * SEG_BLOCK < clen &&
-		    (p = part_new(t, in->ino, c))) {
-			if ((ret = part_first_locked(t, in, c, p, b0, b1, lo, hi, mem)) < 0)
-				return ret;
-			*rest = 1;
-			break;
-		}
-		/* one crc for the record (v1, small), or the range is the chunk */
-		if ((ret = restore_chunk_locked(t, in, c)) < 0)
-			return ret;
-	}
-	in->chunks[c].pins++;
-	return 0;
-}
-
-/* Write the held reader's blocks of p (see part_first_locked) into the hot
+/* Write the held reader's blocks of p (see rst_part_first_locked) into the hot
  * file and publish them. in->lock not held. 0 or -errno. */
 static int part_put_held(struct tier *t, struct inode *in, struct rst_part *p, int fd,
 			 uint64_t base)
@@ -617,7 +448,7 @@ static int part_put_held(struct tier *t, struct inode *in, struct rst_part *p, i
 }
 
 /*
- * Bring in the blocks of chunk c (clen bytes, record e in segment seg) that
+ * Bring in the blocks of p's chunk (clen bytes, record p->rec, located) that
  * p does not have, in chunk order, a piece at a time: each piece is read,
  * verified, written into the hot file (fd) and published in p->have, so a
  * reader waiting for one of its blocks goes on while the rest still
@@ -625,25 +456,22 @@ static int part_put_held(struct tier *t, struct inode *in, struct rst_part *p, i
  * range is one GET (a request costs more than the bytes). Only this thread
  * sets bits of p->have meanwhile. in->lock not held. 0 or -errno.
  */
-static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p, int fd,
-		     const struct seg_entry *e, uint64_t seg, uint32_t clen)
+static int part_fill(struct tier *t, struct inode *in, struct rst_part *p, int fd, uint32_t clen)
 {
 	uint32_t nb = (clen + SEG_BLOCK - 1) / SEG_BLOCK, per = PUB_PIECE / SEG_BLOCK;
-	uint64_t base = c * t->chunk_size, done = 0;
-	struct store *st;
-	uint32_t dev;
+	uint64_t base = p->c * t->chunk_size, done = 0;
 	int ret;
 
 	if ((ret = part_put_held(t, in, p, fd, base)) < 0)
 		return ret;
-	if (segtab_locate(t->segtab, seg, &st, &dev) == 0 && tier_of(st))
+	if (p->rec.tier == STORE_TIER_S3)
 		per = nb;
 	for (uint32_t b = 0; ret == 0 && b < nb; b += per) {
 		uint32_t end = b + per < nb ? b + per : nb, m0 = end, m1 = 0;
 		struct seg_chunk sc;
 
 		for (uint32_t k = b; k < end; k++)
-			if (!part_has(p, k, k)) {
+			if (!rst_part_has(p, k, k)) {
 				if (m0 == end)
 					m0 = k;
 				m1 = k;
@@ -653,16 +481,16 @@ static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_pa
 		uint64_t lo = (uint64_t)m0 * SEG_BLOCK, hi = (uint64_t)(m1 + 1) * SEG_BLOCK;
 		if (hi > clen)
 			hi = clen;
-		if ((ret = tier_seg_read(t, seg, e, lo, hi - lo, 0, &sc, &p->tier)) < 0)
+		if ((ret = cold_read(t, &p->rec, lo, hi - lo, &sc)) < 0)
 			break;
 		/* only the runs of missing blocks: a reader may be reading the others */
 		for (uint32_t k = m0; ret == 0 && k <= m1;) {
 			uint32_t r = k;
-			if (part_has(p, k, k)) {
+			if (rst_part_has(p, k, k)) {
 				k++;
 				continue;
 			}
-			while (r <= m1 && !part_has(p, r, r))
+			while (r <= m1 && !rst_part_has(p, r, r))
 				r++;
 			uint64_t rhi = (uint64_t)r * SEG_BLOCK < clen ? (uint64_t)r * SEG_BLOCK : clen;
 			ret = write_extents(fd, base, &sc, (uint64_t)k * SEG_BLOCK, rhi, &done);
@@ -688,13 +516,12 @@ static int part_fill(struct tier *t, struct inode *in, uint64_t c, struct rst_pa
  * p is gone afterwards. 0 or -errno. */
 static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, struct rst_part *p)
 {
-	struct seg_entry e = tier_chunk_entry(in, c);
-	uint64_t seg = in->chunks[c].loc.seg_id, base = c * t->chunk_size;
+	uint64_t base = c * t->chunk_size;
 	uint32_t clen = tier_chunk_len(t, in->size, c);
 	int fd = in->hot_fd, ret;
 
 	idx_inode_unlock(in);
-	ret = part_fill(t, in, c, p, fd, &e, seg, clen);
+	ret = part_fill(t, in, p, fd, clen);
 	idx_inode_lock(in);
 	part_wait_beside_locked(in, p);
 	if (ret == 0) {
@@ -704,7 +531,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 		__atomic_add_fetch(&t->st.chunks_restored, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.restore_ns, ns, __ATOMIC_RELAXED);
 		hist_observe(&t->st.h_restore, ns);
-		lhist_observe(&t->st.h_rst[p->tier], ns);
+		lhist_observe(&t->st.h_rst[p->rec.tier], ns);
 	} else {
 		/* readers of the blocks in RAM finish first, none start; then
 		 * the range goes (bounded: readers hold a pin only while the
@@ -729,7 +556,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 		chunk_set_state(in, c, CHUNK_COLD);
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
 			(unsigned long long)in->ino, (unsigned long long)c,
-			(unsigned long long)seg, strerror(-ret));
+			(unsigned long long)p->rec.seg, strerror(-ret));
 	}
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);
@@ -742,7 +569,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 
 int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c)
 {
-	struct rst_part *p = part_find(t, in->ino, c);
+	struct rst_part *p = rst_part_find(t, in->ino, c);
 
 	if (!p) /* cannot be: the caller started it */
 		return -EINVAL;
@@ -761,8 +588,9 @@ int restore_pub_locked(struct tier *t, struct inode *in, uint64_t c)
 	int fd;
 
 	if (!(in->chunks[c].loc.flags & LOC_F_MAP) || clen <= PUB_PIECE || in->chunks[c].chain ||
-	    part_find(t, in->ino, c) || !(p = part_new(t, in->ino, c)))
+	    rst_part_find(t, in->ino, c) || !(p = rst_part_new(t, in->ino, c)))
 		return restore_chunk_locked(t, in, c);
+	locate_chunk(t, in, c, &p->rec);
 	p->t0 = clock_now_ns();
 	fd = hot_fd_get_locked(t->hot, in); /* put by part_finish_locked */
 	if (fd < 0) {

@@ -263,6 +263,9 @@ void seg_chunk_free(struct seg_chunk *c);
 /* Chunk bytes [off, off + len) of sc into dst: its extents' bytes, zeros
  * for the holes between them and for anything sc does not cover. */
 void seg_chunk_copy(const struct seg_chunk *sc, uint64_t off, uint32_t len, void *dst);
+/* When chunk bytes [lo, hi) lie inside one data extent of sc: a pointer to
+ * them in sc's buffer (valid while sc is), else NULL. */
+const void *seg_chunk_span(const struct seg_chunk *sc, uint64_t lo, uint64_t hi);
 /*
  * Read and verify only the blocks covering bytes [off, off + len) of the
  * chunk of e (and the map): out gets the data extents cut to that range,

@@ -353,6 +353,19 @@ out:
 	return ret;
 }
 
+const void *seg_chunk_span(const struct seg_chunk *sc, uint64_t lo, uint64_t hi)
+{
+	uint64_t pos = 0;
+
+	for (uint32_t i = 0; i < sc->next; pos += sc->ext[i].len, i++) {
+		uint64_t xo = sc->ext[i].off, xe = xo + sc->ext[i].len;
+
+		if (xo <= lo && hi <= xe)
+			return sc->data + pos + (lo - xo);
+	}
+	return NULL;
+}
+
 void seg_chunk_copy(const struct seg_chunk *sc, uint64_t off, uint32_t len, void *dst)
 {
 	uint64_t pos = 0;

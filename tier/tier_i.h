@@ -258,33 +258,38 @@ void restore_file_async(struct tier *t, struct inode *in);
  * during I/O). Leaves it HOT_CLEAN, or COLD on error. 0 or -errno. */
 int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
 /*
- * A read of bytes [lo, hi) of chunk c (chunk-relative): make them readable
- * and pin the chunk (in->lock held; dropped during I/O). A COLD chunk with
- * a v2 mapped record has only the blocks covering the range read first
- * (partial restore) when rest is not NULL: then *rest = 1 and the caller
- * must call restore_rest_locked() once it answered the reader (the chunk
- * stays RESTORING until then; other readers of blocks already in RAM go
- * on, everyone else waits). *tier gets the cold tier waited on (0 nvme, 1
- * s3) or -1 if the bytes were in RAM. With mem (may be NULL), a partial
- * restore whose range is all data answers from its verified read buffer:
- * *mem points at bytes [lo, hi), valid until restore_rest_locked, which
- * writes them into the hot file (*mem NULL otherwise: read the hot file).
- * how (with mem): RR_DIRECT: a COLD chunk is not restored at all, the range
- * is read and verified from its cold copy and the chunk stays COLD
- * (RESTORING meanwhile, so its segment stays); RR_BESIDE: a chunk another
- * thread restores in blocks has the range read from its cold copy rather
- * than waited for. Then *mem points at the bytes in *buf (seg_buf_free it;
- * holes read as zeros).
- * 0 or -errno (nothing pinned).
+ * A read of chunk bytes [lo, hi) of chunk c, as tier_read_begin asks it
+ * (what the reader is), and what it got. restore_read_locked makes the
+ * bytes readable and pins the chunk (in->lock held; dropped during I/O).
+ * How is the read's plan (restore_read.c, read_plan_locked: the one place
+ * that decides, at each look at the chunk): in RAM; a chain's blocks
+ * filled; blocks already published by a restore in blocks; read beside
+ * such a restore from the cold copy; read directly (a random reader: the
+ * chunk stays COLD, RESTORING meanwhile so its segment stays); a partial
+ * restore (a COLD chunk with a v2 mapped record: the reader's blocks
+ * first, the rest after the reply); or the whole chunk. The chunk's record
+ * is located once per read. 0 or -errno (nothing pinned).
  */
-#define RR_DIRECT 1u
-#define RR_BESIDE 2u
-/* RR_STREAM: the reader goes on from its last read (a read of a COLD
- * chain fills the segment blocks its range covers, other readers' just
- * their 4 KiB blocks; the chunk is then held in part: tier/chain.c) */
-#define RR_STREAM 4u
-int restore_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi,
-			int *rest, int *tier, const void **mem, void **buf, unsigned how);
+struct chunk_read {
+	uint64_t c, lo, hi;
+	int random;	  /* the reader jumps about (TIER_READ_RANDOM) */
+	int stream;	  /* it goes on from its last read (TIER_READ_STREAM): it
+			   * waits for a restore's blocks (next anyway) and a
+			   * COLD chain fills whole segment blocks (chain.c) */
+	int one;	  /* the read lies in this chunk alone: its bytes may be
+			   * answered from memory (mem), read beside or directly */
+	int may_rest;	  /* a partial restore may leave its rest for later */
+	/* out */
+	int rest;	 /* 1: a partial restore: call restore_rest_locked() once
+			  * the reader is answered (the chunk stays RESTORING
+			  * until then; readers of its blocks in RAM go on) */
+	int tier;	 /* cold tier waited on (STORE_TIER_*), -1: in RAM */
+	const void *mem; /* with one: the bytes [lo, hi) from memory, valid until
+			  * restore_rest_locked, or while buf is (holes read as
+			  * zeros); NULL: read the hot file */
+	void *buf;	 /* holds mem when the reader owns it (seg_buf_free) */
+};
+int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r);
 /* The rest of a partial restore of chunk c (in->lock held; dropped during
  * I/O): HOT_CLEAN, or COLD (hole punched) when a block fails. 0 or -errno. */
 int restore_rest_locked(struct tier *t, struct inode *in, uint64_t c);
@@ -306,13 +311,25 @@ void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, ui
  * as changed. in->lock held. */
 void tier_pt_refresh_locked(struct tier *t, struct inode *in, int all_dirty);
 
-/* chain.c: read bytes [off, off + len) of record e in segment seg (whole:
- * all of it) wherever the segment is now, verified; *tier (may be NULL)
- * gets its tier. A crc mismatch is -EIO (counted). sc owned on success
- * only. tier_of: 1 when st is the s3 store (the second of h_first/h_rst). */
-int tier_seg_read(struct tier *t, uint64_t seg, const struct seg_entry *e, uint64_t off,
-		  uint64_t len, int whole, struct seg_chunk *sc, int *tier);
-int tier_of(const struct store *st);
+/* cold.c: a record read from its cold segment. A read locates the
+ * segment once (cold_locate) and passes the location down; a read that
+ * finds the segment gone (moved to s3 since) locates it again, in place. */
+struct cold_rec {
+	uint64_t seg;	    /* the segment's id */
+	struct seg_entry e; /* the record in it */
+	struct store *st;   /* where the segment is (NULL: not in the table) */
+	uint32_t dev;
+	int tier; /* STORE_TIER_* of st (store.h): index of h_first, h_rst */
+};
+/* Record e of segment seg, located (segtab_locate: notes the access for
+ * demotion). Not found: r->st NULL (a read of it is -EIO). */
+void cold_locate(struct tier *t, uint64_t seg, const struct seg_entry *e, struct cold_rec *r);
+/* Bytes [off, off + len) of r's record (cold_read_whole: all of it), read
+ * and verified into *sc (owned on success only). A crc mismatch, or the
+ * segment gone, is -EIO (counted). 0 or -errno. */
+int cold_read(struct tier *t, struct cold_rec *r, uint64_t off, uint64_t len,
+	      struct seg_chunk *sc);
+int cold_read_whole(struct tier *t, struct cold_rec *r, struct seg_chunk *sc);
 
 /* chain.c: writes over cold data (overlays; index.h, struct chunk_chain).
  * All with in->lock held; chain_restore_locked drops it during I/O, the

@@ -133,38 +133,33 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		tier_chunk_range(t, off, len, &io->first, &io->last);
 		if (io->last >= in->nchunks)
 			io->last = in->nchunks ? in->nchunks - 1 : 0;
-		/* one chunk: a random reader's cold range is read directly; any
-		 * reader but a stream reads blocks of a chunk being restored
-		 * rather than wait for their turn (a stream's are next anyway) */
-		unsigned how = flags & TIER_READ_STREAM ? RR_STREAM : 0;
-		if (io->first == io->last && io->first < in->nchunks) {
-			if ((flags & TIER_READ_RANDOM) && in->chunks[io->first].state == CHUNK_COLD &&
-			    !in->chunks[io->first].queued)
-				how |= RR_DIRECT;
-			if (!(flags & TIER_READ_STREAM))
-				how |= RR_BESIDE;
-		}
 		/* each chunk: only the reader's blocks first when it is cold */
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++) {
 			uint64_t cs = c * t->chunk_size, lo = off > cs ? off - cs : 0;
 			uint64_t hi = off + len - cs < t->chunk_size ? off + len - cs : t->chunk_size;
-			int rest = 0, tier;
+			struct chunk_read r = {.c = c,
+					       .lo = lo,
+					       .hi = hi,
+					       .random = (flags & TIER_READ_RANDOM) != 0,
+					       .stream = (flags & TIER_READ_STREAM) != 0,
+					       .one = io->first == io->last,
+					       .may_rest = c - io->first < 64};
 
-			/* one chunk: a cold range may be answered from memory */
-			ret = restore_read_locked(t, in, c, lo, hi, c - io->first < 64 ? &rest : NULL,
-						  &tier, io->first == io->last ? &io->mem : NULL,
-						  &io->own, how);
-			if (ret < 0) {
+			if ((ret = restore_read_locked(t, in, &r)) < 0) {
 				if (c > io->first)
 					pin(in, io->first, c - 1, -1);
 				read_rest_locked(t, in, io);
 				idx_inode_unlock(in);
 				return ret;
 			}
-			if (rest)
+			if (r.rest)
 				io->rest |= 1ull << (c - io->first);
-			if (tier > waited)
-				waited = tier;
+			if (r.one) { /* a cold range may be answered from memory */
+				io->mem = r.mem;
+				io->own = r.buf;
+			}
+			if (r.tier > waited)
+				waited = r.tier;
 		}
 		uint64_t tick = idx_tick(t->idx);
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)

@@ -4,8 +4,9 @@
 Usage: tier_cycles.py [-v] [SRCDIR [FOLDER]]
   SRCDIR: the repository root (default: ../..); FOLDER: the folder under it
   whose files are checked (default: tier; mount-helpers/fsck for
-  spillway-fsck's files, run as test_fsck_layers). Below, "tier/" stands
-  for FOLDER.
+  spillway-fsck's files, run as test_fsck_layers; tier/store, run as
+  test_store_layers). Below, "tier/" stands for FOLDER. Includes are
+  matched as the sources spell them, from the repository root.
 Prints each module's dependencies when -v is given, then every cycle found
 (each strongly connected component of more than one module, with its edges
 and, for each, the include or name that makes it); exit 1 if there is any,
@@ -74,8 +75,10 @@ IDENT = re.compile(r"\b([A-Za-z_]\w*)\b")
 
 
 def load(root, folder="tier"):
+    """{name under "tier/": (raw, stripped)}, and {include path as the
+    sources spell it (from the repository root): that name}."""
     tier = os.path.join(root, folder)
-    files = {}
+    files, alias = {}, {}
     for dirpath, _, names in os.walk(tier):
         for name in names:
             if name.endswith((".c", ".h")):
@@ -84,7 +87,8 @@ def load(root, folder="tier"):
                 with open(path, encoding="utf-8", errors="replace") as f:
                     raw = f.read()
                 files[rel] = (raw, strip_c(raw))
-    return files
+                alias[os.path.relpath(path, root)] = rel
+    return files, alias
 
 
 def module_of(rel, files):
@@ -99,7 +103,7 @@ def module_of(rel, files):
 
 
 def graph(root, folder="tier"):
-    files = load(root, folder)
+    files, alias = load(root, folder)
     mods = {}
     for rel in files:
         m = module_of(rel, files)
@@ -121,6 +125,7 @@ def graph(root, folder="tier"):
         """Headers rel includes, through shared private headers."""
         raw = files[rel][0]
         for inc in INCLUDE.findall(raw):
+            inc = alias.get(inc, inc)
             if inc in files and inc not in seen:
                 seen.add(inc)
                 if module_of(inc, files) is None:

@@ -284,6 +284,7 @@ static void f_close(struct store *st)
 
 static const struct store_ops fake_ops = {
     .name = "fake",
+    .tier = STORE_TIER_NVME, /* a local tier for the tests */
     .put_begin = f_put_begin,
     .put_append = f_put_append,
     .put_finish = f_put_finish,

@@ -165,6 +165,7 @@ static void test_put_list_read_remove(void **state)
 
 	open_store(f, 2);
 	assert_string_equal(store_name(f->st), "nvme");
+	assert_int_equal(store_tier(f->st), STORE_TIER_NVME);
 	for (int i = 0; i < 20; i++) {
 		devs[i] = put_one(f, 1000 + i, 8192);
 		assert_true(devs[i] < 2);

@@ -193,6 +193,7 @@ static void test_open_and_stat(void **state)
 	struct store_dev_stat ds[2];
 
 	assert_string_equal(store_name(st), "s3");
+	assert_int_equal(store_tier(st), STORE_TIER_S3);
 	assert_int_equal(store_stat(st, ds, 2), 1);
 	assert_string_equal(ds[0].name, "s3://" BUCKET "/t1/spill");
 	assert_int_equal(ds[0].used, 0);

@@ -15,6 +15,9 @@
 
 #include "tier/s3/sigv4.h"
 
+/* S3's limit of parts in a multipart upload */
+#define S3_MAX_PARTS 10000u
+
 /* Retry schedule: attempts per request, and full-jitter backoff bounds. */
 #define S3_MAX_ATTEMPTS	       8u
 #define S3_OPEN_ATTEMPTS       3u /* the bucket check at open fails faster */

@@ -41,8 +41,13 @@ struct store_dev_stat {
 /* Called by list() for each segment; a nonzero return stops the walk and is returned. */
 typedef int (*store_list_fn)(void *arg, uint64_t seg_id, uint32_t dev, uint64_t size);
 
+/* Which cold tier a backend is: the index of the per-tier figures
+ * (struct tier_stats h_first, h_rst) and of a read's cold tier. */
+enum store_tier { STORE_TIER_NVME = 0, STORE_TIER_S3 = 1 };
+
 struct store_ops {
 	const char *name;
+	enum store_tier tier;
 	/*
 	 * Start writing segment seg_id and choose its device now. size_hint is
 	 * the expected final size in bytes (0 = unknown: STORE_DEFAULT_RESERVE);
@@ -104,6 +109,11 @@ struct store_ops {
 static inline const char *store_name(const struct store *st)
 {
 	return st->ops->name;
+}
+
+static inline enum store_tier store_tier(const struct store *st)
+{
+	return st->ops->tier;
 }
 
 static inline int store_put_begin(struct store *st, uint64_t seg_id, uint64_t size_hint,

@@ -653,6 +653,7 @@ static void nvme_close(struct store *st)
 
 static const struct store_ops nvme_ops = {
     .name = "nvme",
+    .tier = STORE_TIER_NVME,
     .put_begin = nvme_put_begin,
     .put_append = nvme_put_append,
     .put_finish = nvme_put_finish,

@@ -18,13 +18,12 @@
 #include <stdint.h>
 
 #include "tier/s3/s3_pool.h" /* struct s3_pool_stats */
-#include "tier/s3/s3req.h"	  /* s3_url_parse, s3_credentials_load, ... */
+#include "tier/s3/s3req.h"	  /* s3_url_parse, s3_credentials_load, S3_MAX_PARTS, ... */
 #include "tier/store/store.h"
 
 #define S3_DEFAULT_PART_SIZE	 (16ull << 20)
 #define S3_MIN_PART_SIZE	 (5ull << 20) /* S3's smallest non-final part */
 #define S3_MAX_PART_SIZE	 (5ull << 30)
-#define S3_MAX_PARTS		 10000u
 #define S3_DEFAULT_IO_WORKERS	 8u
 #define S3_MAX_IO_WORKERS	 64u
 #define S3_DEFAULT_REGION	 "us-east-1"

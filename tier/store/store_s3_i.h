@@ -1,9 +1,11 @@
 /*
  * store_s3_i.h — private to tier/store/store_s3*.c: the S3 store's put,
  * ranged-read and listing machinery on the request engine of
- * tier/s3/s3_xfer.h, shared by the segment store
- * (store_s3.c, which owns it) and the named objects (store_s3_obj.c).
- * Retry, logging and part-buffer rules: store_s3.c DESIGN.
+ * tier/s3/s3_xfer.h (puts: store_s3_put.c; reads and listings:
+ * store_s3_read.c), shared by the segment store (store_s3.c: its open,
+ * close and store_ops table) and the named objects (store_s3_obj.c).
+ * Retry and logging rules: store_s3.c DESIGN; part buffers:
+ * store_s3_put.c DESIGN.
  * Threading: a conn, a put and a transfer are used by one thread at a time;
  * only the s3_store fields marked "protected by cl.lock" are shared.
  */
@@ -12,7 +14,7 @@
 
 #include "tier/s3/s3_pool.h"
 #include "tier/s3/s3_xfer.h"
-#include "tier/store/store_s3.h"
+#include "tier/store/store.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -62,7 +64,20 @@ static inline struct s3_store *to_s3(struct store *st)
 	return (struct s3_store *)st;
 }
 
-/* ---- puts, reads and listings (store_s3.c) ---- */
+/* ---- the store_ops calls of s3_ops (contracts: store.h) ---- */
+
+/* store_s3_put.c */
+int s3_put_begin(struct store *st, uint64_t seg_id, uint64_t size_hint, struct store_put **out);
+int s3_put_append(struct store_put *put, const void *buf, size_t len);
+int s3_put_window(struct store_put *put, void **buf, size_t *len);
+int s3_put_finish(struct store_put *put, uint32_t *dev);
+void s3_put_abort(struct store_put *put);
+/* store_s3_read.c */
+int s3_read(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off, void *buf, size_t len);
+int s3_remove(struct store *st, uint64_t seg_id, uint32_t dev);
+int s3_list(struct store *st, store_list_fn fn, void *arg);
+
+/* ---- puts (store_s3_put.c) ---- */
 
 /* A put of key (taken over: freed on failure too) with its conn and slots;
  * NULL: no memory. Free with s3_put_free(). */
@@ -80,6 +95,8 @@ int s3_put_complete(struct s3_put *p);
 /* Cancel the parts in flight and abort the multipart upload, if any. */
 void s3_put_cancel(struct s3_put *p);
 void s3_put_free(struct s3_put *p);
+
+/* ---- reads and listings (store_s3_read.c) ---- */
 
 /* Read len bytes at off of key into buf in parallel ranged GETs on c; with
  * etag, a piece of another ETag fails with -ESTALE. what names the object in
