@@ -423,19 +423,23 @@ static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_by
 	return ret;
 }
 
-/* Drop the clean candidates of cs that are (unread 1) or are not (0)
- * unread, least recently used first, until got reaches need. Returns
- * whether any went (the room is announced). */
-static int drop_clean(struct tier *t, struct cand_set *cs, int unread, uint64_t need,
+/* Drop the clean candidates among v[0..n), sorted least recently used
+ * first, that are (unread 1) or are not (0) unread, LRU first, until got
+ * reaches need. (Unread ones newest first, the furthest ahead of a reader,
+ * measured worse: restore=open re-queues the chunks behind a reader that
+ * reopens its file, and those are the oldest.) Returns whether any went
+ * (the room is announced). */
+static int drop_clean(struct tier *t, struct cand *v, size_t n, int unread, uint64_t need,
 		      uint64_t *got)
 {
 	int dropped = 0;
 
-	for (size_t i = 0; i < cs->n && *got < need; i++) {
-		if (cs->v[i].state != CHUNK_HOT_CLEAN || cs->v[i].unread != unread)
+	for (size_t i = 0; i < n && *got < need; i++) {
+		struct cand *cd = &v[i];
+		if (cd->state != CHUNK_HOT_CLEAN || cd->unread != unread)
 			continue;
 		uint64_t before = hot_used(t->hot);
-		drop_and_inval(t, cs->v[i].in, cs->v[i].c);
+		drop_and_inval(t, cd->in, cd->c);
 		uint64_t after = hot_used(t->hot);
 		*got += before > after ? before - after : 0;
 		dropped = 1;
@@ -479,7 +483,7 @@ static int evict_round(struct tier *t)
 	cand_sort_lru(cs.v, cs.n);
 
 	/* 1. clean chunks used already, LRU first: no I/O */
-	progress = drop_clean(t, &cs, 0, need, &got);
+	progress = drop_clean(t, cs.v, cs.n, 0, need, &got);
 	/* 2. dirty chunks, LRU first, batched into large segments */
 	if (got < need) {
 		uint64_t want = need - got;
@@ -488,8 +492,12 @@ static int evict_round(struct tier *t)
 		for (size_t i = 0; i < cs.n && dirty < want; i++) {
 			if (cs.v[i].state != CHUNK_HOT_DIRTY)
 				continue;
-			cs.v[nd++] = cs.v[i]; /* compact dirty ones to the front */
-			dirty += cs.v[i].len;
+			/* dirty ones to the front; a swap keeps every
+			 * candidate for step 3 */
+			struct cand tmp = cs.v[nd];
+			cs.v[nd++] = cs.v[i];
+			cs.v[i] = tmp;
+			dirty += cs.v[nd - 1].len;
 		}
 		if (nd && (dirty >= t->cfg->min_spill_size || pressure)) {
 			cand_sort_location(cs.v, nd);
@@ -526,8 +534,11 @@ static int evict_round(struct tier *t)
 	 * restored again when its reader gets there */
 	uint64_t thr = (uint64_t)(t->cfg->spill_threshold * limit);
 	uint64_t need_ahead = used > thr ? used - thr : pressure ? t->chunk_size : 0;
-	if (got < need_ahead && drop_clean(t, &cs, 1, need_ahead, &got))
-		progress = 1;
+	if (got < need_ahead) {
+		cand_sort_lru(cs.v + nd, cs.n - nd); /* step 2 moved some */
+		if (drop_clean(t, cs.v + nd, cs.n - nd, 1, need_ahead, &got))
+			progress = 1;
+	}
 	cand_free(t, &cs);
 	return progress;
 }
