@@ -317,25 +317,6 @@ _Static_assert(sizeof(struct chunk) == 48, "struct chunk grew");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "chain bitmaps are little-endian");
 _Static_assert(JRNL_MAX_SEG_ID <= UINT32_MAX, "segment ids do not fit struct chunk");
 
-/* The residency record of chunk c (caller holds in->lock): its cold
- * location when it has a valid one, RAM-only when dirty, else a hole. */
-void idx_chunk_rec_locked(struct inode *in, uint64_t c, struct jrec *r)
-{
-	struct chunk *ch = c < in->nchunks ? &in->chunks[c] : NULL;
-	memset(r, 0, sizeof(*r));
-	r->ino = in->ino;
-	r->chunk = c;
-	if (!ch || ch->state == CHUNK_ABSENT) {
-		r->type = JR_CHUNK_ABSENT;
-		r->count = 1;
-	} else if (ch->loc.seg_id) { /* clean, or a kept copy (index.h) */
-		r->type = JR_CHUNK_LOC;
-		r->loc = ch->loc;
-	} else {
-		r->type = JR_CHUNK_DIRTY;
-	}
-}
-
 int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count)
 {
 	struct jrec rs[CHAIN_MAX + 2];

@@ -1,6 +1,7 @@
 /*
  * index_chain — a chunk's overlay chain (index.h, struct chunk_chain): its
- * memory, its bitmaps and its journal records. What the chain means for
+ * memory, its bitmaps and its journal records (with the residency record
+ * of the chunk it is over, idx_chunk_rec_locked). What the chain means for
  * reads, writes and spills is tier/chain.c's; this file only keeps it.
  * Threading: the caller holds the chunk's inode lock.
  */
@@ -85,6 +86,25 @@ uint32_t chain_count(const uint64_t *bm, uint32_t nbits)
 	for (uint32_t i = 0; i < (nbits + 63) / 64; i++)
 		n += (uint32_t)__builtin_popcountll(bm[i]);
 	return n;
+}
+
+/* The residency record of chunk c (caller holds in->lock): its cold
+ * location when it has a valid one, RAM-only when dirty, else a hole. */
+void idx_chunk_rec_locked(struct inode *in, uint64_t c, struct jrec *r)
+{
+	struct chunk *ch = c < in->nchunks ? &in->chunks[c] : NULL;
+	memset(r, 0, sizeof(*r));
+	r->ino = in->ino;
+	r->chunk = c;
+	if (!ch || ch->state == CHUNK_ABSENT) {
+		r->type = JR_CHUNK_ABSENT;
+		r->count = 1;
+	} else if (ch->loc.seg_id) { /* clean, or a kept copy (index.h) */
+		r->type = JR_CHUNK_LOC;
+		r->loc = ch->loc;
+	} else {
+		r->type = JR_CHUNK_DIRTY;
+	}
 }
 
 int idx_chunk_recs_locked(struct inode *in, uint64_t c, struct jrec *rs)

@@ -115,6 +115,9 @@ void idx_attr_rec_locked(struct inode *in, struct jrec *r);
 void idx_attr_rec(struct inode *in, struct jrec *r);
 /* JR_LINK / JR_UNLINK of a name (r points at name). */
 void idx_name_rec(struct jrec *r, uint8_t type, uint64_t parent, const char *name, uint64_t ino);
+
+/* ---- index_chain.c ---- */
+
 /* The residency record of chunk c (caller holds in's lock). */
 void idx_chunk_rec_locked(struct inode *in, uint64_t c, struct jrec *r);
 

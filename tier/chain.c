@@ -72,21 +72,20 @@ void chain_view_of(const struct inode *in, uint64_t c, struct chain_view *v)
 	const struct chunk *ch = &in->chunks[c];
 	v->ino = in->ino;
 	v->c = c;
-	v->base_seg = ch->loc.seg_id;
-	v->base = tier_chunk_entry(in, c);
+	v->base = ch->loc;
 	v->k = ch->chain;
 }
 
-/* Bytes [a, z) of record e of segment seg into dst (holes as zeros); *tier
+/* Bytes [a, z) of record l of v's chunk into dst (holes as zeros); *tier
  * (may be NULL) gets the cold tier it came from. */
-static int rec_read(struct tier *t, uint64_t seg, const struct seg_entry *e, uint64_t a,
-		    uint64_t z, uint8_t *dst, int *tier)
+static int rec_read(struct tier *t, const struct chain_view *v, const struct chunk_loc *l,
+		    uint64_t a, uint64_t z, uint8_t *dst, int *tier)
 {
 	struct cold_rec r;
 	struct seg_chunk sc;
 	int ret;
 
-	cold_locate(t, seg, e, &r);
+	cold_locate(t, v->ino, v->c, l, &r);
 	ret = cold_read(t, &r, a, z - a, &sc);
 	if (tier)
 		*tier = r.tier;
@@ -113,7 +112,6 @@ int chain_view_read(struct tier *t, const struct chain_view *v, uint64_t lo, uin
 		return -ENOMEM;
 	for (int i = v->k->nrec - 1; i >= 0 && ret == 0; i--) {
 		const struct chain_rec *o = &v->k->rec[i];
-		struct seg_entry e = seg_loc_entry(v->ino, v->c, &o->loc);
 		for (uint32_t b = b0; b < b1 && ret == 0;) {
 			if (!chain_test(o->bits, b) || chain_test(done, b - b0)) {
 				b++;
@@ -125,7 +123,7 @@ int chain_view_read(struct tier *t, const struct chain_view *v, uint64_t lo, uin
 			uint64_t a = (uint64_t)b * CHAIN_BLK, y = (uint64_t)z * CHAIN_BLK;
 			a = a > lo ? a : lo;
 			y = y < hi ? y : hi;
-			ret = rec_read(t, o->loc.seg_id, &e, a, y, dst + (a - lo), tier);
+			ret = rec_read(t, v, &o->loc, a, y, dst + (a - lo), tier);
 			chain_set(done, b - b0, z - b0, 1);
 			b = z;
 		}
@@ -142,7 +140,7 @@ int chain_view_read(struct tier *t, const struct chain_view *v, uint64_t lo, uin
 		uint64_t a = (uint64_t)b * CHAIN_BLK, y = (uint64_t)z * CHAIN_BLK;
 		a = a > lo ? a : lo;
 		y = y < hi ? y : hi;
-		ret = rec_read(t, v->base_seg, &v->base, a, y, dst + (a - lo), tier);
+		ret = rec_read(t, v, &v->base, a, y, dst + (a - lo), tier);
 		b = z;
 	}
 	free(done);

@@ -21,12 +21,12 @@
 
 #include <errno.h>
 
-/* r->seg's store and device now; 0, or -ENOENT with r unchanged. */
+/* r->loc.seg_id's store and device now; 0, or -ENOENT with r unchanged. */
 static int locate(struct tier *t, struct cold_rec *r)
 {
 	struct store *st;
 	uint32_t dev;
-	int ret = segtab_locate(t->segtab, r->seg, &st, &dev);
+	int ret = segtab_locate(t->segtab, r->loc.seg_id, &st, &dev);
 
 	if (ret == 0) {
 		r->st = st;
@@ -36,19 +36,23 @@ static int locate(struct tier *t, struct cold_rec *r)
 	return ret;
 }
 
-void cold_locate(struct tier *t, uint64_t seg, const struct seg_entry *e, struct cold_rec *r)
+void cold_locate(struct tier *t, uint64_t ino, uint64_t c, const struct chunk_loc *l,
+		 struct cold_rec *r)
 {
-	*r = (struct cold_rec){.seg = seg, .e = *e, .tier = STORE_TIER_NVME};
+	*r = (struct cold_rec){.ino = ino, .c = c, .loc = *l, .tier = STORE_TIER_NVME};
 	locate(t, r);
 }
 
 static int read_at(struct cold_rec *r, uint64_t off, uint64_t len, int whole,
 		   struct seg_chunk *sc)
 {
+	/* the one place a located record becomes the readers' footer entry */
+	struct seg_entry e = seg_loc_entry(r->ino, r->c, &r->loc);
+
 	if (!r->st)
 		return -ENOENT;
-	return whole ? seg_read_chunk(r->st, r->seg, r->dev, &r->e, sc)
-		     : seg_read_part(r->st, r->seg, r->dev, &r->e, off, len, sc);
+	return whole ? seg_read_chunk(r->st, r->loc.seg_id, r->dev, &e, sc)
+		     : seg_read_part(r->st, r->loc.seg_id, r->dev, &e, off, len, sc);
 }
 
 static int cold_read_at(struct tier *t, struct cold_rec *r, uint64_t off, uint64_t len,

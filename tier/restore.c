@@ -299,7 +299,8 @@ int rst_whole_locked(struct tier *t, struct inode *in, uint64_t c, struct cold_r
 	uint64_t off = c * t->chunk_size, t0 = clock_now_ns();
 	/* room: a plain record is its bytes from offset 0; a mapped one may
 	 * spread anywhere in the chunk (only its extents get written) */
-	uint32_t need = rec->e.flags ? tier_chunk_len(t, in->size, c) : rec->e.len;
+	uint32_t need =
+	    (rec->loc.flags & LOC_F_MAP) ? tier_chunk_len(t, in->size, c) : rec->loc.len;
 	struct seg_chunk sc = {0};
 	int64_t reserved = 0;
 	int fd, ret;
@@ -328,16 +329,14 @@ int rst_whole_locked(struct tier *t, struct inode *in, uint64_t c, struct cold_r
 	if (ret < 0)
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
 			(unsigned long long)in->ino, (unsigned long long)c,
-			(unsigned long long)rec->seg, strerror(-ret));
+			(unsigned long long)rec->loc.seg_id, strerror(-ret));
 	return restore_end_locked(t, in, c, ret, t0, rec->tier, reserved);
 }
 
 /* Chunk c's cold record, located (in->lock held). */
 static void locate_chunk(struct tier *t, const struct inode *in, uint64_t c, struct cold_rec *rec)
 {
-	struct seg_entry e = tier_chunk_entry(in, c);
-
-	cold_locate(t, in->chunks[c].loc.seg_id, &e, rec);
+	cold_locate(t, in->ino, c, &in->chunks[c].loc, rec);
 }
 
 int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
@@ -409,7 +408,7 @@ int rst_part_first_locked(struct tier *t, struct inode *in, struct chunk_read *r
 		  (off_t)(hi - lo));
 	log_err("restore: inode %llu chunk %llu bytes [%llu, %llu) from segment %llu: %s",
 		(unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)lo,
-		(unsigned long long)hi, (unsigned long long)rec->seg, strerror(-ret));
+		(unsigned long long)hi, (unsigned long long)rec->loc.seg_id, strerror(-ret));
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);
 	if (p->reserved > 0)
@@ -556,7 +555,7 @@ static int part_finish_locked(struct tier *t, struct inode *in, uint64_t c, stru
 		chunk_set_state(in, c, CHUNK_COLD);
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
 			(unsigned long long)in->ino, (unsigned long long)c,
-			(unsigned long long)p->rec.seg, strerror(-ret));
+			(unsigned long long)p->rec.loc.seg_id, strerror(-ret));
 	}
 	hot_account_locked(t->hot, in);
 	hot_fd_put_locked(t->hot, in);

@@ -103,13 +103,13 @@ static int in_cold(const struct chunk *ch)
 static void plan_locate(struct tier *t, struct inode *in, struct chunk_read *r,
 			struct read_plan *pl)
 {
-	struct seg_entry e = tier_chunk_entry(in, r->c);
+	const struct chunk_loc *l = &in->chunks[r->c].loc;
 
-	if (pl->located && pl->rec.seg == in->chunks[r->c].loc.seg_id) {
-		pl->rec.e = e;
+	if (pl->located && pl->rec.loc.seg_id == l->seg_id) {
+		pl->rec.loc = *l;
 		return;
 	}
-	cold_locate(t, in->chunks[r->c].loc.seg_id, &e, &pl->rec);
+	cold_locate(t, in->ino, r->c, l, &pl->rec);
 	if (!pl->located)
 		r->tier = pl->rec.tier;
 	pl->located = 1;

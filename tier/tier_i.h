@@ -315,15 +315,17 @@ void tier_pt_refresh_locked(struct tier *t, struct inode *in, int all_dirty);
  * segment once (cold_locate) and passes the location down; a read that
  * finds the segment gone (moved to s3 since) locates it again, in place. */
 struct cold_rec {
-	uint64_t seg;	    /* the segment's id */
-	struct seg_entry e; /* the record in it */
-	struct store *st;   /* where the segment is (NULL: not in the table) */
-	uint32_t dev;
+	uint64_t ino, c;      /* whose record it is: chunk c of inode ino */
+	struct chunk_loc loc; /* the record: its segment (loc.seg_id), where in it */
+	struct store *st;     /* where the segment is now (NULL: not in the table) */
+	uint32_t dev;	      /* its device there (loc.dev: as journaled) */
 	int tier; /* STORE_TIER_* of st (store.h): index of h_first, h_rst */
 };
-/* Record e of segment seg, located (segtab_locate: notes the access for
- * demotion). Not found: r->st NULL (a read of it is -EIO). */
-void cold_locate(struct tier *t, uint64_t seg, const struct seg_entry *e, struct cold_rec *r);
+/* Record l of chunk c of inode ino (a chunk's base copy or one of its
+ * overlays), located (segtab_locate: notes the access for demotion). Not
+ * found: r->st NULL (a read of it is -EIO). */
+void cold_locate(struct tier *t, uint64_t ino, uint64_t c, const struct chunk_loc *l,
+		 struct cold_rec *r);
 /* Bytes [off, off + len) of r's record (cold_read_whole: all of it), read
  * and verified into *sc (owned on success only). A crc mismatch, or the
  * segment gone, is -EIO (counted). 0 or -errno. */
@@ -354,8 +356,8 @@ int chain_read_cold_locked(struct tier *t, struct inode *in, uint64_t c, uint64_
 /* What a read of chunk c's chain needs, copied out under the lock (the
  * chain itself stays put while the chunk is RESTORING or the lock held). */
 struct chain_view {
-	uint64_t ino, c, base_seg;
-	struct seg_entry base;
+	uint64_t ino, c;
+	struct chunk_loc base; /* the chunk's base copy */
 	const struct chunk_chain *k;
 };
 void chain_view_of(const struct inode *in, uint64_t c, struct chain_view *v);
@@ -391,13 +393,6 @@ static inline uint32_t tier_chunk_len(const struct tier *t, uint64_t size, uint6
 	if (start >= size)
 		return 0;
 	return (uint32_t)(size - start < t->chunk_size ? size - start : t->chunk_size);
-}
-
-/* The segment entry of chunk c's cold copy (its base, when it has a
- * chain). in->lock held. */
-static inline struct seg_entry tier_chunk_entry(const struct inode *in, uint64_t c)
-{
-	return seg_loc_entry(in->ino, c, &in->chunks[c].loc);
 }
 
 /* The passthrough ops (NULL: no passthrough now). Set by the FUSE init
