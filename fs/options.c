@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define FIELD(f) .off = offsetof(struct spw_config, f), .width = sizeof(((struct spw_config *)0)->f)
@@ -612,15 +613,6 @@ int opt_given(const struct opt_ctx *c, const char *name)
 	return c->given[row_of(name)];
 }
 
-int __attribute__((format(printf, 2, 3))) opt_fail(struct opt_ctx *c, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->err, c->errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 /* "expected a, b or c" of an enum's shown words. */
 static void words_accepted(const struct opt_spec *s, char *buf, size_t len)
 {
@@ -745,6 +737,38 @@ static void one_line(char *s)
 	for (; *s; s++)
 		if ((unsigned char)*s < 0x20 || *s == 0x7f)
 			*s = '?';
+}
+
+/* Defaults computed from the machine (hot_dir's filesystem, the node's
+ * memory): hot_size, hot_min, mem_reserve, when not given. */
+static int opt_computed_defaults(struct opt_ctx *c)
+{
+	struct spw_config *cfg = c->cfg;
+	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	struct statvfs sv;
+
+	if (statvfs(cfg->hot_dir, &sv) < 0)
+		return opt_fail(c, "option 'hot_dir': '%s': %s", cfg->hot_dir, strerror(errno));
+	if (!opt_given(c, "hot_size"))
+		cfg->hot_size = (uint64_t)sv.f_blocks * sv.f_frsize / 2;
+	else if (cfg->hot_size > (uint64_t)sv.f_blocks * sv.f_frsize)
+		return opt_fail(
+		    c,
+		    "option 'hot_size': invalid value '%s': larger than hot_dir's filesystem "
+		    "(%lluM)",
+		    opt_raw(c, "hot_size"),
+		    (unsigned long long)((uint64_t)sv.f_blocks * sv.f_frsize >> 20));
+	if (!opt_given(c, "hot_min"))
+		cfg->hot_min = cfg->hot_size / 8 > cfg->chunk_size * 2 ? cfg->hot_size / 8
+								       : cfg->chunk_size * 2;
+	if (!opt_given(c, "mem_reserve"))
+		cfg->mem_reserve = ram / 20 < 1 * GiB ? ram / 20 : 1 * GiB;
+	else if (cfg->mem_reserve >= ram)
+		return opt_fail(c,
+			    "option 'mem_reserve': invalid value '%s': must be below the node's "
+			    "memory (%lluM), or 0/off",
+			    opt_raw(c, "mem_reserve"), (unsigned long long)(ram >> 20));
+	return 0;
 }
 
 /* ---- the rules between options ---- */

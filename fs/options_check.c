@@ -24,7 +24,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 static uint32_t fnv(const char *s)
@@ -359,36 +358,5 @@ int opt_check_state_dir(struct opt_ctx *c, const char *v)
 		if (asprintf(&cfg->state_dir, "%.*s/.spillway", (int)n, cfg->nvme) < 0)
 			cfg->state_dir = NULL;
 	}
-	return 0;
-}
-
-/* ---- defaults computed from the machine and from other options ---- */
-int opt_computed_defaults(struct opt_ctx *c)
-{
-	struct spw_config *cfg = c->cfg;
-	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-	struct statvfs sv;
-
-	if (statvfs(cfg->hot_dir, &sv) < 0)
-		return opt_fail(c, "option 'hot_dir': '%s': %s", cfg->hot_dir, strerror(errno));
-	if (!opt_given(c, "hot_size"))
-		cfg->hot_size = (uint64_t)sv.f_blocks * sv.f_frsize / 2;
-	else if (cfg->hot_size > (uint64_t)sv.f_blocks * sv.f_frsize)
-		return opt_fail(
-		    c,
-		    "option 'hot_size': invalid value '%s': larger than hot_dir's filesystem "
-		    "(%lluM)",
-		    opt_raw(c, "hot_size"),
-		    (unsigned long long)((uint64_t)sv.f_blocks * sv.f_frsize >> 20));
-	if (!opt_given(c, "hot_min"))
-		cfg->hot_min = cfg->hot_size / 8 > cfg->chunk_size * 2 ? cfg->hot_size / 8
-								       : cfg->chunk_size * 2;
-	if (!opt_given(c, "mem_reserve"))
-		cfg->mem_reserve = ram / 20 < 1 * GiB ? ram / 20 : 1 * GiB;
-	else if (cfg->mem_reserve >= ram)
-		return opt_fail(c,
-			    "option 'mem_reserve': invalid value '%s': must be below the node's "
-			    "memory (%lluM), or 0/off",
-			    opt_raw(c, "mem_reserve"), (unsigned long long)(ram >> 20));
 	return 0;
 }

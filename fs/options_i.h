@@ -11,7 +11,9 @@
 
 #include "fs/options.h"
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #define KiB 1024ULL
 #define MiB (1024ULL * KiB)
@@ -35,7 +37,15 @@ struct opt_ctx {
 const char *opt_raw(const struct opt_ctx *c, const char *name);
 int opt_given(const struct opt_ctx *c, const char *name);
 /* The one-line failure message into c->err: returns -1. */
-int opt_fail(struct opt_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline int __attribute__((format(printf, 2, 3))) opt_fail(struct opt_ctx *c, const char *fmt,
+								  ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->err, c->errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
 
 /* ---- options_check.c: 0, or -1 with the message (opt_fail) ---- */
 
@@ -53,8 +63,5 @@ int opt_check_s3_credentials(struct opt_ctx *c, const char *v);
 int opt_check_s3_ca_file(struct opt_ctx *c, const char *v);
 int opt_check_metrics(struct opt_ctx *c, const char *v);
 int opt_check_state_dir(struct opt_ctx *c, const char *v);
-/* Defaults computed from the machine (hot_dir's filesystem, the node's
- * memory): hot_size, hot_min, mem_reserve, when not given. */
-int opt_computed_defaults(struct opt_ctx *c);
 
 #endif
