@@ -108,7 +108,7 @@ static int compact_one_locked(struct tier *t, struct seg_commit_rec *r, const st
 }
 
 int seg_commit(struct tier *t, struct seg_writer *w, uint64_t id, struct seg_commit_rec *v,
-	       size_t n, seg_commit_fn fn)
+	       size_t n, const struct seg_commit_hooks *h)
 {
 	uint64_t payload = 0, len;
 	uint32_t dev;
@@ -120,6 +120,8 @@ int seg_commit(struct tier *t, struct seg_writer *w, uint64_t id, struct seg_com
 	 * once the journal is read-only: no location could be recorded) */
 	if ((ret = segtab_commit(t->segtab, w, id, payload, &dev, &len)) < 0)
 		return ret;
+	if (h && h->durable)
+		h->durable(t, h->arg);
 	for (size_t i = 0; i < n; i++) {
 		struct seg_commit_rec *r = &v[i];
 		struct inode *in = r->in;
@@ -129,8 +131,8 @@ int seg_commit(struct tier *t, struct seg_writer *w, uint64_t id, struct seg_com
 
 		idx_inode_lock(in);
 		moved = r->from.seg_id ? compact_one_locked(t, r, &to) : spill_one_locked(t, r, &to);
-		if (moved && fn)
-			drop = fn(t, in, r->c);
+		if (moved && h && h->moved)
+			drop = h->moved(t, in, r->c);
 		idx_inode_wake(in); /* fsync waits for spills */
 		idx_inode_unlock(in);
 		if (drop)

@@ -38,17 +38,24 @@ struct seg_commit_rec {
 	uint64_t *bits;
 };
 
-/* Called under the inode lock for each chunk that moved to the new segment:
- * the bytes of the chunk whose pages the kernel should drop (0: none). */
-typedef uint32_t (*seg_commit_fn)(struct tier *t, struct inode *in, uint64_t c);
+/* What the caller does at two points of the commit (either may be NULL). */
+struct seg_commit_hooks {
+	/* once the segment is durable, before any chunk moves: so that whoever
+	 * sees the RAM come back also sees the spill counted */
+	void (*durable)(struct tier *t, void *arg);
+	/* under the inode lock, for each chunk that moved to the new segment:
+	 * the bytes of the chunk whose pages the kernel should drop (0: none) */
+	uint32_t (*moved)(struct tier *t, struct inode *in, uint64_t c);
+	void *arg;
+};
 
 /*
  * Commit writer w (segment id, consumed whatever happens) holding the
- * records v[0..n), n > 0, then point their chunks at it (fn may be NULL).
+ * records v[0..n), n > 0, then point their chunks at it (h may be NULL).
  * 0, or -errno from segtab_commit: nothing committed, no chunk touched (the
  * caller puts its chunks back; bits stay the caller's).
  */
 int seg_commit(struct tier *t, struct seg_writer *w, uint64_t id, struct seg_commit_rec *v,
-	       size_t n, seg_commit_fn fn);
+	       size_t n, const struct seg_commit_hooks *h);
 
 #endif

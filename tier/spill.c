@@ -123,8 +123,22 @@ static int add_overlay(struct seg_writer *w, uint64_t ino, uint64_t c, uint64_t 
 	return ret;
 }
 
-/* seg_commit's hook: a chunk now durable in the new segment leaves RAM
- * unless its file is pinned. */
+/* seg_commit's hooks: the segment counted as soon as it is durable (before
+ * its chunks leave RAM: a writer woken by the room sees it counted); a chunk
+ * now durable in it leaves RAM unless its file is pinned. */
+struct spilled {
+	uint64_t payload;
+	size_t n;
+};
+
+static void count_spilled(struct tier *t, void *arg)
+{
+	const struct spilled *s = arg;
+	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.bytes_spilled, s->payload, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.chunks_spilled, s->n, __ATOMIC_RELAXED);
+}
+
 static uint32_t drop_unpinned_locked(struct tier *t, struct inode *in, uint64_t c)
 {
 	return in->pinned ? 0 : spill_drop_chunk_locked(t, in, c);
@@ -214,13 +228,13 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 		ret = 0;
 		goto out;
 	}
-	ret = seg_commit(t, w, id, done, nd, drop ? drop_unpinned_locked : NULL);
+	struct spilled sp = {.payload = payload, .n = nd};
+	struct seg_commit_hooks h = {
+	    .durable = count_spilled, .moved = drop ? drop_unpinned_locked : NULL, .arg = &sp};
+	ret = seg_commit(t, w, id, done, nd, &h);
 	w = NULL;
 	if (ret < 0)
 		goto out;
-	__atomic_add_fetch(&t->st.segments_written, 1, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&t->st.bytes_spilled, payload, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&t->st.chunks_spilled, nd, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&t->st.spill_ns, clock_now_ns() - t0, __ATOMIC_RELAXED);
 	hist_observe(&t->st.h_spill, clock_now_ns() - t0);
 	*committed = 1; /* the caller wakes the writers waiting for room */
