@@ -96,12 +96,14 @@ void tier_snapshot(struct tier *t, struct tier_snapshot *s, int flags)
 {
 	memset(s, 0, sizeof(*s));
 	s->hot_used = hot_used(t->hot);
-	s->hot_limit = hot_limit(t->hot);
 	s->hot_reserved = hot_reserved(t->hot);
 	s->pt_pinned = hot_pinned(t->hot);
 	s->hot_size = t->cfg->hot_size;
 	s->hot_min = t->cfg->hot_min;
 	pressure_get(t->pressure, &s->ps);
+	/* the limit is the pressure thread's budget: from the same sample, not
+	 * read apart from it (a move in between showed two different values) */
+	s->hot_limit = s->ps.enabled ? s->ps.budget : hot_limit(t->hot);
 	idx_counts(t->idx, &s->inodes, &s->files);
 	segtab_totals(t->segtab, &s->segs, &s->seg_bytes, &s->seg_live);
 	segtab_tier_bytes(t->segtab, s->tier_bytes);
