@@ -534,7 +534,7 @@ static int evict_round(struct tier *t)
 	 * restored again when its reader gets there */
 	uint64_t thr = (uint64_t)(t->cfg->spill_threshold * limit);
 	uint64_t need_ahead = used > thr ? used - thr : pressure ? t->chunk_size : 0;
-	if (got < need_ahead) {
+	if (got < need_ahead && cs.n > nd) { /* cs.v is NULL when cs.n is 0 */
 		cand_sort_lru(cs.v + nd, cs.n - nd); /* step 2 moved some */
 		if (drop_clean(t, cs.v + nd, cs.n - nd, 1, need_ahead, &got))
 			progress = 1;
