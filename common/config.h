@@ -44,6 +44,8 @@ struct spw_config {
 	int keep_hot;		  /* unmount keeps the hot files (fast remount) */
 	int passthrough;	  /* hand hot files to the kernel (FUSE passthrough) */
 	int cold_writes;	  /* 1: writes go over cold data (overlays), 0: restore first */
+	int admit_reread;	  /* admit=reread: cold data enters RAM when read again
+				   * (tier/admit); 0: admit=always */
 	/* elastic hot tier (tier/pressure.c) */
 	uint64_t hot_min;     /* the budget never shrinks below this */
 	uint64_t mem_reserve; /* keep this much of the node's/cgroup's memory available */

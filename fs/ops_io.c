@@ -18,6 +18,7 @@ struct spw_file *fs_file_new(struct spw *s, struct inode *in)
 	if (!f)
 		return NULL;
 	f->in = in;
+	f->next_off = UINT64_MAX; /* no read yet */
 	pthread_mutex_lock(&s->files_lock);
 	if ((f->next = s->files))
 		f->next->pprev = &f->next;
@@ -100,28 +101,40 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 /* Note a read of [off, off + size) on f: READ_SEQ when it continues a
  * stream (two reads in a row went on from the last one), READ_RANDOM when
- * the handle jumps about (two jumps in a row, and no stream since), else 0.
- * One jump is not a pattern: the first read of a stream may start
- * anywhere, and its chunk is restored as usual. The same read again (the
- * kernel retries a failed one) changes nothing. */
-enum { READ_SEQ = 1, READ_RANDOM = 2 };
+ * the handle jumps about (two jumps in a row, and no stream since), and
+ * READ_NEAR when it starts within SEQ_SLACK of where the handle's last
+ * read ended (the kernel's readahead of one stream, in any order: never a
+ * re-read for the admission filter). One jump is not a pattern: the first
+ * read of a stream may start anywhere, and its chunk is restored as usual.
+ * The same read again (the kernel retries a failed one) changes nothing. */
+enum { READ_SEQ = 1, READ_RANDOM = 2, READ_NEAR = 4 };
+
+static int read_pattern_from(struct spw_file *f, uint64_t prev, uint64_t off, size_t size)
+{
+	if (prev == off + size)
+		return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM
+		       : __atomic_load_n(&f->seq, __ATOMIC_RELAXED) >= 2 ? READ_SEQ | READ_NEAR
+									  : READ_NEAR;
+	if (off + SEQ_SLACK >= prev && off <= prev + SEQ_SLACK) {
+		if (__atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED) < 2)
+			return READ_NEAR | (__atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2
+						? READ_RANDOM
+						: 0);
+		__atomic_store_n(&f->jumps, 0, __ATOMIC_RELAXED);
+		return READ_SEQ | READ_NEAR;
+	}
+	__atomic_store_n(&f->seq, 0, __ATOMIC_RELAXED);
+	return __atomic_add_fetch(&f->jumps, 1, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0;
+}
 
 static int read_pattern(struct spw_file *f, uint64_t off, size_t size)
 {
 	uint64_t prev = __atomic_exchange_n(&f->next_off, off + size, __ATOMIC_RELAXED);
+	int first = prev == UINT64_MAX;
 
-	if (prev == off + size)
-		return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM
-		       : __atomic_load_n(&f->seq, __ATOMIC_RELAXED) >= 2 ? READ_SEQ
-									  : 0;
-	if (off + SEQ_SLACK >= prev && off <= prev + SEQ_SLACK) {
-		if (__atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED) < 2)
-			return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0;
-		__atomic_store_n(&f->jumps, 0, __ATOMIC_RELAXED);
-		return READ_SEQ;
-	}
-	__atomic_store_n(&f->seq, 0, __ATOMIC_RELAXED);
-	return __atomic_add_fetch(&f->jumps, 1, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0;
+	if (first) /* the handle's first read: as if the last ended at 0, never near */
+		return read_pattern_from(f, 0, off, size) & ~READ_NEAR;
+	return read_pattern_from(f, prev, off, size);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -131,11 +144,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	struct inode *in = f->in;
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
 	struct tier_io io;
-	int pat = read_pattern(f, (uint64_t)off, size), seq = pat == READ_SEQ;
+	int pat = read_pattern(f, (uint64_t)off, size), seq = (pat & READ_SEQ) != 0;
 	int ret = tier_read_begin(s->tier, in, (uint64_t)off, size,
-				  pat == READ_RANDOM ? TIER_READ_RANDOM
-				  : seq		     ? TIER_READ_STREAM
-						     : 0,
+				  ((pat & READ_RANDOM) ? TIER_READ_RANDOM
+				   : seq	       ? TIER_READ_STREAM
+							: 0) |
+				      ((pat & READ_NEAR) ? TIER_READ_NEAR : 0),
 				  &io);
 
 	if (ret < 0) {
@@ -151,8 +165,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	buf.buf[0].fd = io.fd;
 	buf.buf[0].pos = off;
 	/* read-ahead only queues restores: before the reply, since the file
-	 * handle f may be released (and freed) as soon as we reply */
-	if (seq) { /* the hint is racy between parallel reads: harmless */
+	 * handle f may be released (and freed) as soon as we reply; none for
+	 * a reader the admission filter keeps out of RAM (tier/admit) */
+	if (seq && !io.direct) { /* the hint is racy between parallel reads: harmless */
 		uint64_t next = __atomic_load_n(&f->ra_next, __ATOMIC_RELAXED);
 		tier_read_ahead(s->tier, in, (uint64_t)off + io.len, &next);
 		__atomic_store_n(&f->ra_next, next, __ATOMIC_RELAXED);
@@ -160,8 +175,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	/* Once replied, the file may be released and the inode freed before
 	 * the unpin below: hold a reference across it. */
 	idx_ref(s->idx, in);
-	if (io.mem) /* a cold range, verified: from the read buffer */
-		fuse_reply_buf(req, io.mem, io.len);
+	if (io.niov) /* cold pieces, verified: from the read buffers */
+		fuse_reply_iov(req, io.iov, io.niov);
 	else
 		fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 	/* the rest of a chunk restored reader's blocks first comes in now */

@@ -156,6 +156,23 @@ const struct opt_spec opt_table[] = {
 	    "takes each block from RAM or from the newest record that has it. With\n"
 	    ".BR restore ,\n"
 	    "the whole chunk is read back first (the pre-0.3 behaviour).\n"},
+    {.name = "admit",
+     .kind = OPT_ENUM,
+     FIELD(admit_reread),
+     WORDS({"reread", 1, 0}, {"always", 0, 0}),
+     .def = "reread",
+     .meta = "reread|always",
+     .help = "reread: cold data read once is read from its segment, it enters RAM when read again",
+     .man_tag = ".BR %s= reread | always",
+     .man = "What deserves RAM. With\n"
+	    ".BR reread ,\n"
+	    "a cold chunk read for the first time is read from its segment straight into\n"
+	    "the reply and stays cold (data read once, such as a Ray restore or a scan,\n"
+	    "is not staged in RAM); a second read of it soon enough that it would still\n"
+	    "be in RAM, a warm, a pin or a write brings it into RAM. With\n"
+	    ".BR always ,\n"
+	    "every cold chunk read comes back into RAM (random readers excepted: the\n"
+	    "pre-0.4 behaviour).\n"},
     {.name = "keep_hot",
      .kind = OPT_FLAG,
      FIELD(keep_hot),

@@ -41,6 +41,11 @@ struct chunk {
 	 * written since: the evictor drops it after the chunks used already
 	 * (tier/evict.c), or a slow reader would restore it twice */
 	uint8_t unread : 1;
+	/* admission (tier/admit): read since it last went cold (or a re-read
+	 * promoted it), and how far its readers went, in 32nds of the chunk:
+	 * what tells a second access from a stream going on */
+	uint8_t seen : 1;
+	uint8_t hw : 5;
 	uint16_t pins;	/* reads/writes in flight on this chunk: not evictable */
 	uint32_t gen;	/* bumped by every write/punch of the chunk */
 	/* index tick of the last access (LRU), its low 32 bits: compare ages

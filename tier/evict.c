@@ -42,6 +42,7 @@
  *   A batch's lock and the pool's are leaves too.
  */
 #include "tier/tier_i.h"
+#include "tier/admit/admit.h"
 #include "tier/cand.h"
 #include "tier/spill.h"
 #include "index/journal.h"
@@ -430,7 +431,7 @@ static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_by
  * reopens its file, and those are the oldest.) Returns whether any went
  * (the room is announced). */
 static int drop_clean(struct tier *t, struct cand *v, size_t n, int unread, uint64_t need,
-		      uint64_t *got)
+		      uint64_t *got, uint32_t *youngest)
 {
 	int dropped = 0;
 
@@ -440,6 +441,8 @@ static int drop_clean(struct tier *t, struct cand *v, size_t n, int unread, uint
 			continue;
 		uint64_t before = hot_used(t->hot);
 		drop_and_inval(t, cd->in, cd->c);
+		if (cd->age < *youngest)
+			*youngest = cd->age;
 		uint64_t after = hot_used(t->hot);
 		*got += before > after ? before - after : 0;
 		dropped = 1;
@@ -474,6 +477,7 @@ static int evict_round(struct tier *t)
 	uint64_t used = usage(t), need, got = 0, dirty = 0;
 	struct cand_set cs = {.now = (uint32_t)idx_tick_now(t->idx)};
 	size_t nd = 0;
+	uint32_t youngest = UINT32_MAX, ahead = UINT32_MAX; /* ages let go */
 	int pressure = under_pressure(t), progress = 0, ret;
 
 	if (used <= low && !pressure)
@@ -483,7 +487,7 @@ static int evict_round(struct tier *t)
 	cand_sort_lru(cs.v, cs.n);
 
 	/* 1. clean chunks used already, LRU first: no I/O */
-	progress = drop_clean(t, cs.v, cs.n, 0, need, &got);
+	progress = drop_clean(t, cs.v, cs.n, 0, need, &got, &youngest);
 	/* 2. dirty chunks, LRU first, batched into large segments */
 	if (got < need) {
 		uint64_t want = need - got;
@@ -527,6 +531,9 @@ static int evict_round(struct tier *t)
 			}
 			pthread_mutex_unlock(&e->lock);
 			progress = ret == 0;
+			for (size_t i = 0; ret == 0 && i < nd; i++)
+				if (cs.v[i].age < youngest)
+					youngest = cs.v[i].age;
 		}
 	}
 	/* 3. chunks restored ahead of their readers, last, and only down to
@@ -536,9 +543,12 @@ static int evict_round(struct tier *t)
 	uint64_t need_ahead = used > thr ? used - thr : pressure ? t->chunk_size : 0;
 	if (got < need_ahead && cs.n > nd) { /* cs.v is NULL when cs.n is 0 */
 		cand_sort_lru(cs.v + nd, cs.n - nd); /* step 2 moved some */
-		if (drop_clean(t, cs.v + nd, cs.n - nd, 1, need_ahead, &got))
+		if (drop_clean(t, cs.v + nd, cs.n - nd, 1, need_ahead, &got, &ahead))
 			progress = 1;
 	}
+	/* the admission filter's horizon: chunks used this long ago go */
+	if (youngest != UINT32_MAX)
+		admit_note_evicted(t, youngest);
 	cand_free(t, &cs);
 	return progress;
 }

@@ -113,6 +113,10 @@ struct tier {
 	 * the evictor's lock (atomic store), read by demote.c (tier_cold_full)
 	 * and stats */
 	int cold_full;
+	/* the admission filter's horizon (tier/admit): the index-tick age of
+	 * the youngest chunk the evictor let go lately; written by evict.c,
+	 * read by admit.c (atomics) */
+	uint32_t admit_horizon;
 	/* set once by the first of evict_stop (under the evictor's lock),
 	 * maint_stop, restore_stop; read with an atomic load by every worker */
 	int stopping;
@@ -264,8 +268,10 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
  * How is the read's plan (restore_read.c, read_plan_locked: the one place
  * that decides, at each look at the chunk): in RAM; a chain's blocks
  * filled; blocks already published by a restore in blocks; read beside
- * such a restore from the cold copy; read directly (a random reader: the
- * chunk stays COLD, RESTORING meanwhile so its segment stays); a partial
+ * such a restore from the cold copy; read directly (the
+ * chunk stays COLD, RESTORING meanwhile so its segment stays: a reader
+ * that the admission filter, tier/admit, keeps out of RAM, or a random
+ * reader with admit=always); a partial
  * restore (a COLD chunk with a v2 mapped record: the reader's blocks
  * first, the rest after the reply); or the whole chunk. The chunk's record
  * is located once per read. 0 or -errno (nothing pinned).
@@ -273,11 +279,14 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
 struct chunk_read {
 	uint64_t c, lo, hi;
 	int random;	  /* the reader jumps about (TIER_READ_RANDOM) */
+	int near;	  /* it starts near the handle's last read (TIER_READ_NEAR) */
 	int stream;	  /* it goes on from its last read (TIER_READ_STREAM): it
 			   * waits for a restore's blocks (next anyway) and a
 			   * COLD chain fills whole segment blocks (chain.c) */
-	int one;	  /* the read lies in this chunk alone: its bytes may be
-			   * answered from memory (mem), read beside or directly */
+	int one;	  /* this chunk's bytes may be answered from memory
+			   * (mem): read beside or directly (the read lies in
+			   * a few chunks: tier_read_begin answers it piece
+			   * by piece) */
 	int may_rest;	  /* a partial restore may leave its rest for later */
 	/* out */
 	int rest;	 /* 1: a partial restore: call restore_rest_locked() once
@@ -288,6 +297,8 @@ struct chunk_read {
 			  * restore_rest_locked, or while buf is (holes read as
 			  * zeros); NULL: read the hot file */
 	void *buf;	 /* holds mem when the reader owns it (seg_buf_free) */
+	int direct;	 /* the bytes came from the cold copy, which the chunk
+			  * keeps (not admitted into RAM: tier/admit) */
 };
 int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r);
 /* The rest of a partial restore of chunk c (in->lock held; dropped during

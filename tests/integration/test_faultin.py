@@ -45,10 +45,15 @@ def seg_entries(path):
 
 
 class FaultinCase(TierCase):
+    """The restore machinery (partial restores, read-ahead, publishing,
+    direct reads of random readers): admit=always, so every cold read it
+    makes goes through a restore as it did before the admission filter
+    (what the filter changes is test_admission's)."""
     timeout = 120
 
     def cold_file(self, name, tag, size, **opts):
         opts.setdefault("restore", "lazy")
+        opts.setdefault("admit", "always")
         self.tier_mount(hot_size="64M", chunk_size="4M", min_spill_size="4M", **opts)
         p = self.p(name)
         write_content(p, tag, size)
@@ -429,7 +434,7 @@ if S3Case is not None:
             srv = self.s3server()
             px = self.proxy(srv)
             self.s3_mount(srv, endpoint=px.endpoint, hot_size="64M", chunk_size="4M",
-                          min_spill_size="4M", restore="lazy")
+                          min_spill_size="4M", restore="lazy", admit="always")
             p = self.p(name)
             write_content(p, tag, size)
             self.evict(p)

@@ -333,8 +333,10 @@ class TestRestoreModes(TierCase):
     timeout = 60
 
     def test_lazy_restores_only_what_is_read(self):
+        # admit=always: a read brings its chunk into RAM (the filter would
+        # read it once from its segment: test_admission)
         self.tier_mount(hot_size="128M", chunk_size="4M", min_spill_size="8M",
-                        restore="lazy")
+                        restore="lazy", admit="always")
         nchunks = 8
         size = nchunks * 4 * MiB
         p = self.p("lazy")

@@ -160,9 +160,7 @@ static int op_read(struct op *o)
 	ret = tier_read_begin(o->f->t, o->in, o->off, o->len, o->flags, &io);
 	if (ret == 0) {
 		uint64_t n = io.len;
-		if (io.mem)
-			memcpy(buf, io.mem, n);
-		else if (n && pread(io.fd, buf, n, (off_t)o->off) != (ssize_t)n && o->data != -2)
+		if (n && fx_io_copy(&io, buf) != (ssize_t)n && o->data != -2)
 			ret = -EIO; /* short: a truncate raced it (fine when any bytes do) */
 		tier_read_end(o->f->t, o->in, &io);
 		if (o->data >= 0)
