@@ -19,6 +19,7 @@ struct spw_file *fs_file_new(struct spw *s, struct inode *in)
 		return NULL;
 	f->in = in;
 	f->next_off = UINT64_MAX; /* no read yet */
+	f->wnext = UINT64_MAX;	  /* no write yet */
 	pthread_mutex_lock(&s->files_lock);
 	if ((f->next = s->files))
 		f->next->pprev = &f->next;
@@ -188,12 +189,13 @@ void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, of
 		  struct fuse_file_info *fi)
 {
 	struct spw *s = spw_of(req);
-	struct inode *in = fh_inode(fi);
+	struct spw_file *f = fh_file(fi);
+	struct inode *in = f->in;
 	size_t len = fuse_buf_size(in_buf);
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
 	struct tier_io io;
 	ssize_t res;
-	int ret;
+	int ret, stream;
 
 	/* the journal cannot record a file past JRNL_MAX_FILE_SIZE: like a
 	 * write past s_maxbytes, EFBIG at the limit and short before it */
@@ -203,7 +205,11 @@ void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, of
 	}
 	if (len > JRNL_MAX_FILE_SIZE - (uint64_t)off)
 		out.buf[0].size = len = (size_t)(JRNL_MAX_FILE_SIZE - (uint64_t)off);
-	ret = tier_write_begin(s->tier, in, (uint64_t)off, len, &io);
+	/* a write that goes on from the handle's last one: a stream */
+	stream = __atomic_exchange_n(&f->wnext, (uint64_t)off + len, __ATOMIC_RELAXED) ==
+		 (uint64_t)off;
+	ret = tier_write_begin(s->tier, in, (uint64_t)off, len, stream ? TIER_WRITE_STREAM : 0,
+			       &io);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;

@@ -379,15 +379,26 @@ const struct opt_spec opt_table[] = {
      .kind = OPT_ENUM,
      FIELD(restore),
      WORDS({"open", RESTORE_OPEN, 0}, {"lazy", RESTORE_LAZY, 0}),
-     .def = "open",
+     .def = "lazy",
      .meta = "open|lazy",
-     .help = "open: restore a cold file in the background on open; lazy: only chunks read",
-     .man_tag = ".BR %s= { open | lazy }",
-     .man = ".BR open :\n"
-	    "opening a file that has cold chunks restores all of them in the background\n"
-	    "(reads of chunks not yet back are served first).\n"
-	    ".BR lazy :\n"
-	    "only the chunks that are read come back.\n"},
+     .help = "lazy: cold chunks come back as they are read; open: also in the background on open",
+     .man_tag = ".BR %s= { lazy | open }",
+     .man = ".BR lazy :\n"
+	    "cold chunks come back only as they are read (and as\n"
+	    ".B admit\n"
+	    "lets them: with\n"
+	    ".BR admit=reread ,\n"
+	    "a first read reads them from their segments).\n"
+	    ".BR open :\n"
+	    "opening a file also restores in the background its cold chunks that\n"
+	    ".B admit\n"
+	    "lets into RAM: with\n"
+	    ".BR admit=reread ,\n"
+	    "those read before (a working set opened again); with\n"
+	    ".BR admit=always ,\n"
+	    "all of them (reads of chunks not yet back are served first). Ray, which\n"
+	    "reopens its spill file for every object, wants\n"
+	    ".BR lazy .\n"},
     {.name = "write_wait",
      .kind = OPT_DURATION,
      FIELD(write_wait_ms),

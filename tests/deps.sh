@@ -76,7 +76,8 @@ spw_build_asan() {
 	local top=$1 build=$2 fuse
 	fuse=$(spw_libfuse "$top") || return 1
 	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-		-DCMAKE_PREFIX_PATH="$fuse" -DSPW_SANITIZE=address,undefined -DSPW_FUZZ=ON >/dev/null &&
+		-DCMAKE_PREFIX_PATH="$fuse" -DSPW_SANITIZE=address,undefined -DSPW_FUZZ=ON \
+		-DSPW_CHECK_STATES=ON >/dev/null &&
 		cmake --build "$build" -j"$(nproc)" >/dev/null
 }
 

@@ -63,8 +63,10 @@ static int read_cold_copy_locked(struct tier *t, struct inode *in, struct chunk_
 	}
 	seg_chunk_free(&sc);
 	idx_inode_lock(in);
-	if (ret == 0)
+	if (ret == 0) {
 		__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&t->st.direct_bytes, hi - lo, __ATOMIC_RELAXED);
+	}
 	return ret;
 }
 
@@ -306,6 +308,7 @@ static int run_direct_chain(struct tier *t, struct inode *in, struct chunk_read 
 	r->mem = r->buf;
 	r->direct = 1;
 	__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.direct_bytes, r->hi - r->lo, __ATOMIC_RELAXED);
 	return 0;
 }
 

@@ -55,6 +55,8 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 	d->published_reads = LD(s->published_reads);
 	d->buffer_replies = LD(s->buffer_replies);
 	d->direct_reads = LD(s->direct_reads);
+	d->direct_bytes = LD(s->direct_bytes);
+	d->around_files = LD(s->around_files);
 	d->ovl_writes = LD(s->ovl_writes);
 	d->ovl_spills = LD(s->ovl_spills);
 	d->ovl_bytes = LD(s->ovl_bytes);
@@ -215,6 +217,8 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	PUT("\"published_reads\":%llu,\"buffer_replies\":%llu,\"direct_reads\":%llu,",
 	    (unsigned long long)c->published_reads, (unsigned long long)c->buffer_replies,
 	    (unsigned long long)c->direct_reads);
+	PUT("\"admission\":{\"direct_read_bytes\":%llu,\"written_around_files\":%llu},",
+	    (unsigned long long)c->direct_bytes, (unsigned long long)c->around_files);
 	PUT("\"overlay\":{\"writes\":%llu,\"spills\":%llu,\"spilled_bytes\":%llu,\"folds\":%llu,"
 	    "\"fill_bytes\":%llu},",
 	    (unsigned long long)c->ovl_writes, (unsigned long long)c->ovl_spills,

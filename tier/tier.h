@@ -43,6 +43,7 @@ struct tier_io {
 	void *own[TIER_IO_PIECES]; /* reads: buffers freed by tier_read_end */
 	int direct; /* reads: some chunk was read from its segment, not
 		     * brought into RAM (tier/admit): no read-ahead */
+	unsigned flags; /* writes: tier_write_begin's */
 };
 
 /* tier_read_begin flags: the reader's pattern */
@@ -140,7 +141,10 @@ void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io);
  * restoring ahead of it. *next_chunk (the caller's, per open file, start
  * at 0) is the first chunk not asked for yet. Never blocks on I/O. */
 void tier_read_ahead(struct tier *t, struct inode *in, uint64_t off, uint64_t *next_chunk);
-int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
+/* flags: TIER_WRITE_STREAM, the writer goes on from its last write: above
+ * spill_threshold the file is written around (tier/admit) */
+#define TIER_WRITE_STREAM 1u
+int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
 		     struct tier_io *io);
 /* written: bytes the copy wrote, or -errno. Returns written or -errno. */
 ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written);

@@ -63,7 +63,9 @@ struct tier_stats {
 	uint64_t readahead_chunks; /* restores queued ahead of a sequential reader */
 	uint64_t published_reads;  /* reads served from blocks of a chunk still restoring */
 	uint64_t buffer_replies;   /* cold reads answered from the verified read buffer */
-	uint64_t direct_reads;	   /* random reads of cold chunks answered without a restore */
+	uint64_t direct_reads;	   /* reads of cold chunks answered without a restore */
+	uint64_t direct_bytes;	   /* their bytes (tier/admit: read once) */
+	uint64_t around_files;	   /* files written around (tier/admit) */
 	/* overlays (chain.c): writes that went over cold data, overlay
 	 * records spilled and their bytes, chains folded, blocks read from a
 	 * chain into RAM (fills) */
@@ -113,10 +115,17 @@ struct tier {
 	 * the evictor's lock (atomic store), read by demote.c (tier_cold_full)
 	 * and stats */
 	int cold_full;
-	/* the admission filter's horizon (tier/admit): the index-tick age of
-	 * the youngest chunk the evictor let go lately; written by evict.c,
-	 * read by admit.c (atomics) */
-	uint32_t admit_horizon;
+	/* the admission room's state (tier/admit), atomics: written and read
+	 * only through admit.h's calls */
+	struct {
+		/* index-tick age of the youngest chunk the evictor let go lately */
+		uint32_t horizon;
+		/* written-around bytes dirty in RAM (a hint: the evictor sets it
+		 * to what it found each round), and whether a writer that wrote
+		 * around closed (its tail goes now, a partial segment) */
+		uint64_t around_bytes;
+		int around_flush;
+	} admit;
 	/* set once by the first of evict_stop (under the evictor's lock),
 	 * maint_stop, restore_stop; read with an atomic load by every worker */
 	int stopping;

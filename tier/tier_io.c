@@ -25,6 +25,7 @@
  * - Lock order: index lock, inode lock, tier lock.
  */
 #include "tier/tier_i.h"
+#include "tier/admit/admit.h"
 #include "tier/tier.h"
 
 #include "common/clock.h"
@@ -277,7 +278,8 @@ static void unpin_begun_locked(struct tier *t, struct inode *in, struct tier_io 
 	io->over = 0;
 }
 
-int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io)
+int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
+		     struct tier_io *io)
 {
 	int ret = 0;
 	int64_t r;
@@ -286,6 +288,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		return ret;
 	io->off = off;
 	io->len = len;
+	io->flags = flags;
 	io->reserved = 0;
 	io->claimed = 0;
 	io->over = 0;
@@ -409,9 +412,12 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 		idx_inode_wake(in);
 	}
 	hot_account_locked(t->hot, in);
+	/* a stream under pressure is written around (tier/admit) */
+	int kick = written > 0 && admit_write_locked(t, in, io->off, (uint64_t)written,
+						     (io->flags & TIER_WRITE_STREAM) != 0);
 	idx_inode_unlock(in);
 	hot_unreserve(t->hot, (uint64_t)io->reserved);
-	if (t->store && hot_used(t->hot) > t->cfg->spill_threshold * hot_limit(t->hot))
+	if (kick || (t->store && hot_used(t->hot) > t->cfg->spill_threshold * hot_limit(t->hot)))
 		evict_kick(t);
 	return written;
 }

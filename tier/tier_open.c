@@ -7,6 +7,7 @@
  * no inode lock (tier.h), but the *_locked helpers (in->lock held).
  */
 #include "tier/tier_i.h"
+#include "tier/admit/admit.h"
 #include "tier/tier.h"
 
 #include "common/log.h"
@@ -214,11 +215,15 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 		in->pt_opens--;
 		touch_all_locked(t, in);
 		__atomic_sub_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
-	} else if (in->open_count == 1 && tier_pt(t) && in->kcached) {
+	} else if (in->open_count == 1 && tier_pt(t) && in->kcached && in->hot_bytes) {
 		/* the last open served through the daemon: the kernel's copy of
 		 * the file goes, the hot file holds the bytes. Only when a read
 		 * or write put pages there: the drop takes the kernel's cached
-		 * attributes too (a create-and-close stats at cache speed) */
+		 * attributes too (a create-and-close stats at cache speed). Not
+		 * when RAM holds none of it: then the kernel's pages came from
+		 * cold reads (tier/admit: read once) and are the only copy, as a
+		 * plain directory's page cache would be (a reopen that reads on,
+		 * as Ray's next object does, finds its readahead there) */
 		in->kcached = 0;
 		drop_cache = 1;
 	}
@@ -231,9 +236,13 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 		in->attr_dirty = 0;
 		idx_journal_attr_locked(t->idx, in);
 	}
+	/* a writer that wrote the file around: what it left dirty goes now */
+	int kick = (how->flags & TIER_OPEN_WRITE) && admit_close_locked(t, in);
 	in->open_count--;
 	hot_fd_put_locked(t->hot, in);
 	idx_inode_unlock(in);
+	if (kick)
+		evict_kick(t);
 	if (drop_cache) {
 		inval_async(t, in->ino, 0, 0);
 		__atomic_add_fetch(&t->st.cache_drops, 1, __ATOMIC_RELAXED);

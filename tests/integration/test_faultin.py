@@ -303,7 +303,7 @@ class TestPublished(FaultinCase):
 
     def big_chunk_file(self, name, tag, size, chunk="64M"):
         self.tier_mount(hot_size="512M", chunk_size=chunk, min_spill_size=chunk,
-                        restore="open")
+                        restore="open", admit="always")
         p = self.p(name)
         write_content(p, tag, size)
         self.evict(p)

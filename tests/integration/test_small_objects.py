@@ -54,9 +54,14 @@ class TestEvictFreesEverything(TierCase):
         self.assertEqual(hot_alloc(self.m.hot_dir), 0, "pages left in hot_dir")
         self.assertEqual(self.m.hot_files(), [], "hot files left for cold files")
         self.assertEqual(self.stats()["hot"]["used"], 0)
-        # they come back byte for byte, and leave again
+        # they read back byte for byte: once straight from the segments
+        # (admission: nothing comes into RAM), then again into RAM; and
+        # leave again
         for i, n in enumerate(sizes):
             self.assertContent(self.p("f%d" % i), 10 + i, n, "size %d" % n)
+        self.assertEqual(hot_alloc(self.m.hot_dir), 0, "read once, yet in RAM")
+        for i, n in enumerate(sizes):
+            self.assertContent(self.p("f%d" % i), 10 + i, n, "size %d, again" % n)
         self.assertGreater(hot_alloc(self.m.hot_dir), 0)
         for i, n in enumerate(sizes):
             self.evict(self.p("f%d" % i))

@@ -442,7 +442,8 @@ static void test_defaults(void **state)
 	assert_true(f->cfg.min_spill_size == 64ULL << 20);
 	assert_int_equal(f->cfg.io_workers, 8);
 	assert_int_equal(f->cfg.write_wait_ms, 60000);
-	assert_int_equal(f->cfg.restore, RESTORE_OPEN);
+	assert_int_equal(f->cfg.restore, RESTORE_LAZY);
+	assert_int_equal(f->cfg.admit_reread, 1);
 	assert_int_equal(f->cfg.log_level, LOG_INFO);
 	assert_null(f->cfg.nvme);
 	assert_int_equal(f->cfg.allow_other, 0);

@@ -257,7 +257,7 @@ static void test_gc_deletes_dead_segment(void **state)
 		uint8_t *buf = malloc(2 * MiB);
 		struct tier_io io;
 		fx_fill(buf, 2, 0, 2 * MiB);
-		assert_int_equal(tier_write_begin(f->t, in, 0, 2 * MiB, &io), 0);
+		assert_int_equal(tier_write_begin(f->t, in, 0, 2 * MiB, 0, &io), 0);
 		ssize_t w = pwrite(io.fd, buf, 2 * MiB, 0);
 		assert_int_equal(tier_write_end(f->t, in, &io, w), (ssize_t)(2 * MiB));
 		free(buf);

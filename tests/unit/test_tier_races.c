@@ -184,7 +184,7 @@ static int op_write(struct op *o)
 
 	fx_fill(buf, o->data, o->off, o->len);
 	tier_open(o->f->t, o->in, 0, NULL, &(struct tier_open_out){0});
-	ret = tier_write_begin(o->f->t, o->in, o->off, o->len, &io);
+	ret = tier_write_begin(o->f->t, o->in, o->off, o->len, 0, &io);
 	if (ret == 0) {
 		ssize_t w = pwrite(io.fd, buf, o->len, (off_t)o->off);
 		w = tier_write_end(o->f->t, o->in, &io, w);

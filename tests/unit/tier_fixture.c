@@ -126,7 +126,7 @@ void fx_write(struct fx *f, struct inode *in, uint64_t off, uint64_t len, int ta
 		size_t n = end - off < MiB ? end - off : MiB;
 		struct tier_io io;
 		fx_fill(buf, tag, off, n);
-		assert_int_equal(tier_write_begin(f->t, in, off, n, &io), 0);
+		assert_int_equal(tier_write_begin(f->t, in, off, n, 0, &io), 0);
 		ssize_t w = pwrite(io.fd, buf, n, (off_t)off);
 		assert_int_equal(tier_write_end(f->t, in, &io, w), (ssize_t)n);
 	}

@@ -1,15 +1,21 @@
 /*
  * admit — what deserves RAM (DESIGN section 15): the hot tier's admission
- * filter. A cold chunk read for the first time is answered from its
- * segment and stays cold (read once: a Ray restore, a scan); a chunk read
- * again is promoted into the hot tier, as are warms, pins and writes. It
- * is the kernel's two-list idea with a refault distance: a second access
- * promotes only when it comes soon enough that the chunk, admitted at its
- * first read, would still have been in RAM (the evictor's horizon).
- * Guarantees: a verdict changes no data and no chunk state, only the
- * chunk's admission bits (index.h: seen, hw) and its access tick.
- * Threading: admit_read_locked with the chunk's inode lock held; the
- * horizon is one atomic word written by the evictor.
+ * filter, both ways. Reads: a cold chunk read for the first time is
+ * answered from its segment and stays cold (read once: a Ray restore, a
+ * scan); a chunk read again is promoted into the hot tier, as are warms,
+ * pins and writes. It is the kernel's two-list idea with a refault
+ * distance: a second access promotes only when it comes soon enough that
+ * the chunk, admitted at its first read, would still have been in RAM (the
+ * evictor's horizon). Writes: above spill_threshold, a streaming writer's
+ * chunks are written around: each one it completes is spilled first (not
+ * by LRU age) and let go, and what it leaves dirty goes at its last close,
+ * so a stream under pressure neither pushes the hot data out nor stays.
+ * Guarantees: no verdict changes data or a chunk's state, only the
+ * admission bits (index.h: seen, hw, around; inode around) and counters;
+ * a written-around byte is acknowledged once in the hot file, as any
+ * write, and leaves RAM only once its segment is durable (spill.c).
+ * Threading: the _locked calls with the inode's lock held; the room's
+ * state (struct tier admit) is atomics.
  */
 #ifndef SPW_ADMIT_H
 #define SPW_ADMIT_H
@@ -36,6 +42,35 @@ enum admit_verdict {
  */
 enum admit_verdict admit_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
 				     uint64_t hi, int random, int near);
+
+/* May COLD chunk c of in be restored ahead of a sequential reader? Only a
+ * chunk the reader's stream would bring into RAM anyway: one read before,
+ * within the horizon (a re-read stream), or any with admit=always. A
+ * stream that reads cold data once reads it from the segments, nothing
+ * restored ahead. in->lock held. */
+int admit_ahead_locked(struct tier *t, struct inode *in, uint64_t c);
+
+/*
+ * A write of [off, off + written) to in is done (its chunks marked dirty):
+ * a streaming writer (stream) above spill_threshold writes the file around
+ * from now on; the chunks a write-around completes are marked for the
+ * evictor. Returns 1 when the evictor should look now. in->lock held.
+ */
+int admit_write_locked(struct tier *t, struct inode *in, uint64_t off, uint64_t written,
+		       int stream);
+/* The last writable open of in closed: a file written around has what it
+ * left dirty marked too, and the evictor is to take it now (1: kick it).
+ * in->lock held. */
+int admit_close_locked(struct tier *t, struct inode *in);
+/* The evictor: is written-around data waiting (a segment's worth, or a
+ * closed writer's tail)? *flush: the tail must go now, however small. */
+int admit_around_ready(struct tier *t, int *flush);
+/* The same, for a round that starts now and takes it: what writers mark
+ * from now on counts for the next round. */
+int admit_around_take(struct tier *t, int *flush);
+/* The round is over: `left` written-around bytes it found are still
+ * dirty; with flush (the round's), they are still to go however small. */
+void admit_around_put(struct tier *t, uint64_t left, int flush);
 
 /* The evictor let go of chunks last accessed `age` index ticks ago (the
  * youngest of a round): the horizon a re-read must come within. */
