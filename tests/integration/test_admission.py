@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from lib.crash import DurCase  # noqa: E402
 from lib.data import KiB, MiB, content, open_uncached, run_threads, write_content  # noqa: E402
-from lib.fsx import FsxRun, find_fsx  # noqa: E402
+from lib.fsx import tiny_tier  # noqa: E402
 from lib.tier import TierCase  # noqa: E402
 
 
@@ -346,26 +346,8 @@ class TestAdmissionFsx(harness.SpwTestCase):
     timeout = 400
 
     def run_fsx(self, seeds, extra):
-        fsx = find_fsx()
-        self.assertIsNotNone(fsx)
-        import shutil
-        import tempfile
-        cold = tempfile.mkdtemp(prefix="spw-fsx-cold-", dir="/var/tmp")
-        self.addCleanup(shutil.rmtree, cold, True)
-        good = tempfile.mkdtemp(prefix="spw-fsx-good-")
-        m = self.mount(hot_size="16M", opts=["chunk_size=1M", "nvme=" + cold,
-                                             "min_spill_size=2M", "restore=lazy"])
-        for seed in seeds:
-            run = FsxRun(self, fsx, m.mnt, seed, 6000, "8M", False, good, extra=["-A"] + extra)
-            run.finish(200)
-        try:
-            os.rmdir(good)
-        except OSError:
-            pass
-        import json
-        st = json.loads(os.getxattr(m.mnt, "user.spillway.stats"))
-        self.assertEqual(st["errors"], {"io": 0, "crc": 0})
-        self.assertGreater(st["spilled"]["chunks"], 0)
+        st = tiny_tier(self, [(seed, 6000, False, ["-A"] + extra) for seed in seeds],
+                       ["restore=lazy"], timeout=200)
         self.assertGreater(st["direct_reads"], 0)
         sys.stderr.write("\n  [fsx -A %s] direct reads %d, restored %d chunks\n"
                          % (" ".join(extra), st["direct_reads"], st["restored"]["chunks"]))
