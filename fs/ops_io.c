@@ -150,13 +150,17 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 				  ((pat & READ_RANDOM) ? TIER_READ_RANDOM
 				   : seq	       ? TIER_READ_STREAM
 							: 0) |
-				      ((pat & READ_NEAR) ? TIER_READ_NEAR : 0),
+				      ((pat & READ_NEAR) ? TIER_READ_NEAR : 0) |
+				      (__atomic_load_n(&f->again, __ATOMIC_RELAXED) ? TIER_READ_AGAIN
+										  : 0),
 				  &io);
 
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	if (io.promoted) /* this handle re-reads: so do its next reads */
+		__atomic_store_n(&f->again, 1, __ATOMIC_RELAXED);
 	if (io.len == 0) {
 		fuse_reply_buf(req, NULL, 0);
 		return;

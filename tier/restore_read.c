@@ -145,7 +145,7 @@ static enum plan_kind plan_cold(struct tier *t, struct inode *in, struct chunk_r
 
 /* Does the read leave the chunk cold, reading its cold copy directly? At
  * the first look only (the admission filter notes the access). */
-static int plan_direct(struct tier *t, struct inode *in, const struct chunk_read *r)
+static int plan_direct(struct tier *t, struct inode *in, struct chunk_read *r)
 {
 	const struct chunk *ch = &in->chunks[r->c];
 	const struct rst_part *p;
@@ -157,7 +157,9 @@ static int plan_direct(struct tier *t, struct inode *in, const struct chunk_read
 	/* being restored into RAM: admitted already */
 	if (ch->state == CHUNK_RESTORING && (!(p = rst_part_find(t, in->ino, r->c)) || !p->direct))
 		return 0;
-	return admit_read_locked(t, in, r->c, r->lo, r->hi, r->random, r->near) == ADMIT_STREAM;
+	r->promoted = admit_read_locked(t, in, r->c, r->lo, r->hi, r->random, r->near,
+					r->again) == ADMIT_PROMOTE;
+	return !r->promoted;
 }
 
 static enum plan_kind read_plan_locked(struct tier *t, struct inode *in, struct chunk_read *r,
@@ -359,6 +361,7 @@ int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r)
 	r->mem = NULL;
 	r->buf = NULL;
 	r->direct = 0;
+	r->promoted = 0;
 	do {
 		pl.kind = read_plan_locked(t, in, r, &pl);
 		ret = plan_run[pl.kind](t, in, r, &pl);

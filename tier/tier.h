@@ -43,6 +43,8 @@ struct tier_io {
 	void *own[TIER_IO_PIECES]; /* reads: buffers freed by tier_read_end */
 	int direct; /* reads: some chunk was read from its segment, not
 		     * brought into RAM (tier/admit): no read-ahead */
+	int promoted; /* reads: the admission filter let a chunk into RAM as
+		       * re-read (the caller's next reads: TIER_READ_AGAIN) */
 	unsigned flags; /* writes: tier_write_begin's */
 };
 
@@ -54,6 +56,9 @@ struct tier_io {
 #define TIER_READ_NEAR	 4u /* it starts near where the handle's last read
 			     * ended (a stream's readahead, in any order):
 			     * not a re-read for the admission filter */
+#define TIER_READ_AGAIN	 8u /* the handle re-reads (a read of it was let into
+			     * RAM: io->promoted): so does this read, of
+			     * whatever was read before */
 
 /* Page-cache invalidation, provided by the fs layer (FUSE notify). */
 typedef void (*tier_inval_fn)(void *arg, uint64_t ino, uint64_t off, uint64_t len);

@@ -289,6 +289,7 @@ struct chunk_read {
 	uint64_t c, lo, hi;
 	int random;	  /* the reader jumps about (TIER_READ_RANDOM) */
 	int near;	  /* it starts near the handle's last read (TIER_READ_NEAR) */
+	int again;	  /* the handle re-reads (TIER_READ_AGAIN) */
 	int stream;	  /* it goes on from its last read (TIER_READ_STREAM): it
 			   * waits for a restore's blocks (next anyway) and a
 			   * COLD chain fills whole segment blocks (chain.c) */
@@ -308,6 +309,7 @@ struct chunk_read {
 	void *buf;	 /* holds mem when the reader owns it (seg_buf_free) */
 	int direct;	 /* the bytes came from the cold copy, which the chunk
 			  * keeps (not admitted into RAM: tier/admit) */
+	int promoted;	 /* the admission filter let it into RAM as re-read */
 };
 int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r);
 /* The rest of a partial restore of chunk c (in->lock held; dropped during

@@ -153,6 +153,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 	io->rest = 0;
 	io->niov = 0;
 	io->direct = 0;
+	io->promoted = 0;
 	memset(io->own, 0, sizeof(io->own));
 	tier_chunk_range(t, off, len ? len : 1, &io->first, &io->last);
 	idx_inode_lock(in);
@@ -181,6 +182,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 					       .hi = hi,
 					       .random = (flags & TIER_READ_RANDOM) != 0,
 					       .near = (flags & TIER_READ_NEAR) != 0,
+					       .again = (flags & TIER_READ_AGAIN) != 0,
 					       .stream = (flags & TIER_READ_STREAM) != 0,
 					       .one = pieces,
 					       .may_rest = c - io->first < 64};
@@ -202,6 +204,7 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 				any_mem |= r.mem != NULL;
 			}
 			io->direct |= r.direct;
+			io->promoted |= r.promoted;
 			if (r.tier > waited)
 				waited = r.tier;
 		}

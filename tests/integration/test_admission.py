@@ -93,7 +93,11 @@ class TestReadOnce(AdmitCase):
 
     def test_objects_each_through_its_own_open(self):
         """Ray's restore: one spill file, each object read through its own
-        open, at unaligned offsets: every object is one access."""
+        open, at unaligned offsets: every object is one access. (The kernel
+        keeps the pages its readahead took past an object, so the next
+        object's reads start after them; should it have let them go, the
+        start of the next object may be taken for a re-read of that
+        readahead: at most one chunk per object boundary.)"""
         self.tier_mount(hot_size="64M", chunk_size="4M", min_spill_size="4M",
                         log_level="debug")
         sizes = [10 * MiB + 123, 7 * MiB + 4000, 3 * MiB + 1, 12 * MiB + 77]
@@ -116,8 +120,10 @@ class TestReadOnce(AdmitCase):
                 os.close(fd)
             self.assertTrue(bytes(got) == content(5, off, n), "object at %d" % off)
             off += n
-        self.assertEqual(self.restored(), r0, self.stats())
-        self.assertEqual(self.state(p)["hot"], 0, self.state(p))
+        st = self.stats()
+        self.assertLessEqual(st["restored"]["bytes"] - r0, (len(sizes) - 1) * 4 * MiB, st)
+        self.assertGreaterEqual(st["admission"]["direct_read_bytes"],
+                                size - (len(sizes) - 1) * 4 * MiB, st)
 
     def test_random_second_read_of_a_chunk_comes_in(self):
         self.tier_mount(hot_size="64M", chunk_size="1M", min_spill_size="4M")
@@ -156,12 +162,14 @@ class TestReadOnce(AdmitCase):
         self.assertEqual(self.state(p)["hot"], 0)
         fd = os.open(p, os.O_RDONLY)
         try:
-            self.poll(lambda: self.state(p)["hot"] == 8, 20,
-                      "the 8 chunks read before back after the reopen (%s)" % self.state(p))
+            # the chunks read before: the first 8, and the 9th when the
+            # kernel's readahead went past the 8 MiB read
+            self.poll(lambda: (lambda st: st["hot"] >= 8 and st["restoring"] == 0)(
+                self.state(p)), 20, "the chunks read before back after the reopen")
         finally:
             os.close(fd)
         st = self.state(p)
-        self.assertEqual((st["hot"], st["cold"]), (8, 8), st)
+        self.assertIn((st["hot"], st["cold"]), ((8, 8), (9, 7)), st)
         self.assertContent(p, 8, 16 * MiB)
 
     def test_admit_always_brings_every_read_in(self):

@@ -115,6 +115,27 @@ static void test_stream_out_of_order_is_one_access(void **state)
 	idx_put(f->idx, in);
 }
 
+/* A handle whose first read was a re-read goes on re-reading: its later
+ * reads (near each other, so never re-reads by position) of chunks read
+ * before come into RAM too when the fs layer says so (TIER_READ_AGAIN);
+ * without it they are read from the segment. */
+static void test_rereading_stream_brings_in_what_it_reads(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in = cold_file(f, 3 * MiB);
+
+	stream(f, in, 0, 3 * MiB, 512 << 10);
+	assert_int_equal(FX_ST(f, chunks_restored), 0);
+	assert_int_equal(fx_check_range(f, in, 3, 0, 512 << 10), 0); /* a re-read */
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_HOT_CLEAN);
+	assert_int_equal(fx_check_range_flags(f, in, 3, MiB, 512 << 10, TIER_READ_NEAR), 0);
+	assert_int_equal(fx_chunk_state(in, 1), CHUNK_COLD);
+	assert_int_equal(
+	    fx_check_range_flags(f, in, 3, 2 * MiB, 512 << 10, TIER_READ_NEAR | TIER_READ_AGAIN), 0);
+	assert_int_equal(fx_chunk_state(in, 2), CHUNK_HOT_CLEAN);
+	idx_put(f->idx, in);
+}
+
 /* A random reader's first read of a chunk is answered from the segment; its
  * second read of that chunk (another page) brings the chunk into RAM. */
 static void test_random_second_access_promotes(void **state)
@@ -216,6 +237,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_adjacent_ranges_are_one_access, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_stream_out_of_order_is_one_access, fx_setup,
+					    fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_rereading_stream_brings_in_what_it_reads, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_random_second_access_promotes, fx_setup,
 					    fx_teardown),

@@ -12,8 +12,9 @@
  *   what it asked for, or any second read of a random reader. A stream's
  *   own reads never are (their requests arrive out of order: the fs layer
  *   says which reads go on near the handle's last one); a stream that
- *   re-reads is promoted at its first read, and read-ahead brings in the
- *   chunks after it that were read before (admit_ahead_locked). So a
+ *   re-reads is promoted at its first read, its later reads of chunks read
+ *   before are re-reads too (the fs layer remembers it per handle: again),
+ *   and read-ahead brings in such chunks ahead of it (admit_ahead_locked). So a
  *   stream through a chunk, or two opens reading adjacent ranges (Ray
  *   reopens its spill file for each object), is one access, and a session
  *   resumed from its start, or a page read twice, is two.
@@ -136,7 +137,7 @@ int admit_ahead_locked(struct tier *t, struct inode *in, uint64_t c)
 }
 
 enum admit_verdict admit_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
-				     uint64_t hi, int random, int near)
+				     uint64_t hi, int random, int near, int again)
 {
 	struct chunk *ch = &in->chunks[c];
 	uint64_t step = t->chunk_size / HW_STEPS, reached, slack, hw;
@@ -150,7 +151,7 @@ enum admit_verdict admit_read_locked(struct tier *t, struct inode *in, uint64_t 
 	}
 	reached = (uint64_t)ch->hw * step;
 	slack = reached <= step ? 0 : reached - step < SLACK_MAX ? reached - step : SLACK_MAX;
-	if (ch->seen && (random || (!near && lo + slack < reached))) {
+	if (ch->seen && (random || again || (!near && lo + slack < reached))) {
 		log_debug("admit: inode %llu chunk %llu read again (%s at %llu, read to %llu "
 			  "before, %u ticks ago): into RAM",
 			  (unsigned long long)in->ino, (unsigned long long)c,

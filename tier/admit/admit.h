@@ -36,12 +36,14 @@ enum admit_verdict {
  * handle's last read ended (near: a stream, its readahead in any order) or
  * not, and the note of this access. A stream through a chunk is one
  * access, and so is a new handle's read that starts where the chunk's
- * earlier readers stopped (hw); a read that starts well below that, or a
- * random reader's second read of the chunk, is a re-read. With
+ * earlier readers stopped (hw); a read that starts well below that, a
+ * random reader's second read of the chunk, or any read of a chunk read
+ * before by a handle whose reads were found re-reads already (again: the
+ * rest of a re-reading stream), is a re-read. With
  * admit=always (or no cold tier) every read promotes. in->lock held.
  */
 enum admit_verdict admit_read_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo,
-				     uint64_t hi, int random, int near);
+				     uint64_t hi, int random, int near, int again);
 
 /* May COLD chunk c of in be restored ahead of a sequential reader? Only a
  * chunk the reader's stream would bring into RAM anyway: one read before,
