@@ -5,7 +5,7 @@ node whose RAM the job has taken (issue 35). Imported, never run.
     tight.drop_caches()                          # before each run
     subprocess.Popen(argv, preexec_fn=cg.preexec)  # the child and all it starts
     ...
-    cg.usage()   # {"peak", "current", "oom_kills", "under_oom", "user_s", "sys_s", "limit"}
+    cg.usage()   # {"peak", "oom_kills", "user_s", "sys_s", "stall_some_s", ...}
     cg.remove()  # kill what is left, rmdir (Cleanup does it on every exit path)
 
 Everything a job starts after joining stays in the cgroup (children inherit
@@ -33,9 +33,11 @@ cgroup is itself a child). cpu.stat (usage/user/system) is in every v2 cgroup.
 Readings: peak memory (v1 memory.max_usage_in_bytes, v2 memory.peak), OOM
 kills (v1 memory.oom_control oom_kill / under_oom, v2 memory.events
 oom_kill), CPU seconds of every process that ran in it, user and system (v1
-cpuacct.usage_user/usage_sys, v2 cpu.stat user_usec/system_usec). Work the
-kernel does for the cgroup in its own threads (writeback flushers, kswapd)
-is charged to no cgroup's CPU.
+cpuacct.usage_user/usage_sys, v2 cpu.stat user_usec/system_usec), refaults
+and time stalled on memory (v2: the cgroup's PSI; v1 has none per cgroup:
+the machine's, since the cgroup was made). Work the kernel does for the
+cgroup in its own threads (writeback flushers, kswapd) is charged to no
+cgroup's CPU.
 
 Unit-less: sizes in bytes, times in seconds. Python 3 standard library only.
 """
@@ -72,6 +74,18 @@ def _kv(path):
         if len(f) == 2:
             out[f[0]] = int(f[1])
     return out
+
+
+def _psi(path):
+    """(some, full) total seconds stalled from a PSI file; (None, None) if absent."""
+    out = {}
+    try:
+        for line in _read(path).splitlines():
+            f = line.split()
+            out[f[0]] = int(dict(x.split("=") for x in f[1:])["total"]) / 1e6
+    except (OSError, ValueError, KeyError, IndexError):
+        return None, None
+    return out.get("some"), out.get("full")
 
 
 def _write(path, text):
@@ -181,6 +195,7 @@ class Cgroup:
         self.version, self.mem, self.cpu, self.limit, self.where = ver, mem, cpu, limit, where
         self.dirs = [mem] if cpu in (None, mem) else [mem, cpu]
         self.removed = False
+        self.psi0 = _psi("/proc/pressure/memory") if ver == 1 else None
 
     def __repr__(self):
         return "cgroup v%d %s (%s)" % (self.version, self.mem, benchlib.fmt_size(self.limit))
@@ -232,6 +247,22 @@ class Cgroup:
             st = _kv(os.path.join(m, "cpu.stat"))
             user, sys_ = st.get("user_usec", 0) / 1e6, st.get("system_usec", 0) / 1e6
         out["user_s"], out["sys_s"] = user, sys_
+        # reclaim's traces: refaults (pages reclaimed, then needed again),
+        # major faults, and v2's own scan/steal counts; time stalled on memory
+        # (PSI "some"/"full": v2 the cgroup's own, v1 the machine's since made)
+        st = _kv(os.path.join(m, "memory.stat"))
+        pre = "total_" if self.version == 1 else ""
+        out["stat"] = {k: st[pre + k] for k in ("pgmajfault", "workingset_refault_file",
+                                                 "pgscan", "pgsteal") if pre + k in st}
+        if self.version == 2:
+            out["stall_some_s"], out["stall_full_s"] = _psi(os.path.join(m, "memory.pressure"))
+            out["stall_scope"] = "cgroup"
+        else:
+            now = _psi("/proc/pressure/memory")
+            out["stall_some_s"], out["stall_full_s"] = (
+                (now[0] - self.psi0[0], now[1] - self.psi0[1]) if now[0] is not None
+                and self.psi0[0] is not None else (None, None))
+            out["stall_scope"] = "machine"
         return out
 
     # -- the end
