@@ -11,6 +11,12 @@
  * the kernel's readahead sends several at once) continues a sequential
  * stream. */
 #define SEQ_SLACK (1u << 20)
+/* A read this close to where the handle's last one ended is part of its
+ * stream for the admission filter (READ_NEAR: never a re-read): the
+ * kernel's readahead has up to max_background (12) requests of up to 1 MiB
+ * in flight, which the daemon's threads take in any order (measured: with
+ * read_ahead_kb 8192 a dd's requests arrive more than 8 MiB apart). */
+#define NEAR_WINDOW (16u << 20)
 
 struct spw_file *fs_file_new(struct spw *s, struct inode *in)
 {
@@ -103,7 +109,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 /* Note a read of [off, off + size) on f: READ_SEQ when it continues a
  * stream (two reads in a row went on from the last one), READ_RANDOM when
  * the handle jumps about (two jumps in a row, and no stream since), and
- * READ_NEAR when it starts within SEQ_SLACK of where the handle's last
+ * READ_NEAR when it starts within NEAR_WINDOW of where the handle's last
  * read ended (the kernel's readahead of one stream, in any order: never a
  * re-read for the admission filter). One jump is not a pattern: the first
  * read of a stream may start anywhere, and its chunk is restored as usual.
@@ -112,20 +118,22 @@ enum { READ_SEQ = 1, READ_RANDOM = 2, READ_NEAR = 4 };
 
 static int read_pattern_from(struct spw_file *f, uint64_t prev, uint64_t off, size_t size)
 {
+	int near = off + NEAR_WINDOW >= prev && off <= prev + NEAR_WINDOW ? READ_NEAR : 0;
+
 	if (prev == off + size)
-		return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM
-		       : __atomic_load_n(&f->seq, __ATOMIC_RELAXED) >= 2 ? READ_SEQ | READ_NEAR
-									  : READ_NEAR;
+		return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM | near
+		       : __atomic_load_n(&f->seq, __ATOMIC_RELAXED) >= 2 ? READ_SEQ | near
+									  : near;
 	if (off + SEQ_SLACK >= prev && off <= prev + SEQ_SLACK) {
 		if (__atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED) < 2)
-			return READ_NEAR | (__atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2
-						? READ_RANDOM
-						: 0);
+			return near | (__atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2
+					   ? READ_RANDOM
+					   : 0);
 		__atomic_store_n(&f->jumps, 0, __ATOMIC_RELAXED);
-		return READ_SEQ | READ_NEAR;
+		return READ_SEQ | near;
 	}
 	__atomic_store_n(&f->seq, 0, __ATOMIC_RELAXED);
-	return __atomic_add_fetch(&f->jumps, 1, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0;
+	return (__atomic_add_fetch(&f->jumps, 1, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0) | near;
 }
 
 static int read_pattern(struct spw_file *f, uint64_t off, size_t size)

@@ -169,7 +169,8 @@ const struct opt_spec opt_table[] = {
 	    "a cold chunk read for the first time is read from its segment straight into\n"
 	    "the reply and stays cold (data read once, such as a Ray restore or a scan,\n"
 	    "is not staged in RAM); a second read of it soon enough that it would still\n"
-	    "be in RAM, a warm, a pin or a write brings it into RAM. With\n"
+	    "be in RAM (for a random reader, its 8th read of the chunk), a warm, a pin\n"
+	    "or a write brings it into RAM. With\n"
 	    ".BR always ,\n"
 	    "every cold chunk read comes back into RAM (random readers excepted: the\n"
 	    "pre-0.4 behaviour).\n"},

@@ -485,10 +485,12 @@ static int evict_round(struct tier *t)
 	size_t nd = 0;
 	uint32_t youngest = UINT32_MAX, ahead = UINT32_MAX; /* ages let go */
 	int pressure = under_pressure(t), progress = 0, ret, flush;
-	int around_ready = admit_around_take(t, &flush);
+	uint64_t taken = admit_around_take(t, &flush);
 
-	if (used <= low && !pressure && !around_ready)
+	if (used <= low && !pressure && !flush && taken < t->cfg->min_spill_size) {
+		admit_around_put(t, taken, flush);
 		return -1;
+	}
 	need = used > low ? used - low : pressure ? t->chunk_size : 0;
 	cand_collect_hot(t, &cs);
 	/* chunks written around (tier/admit) go first, all of them: to the

@@ -5,7 +5,7 @@ Reads: a cold file read once is read from its segments and stays cold
 (nothing restored, no RAM used); read again it comes into RAM, and once it
 is all in RAM its opens are passed through. Objects read each through its
 own open (as Ray restores them from one spill file) are one access. A
-random reader's second read of a chunk brings it in.
+random reader that keeps coming back to a chunk (8 reads) brings it in.
 
 Writes: above spill_threshold a streaming writer's file is written around:
 its chunks are spilled first and let go, the hot data stays in RAM, and
@@ -125,20 +125,27 @@ class TestReadOnce(AdmitCase):
         self.assertGreaterEqual(st["admission"]["direct_read_bytes"],
                                 size - (len(sizes) - 1) * 4 * MiB, st)
 
-    def test_random_second_read_of_a_chunk_comes_in(self):
+    def test_random_rereads_of_a_chunk_bring_it_in(self):
         self.tier_mount(hot_size="64M", chunk_size="1M", min_spill_size="4M")
-        size = 16 * MiB
+        size = 64 * MiB
         p = self.p("rnd")
         write_content(p, 7, size)
         self.evict(p)
         fd = open_uncached(p)
         try:
-            # jumps: a random reader; chunk 9 read twice (two pages)
-            for off in (2 * MiB + 5, 13 * MiB, 5 * MiB + 8 * KiB, 9 * MiB + 64 * KiB):
+            # jumps of more than 16 MiB (nearer ones may be a stream's
+            # readahead out of order): a random reader; chunk 9 read 7
+            # times (pages 64 KiB apart), others once: all from the segments
+            offs = [50 * MiB + 5, 13 * MiB]
+            for k in range(7):
+                offs += [40 * MiB + k * 2 * MiB + k * 8 * KiB, 9 * MiB + k * 64 * KiB]
+            offs.append(60 * MiB)
+            for off in offs:
                 self.assertEqual(os.pread(fd, 4 * KiB, off), content(7, off, 4 * KiB))
             st = self.state(p)
             self.assertEqual(st["hot"] + st["restoring"], 0, st)
-            off = 9 * MiB + 512 * KiB
+            # its 8th read brings chunk 9 in
+            off = 9 * MiB + 900 * KiB
             self.assertEqual(os.pread(fd, 4 * KiB, off), content(7, off, 4 * KiB))
             self.poll(lambda: self.state(p)["restoring"] == 0, 10, "chunk 9's rest")
         finally:

@@ -35,6 +35,11 @@
 /* hw is in 16ths of the chunk (4 bits), rounded up */
 #define HW_STEPS 16u
 #define HW_MAX	 (HW_STEPS - 1)
+/* a random reader's reads of a chunk (counted in hw) that bring it into
+ * RAM: its pages read again, or a chunk it keeps coming back to. A stream
+ * whose requests the kernel sent out of order, and that was taken for a
+ * random reader, reads a 4 MiB chunk in no more than 4 of them. */
+#define RANDOM_AGAIN 8u
 /* a new handle's first reads may start before where the last reader
  * stopped, by what the kernel's readahead took past what that reader asked
  * for (measured: 2 MiB with read_ahead_kb 1024; allowed: 4 MiB), so a
@@ -110,12 +115,10 @@ int admit_around_ready(struct tier *t, int *flush)
 	       __atomic_load_n(&t->admit.around_bytes, __ATOMIC_RELAXED) >= t->cfg->min_spill_size;
 }
 
-int admit_around_take(struct tier *t, int *flush)
+uint64_t admit_around_take(struct tier *t, int *flush)
 {
 	*flush = __atomic_exchange_n(&t->admit.around_flush, 0, __ATOMIC_RELAXED);
-	return __atomic_exchange_n(&t->admit.around_bytes, 0, __ATOMIC_RELAXED) >=
-		   t->cfg->min_spill_size ||
-	       *flush;
+	return __atomic_exchange_n(&t->admit.around_bytes, 0, __ATOMIC_RELAXED);
 }
 
 void admit_around_put(struct tier *t, uint64_t left, int flush)
@@ -145,23 +148,36 @@ enum admit_verdict admit_read_locked(struct tier *t, struct inode *in, uint64_t 
 
 	if (!t->cfg->admit_reread || !t->store)
 		return ADMIT_PROMOTE;
+	/* a "random" read near the handle's last one is a stream whose
+	 * requests the kernel's readahead sent out of order */
+	random = random && !near;
 	if (ch->seen && age > admit_horizon(t)) {
 		ch->seen = 0; /* too long ago: this is a first access again */
 		ch->hw = 0;
 	}
 	reached = (uint64_t)ch->hw * step;
 	slack = reached <= step ? 0 : reached - step < SLACK_MAX ? reached - step : SLACK_MAX;
-	if (ch->seen && (random || again || (!near && lo + slack < reached))) {
-		log_debug("admit: inode %llu chunk %llu read again (%s at %llu, read to %llu "
-			  "before, %u ticks ago): into RAM",
-			  (unsigned long long)in->ino, (unsigned long long)c,
-			  random ? "random" : "from", (unsigned long long)lo,
-			  (unsigned long long)reached, age);
+	/* a random reader: hw counts its reads of the chunk */
+	if (random && ch->seen && ch->hw + 1u >= RANDOM_AGAIN) {
+		log_debug("admit: inode %llu chunk %llu read again (%u random reads, the last "
+			  "%u ticks ago): into RAM",
+			  (unsigned long long)in->ino, (unsigned long long)c, ch->hw + 1u, age);
 		return ADMIT_PROMOTE;
 	}
+	if (!random && ch->seen && (again || (!near && lo + slack < reached))) {
+		log_debug("admit: inode %llu chunk %llu read again (from %llu, read to %llu "
+			  "before, %u ticks ago): into RAM",
+			  (unsigned long long)in->ino, (unsigned long long)c,
+			  (unsigned long long)lo, (unsigned long long)reached, age);
+		return ADMIT_PROMOTE;
+	}
+	if (random) {
+		ch->hw = (uint8_t)(!ch->seen ? 1u : ch->hw < HW_MAX ? ch->hw + 1u : HW_MAX);
+	} else {
+		hw = (hi + step - 1) / step;
+		if (hw > ch->hw)
+			ch->hw = (uint8_t)(hw > HW_MAX ? HW_MAX : hw);
+	}
 	ch->seen = 1;
-	hw = (hi + step - 1) / step;
-	if (!random && hw > ch->hw)
-		ch->hw = (uint8_t)(hw > HW_MAX ? HW_MAX : hw);
 	return ADMIT_STREAM;
 }

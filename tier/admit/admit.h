@@ -37,7 +37,9 @@ enum admit_verdict {
  * not, and the note of this access. A stream through a chunk is one
  * access, and so is a new handle's read that starts where the chunk's
  * earlier readers stopped (hw); a read that starts well below that, a
- * random reader's second read of the chunk, or any read of a chunk read
+ * random reader's 8th read of the chunk (RANDOM_AGAIN; reads near the
+ * handle's last one count as a stream's, whatever the fs layer took them
+ * for), or any read of a chunk read
  * before by a handle whose reads were found re-reads already (again: the
  * rest of a re-reading stream), is a re-read. With
  * admit=always (or no cold tier) every read promotes. in->lock held.
@@ -67,11 +69,13 @@ int admit_close_locked(struct tier *t, struct inode *in);
 /* The evictor: is written-around data waiting (a segment's worth, or a
  * closed writer's tail)? *flush: the tail must go now, however small. */
 int admit_around_ready(struct tier *t, int *flush);
-/* The same, for a round that starts now and takes it: what writers mark
- * from now on counts for the next round. */
-int admit_around_take(struct tier *t, int *flush);
-/* The round is over: `left` written-around bytes it found are still
- * dirty; with flush (the round's), they are still to go however small. */
+/* For a round that starts now: the written-around bytes marked (a hint)
+ * and *flush, taken (what writers mark from now on counts for the next
+ * round). */
+uint64_t admit_around_take(struct tier *t, int *flush);
+/* The round is over (or did not start: then left is what it took): `left`
+ * written-around bytes it found are still dirty; with flush (the
+ * round's), they are still to go however small. */
 void admit_around_put(struct tier *t, uint64_t left, int flush);
 
 /* The evictor let go of chunks last accessed `age` index ticks ago (the
