@@ -120,7 +120,9 @@ class TestReads(PassthroughCase):
         # read once it stays cold (admission: the kernel's pages are its
         # only copy); read again once the kernel let them go, it comes
         # back into RAM, and the next open is passed through
-        self.assertEqual(file_state(m.path("c"))["hot"], 0)
+        self.assertEqual(file_state(m.path("c"))["hot"], 0,
+                         "read once, yet in RAM: %s\n%s" % (file_state(m.path("c")),
+                                                             m.log_text(30)))
         with open(m.path("c"), "rb") as f:
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             self.assertEqual(f.read(), data)
