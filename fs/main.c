@@ -4,6 +4,7 @@
  * main() builds the one context (struct spw), validates the options, mounts,
  * and runs libfuse's multi-threaded session loop.
  */
+#include "common/heap.h"
 #include "common/log.h"
 #include "fs/fs_i.h"
 #include "fs/options.h"
@@ -12,7 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -121,10 +121,21 @@ static void *tune_readahead(void *arg)
  * fs.pipe-max-size (1 MiB by default), so the kernel's 1 MiB read requests
  * all took the copy path. 0: no cap needed (the pipe can grow enough).
  */
+/* Whether a pipe of this process can grow to hold n bytes. */
+static int pipe_can_hold(size_t n)
+{
+	int p[2], ok;
+	if (pipe(p) < 0)
+		return 0;
+	ok = fcntl(p[0], F_SETPIPE_SZ, (int)n) >= (int)n;
+	close(p[0]);
+	close(p[1]);
+	return ok;
+}
+
 static unsigned mount_max_read(const struct fuse_args *args, int *given)
 {
 	unsigned long pmax = 0;
-	int p[2], ok;
 	FILE *f;
 
 	*given = 0;
@@ -135,12 +146,7 @@ static unsigned mount_max_read(const struct fuse_args *args, int *given)
 			return (unsigned)strtoul(m + 9, NULL, 10);
 		}
 	}
-	if (pipe(p) < 0)
-		return 0;
-	ok = fcntl(p[0], F_SETPIPE_SZ, (1 << 20) + 4 * 4096) >= (1 << 20) + 4 * 4096;
-	close(p[0]);
-	close(p[1]);
-	if (ok || !(f = fopen("/proc/sys/fs/pipe-max-size", "r")))
+	if (pipe_can_hold((1 << 20) + 4 * 4096) || !(f = fopen("/proc/sys/fs/pipe-max-size", "r")))
 		return 0;
 	if (fscanf(f, "%lu", &pmax) != 1)
 		pmax = 0;
@@ -160,6 +166,16 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = conn->max_readahead > (1u << 20) ? conn->max_readahead : (1u << 20);
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+	/* libfuse splices requests in (its default with write_buf) through a
+	 * per-thread pipe that must hold max_write and a page: past
+	 * fs.pipe-max-size (1 MiB) that needs CAP_SYS_RESOURCE. When the pipe
+	 * cannot grow so far, libfuse (3.17, 3.18) then gives up growing it at
+	 * all (grow_pipe_to_max trips on the newline of pipe-max-size): the
+	 * thread's pipe stays at 64 KiB and every larger read reply took the
+	 * copy path, a malloc'ed 1 MiB buffer and a pread per request. Receive
+	 * with read() then, and the replies splice. */
+	if (!pipe_can_hold(conn->max_write + 4096))
+		conn->want &= ~FUSE_CAP_SPLICE_READ;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	/* all changes pass through us: no need to compare mtimes */
@@ -239,11 +255,7 @@ int main(int argc, char *argv[])
 	}
 	if (fix_argv(&argc, argv))
 		return 1;
-	/* libfuse allocates a buffer per read reply it cannot splice; keep such
-	 * 1 MiB buffers in the heap instead of an mmap/munmap (and page faults)
-	 * per request */
-	mallopt(M_MMAP_THRESHOLD, 8 << 20);
-	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	heap_tune(); /* before any thread: common/heap.h */
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts opts = {0};
 	struct fuse_loop_config *lcfg = NULL;

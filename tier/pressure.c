@@ -27,14 +27,20 @@
  *   RAM back makes `available` rise by as much as `used` falls (the target
  *   stays put).
  * - Each change is logged once (info) and counted (pressure_get).
+ * - The daemon's own idle memory: every GIVE_BACK_MS (mem_pressure=off too)
+ *   the thread hands back the free heap (heap_give_back) and the pooled
+ *   I/O buffers (seg_buf_trim) once they have been still for that period:
+ *   what a burst took does not stay (issue 35: the RSS was 120-190 MiB).
  * Threading: the thread owns the decision state; st is protected by lock.
  */
 #include "tier/pressure.h"
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/heap.h"
 #include "common/log.h"
 #include "tier/hot.h"
+#include "tier/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,6 +57,7 @@
 #define PSI_STEP_MS 1000
 #define HOLD_MS 10000
 #define STEP_MS 2000
+#define GIVE_BACK_MS 1000
 #define UNLIMITED (1ULL << 60)
 #define MS 1000000ULL
 
@@ -70,7 +77,7 @@ struct pressure {
 	int trig_fd;	       /* PSI trigger, or -1 */
 	uint64_t hold_ms, step_ms, psi_step_ms;
 	/* thread state */
-	uint64_t last_pressure_ns, last_change_ns, last_psi_step_ns;
+	uint64_t last_pressure_ns, last_change_ns, last_psi_step_ns, last_give_back_ns;
 	pthread_t th;
 	int started;
 	pthread_mutex_t lock;
@@ -369,6 +376,23 @@ static void sample(struct pressure *p)
 		p->changed(p->arg, budget, nb);
 }
 
+/* The daemon's idle memory back to the kernel (DESIGN). */
+static void give_back(struct pressure *p)
+{
+	uint64_t now = clock_now_ns();
+	size_t bufs;
+	int heap;
+
+	if (now - p->last_give_back_ns < GIVE_BACK_MS * MS)
+		return;
+	p->last_give_back_ns = now;
+	heap = heap_give_back();
+	bufs = seg_buf_trim();
+	if (heap || bufs)
+		log_debug("idle memory given back:%s %zuM of pooled I/O buffers",
+			  heap ? " the free heap," : "", bufs >> 20);
+}
+
 static void *pressure_thread(void *arg)
 {
 	struct pressure *p = arg;
@@ -378,7 +402,9 @@ static void *pressure_thread(void *arg)
 		pthread_mutex_unlock(&p->lock);
 		if (stop)
 			break;
-		sample(p);
+		if (p->cfg->mem_pressure)
+			sample(p);
+		give_back(p);
 		if (p->trig_fd >= 0) {
 			/* a trigger event wakes us early; stop is seen within SAMPLE_MS */
 			struct pollfd pf = {.fd = p->trig_fd, .events = POLLPRI};
@@ -459,7 +485,7 @@ int pressure_start(struct pressure *p)
 	int ret;
 
 	if (!p->cfg->mem_pressure)
-		return 0;
+		goto thread; /* only the idle memory's give-back */
 	path_of(p, path, sizeof(path), "proc/pressure/memory");
 	/* 150 ms of stall within 1 s wakes us at once (where the kernel lets us
 	 * create triggers); otherwise sampling every SAMPLE_MS */
@@ -482,6 +508,7 @@ int pressure_start(struct pressure *p)
 		 (unsigned long long)(p->cfg->hot_min >> 20),
 		 (unsigned long long)(p->cfg->hot_size >> 20),
 		 (unsigned long long)(p->cfg->mem_reserve >> 20), why);
+thread:
 	if ((ret = pthread_create(&p->th, NULL, pressure_thread, p)) != 0)
 		return -ret;
 	p->started = 1;

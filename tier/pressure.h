@@ -5,6 +5,8 @@
  * hot tier's effective budget (hot_set_limit) between hot_min and hot_size.
  * It shrinks at once under pressure and grows back in steps only after the
  * pressure has been gone for a hold time. Every change is logged once.
+ * The same thread gives the daemon's own idle memory back every second
+ * (the free heap, pooled I/O buffers), with mem_pressure=off too.
  * Threading: one thread of its own (pressure_start/pressure_stop);
  * pressure_get may be called from any thread.
  */
@@ -62,7 +64,8 @@ typedef void (*pressure_fn)(void *arg, uint64_t old_budget, uint64_t new_budget)
 void pressure_probe(struct pressure_mem *out);
 int pressure_new(const struct spw_config *cfg, struct hot *hot, pressure_fn changed, void *arg,
 		 struct pressure **out);
-/* Start the thread (nothing with mem_pressure=off). 0 or -errno. */
+/* Start the thread (with mem_pressure=off it only gives idle memory back).
+ * 0 or -errno. */
 int pressure_start(struct pressure *p);
 void pressure_stop(struct pressure *p);
 void pressure_free(struct pressure *p);

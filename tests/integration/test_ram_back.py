@@ -18,6 +18,9 @@ the node gets back, and when"; issue #12).
    after the pressure is gone. And runs in a real cgroup v1 memory cgroup
    with a limit (skipped where there is none): the budget follows it, and the
    default mem_reserve is 5 % of its limit (a given one above half is refused).
+3. The daemon's own memory: after 4x the hot tier written and read back by
+   4 writers and 4 readers, its RSS comes back under the bound of
+   docs/costs-and-waits.md (48 MiB plus the heap per file).
 
 Run: python3 test_ram_back.py --build BUILD_DIR [-k pattern]
 """
@@ -34,7 +37,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from lib.crash import CrashCase  # noqa: E402
-from lib.data import MiB, content, write_content  # noqa: E402
+from lib.data import MiB, content, content_sha, run_threads, sha_file, write_content  # noqa: E402
 from lib.tier import file_state, stats_of  # noqa: E402
 
 
@@ -426,6 +429,67 @@ class TestElastic(RamCase):
         self.assertEqual(s["pressure"]["enabled"], 0)
         self.assertEqual(s["hot"]["limit"], self.HOT)
         self.assertEqual(s["pressure"]["shrinks"], 0)
+
+
+# --------------------------------------------------------------------------
+# 3. the daemon's own memory
+
+RSS_BASE = 48 * MiB  # docs/costs-and-waits.md: the daemon's RSS ...
+RSS_PER_FILE = 250   # ... plus its heap per file
+
+
+def vm_rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            if ln.startswith("VmRSS:"):
+                return int(ln.split()[1]) * 1024
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+class TestDaemonMemory(RamCase):
+    def test_rss_after_a_run(self):
+        """4 x a 64 MiB tier written by 4 writers, evicted, read back twice
+        by 4 readers (the first read from the segments, the second brought
+        into RAM; io_workers=8): what the run took in buffers (FUSE replies,
+        staging, segment reads, restores) goes back once the mount is
+        still, down to the documented bound."""
+        hot, cold, state = self.make_state()
+        opts = ["chunk_size=1M", "min_spill_size=16M", "nvme=" + cold, "state_dir=" + state]
+        m = self.cmount(hot, opts, "rss", hot_size="64M")
+        names = ["w%d" % i for i in range(4)]
+        run_threads([lambda i=i: write_content(m.path(names[i]), 80 + i, 64 * MiB)
+                     for i in range(4)])
+        for n in names:
+            os.setxattr(m.path(n), "user.spillway.evict", b"1")
+
+        def reader(i):
+            got, size = sha_file(m.path(names[i]))
+            self.assertEqual((got, size), (content_sha(80 + i, 64 * MiB), 64 * MiB), names[i])
+        for _ in range(2):
+            run_threads([lambda i=i: reader(i) for i in range(4)])
+        s = stats_of(m.mnt)
+        cold_read = s["restored"]["bytes"] + s.get("admission", {}).get("direct_read_bytes", 0)
+        self.assertGreaterEqual(cold_read, 3 * 64 * MiB, json.dumps(s))
+        bound = RSS_BASE + RSS_PER_FILE * s["files"]
+        seen = []
+        if harness.SANITIZE:  # shadow memory and quarantine: no bound to check
+            sys.stderr.write("[RSS %d MiB under %s: not checked] " % (
+                vm_rss(m.pid) >> 20, harness.SANITIZE))
+            return
+
+        def under():
+            seen.append(vm_rss(m.pid))
+            return seen[-1] <= bound
+        # the idle memory goes back within a few seconds of the mount being
+        # still (tier/pressure.c, common/heap.c); the wait is bounded, not timed
+        try:
+            harness.wait_until(under, 30, "the daemon's RSS under %.1f MiB" % (bound / MiB),
+                               interval=0.25)
+        except AssertionError as e:
+            raise AssertionError("%s; RSS seen: %s MiB (first, last 5)\n%s" % (
+                e, [seen[0] >> 20] + [x >> 20 for x in seen[-5:]], m.log_text(10)))
+        sys.stderr.write("[RSS after the run %.1f MiB, first seen %.1f MiB, bound %.1f MiB] " % (
+            seen[-1] / MiB, seen[0] / MiB, bound / MiB))
 
 
 CG_ROOT = "/sys/fs/cgroup/memory"

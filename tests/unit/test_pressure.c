@@ -6,7 +6,9 @@
  * mem_reserve=0 and mem_pressure=off, and growth back after the pressure;
  * and pressure_probe, which the default mem_reserve is taken from: 5% of the
  * daemon's cgroup limit (v1, v1 hierarchical, v2 with its ancestors) or of
- * the node's RAM, in whole MiB, at most 1G.
+ * the node's RAM, in whole MiB, at most 1G; and what the thread gives back
+ * of the daemon's idle memory (heap_give_back, seg_buf_trim): only after a
+ * still period, never twice the same.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,8 +17,10 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/heap.h"
 #include "tier/hot.h"
 #include "tier/pressure.h"
+#include "tier/segment.h"
 
 #include <ftw.h>
 #include <stdio.h>
@@ -340,6 +344,50 @@ static void test_probe_cgroup_v2(void **state)
 	assert_true(m.cg_limit == 3ULL << 30);
 }
 
+/* pooled I/O buffers go back after a call that saw no take or return */
+static void test_give_back_buffers(void **state)
+{
+	void *b[3];
+	seg_buf_trim(); /* whatever earlier tests left: from here on, ours */
+	seg_buf_trim();
+	for (int i = 0; i < 3; i++)
+		assert_non_null(b[i] = seg_buf_alloc(SEG_STAGE_SIZE));
+	for (int i = 0; i < 3; i++)
+		seg_buf_free(b[i]); /* pooled */
+	assert_int_equal(seg_buf_trim(), 0); /* the pool moved since the last call */
+	b[0] = seg_buf_alloc(SEG_STAGE_SIZE); /* still busy: stays */
+	seg_buf_free(b[0]);
+	assert_int_equal(seg_buf_trim(), 0);
+	assert_true(seg_buf_trim() >= 3 * SEG_STAGE_SIZE); /* a still period: unmapped */
+	assert_int_equal(seg_buf_trim(), 0);		     /* nothing left */
+}
+
+/* the free heap is trimmed once it is still, and not again until it moves */
+static void test_give_back_heap(void **state)
+{
+	enum { N = 64 };
+	void *v[N];
+	heap_tune();
+	for (int i = 0; i < N; i++)
+		assert_non_null(v[i] = malloc(256 << 10)); /* 16 MiB from the heap */
+	for (int i = 0; i < N; i += 2)
+		free(v[i]); /* 8 MiB free inside the heap, between live blocks */
+	if (!HEAP_GLIBC) { /* a sanitizer's allocator: nothing of glibc's to trim */
+		heap_give_back();
+		assert_int_equal(heap_give_back(), 0);
+		for (int i = 1; i < N; i += 2)
+			free(v[i]);
+		return;
+	}
+	heap_give_back(); /* records the heap as it is */
+	assert_int_equal(heap_give_back(), 1);	  /* still: trimmed */
+	assert_int_equal(heap_give_back(), 0);	  /* the same heap: not again */
+	for (int i = 1; i < N; i += 2)
+		free(v[i]);
+	assert_int_equal(heap_give_back(), 0); /* it moved: wait for a still period */
+	assert_int_equal(heap_give_back(), 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -349,7 +397,8 @@ int main(void)
 	    T(test_cgroup_v1),		     T(test_reserve_zero_and_off),
 	    T(test_grows_back_in_steps),
 	    T(test_probe_cgroup_v1),	     T(test_probe_node),
-	    T(test_probe_cgroup_v2),
+	    T(test_probe_cgroup_v2),	     T(test_give_back_buffers),
+	    T(test_give_back_heap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
