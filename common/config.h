@@ -42,6 +42,7 @@ struct spw_config {
 	uint64_t checkpoint_size; /* journal bytes that trigger a checkpoint */
 	int takeover;		  /* s3: attach a prefix another node holds */
 	int io_psync;		  /* io_engine=psync */
+	int io_uring;		  /* FUSE requests over io_uring (libfuse 3.18+, fs/main.c) */
 	int keep_hot;		  /* unmount keeps the hot files (fast remount) */
 	int passthrough;	  /* hand hot files to the kernel (FUSE passthrough) */
 	int cold_writes;	  /* 1: writes go over cold data (overlays), 0: restore first */

@@ -88,6 +88,52 @@ static void init_passthrough(struct spw *s, struct fuse_conn_info *conn)
 	log_info("passthrough off (%s): every read goes through the daemon", why);
 }
 
+/* Whether libfuse can take requests over io_uring: built against 3.18+
+ * headers and running with a 3.18+ library; why not, or NULL. */
+static const char *uring_lib_why(void)
+{
+#ifdef FUSE_CAP_OVER_IO_URING
+	if (fuse_version() < 318)
+		return "libfuse older than 3.18 at run time";
+	return NULL;
+#else
+	return "built with libfuse older than 3.18";
+#endif
+}
+
+/* FUSE over io_uring (io_uring=on): the session was created with libfuse's
+ * -o io_uring (main); it starts its rings after this INIT when the kernel
+ * offers them. Says once why it stays off. */
+static void init_uring(struct spw *s, struct fuse_conn_info *conn)
+{
+	const char *why = uring_lib_why();
+
+	if (!s->cfg.io_uring)
+		return;
+#ifdef FUSE_CAP_OVER_IO_URING
+	if (!why && !(conn->capable_ext & FUSE_CAP_OVER_IO_URING)) {
+		char param[8] = "";
+		FILE *f;
+		if ((f = fopen("/sys/module/fuse/parameters/enable_uring", "r"))) {
+			if (!fgets(param, sizeof(param), f))
+				param[0] = '\0';
+			fclose(f);
+		}
+		why = param[0] == 'N' ? "the kernel's FUSE io_uring is disabled: "
+					"/sys/module/fuse/parameters/enable_uring is N"
+					: "the kernel has no FUSE io_uring (Linux 6.14+, "
+					  "CONFIG_FUSE_IO_URING)";
+	}
+	if (!why) {
+		conn->want_ext |= FUSE_CAP_OVER_IO_URING;
+		log_info("io_uring on: FUSE requests over one ring per CPU (libfuse %s)",
+			 fuse_pkgversion());
+		return;
+	}
+#endif
+	log_info("io_uring off (%s): requests go through /dev/fuse", why);
+}
+
 /* Raise the mount's readahead so sequential reads arrive in 1 MiB requests.
  * Runs in its own thread: stat() of the mountpoint needs the session loop. */
 static void *tune_readahead(void *arg)
@@ -181,6 +227,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* all changes pass through us: no need to compare mtimes */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	init_passthrough(s, conn);
+	init_uring(s, conn);
 	if (pthread_create(&th, NULL, tune_readahead, s) == 0)
 		pthread_detach(th);
 }
@@ -317,6 +364,10 @@ int main(int argc, char *argv[])
 				goto out_tier;
 		}
 	}
+	/* libfuse's own switch for its rings (3.18+); init_uring says whether
+	 * they run */
+	if (s.cfg.io_uring && !uring_lib_why() && fuse_opt_add_arg(&args, "-oio_uring") != 0)
+		goto out_tier;
 	s.se = fuse_session_new(&args, &ops, sizeof(ops), &s);
 	if (!s.se) {
 		fprintf(stderr, "spillway: cannot create the FUSE session (bad FUSE option?)\n");

@@ -531,6 +531,22 @@ const struct opt_spec opt_table[] = {
 	    ".BR pread (2)/ pwrite (2)\n"
 	    "(for hosts where io_uring misbehaves, and for fault injection with\n"
 	    "libfiu).\n"},
+    {.name = "io_uring",
+     .kind = OPT_ENUM,
+     FIELD(io_uring),
+     WORDS({"on", 1, 0}, {"off", 0, 0}),
+     .flags = OPT_BARE,
+     .def = "off",
+     .meta = "on|off",
+     .help = "on: FUSE requests over io_uring (libfuse 3.18+, kernel fuse enable_uring=Y)",
+     .man_tag = ".BR %s= on | off",
+     .man = "Take FUSE requests over io_uring rings (one per CPU) instead of reading\n"
+	    ".IR /dev/fuse .\n"
+	    "Needs libfuse 3.18 or newer and a kernel with FUSE over io_uring (Linux\n"
+	    "6.14+, CONFIG_FUSE_IO_URING) whose module parameter\n"
+	    ".I /sys/module/fuse/parameters/enable_uring\n"
+	    "is Y; without them the mount says why in its log and runs as with\n"
+	    ".BR off .\n"},
     {.name = "log_level",
      .kind = OPT_ENUM,
      FIELD(log_level),

@@ -331,6 +331,28 @@ static void test_mem_reserve_follows_cgroup(void **state)
 	rm_tree(root);
 }
 
+/* io_uring=on|off (bare: on), off by default; never left for libfuse as is
+ * (fs/main.c hands libfuse its own -o io_uring when the library has it) */
+static void test_io_uring_option(void **state)
+{
+	struct fx *f = *state;
+	char kept[1024];
+
+	assert_int_equal(parse_o(f, "hot_dir=%s", f->hot), 0);
+	assert_int_equal(f->cfg.io_uring, 0);
+	assert_int_equal(parse_o(f, "hot_dir=%s,io_uring=on", f->hot), 0);
+	assert_int_equal(f->cfg.io_uring, 1);
+	kept_opts(f, kept, sizeof(kept));
+	assert_null(strstr(kept, "io_uring"));
+	assert_int_equal(parse_o(f, "hot_dir=%s,io_uring", f->hot), 0);
+	assert_int_equal(f->cfg.io_uring, 1);
+	assert_int_equal(parse_o(f, "hot_dir=%s,io_uring=on,io_uring=off", f->hot), 0);
+	assert_int_equal(f->cfg.io_uring, 0);
+	expect_bad(f, "io_uring=maybe", "io_uring", "maybe");
+	expect_bad(f, "io_uring=", "io_uring", "''");
+	expect_bad(f, "io_uring_q_depth=4", "io_uring_q_depth", NULL); /* not ours, not libfuse's */
+}
+
 static void test_unknown_option(void **state)
 {
 	struct fx *f = *state;
@@ -955,6 +977,7 @@ int main(void)
 	    T(test_bad_elastic),
 	    T(test_elastic_values),
 	    T(test_mem_reserve_follows_cgroup),
+	    T(test_io_uring_option),
 	    T(test_unknown_option),
 	    T(test_bad_mountpoint),
 	    T(test_bad_hot_dir),
