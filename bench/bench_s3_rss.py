@@ -7,7 +7,7 @@ For each tier (s3: s3rver on loopback, objects on --server-root; nvme: a
 directory under /var/tmp) one mount with hot_size=--hot-size; --size bytes
 of random data are written through it by --writers parallel writers (one
 file each; the evictor spills while they wait for room), the files evicted
-whole, then read back by as many readers and checked. The daemon's VmRSS is
+whole, then read back --reads times by as many readers and checked. The daemon's VmRSS is
 taken when the mount is idle, after the writes, after the read-back (each
 after --settle seconds: what the daemon keeps, not what it had in flight),
 and its VmHWM at the end; the last RSS is split into malloc's heap (main
@@ -123,14 +123,15 @@ def run_tier(opts, tier, server, src, shas, shm, mntroot, work):
     for f in files:
         bench_s3.guarded(lambda: os.setxattr(f, "user.spillway.evict", b"1"), opts.timeout,
                          "evict " + f)
-    got = {}
     t0 = time.monotonic()
-    parallel([lambda f=f: got.__setitem__(f, bench_s3.sha_of(f)) for f in files], opts.timeout,
-             "reading back")
-    dr = time.monotonic() - t0
-    for i, f in enumerate(files):
-        if got[f] != shas[i]:
-            raise BenchError("%s: %s read back differs" % (tier, f))
+    for _ in range(opts.reads):
+        got = {}
+        parallel([lambda f=f: got.__setitem__(f, bench_s3.sha_of(f)) for f in files],
+                 opts.timeout, "reading back")
+        for i, f in enumerate(files):
+            if got[f] != shas[i]:
+                raise BenchError("%s: %s read back differs" % (tier, f))
+    dr = (time.monotonic() - t0) / opts.reads
     take("read")
     split = rss_split(proc.pid)
     hwm = proc_status(proc.pid)["VmHWM"]
@@ -154,6 +155,9 @@ def main(argv):
     p.add_argument("--part-size", type=parse_size, default=16 * MiB)
     p.add_argument("--io-workers", type=int, default=8)
     p.add_argument("--writers", type=int, default=4, help="parallel writers and readers")
+    p.add_argument("--reads", type=int, default=2,
+                   help="times the files are read back (admit=reread: the first read from "
+                        "the segments, the second brings them into RAM)")
     p.add_argument("--settle", type=float, default=3.0,
                    help="seconds idle before each RSS sample")
     p.add_argument("--tiers", default="s3,nvme")
@@ -178,11 +182,10 @@ def main(argv):
             copy_part(src, tmp, i * part, part)
             shas.append(bench_s3.sha_of(tmp))
             os.unlink(tmp)
-        print("%s through hot_size=%s, %d writers then %d readers, io_workers=%d; RSS after "
-              "%.0f s idle; bound %d MiB + %d B/file" % (
-                  fmt_size(opts.size),
-                  opts.hot_size >> 20, opts.writers, opts.writers, opts.io_workers,
-                  opts.settle, BOUND >> 20, PER_FILE))
+        print("%s through hot_size=%dM, %d writers, then %d readers %d time(s), io_workers=%d; "
+              "RSS after %.0f s idle; bound %d MiB + %d B/file" % (
+                  fmt_size(opts.size), opts.hot_size >> 20, opts.writers, opts.writers,
+                  opts.reads, opts.io_workers, opts.settle, BOUND >> 20, PER_FILE))
         print("| tier | write MiB/s | read MiB/s | RSS idle | after write | after read | "
               "VmHWM | last RSS: heap / other anon / files (MiB) | bound |")
         print("|---|---|---|---|---|---|---|---|---|")
