@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "tier/hot.h"
+#include "tier/pressure.h"
 #include "tier/store/store_s3.h"
 
 #include <errno.h>
@@ -100,9 +101,9 @@ const struct opt_spec opt_table[] = {
      .max = UINT64_MAX,
      .flags = OPT_OFF_IS_ZERO,
      .meta = "SIZE",
-     .def_doc = "min(1G, 5% of RAM)",
-     .help = "keep this much of the node's, or the daemon's cgroup's, memory available; "
-	     "0/off: only PSI shrinks the budget",
+     .def_doc = "5% of the daemon's memory cgroup limit, or of RAM; at most 1G",
+     .help = "keep this much of the node's, or the daemon's cgroup's, memory available "
+	     "(at most half of it); 0/off: only PSI shrinks the budget",
      .man_tag = ".BI %s= size",
      .man = "Keep at least this much of the node's memory (or of the daemon's memory\n"
 	    "cgroup, whichever is less) available: the budget is\n"
@@ -114,7 +115,11 @@ const struct opt_spec opt_table[] = {
 	    ".B 0\n"
 	    "or\n"
 	    ".BR off :\n"
-	    "only PSI memory pressure shrinks the budget.\n"},
+	    "only PSI memory pressure shrinks the budget.\n"
+	    "The cgroup's limit (v1 or v2) is the tightest of the daemon's memory\n"
+	    "cgroup and its ancestors, read at mount.\n"
+	    "A given value above half of that limit (or of the node's RAM, when\n"
+	    "smaller) is refused.\n"},
     {.name = "mem_pressure",
      .kind = OPT_ENUM,
      FIELD(mem_pressure),
@@ -526,6 +531,22 @@ const struct opt_spec opt_table[] = {
 	    ".BR pread (2)/ pwrite (2)\n"
 	    "(for hosts where io_uring misbehaves, and for fault injection with\n"
 	    "libfiu).\n"},
+    {.name = "io_uring",
+     .kind = OPT_ENUM,
+     FIELD(io_uring),
+     WORDS({"on", 1, 0}, {"off", 0, 0}),
+     .flags = OPT_BARE,
+     .def = "off",
+     .meta = "on|off",
+     .help = "on: FUSE requests over io_uring (libfuse 3.18+, kernel fuse enable_uring=Y)",
+     .man_tag = ".BR %s= on | off",
+     .man = "Take FUSE requests over io_uring rings (one per CPU) instead of reading\n"
+	    ".IR /dev/fuse .\n"
+	    "Needs libfuse 3.18 or newer and a kernel with FUSE over io_uring (Linux\n"
+	    "6.14+, CONFIG_FUSE_IO_URING) whose module parameter\n"
+	    ".I /sys/module/fuse/parameters/enable_uring\n"
+	    "is Y; without them the mount says why in its log and runs as with\n"
+	    ".BR off .\n"},
     {.name = "log_level",
      .kind = OPT_ENUM,
      FIELD(log_level),
@@ -769,11 +790,14 @@ static void one_line(char *s)
 }
 
 /* Defaults computed from the machine (hot_dir's filesystem, the node's
- * memory): hot_size, hot_min, mem_reserve, when not given. */
+ * memory and the daemon's memory cgroup): hot_size, hot_min, mem_reserve,
+ * when not given. A given mem_reserve above half of what the daemon may
+ * have is refused, not clamped: an explicit value is honoured or refused
+ * (docs/ram.md); the default follows the cgroup. */
 static int opt_computed_defaults(struct opt_ctx *c)
 {
 	struct spw_config *cfg = c->cfg;
-	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	struct pressure_mem mem;
 	struct statvfs sv;
 
 	if (statvfs(cfg->hot_dir, &sv) < 0)
@@ -790,13 +814,20 @@ static int opt_computed_defaults(struct opt_ctx *c)
 	if (!opt_given(c, "hot_min"))
 		cfg->hot_min = cfg->hot_size / 8 > cfg->chunk_size * 2 ? cfg->hot_size / 8
 								       : cfg->chunk_size * 2;
-	if (!opt_given(c, "mem_reserve"))
-		cfg->mem_reserve = ram / 20 < 1 * GiB ? ram / 20 : 1 * GiB;
-	else if (cfg->mem_reserve >= ram)
+	pressure_probe(&mem);
+	cfg->mem_limit = mem.limit;
+	cfg->mem_limit_cgroup = mem.of_cgroup;
+	cfg->mem_reserve_given = opt_given(c, "mem_reserve");
+	if (!cfg->mem_reserve_given)
+		cfg->mem_reserve = mem.reserve;
+	else if (cfg->mem_reserve > mem.limit / 2)
 		return opt_fail(c,
-			    "option 'mem_reserve': invalid value '%s': must be below the node's "
-			    "memory (%lluM), or 0/off",
-			    opt_raw(c, "mem_reserve"), (unsigned long long)(ram >> 20));
+			    "option 'mem_reserve': invalid value '%s': at most half of %s (%lluM "
+			    "of %lluM), or 0/off; unset, it is 5%% of that",
+			    opt_raw(c, "mem_reserve"),
+			    mem.of_cgroup ? "the daemon's memory cgroup limit" : "the node's RAM",
+			    (unsigned long long)(mem.limit / 2 >> 20),
+			    (unsigned long long)(mem.limit >> 20));
 	return 0;
 }
 
