@@ -85,7 +85,7 @@ int main(int argc, char **argv)
 		for (uint64_t c = 0; c * chunk < size; c++) {
 			if (!w && seg_writer_new(st, uuid, id, 64 << 20, &w) < 0)
 				return 1;
-			if (seg_writer_add_fd(w, 7, c, 1, fd, c * chunk, (uint32_t)chunk, NULL) < 0) {
+			if (seg_writer_add_fd(w, 7, c, 1, fd, c * chunk, (uint32_t)chunk, NULL, NULL) < 0) {
 				fprintf(stderr, "add_fd failed\n");
 				return 1;
 			}

@@ -408,6 +408,9 @@ static void print_summary(struct fsck *f, int code)
 		       f->problems, S(f->problems), f->fixed, f->problems - f->fixed);
 	if (f->lost)
 		printf("; %" PRIu64 " file%s lost", f->lost, S(f->lost));
+	if (f->layout_off)
+		printf("; %" PRIu64 " record%s of v3 segments off 4 KiB (read through a buffer)",
+		       f->layout_off, S(f->layout_off));
 	printf("\n");
 }
 

@@ -1,6 +1,7 @@
 """
 lib.tier - fixtures for mounts with a cold tier: what is in a cold directory
-(seg_files, segments_in, temps_in) and in hot_dir (hot_alloc), the virtual
+(seg_files, segments_in, temps_in, seg_footer: a segment file's footer, any
+format version) and in hot_dir (hot_alloc), the virtual
 xattrs (stats_of, file_state, and FileOps for test cases), TierCase (a mount
 with one or more NVMe cold directories) and Tmpfs (a small tmpfs, for cold
 directories that fill up).
@@ -9,6 +10,7 @@ directories that fill up).
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 
@@ -34,6 +36,34 @@ def hot_alloc(hot_dir):
     except FileNotFoundError:
         pass
     return total
+
+
+SEG_MAGIC = {b"SPWFOOT1": 1, b"SPWFOOT2": 2, b"SPWFOOT3": 3}
+
+
+def seg_footer(path):
+    """A segment file's footer (tier/segment.h, format v1, v2 or v3):
+    (version, footer_len, [(ino, chunk, gen, flags, off, len, crc,
+    chunk_len)]); AssertionError when path holds no segment."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4096 + 20 or data[:8] != b"SPWSEG01" or data[-8:] not in SEG_MAGIC:
+        raise AssertionError("%s: not a segment" % path)
+    count, _crc, flen = struct.unpack_from("<III", data, len(data) - 20)
+    version = SEG_MAGIC[data[-8:]]
+    if flen > len(data) or struct.unpack_from("<I", data, 8)[0] != version:
+        raise AssertionError("%s: not a segment" % path)
+    out = []
+    if version == 1:
+        base = len(data) - 20 - 40 * count
+        for i in range(count):
+            ino, chunk, gen, ln, off, crc = struct.unpack_from("<QQQIQI", data, base + 40 * i)
+            out.append((ino, chunk, gen, 0, off, ln, crc, ln))
+    else:
+        base = len(data) - 20 - 44 * count
+        for i in range(count):
+            out.append(struct.unpack_from("<QQIIQIII", data, base + 44 * i))
+    return version, flen, out
 
 
 def seg_files(d):
