@@ -16,15 +16,6 @@
  * - Only the chunk's data extents are written into the hot file: holes
  *   stored as holes in the segment stay holes in tmpfs (format v2; a v1
  *   record is one extent, the whole chunk).
- * - No bounce (format v3): a whole-chunk restore, and each piece a
- *   restore fills from NVMe, of a record whose data is 4 KiB-aligned is
- *   read by the store straight into the hot file's pages (a MAP_SHARED
- *   mapping of the chunk's range, hot_read_into) and verified there: no
- *   read buffer, no pwrite. The chunk is RESTORING meanwhile, so nothing
- *   cuts the range (truncate and punch wait for it) and no reader looks at
- *   blocks not yet published; a piece that fails its crc is punched before
- *   the chunk goes back to COLD. Older records (v2, v1, plain) go through
- *   a buffer and a pwrite as before.
  * - Reader's range first (partial restore): a read of a COLD chunk with a
  *   v2 mapped record fetches and verifies only the 64 KiB blocks its range
  *   covers (seg_read_part) and answers; the same thread then restores the
@@ -78,8 +69,6 @@
 #include <linux/falloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -219,50 +208,6 @@ static int write_extents(int fd, uint64_t base, const struct seg_chunk *sc, uint
 	return ret;
 }
 
-/* Can rec be read straight into the hot file's pages: a mapped record on
- * 4 KiB (format v3; seg_read_into checks its extents and copies what it
- * must)? Older records go through a buffer and a pwrite. */
-static int rec_in_place(const struct cold_rec *rec)
-{
-	return (rec->loc.flags & LOC_F_MAP) && rec->loc.off % SEG_ALIGN == 0;
-}
-
-/* A shared read-write mapping of the hot file's bytes [base, base + clen)
- * (a chunk RESTORING: nothing cuts them), or NULL (then copy). */
-static uint8_t *hot_map(int fd, uint64_t base, uint32_t clen)
-{
-	struct stat sb;
-	void *map;
-
-	/* the hot file mirrors the size; never map past its end */
-	if (clen == 0 || fstat(fd, &sb) < 0 || (uint64_t)sb.st_size < base + clen)
-		return NULL;
-	map = mmap(NULL, (clen + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN, PROT_READ | PROT_WRITE,
-		   MAP_SHARED, fd, (off_t)base);
-	return map == MAP_FAILED ? NULL : map;
-}
-
-static void hot_unmap(uint8_t *map, uint32_t clen)
-{
-	if (map)
-		munmap(map, (clen + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN);
-}
-
-/* Chunk bytes [lo, hi) (lo on 4 KiB) of rec read into the hot file's pages
- * through map (the chunk's mapping), verified there; holes stay holes. On
- * error the range holds bytes that failed their crc: the caller punches
- * it. *done grows by the data bytes written. in->lock not held. */
-static int hot_read_into(struct tier *t, struct cold_rec *rec, uint8_t *map, uint64_t lo,
-			 uint64_t hi, uint64_t *done)
-{
-	struct seg_into_stat st;
-	int ret = cold_read_into(t, rec, lo, hi, map + lo, SEG_INTO_HOLES, &st);
-
-	if (ret == 0)
-		*done += st.direct + st.copied;
-	return ret;
-}
-
 /* The end of a whole-chunk restore of chunk c (in->lock held again): the
  * chunk HOT_CLEAN and counted, or COLD; the hot file accounted and put,
  * waiters woken, the room reserved given back. Returns ret. */
@@ -354,8 +299,8 @@ int rst_whole_locked(struct tier *t, struct inode *in, uint64_t c, struct cold_r
 	uint64_t off = c * t->chunk_size, t0 = clock_now_ns();
 	/* room: a plain record is its bytes from offset 0; a mapped one may
 	 * spread anywhere in the chunk (only its extents get written) */
-	uint32_t clen = tier_chunk_len(t, in->size, c);
-	uint32_t need = (rec->loc.flags & LOC_F_MAP) ? clen : rec->loc.len;
+	uint32_t need =
+	    (rec->loc.flags & LOC_F_MAP) ? tier_chunk_len(t, in->size, c) : rec->loc.len;
 	struct seg_chunk sc = {0};
 	int64_t reserved = 0;
 	int fd, ret;
@@ -373,25 +318,13 @@ int rst_whole_locked(struct tier *t, struct inode *in, uint64_t c, struct cold_r
 	 * overshoots hot_size by the chunks in flight (at most io_workers +
 	 * readers); the evictor drops them first, as they are clean. */
 	reserved = evict_room_for_restore(t, fd, off, need);
-	uint64_t done = 0;
-	uint8_t *map = rec_in_place(rec) ? hot_map(fd, off, clen) : NULL;
-	if (map) {
-		ret = hot_read_into(t, rec, map, 0, clen, &done);
-		hot_unmap(map, clen);
-		if (ret < 0) /* bytes that failed their crc may be in RAM: none stays */
-			fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
-				  (off_t)t->chunk_size);
-	} else {
-		ret = cold_read_whole(t, rec, &sc);
-		/* the data extents only: holes stay holes in the hot file too */
-		for (uint32_t i = 0, pos = 0; ret == 0 && i < sc.next; pos += sc.ext[i].len, i++)
-			ret = hot_write_full(fd, sc.data + pos, sc.ext[i].len,
-					     off + sc.ext[i].off);
-		done = sc.data_len;
-		seg_chunk_free(&sc);
-	}
+	ret = cold_read_whole(t, rec, &sc);
+	/* the data extents only: holes stay holes in the hot file too */
+	for (uint32_t i = 0, pos = 0; ret == 0 && i < sc.next; pos += sc.ext[i].len, i++)
+		ret = hot_write_full(fd, sc.data + pos, sc.ext[i].len, off + sc.ext[i].off);
 	if (ret == 0)
-		__atomic_add_fetch(&t->st.bytes_restored, done, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&t->st.bytes_restored, sc.data_len, __ATOMIC_RELAXED);
+	seg_chunk_free(&sc);
 	idx_inode_lock(in);
 	if (ret < 0)
 		log_err("restore: inode %llu chunk %llu from segment %llu: %s",
@@ -532,11 +465,6 @@ static int part_fill(struct tier *t, struct inode *in, struct rst_part *p, int f
 		return ret;
 	if (p->rec.tier == STORE_TIER_S3)
 		per = nb;
-	/* NVMe: each run of missing blocks read in place (S3 keeps its one GET
-	 * for the whole missing range, through a buffer) */
-	uint8_t *map = p->rec.tier == STORE_TIER_NVME && rec_in_place(&p->rec)
-			   ? hot_map(fd, base, clen)
-			   : NULL;
 	for (uint32_t b = 0; ret == 0 && b < nb; b += per) {
 		uint32_t end = b + per < nb ? b + per : nb, m0 = end, m1 = 0;
 		struct seg_chunk sc;
@@ -552,23 +480,6 @@ static int part_fill(struct tier *t, struct inode *in, struct rst_part *p, int f
 		uint64_t lo = (uint64_t)m0 * SEG_BLOCK, hi = (uint64_t)(m1 + 1) * SEG_BLOCK;
 		if (hi > clen)
 			hi = clen;
-		if (map) {
-			for (uint32_t k = m0; ret == 0 && k <= m1;) {
-				uint32_t r = k;
-				if (rst_part_has(p, k, k)) {
-					k++;
-					continue;
-				}
-				while (r <= m1 && !rst_part_has(p, r, r))
-					r++;
-				uint64_t rhi = (uint64_t)r * SEG_BLOCK < clen ? (uint64_t)r * SEG_BLOCK : clen;
-				ret = hot_read_into(t, &p->rec, map, (uint64_t)k * SEG_BLOCK, rhi, &done);
-				k = r;
-			}
-			if (ret < 0)
-				break; /* the chunk goes COLD, its range punched */
-			goto publish;
-		}
 		if ((ret = cold_read(t, &p->rec, lo, hi - lo, &sc)) < 0)
 			break;
 		/* only the runs of missing blocks: a reader may be reading the others */
@@ -589,13 +500,11 @@ static int part_fill(struct tier *t, struct inode *in, struct rst_part *p, int f
 			__atomic_add_fetch(&t->st.errors_io, 1, __ATOMIC_RELAXED);
 			break;
 		}
-	publish:
 		idx_inode_lock(in);
 		part_set(p, m0, m1);
 		idx_inode_wake(in);
 		idx_inode_unlock(in);
 	}
-	hot_unmap(map, clen);
 	__atomic_add_fetch(&t->st.bytes_restored, done, __ATOMIC_RELAXED);
 	return ret;
 }
