@@ -13,11 +13,11 @@
  *   v2's pread into the stage in bench/README ("No bounce").
  * - Only data extents are touched: a read fault on a hole of a shared
  *   tmpfs mapping allocates a page. The extents come from SEEK_DATA (never
- *   a hole), but the hole cache below may answer stale after a punch, so
- *   every page of an extent is checked resident (mincore, which faults
- *   nothing) before the mapping is used; one that is not (a hole, or a
- *   page swapped out) sends the chunk through pread, which allocates
- *   nothing.
+ *   a hole); when the hole cache below answered (it may be stale after a
+ *   punch), or the caller named them (an overlay's blocks), every page of
+ *   an extent is checked resident (mincore, which faults nothing) before
+ *   the mapping is used; one that is not (a hole, or a page swapped out)
+ *   sends the chunk through pread, which allocates nothing.
  * - A truncate under a mapping is a SIGBUS on the next touch: the caller
  *   keeps the range from shrinking for the call (spill.c waits: truncate
  *   and punch wait for a chunk's mapped spill). A truncate before the
@@ -97,9 +97,12 @@ static uint32_t extents_merge(struct seg_extent *x, uint32_t n)
 
 /*
  * The data extents of [base, base + len) of fd, relative to base. *out is
- * malloc'ed (caller frees). -ENODATA when fd is shorter than base + len.
+ * malloc'ed (caller frees). *cached: some extent came from the hole cache
+ * (it may call data what is a hole now). -ENODATA when fd is shorter than
+ * base + len.
  */
-static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **out, uint32_t *n)
+static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **out, uint32_t *n,
+		      int *cached)
 {
 	struct hole_cache *hc;
 	uint64_t pos = base, end = base + len;
@@ -128,6 +131,7 @@ static int fd_extents(int fd, uint64_t base, uint32_t len, struct seg_extent **o
 			break;
 		} else if ((uint64_t)d >= hc->d && (uint64_t)d < hc->h) {
 			h = (off_t)hc->h; /* inside the data the last SEEK_HOLE walked */
+			*cached = 1;
 		} else if ((h = lseek(fd, d, SEEK_HOLE)) < 0) {
 			/* ENXIO: d is past EOF now, the file was cut since the fstat */
 			ret = errno == ENXIO ? -ENODATA : -errno;
@@ -173,12 +177,13 @@ void (*seg_test_add_fd_hook)(int fd);
 
 /*
  * Map chunk bytes [0, len) at fd_off of fd read-only for a record of
- * extents x[0..n): NULL when it cannot be (mmap failed, or a page of an
- * extent is not resident: see DESIGN) and the bytes go through pread, or
- * MAP_FAILED with *err when fd is shorter than fd_off + len now.
+ * extents x[0..n): NULL when it cannot be (mmap failed, or, unless the
+ * extents are fresh from SEEK_DATA, a page of an extent is not resident:
+ * see DESIGN) and the bytes go through pread, or MAP_FAILED with *err when
+ * fd is shorter than fd_off + len now.
  */
 static uint8_t *map_chunk(int fd, uint64_t fd_off, uint32_t len, const struct seg_extent *x,
-			  uint32_t n, int *err)
+			  uint32_t n, int fresh, int *err)
 {
 	size_t maplen = align_up(len), pages = maplen / SEG_ALIGN;
 	unsigned char *vec = NULL;
@@ -195,6 +200,8 @@ static uint8_t *map_chunk(int fd, uint64_t fd_off, uint32_t len, const struct se
 		*err = -ENODATA;
 		return MAP_FAILED;
 	}
+	if (fresh)
+		return map;
 	if (!(vec = malloc(pages)) || mincore(map, maplen, vec) < 0)
 		goto no;
 	for (uint32_t i = 0; i < n; i++)
@@ -209,10 +216,12 @@ no:
 	return NULL;
 }
 
-int seg_writer_add_fd_ext(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
-			  int fd, uint64_t fd_off, uint32_t chunk_len, const struct seg_extent *ext,
-			  uint32_t next, const struct seg_fd_check *check,
-			  struct seg_entry *entry_out)
+/* add_fd_ext; fresh: ext is SEEK_DATA's own answer (no page of it can be
+ * a hole: no mincore) */
+static int add_fd_ext(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen, int fd,
+		      uint64_t fd_off, uint32_t chunk_len, const struct seg_extent *ext,
+		      uint32_t next, int fresh, const struct seg_fd_check *check,
+		      struct seg_entry *entry_out)
 {
 	struct seg_src src = {.kind = SEG_SRC_FD, .fd = fd, .base = fd_off};
 	uint8_t *map = NULL;
@@ -223,7 +232,7 @@ int seg_writer_add_fd_ext(struct seg_writer *w, uint64_t ino, uint64_t chunk, ui
 	if (chunk_len == 0 || chunk_len > SEG_MAX_CHUNK_LEN)
 		return -EINVAL;
 	if (fd_off % SEG_ALIGN == 0 && seg_w_direct_ok(w, ext, next)) {
-		map = map_chunk(fd, fd_off, chunk_len, ext, next, &ret);
+		map = map_chunk(fd, fd_off, chunk_len, ext, next, fresh, &ret);
 		if (map == MAP_FAILED)
 			return ret;
 		if (map) {
@@ -237,24 +246,34 @@ int seg_writer_add_fd_ext(struct seg_writer *w, uint64_t ino, uint64_t chunk, ui
 	return ret;
 }
 
+int seg_writer_add_fd_ext(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
+			  int fd, uint64_t fd_off, uint32_t chunk_len, const struct seg_extent *ext,
+			  uint32_t next, const struct seg_fd_check *check,
+			  struct seg_entry *entry_out)
+{
+	return add_fd_ext(w, ino, chunk, gen, fd, fd_off, chunk_len, ext, next, 0, check,
+			  entry_out);
+}
+
 int seg_writer_add_fd(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen, int fd,
 		      uint64_t fd_off, uint32_t len, const struct seg_fd_check *check,
 		      struct seg_entry *entry_out)
 {
 	struct seg_extent *x = NULL;
 	uint32_t n = 0;
-	int ret;
+	int ret, cached = 0;
 
 	if (seg_w_err(w))
 		return seg_w_err(w);
 	if (len == 0 || len > SEG_MAX_CHUNK_LEN)
 		return -EINVAL;
-	ret = fd_extents(fd, fd_off, len, &x, &n);
+	ret = fd_extents(fd, fd_off, len, &x, &n, &cached);
 	if (ret == 0 && seg_test_add_fd_hook)
 		seg_test_add_fd_hook(fd);
 	if (ret == 0)
-		ret = seg_writer_add_fd_ext(w, ino, chunk, gen, fd, fd_off, len, x, n, check,
-					    entry_out);
+		/* fresh unless the cache answered, or a test hook changed the file */
+		ret = add_fd_ext(w, ino, chunk, gen, fd, fd_off, len, x, n,
+				 !cached && !seg_test_add_fd_hook, check, entry_out);
 	free(x);
 	return ret;
 }
