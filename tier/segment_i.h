@@ -27,6 +27,16 @@ static inline uint64_t rec_align(uint64_t v)
 	return (v + SEG_REC_ALIGN - 1) / SEG_REC_ALIGN * SEG_REC_ALIGN;
 }
 
+/* Are extents x[0..n) whole pages, as an aligned (v3) record's are: every
+ * offset a multiple of 4 KiB, every length too but the last's? */
+static inline int seg_ext_granular(const struct seg_extent *x, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (x[i].off % SEG_ALIGN || (i + 1 < n && x[i].len % SEG_ALIGN))
+			return 0;
+	return 1;
+}
+
 /* Remember the map of the record at (seg_id, off) of len bytes and crc
  * (map_len bytes; larger than MAPC_MAX, or no memory: not kept). */
 void seg_mapc_put(uint64_t seg_id, uint64_t off, uint32_t len, uint32_t crc,

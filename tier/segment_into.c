@@ -34,20 +34,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int ext_granular(const struct seg_extent *x, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		if (x[i].off % SEG_ALIGN || (i + 1 < n && x[i].len % SEG_ALIGN))
-			return 0;
-	return 1;
-}
-
 int seg_layout_v3_ok(const struct seg_entry *e, const struct seg_chunk *sc)
 {
 	if (sc->data_len <= SEG_DENSE_MAX)
 		return e->off % SEG_REC_ALIGN == 0;
 	return (e->flags & LOC_F_MAP) && e->off % SEG_ALIGN == 0 &&
-	       ext_granular(sc->ext, sc->next);
+	       seg_ext_granular(sc->ext, sc->next);
 }
 
 /* Copy the extents' bytes of sc that lie in chunk bytes [lo, hi) to dst
@@ -238,7 +230,7 @@ int seg_read_into(struct store *st, uint64_t seg_id, uint32_t dev, const struct 
 		return into_copy(st, seg_id, dev, e, lo, hi, dst, flags, stat);
 	if ((ret = seg_rmap_load(st, seg_id, dev, e, &m, &what)) < 0)
 		goto out;
-	if (!ext_granular(m.ext, m.next)) {
+	if (!seg_ext_granular(m.ext, m.next)) {
 		seg_rmap_free(&m);
 		return into_copy(st, seg_id, dev, e, lo, hi, dst, flags, stat);
 	}

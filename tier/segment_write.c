@@ -393,15 +393,6 @@ static uint32_t extents_pages(const struct seg_extent *x, uint32_t n, uint32_t c
 	return k;
 }
 
-/* Extents that an aligned record keeps as they are (no widening). */
-static int extents_granular(const struct seg_extent *x, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		if (x[i].off % SEG_ALIGN || (i + 1 < n && x[i].len % SEG_ALIGN))
-			return 0;
-	return 1;
-}
-
 int seg_w_direct_ok(const struct seg_writer *w, const struct seg_extent *ext, uint32_t next)
 {
 	return !seg_no_direct && w->own && !w->st->ops->put_window &&
@@ -481,7 +472,7 @@ int seg_w_record(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t ge
 	if (w->err)
 		return w->err;
 	aligned = data_len > SEG_DENSE_MAX;
-	if (aligned && !extents_granular(ext, next)) {
+	if (aligned && !seg_ext_granular(ext, next)) { /* widened */
 		if (!(px = malloc(next * sizeof(*px))))
 			return -ENOMEM;
 		n = extents_pages(ext, next, chunk_len, px);
