@@ -57,6 +57,8 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from lib.tier import seg_footer  # noqa: E402  (the one footer parser of the tests)
 HZ = os.sysconf("SC_CLK_TCK")
 BUCKET = "bcpu"
 
@@ -236,6 +238,35 @@ def aws(args, s3):
     return max(0.0, cpu(args) - base)
 
 
+def seg_names(d):
+    return {n for n in os.listdir(d) if n.startswith("seg-") and n.endswith(".spw")}
+
+
+def seg_layout(d, names):
+    """What the segments `names` of cold directory d hold, in bytes: data
+    (the records' data extents), maps, padding (between records: what
+    format v3's 4 KiB alignment costs), header and footer; and versions."""
+    out = {"data": 0, "maps": 0, "padding": 0, "hdr_foot": 0, "versions": set()}
+    for n in names:
+        p = os.path.join(d, n)
+        version, flen, ents = seg_footer(p)
+        size = os.path.getsize(p)
+        out["versions"].add(version)
+        out["hdr_foot"] += 4096 + flen
+        recs = 0
+        with open(p, "rb") as f:
+            for _ino, _c, _g, flags, off, ln, _crc, _clen in ents:
+                recs += ln
+                dlen = ln
+                if flags & 1:  # mapped: its data length is in the map's tail
+                    f.seek(off + ln - 16)
+                    dlen = int.from_bytes(f.read(8)[4:8], "little")
+                out["data"] += dlen
+                out["maps"] += ln - dlen
+        out["padding"] += size - 4096 - flen - recs
+    return out
+
+
 def one_run(a, m, src, digest, srv, perfdir):
     """One round of the three steps; {step: (daemon user, daemon sys, client, fio)} per GiB."""
     gib = a.size / GiB
@@ -261,6 +292,7 @@ def one_run(a, m, src, digest, srv, perfdir):
     res["write"] = (c1[0] - c0[0], c1[1] - c0[1], cl, fcpu)
 
     # spill: evict each file (synchronous)
+    segs0 = seg_names(m.cold) if not srv else set()
     c0 = m.cpu()
     pr = Perf(perfdir, "spill-daemon", m.pid)
     t0 = time.monotonic()
@@ -279,6 +311,13 @@ def one_run(a, m, src, digest, srv, perfdir):
         fcpu = fio(["--filename=" + fpath, "--rw=write", "--size=%d" % a.size, "--direct=1",
                     "--ioengine=io_uring", "--iodepth=8", "--end_fsync=1"], perfdir, "spill-fio")
     res["spill"] = (c1[0] - c0[0], c1[1] - c0[1], 0.0, fcpu)
+    if not srv:
+        lay = seg_layout(m.cold, seg_names(m.cold) - segs0 - {"fio-spill"})
+        print("segments of this spill (format v%s): %d bytes of data, padding %.3f %%, "
+              "maps %.3f %%, header+footer %.3f %%" % (
+                  "/".join(str(v) for v in sorted(lay["versions"])), lay["data"],
+                  100.0 * lay["padding"] / lay["data"], 100.0 * lay["maps"] / lay["data"],
+                  100.0 * lay["hdr_foot"] / lay["data"]), file=sys.stderr)
     hot = st.get("hot", {})
 
     # read: cat each (cold) file, caches dropped
