@@ -320,8 +320,9 @@ static int w_stream(struct seg_writer *w, const struct seg_src *src, uint64_t x,
 }
 
 /* Append len bytes at p (4 KiB-aligned; the position is on 4 KiB) with no
- * copy: the stage's whole pages first, then p's whole pages from p itself,
- * their crcs taken there; a last partial page goes into the stage. */
+ * copy: the stage's whole pages (what precedes) and p's whole pages from p
+ * itself, in flight together, their crcs taken there; a last partial page
+ * goes into the stage. */
 static int w_direct(struct seg_writer *w, const uint8_t *p, uint32_t len, struct blk_crcs *b)
 {
 	uint32_t whole = len / SEG_ALIGN * SEG_ALIGN;
@@ -329,14 +330,16 @@ static int w_direct(struct seg_writer *w, const uint8_t *p, uint32_t len, struct
 	int ret;
 
 	if (whole) {
-		if ((ret = w_flush(w, 1)) < 0)
-			return ret;
+		struct iovec v[2] = {{w->stage, w->fill}, {(void *)p, whole}};
+		int k = w->fill ? 0 : 1;
+
 		blk_add(b, p, whole);
-		if ((ret = store_put_append(w->put, p, whole)) < 0) {
+		if ((ret = store_put_appendv(w->put, v + k, 2 - k)) < 0) {
 			w->err = ret;
 			return ret;
 		}
-		w->flushed += whole;
+		w->flushed += w->fill + whole;
+		w->fill = 0;
 		w->direct += whole;
 	}
 	return len > whole ? w_stream(w, &tail, whole, len - whole, b) : 0;
