@@ -422,8 +422,10 @@ int main(int argc, char **argv)
 
 	if ((code = parse_args(f, argc, argv)) >= 0)
 		return code;
-	if (open_state(f, &any, &max_gen) < 0)
+	if (open_state(f, &any, &max_gen) < 0) {
+		tiers_file_free(&f->tiers); /* what read_tiers took (LeakSanitizer) */
 		return EX_OPER;
+	}
 	code = finish(f, check(f, any), max_gen);
 	if (!f->quiet)
 		print_summary(f, code);
