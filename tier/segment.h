@@ -229,8 +229,8 @@ int seg_writer_new(struct store *st, const uint8_t uuid[16], uint64_t seg_id, ui
  * memory (put_window NULL: nvme), the data is appended straight from data
  * (O_DIRECT), its block crcs taken there, and only a last partial page is
  * copied (into the stage, beside the map). data must then stay unchanged
- * during the call, and the 4 KiB page holding its last byte readable
- * whole. Anything else goes through the stage (one copy, as before).
+ * during the call (the write is done when it returns). Anything else goes
+ * through the stage (one copy, as before).
  */
 int seg_writer_add_extents(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
 			   uint32_t chunk_len, const struct seg_extent *ext, uint32_t next,
