@@ -58,7 +58,7 @@ MiB = 1 << 20
 GiB = 1 << 30
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-from lib.tier import seg_footer  # noqa: E402  (the one footer parser of the tests)
+from lib.tier import seg_layout  # noqa: E402  (the tests' segment footer parser)
 HZ = os.sysconf("SC_CLK_TCK")
 BUCKET = "bcpu"
 
@@ -240,31 +240,6 @@ def aws(args, s3):
 
 def seg_names(d):
     return {n for n in os.listdir(d) if n.startswith("seg-") and n.endswith(".spw")}
-
-
-def seg_layout(d, names):
-    """What the segments `names` of cold directory d hold, in bytes: data
-    (the records' data extents), maps, padding (between records: what
-    format v3's 4 KiB alignment costs), header and footer; and versions."""
-    out = {"data": 0, "maps": 0, "padding": 0, "hdr_foot": 0, "versions": set()}
-    for n in names:
-        p = os.path.join(d, n)
-        version, flen, ents = seg_footer(p)
-        size = os.path.getsize(p)
-        out["versions"].add(version)
-        out["hdr_foot"] += 4096 + flen
-        recs = 0
-        with open(p, "rb") as f:
-            for _ino, _c, _g, flags, off, ln, _crc, _clen in ents:
-                recs += ln
-                dlen = ln
-                if flags & 1:  # mapped: its data length is in the map's tail
-                    f.seek(off + ln - 16)
-                    dlen = int.from_bytes(f.read(8)[4:8], "little")
-                out["data"] += dlen
-                out["maps"] += ln - dlen
-        out["padding"] += size - 4096 - flen - recs
-    return out
 
 
 def one_run(a, m, src, digest, srv, perfdir):

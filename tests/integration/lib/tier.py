@@ -1,7 +1,7 @@
 """
 lib.tier - fixtures for mounts with a cold tier: what is in a cold directory
 (seg_files, segments_in, temps_in, seg_footer: a segment file's footer, any
-format version) and in hot_dir (hot_alloc), the virtual
+format version; seg_layout: what segments hold) and in hot_dir (hot_alloc), the virtual
 xattrs (stats_of, file_state, and FileOps for test cases), TierCase (a mount
 with one or more NVMe cold directories) and Tmpfs (a small tmpfs, for cold
 directories that fill up).
@@ -64,6 +64,34 @@ def seg_footer(path):
         for i in range(count):
             out.append(struct.unpack_from("<QQIIQIII", data, base + 44 * i))
     return version, flen, out
+
+
+def seg_layout(d, names=None):
+    """What the segments `names` (default: all) of cold directory d hold, in
+    bytes: data (the records' data extents), maps, padding (between records:
+    what format v3's 4 KiB alignment costs), header and footer; and the
+    format versions seen."""
+    if names is None:
+        names = [n for n in os.listdir(d) if n.startswith("seg-") and n.endswith(".spw")]
+    out = {"data": 0, "maps": 0, "padding": 0, "hdr_foot": 0, "versions": set()}
+    for n in names:
+        p = os.path.join(d, n)
+        version, flen, ents = seg_footer(p)
+        size = os.path.getsize(p)
+        out["versions"].add(version)
+        out["hdr_foot"] += 4096 + flen
+        recs = 0
+        with open(p, "rb") as f:
+            for _ino, _c, _g, flags, off, ln, _crc, _clen in ents:
+                recs += ln
+                dlen = ln
+                if flags & 1:  # mapped: its data length is in the map's tail
+                    f.seek(off + ln - 16)
+                    dlen = int.from_bytes(f.read(8)[4:8], "little")
+                out["data"] += dlen
+                out["maps"] += ln - dlen
+        out["padding"] += size - 4096 - flen - recs
+    return out
 
 
 def seg_files(d):
