@@ -292,6 +292,8 @@ uint32_t seg_mapc_get(uint64_t seg_id, const struct seg_entry *e, uint8_t *buf)
  * more than the copy), larger ones are unmapped at once. A header page in
  * front records the mapping's size. POOL_BUF leaves room for the unaligned
  * window around a 4 MiB chunk's v2 record (its map and two partial pages).
+ * The pool keeps what a burst left (up to BUF_POOL_MAX, 65 MiB) only while
+ * it is in use: seg_buf_trim unmaps it after a still second.
  */
 #define BUF_POOL_MAX 16
 #define POOL_BUF     (SEG_STAGE_SIZE + SEG_BLOCK)
@@ -299,6 +301,8 @@ uint32_t seg_mapc_get(uint64_t seg_id, const struct seg_entry *e, uint8_t *buf)
 static pthread_mutex_t buf_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *buf_pool[BUF_POOL_MAX]; /* protected by buf_pool_lock */
 static int buf_pool_n;              /* protected by buf_pool_lock */
+static uint64_t buf_pool_ops;	    /* protected by buf_pool_lock: takes and returns */
+static uint64_t buf_pool_seen;	    /* protected by buf_pool_lock: at the last trim call */
 
 void *seg_buf_alloc(size_t len)
 {
@@ -310,6 +314,7 @@ void *seg_buf_alloc(size_t len)
 		pthread_mutex_lock(&buf_pool_lock);
 		if (buf_pool_n > 0)
 			base = buf_pool[--buf_pool_n];
+		buf_pool_ops++;
 		pthread_mutex_unlock(&buf_pool_lock);
 		if (base)
 			return (char *)base + SEG_ALIGN;
@@ -337,8 +342,25 @@ void seg_buf_free(void *buf)
 			buf_pool[buf_pool_n++] = base;
 			base = NULL;
 		}
+		buf_pool_ops++;
 		pthread_mutex_unlock(&buf_pool_lock);
 	}
 	if (base)
 		munmap(base, n + SEG_ALIGN);
+}
+
+size_t seg_buf_trim(void)
+{
+	void *drop[BUF_POOL_MAX];
+	int n = 0;
+
+	pthread_mutex_lock(&buf_pool_lock);
+	if (buf_pool_ops == buf_pool_seen)
+		while (buf_pool_n > 0)
+			drop[n++] = buf_pool[--buf_pool_n];
+	buf_pool_seen = buf_pool_ops;
+	pthread_mutex_unlock(&buf_pool_lock);
+	for (int i = 0; i < n; i++)
+		munmap(drop[i], POOL_BUF + SEG_ALIGN);
+	return (size_t)n * (POOL_BUF + SEG_ALIGN);
 }

@@ -324,6 +324,11 @@ void seg_writer_abort(struct seg_writer *w);
 /* Aligned buffer for len bytes rounded up to SEG_ALIGN (at least one block); NULL if no memory. */
 void *seg_buf_alloc(size_t len);
 void seg_buf_free(void *buf);
+/* Unmap the recycled buffers kept for the next seg_buf_alloc when none was
+ * taken or given back since the previous call (call it about once a
+ * second: an idle pool goes back to the kernel, a busy one stays). Returns
+ * the bytes unmapped. Thread-safe. */
+size_t seg_buf_trim(void);
 
 #define SEG_CHUNK_INLINE 8 /* extents a seg_chunk holds without malloc */
 

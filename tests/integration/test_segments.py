@@ -163,6 +163,10 @@ class TestSparse(SegCase):
                         exp[lo - off:hi - off] = b[lo - w:hi - w]
                 if got != bytes(exp):
                     self.fail("wrong bytes in [%d, %d)" % (off, off + 4 * MiB))
+            # read once: straight from the segments (admission); a warm
+            # brings it into RAM
+            self.assertEqual(self.state(p)["hot"], 0)
+            self.warm(p)
             harness.wait_until(lambda: self.state(p)["cold"] == 0, 20, "restore")
             # holes came back as holes: SEEK_DATA/SEEK_HOLE agree with the writes
             got_ranges = []

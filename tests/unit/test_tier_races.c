@@ -165,9 +165,7 @@ static int op_read(struct op *o)
 	ret = tier_read_begin(o->f->t, o->in, o->off, o->len, o->flags, &io);
 	if (ret == 0) {
 		uint64_t n = io.len;
-		if (io.mem)
-			memcpy(buf, io.mem, n);
-		else if (n && pread(io.fd, buf, n, (off_t)o->off) != (ssize_t)n && o->data != -2)
+		if (n && fx_io_copy(&io, buf) != (ssize_t)n && o->data != -2)
 			ret = -EIO; /* short: a truncate raced it (fine when any bytes do) */
 		tier_read_end(o->f->t, o->in, &io);
 		if (o->data >= 0)
@@ -191,7 +189,7 @@ static int op_write(struct op *o)
 
 	fx_fill(buf, o->data, o->off, o->len);
 	tier_open(o->f->t, o->in, 0, NULL, &(struct tier_open_out){0});
-	ret = tier_write_begin(o->f->t, o->in, o->off, o->len, &io);
+	ret = tier_write_begin(o->f->t, o->in, o->off, o->len, 0, &io);
 	if (ret == 0) {
 		ssize_t w = pwrite(io.fd, buf, o->len, (off_t)o->off);
 		w = tier_write_end(o->f->t, o->in, &io, w);
@@ -1159,7 +1157,7 @@ static void write_under_mapped_spill(struct fx *f, int end_first)
 	fake_gate_release(1, 0);
 	gate(2); /* chunk 0's pages: hashed, not read by the device yet */
 	fx_fill(buf, 5, 8192, sizeof(buf));
-	assert_int_equal(tier_write_begin(f->t, in, 8192, sizeof(buf), &io), 0);
+	assert_int_equal(tier_write_begin(f->t, in, 8192, sizeof(buf), 0, &io), 0);
 	assert_int_equal(pwrite(io.fd, buf, sizeof(buf), 8192), (ssize_t)sizeof(buf));
 	if (end_first)
 		assert_int_equal(tier_write_end(f->t, in, &io, sizeof(buf)), (ssize_t)sizeof(buf));

@@ -143,6 +143,13 @@ def stats_of(mnt):
     return json.loads(os.getxattr(mnt, "user.spillway.stats"))
 
 
+def cold_read_bytes(st):
+    """Bytes read back from the cold tier, from a stats dict: restored into
+    RAM, or read once from the segments straight into replies (admission,
+    tier/admit)."""
+    return st["restored"]["bytes"] + st.get("admission", {}).get("direct_read_bytes", 0)
+
+
 def file_state(path):
     """A file's user.spillway.state as {"hot": n, "cold": n, ...}."""
     s = os.getxattr(path, "user.spillway.state").decode()
