@@ -354,6 +354,19 @@ void cold_locate(struct tier *t, uint64_t ino, uint64_t c, const struct chunk_lo
 int cold_read(struct tier *t, struct cold_rec *r, uint64_t off, uint64_t len,
 	      struct seg_chunk *sc);
 int cold_read_whole(struct tier *t, struct cold_rec *r, struct seg_chunk *sc);
+/*
+ * Chunk bytes [lo, hi) of r's record read and verified straight into dst
+ * (dst[0] is chunk byte lo): seg_read_into's contract (segment.h) - dst
+ * 4 KiB-aligned with room for align_up(hi - lo) bytes; no copy for the
+ * blocks wholly inside [lo, hi) of an aligned (v3) record when lo is on
+ * 4 KiB, a window and a copy for the rest; flags SEG_INTO_HOLES: holes
+ * left untouched (dst maps the hot file), else zeros; *stat (may be
+ * NULL) gets the data bytes read in place and those copied. Errors as cold_read (-EIO for a bad
+ * crc, counted); on error dst's bytes are undefined: never serve them (a
+ * mapping of the hot file: punch the range). Any thread, no lock held.
+ */
+int cold_read_into(struct tier *t, struct cold_rec *r, uint64_t lo, uint64_t hi, void *dst,
+		   unsigned flags, struct seg_into_stat *stat);
 
 /* chain.c: writes over cold data (overlays; index.h, struct chunk_chain).
  * All with in->lock held; chain_restore_locked drops it during I/O, the

@@ -26,6 +26,7 @@
  */
 #include "tier/tier_i.h"
 #include "tier/admit/admit.h"
+#include "tier/spill.h"
 #include "tier/tier.h"
 
 #include "common/clock.h"
@@ -71,15 +72,38 @@ static void wait_restoring_locked(struct inode *in, uint64_t first, uint64_t las
 }
 
 /* No write over a cold copy (overlay) in flight in chunks [first, last]:
- * what drops chains (truncate, punch) waits for them. in->lock held. */
-static void wait_chain_writers_locked(struct inode *in, uint64_t first, uint64_t last)
+ * what drops chains (truncate, punch) waits for them. in->lock held. 1
+ * when it waited. */
+static int wait_chain_writers_locked(struct inode *in, uint64_t first, uint64_t last)
 {
+	int waited = 0;
+
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
 		while (c < in->nchunks && in->chunks[c].chain && in->chunks[c].chain->wr) {
 			idx_inode_wait(in);
+			waited = 1;
 			c = first; /* the lock was dropped: look at all again */
 		}
 	}
+	return waited;
+}
+
+/* Before the hot pages of chunks [first, last] go (ftruncate, a punch):
+ * nothing may be using them, all at once - no restore (it writes them),
+ * no write over a cold copy, no spill reading them through a mapping
+ * (spill.c: a cut page is a SIGBUS to it). Each
+ * wait drops the lock, so every one looks again after any waited.
+ * in->lock held. */
+static void wait_pages_idle_locked(struct tier *t, struct inode *in, uint64_t first,
+				   uint64_t last)
+{
+	int waited;
+
+	do {
+		wait_restoring_locked(in, first, last);
+		waited = wait_chain_writers_locked(in, first, last);
+		waited |= spill_wait_mapped_locked(t, in, first, last);
+	} while (waited);
 }
 
 /* An operation that may restore (or read directly) a cold chunk of
@@ -474,7 +498,7 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 		wait_restoring_locked(in, c + 1, in->nchunks);
 	}
 	if (size < in->size)
-		wait_chain_writers_locked(in, size / t->chunk_size, in->nchunks);
+		wait_pages_idle_locked(t, in, size / t->chunk_size, in->nchunks);
 	/* marked with the lock held through the ftruncate: marked before the
 	 * waits, a spill could take the chunk while they dropped the lock,
 	 * copy the bytes past the cut with the new generation and keep them
@@ -558,8 +582,7 @@ static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t 
 			goto out_unpin;
 		}
 	}
-	wait_restoring_locked(in, first, last);
-	wait_chain_writers_locked(in, first, last);
+	wait_pages_idle_locked(t, in, first, last);
 	/* a punch through EOF takes the last partial page too (tmpfs frees
 	 * only whole pages; past EOF there is nothing to keep) */
 	if ((mode & FALLOC_FL_PUNCH_HOLE) && off + len >= in->size) {

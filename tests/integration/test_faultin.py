@@ -16,7 +16,6 @@ Run: python3 test_faultin.py --build BUILD_DIR [-k pattern]
 import errno
 import os
 import re
-import struct
 import sys
 import unittest
 
@@ -24,25 +23,19 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from lib.data import KiB, MiB, content, first_diff, open_uncached, write_content  # noqa: E402
-from lib.tier import TierCase, seg_files  # noqa: E402
+from lib.tier import TierCase, seg_files, seg_footer  # noqa: E402
 from lib.fsx import tiny_tier  # noqa: E402
 
 BLOCK = 64 * KiB
 
 
 def seg_entries(path):
-    """Footer entries of a v2 segment: [(ino, chunk, flags, off, len, chunk_len)]."""
-    with open(path, "rb") as f:
-        data = f.read()
-    count, _crc, _flen = struct.unpack_from("<III", data, len(data) - 20)
-    assert data[-8:] == b"SPWFOOT2", data[-8:]
-    base = len(data) - 20 - 44 * count
-    out = []
-    for i in range(count):
-        ino, chunk, _gen, flags, off, ln, _c, clen = struct.unpack_from(
-            "<QQIIQIII", data, base + 44 * i)
-        out.append((ino, chunk, flags, off, ln, clen))
-    return out
+    """Footer entries of a segment of today's format (v3): [(ino, chunk,
+    flags, off, len, chunk_len)]."""
+    version, _flen, ents = seg_footer(path)
+    assert version == 3, version
+    return [(ino, chunk, flags, off, ln, clen)
+            for ino, chunk, _gen, flags, off, ln, _crc, clen in ents]
 
 
 class FaultinCase(TierCase):
