@@ -171,6 +171,10 @@ static enum plan_kind read_plan_locked(struct tier *t, struct inode *in, struct 
 
 	if (!pl->looked) {
 		pl->direct = plan_direct(t, in, r);
+		/* a handle that starts (or jumps) into what RAM holds re-reads:
+		 * its reads of chunks read before come in too (TIER_READ_AGAIN) */
+		if (!in_cold(ch) && !r->near && t->cfg->admit_reread)
+			r->promoted = 1;
 		pl->looked = 1;
 	}
 	if (!in_cold(ch))

@@ -43,8 +43,10 @@ struct tier_io {
 	void *own[TIER_IO_PIECES]; /* reads: buffers freed by tier_read_end */
 	int direct; /* reads: some chunk was read from its segment, not
 		     * brought into RAM (tier/admit): no read-ahead */
-	int promoted; /* reads: the admission filter let a chunk into RAM as
-		       * re-read (the caller's next reads: TIER_READ_AGAIN) */
+	int promoted; /* reads: the reader re-reads: the admission filter let
+		       * a chunk into RAM as re-read, or a read not near the
+		       * handle's last one found its chunk in RAM (the
+		       * caller's next reads: TIER_READ_AGAIN) */
 	unsigned flags; /* writes: tier_write_begin's */
 };
 

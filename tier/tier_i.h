@@ -309,7 +309,9 @@ struct chunk_read {
 	void *buf;	 /* holds mem when the reader owns it (seg_buf_free) */
 	int direct;	 /* the bytes came from the cold copy, which the chunk
 			  * keeps (not admitted into RAM: tier/admit) */
-	int promoted;	 /* the admission filter let it into RAM as re-read */
+	int promoted;	 /* the reader re-reads: the admission filter let the
+			  * chunk into RAM as re-read, or a reader not near
+			  * its last read found it in RAM */
 };
 int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r);
 /* The rest of a partial restore of chunk c (in->lock held; dropped during

@@ -136,6 +136,27 @@ static void test_rereading_stream_brings_in_what_it_reads(void **state)
 	idx_put(f->idx, in);
 }
 
+/* A handle whose first read finds its chunk in RAM re-reads: the read says
+ * so (io.promoted), for the fs layer's TIER_READ_AGAIN; a read near the
+ * handle's last one does not. */
+static void test_first_read_of_what_ram_holds_is_a_reread(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in = cold_file(f, 2 * MiB);
+	struct tier_io io;
+
+	assert_int_equal(tier_warm_file(f->t, in), 0);
+	assert_int_equal(tier_open(f->t, in, 0, NULL, &(struct tier_open_out){0}), 0);
+	assert_int_equal(tier_read_begin(f->t, in, 0, 4096, 0, &io), 0);
+	assert_int_equal(io.promoted, 1);
+	tier_read_end(f->t, in, &io);
+	assert_int_equal(tier_read_begin(f->t, in, 4096, 4096, TIER_READ_NEAR, &io), 0);
+	assert_int_equal(io.promoted, 0);
+	tier_read_end(f->t, in, &io);
+	tier_close(f->t, in, &(struct tier_open_out){0}, NULL);
+	idx_put(f->idx, in);
+}
+
 /* A random reader's reads of a chunk are answered from the segment until
  * it has read it RANDOM_AGAIN (8) times: then the chunk comes into RAM
  * (its pages read again, or a chunk it keeps coming back to). A stream the
@@ -246,6 +267,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_stream_out_of_order_is_one_access, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_rereading_stream_brings_in_what_it_reads, fx_setup,
+					    fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_first_read_of_what_ram_holds_is_a_reread, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_random_rereads_promote, fx_setup,
 					    fx_teardown),
