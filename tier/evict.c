@@ -12,12 +12,20 @@
  *   shrinks the budget (pressure.c), or every 200 ms, and works until usage
  *   is below low_watermark x budget (budget: hot_size, less under pressure):
  *     1. drops HOT_CLEAN chunks that were read or written since they
- *        came into RAM, least recently used first (no I/O);
+ *        came into RAM, least recently used first (no I/O), but only those
+ *        older than the oldest HOT_DIRTY chunk;
  *     2. gathers HOT_DIRTY chunks LRU-first, at least min_spill_size bytes,
  *        sorts them by (inode, chunk), cuts them into segments of about
  *        min_spill_size and writes up to io_workers segments in parallel.
  *        Under pressure (above hard_watermark, or a writer waiting) it also
  *        writes a partial segment rather than wait for min_spill_size.
+ *        Then, if usage is still above low_watermark (no spill: too little
+ *        dirty and no pressure, or the cold tier failing), the rest of the
+ *        clean chunks, LRU first. Dropping every clean chunk before any
+ *        dirty one, as step 1 once did, let the dirty chunks of files last
+ *        written long ago fill the tier while the clean chunks of the files
+ *        read a moment ago went: a session resumed twice in a row found its
+ *        file cold (examples/integrations/sessions.py, test_sessions).
  *     3. drops the HOT_CLEAN chunks restored ahead of a reader and not yet
  *        read (index.h: unread), LRU first: only what steps 1-2 left short,
  *        and only down to the spill threshold (or one chunk for a waiter).
@@ -482,8 +490,12 @@ static int evict_round(struct tier *t)
 	cand_collect_hot(t, &cs);
 	cand_sort_lru(cs.v, cs.n);
 
-	/* 1. clean chunks used already, LRU first: no I/O */
-	progress = drop_clean(t, cs.v, cs.n, 0, need, &got);
+	/* 1. clean chunks used already, LRU first, down to the oldest dirty
+	 * one: no I/O */
+	size_t older = 0;
+	while (older < cs.n && cs.v[older].state != CHUNK_HOT_DIRTY)
+		older++;
+	progress = drop_clean(t, cs.v, older, 0, need, &got);
 	/* 2. dirty chunks, LRU first, batched into large segments */
 	if (got < need) {
 		uint64_t want = need - got;
@@ -528,6 +540,17 @@ static int evict_round(struct tier *t)
 			pthread_mutex_unlock(&e->lock);
 			progress = ret == 0;
 		}
+	}
+	/* then the clean chunks newer than a dirty one, LRU first, if the
+	 * spill did not make the room (it dropped what it wrote: usage says).
+	 * Those step 1 dropped are met again and free nothing. */
+	uint64_t now = usage(t);
+	if (got < need && now > low && cs.n > nd) {
+		uint64_t more = 0;
+		cand_sort_lru(cs.v + nd, cs.n - nd); /* step 2 moved some */
+		if (drop_clean(t, cs.v + nd, cs.n - nd, 0, now - low, &more))
+			progress = 1;
+		got += more;
 	}
 	/* 3. chunks restored ahead of their readers, last, and only down to
 	 * the spill threshold (prefetch stops there too): each one dropped is
