@@ -1,7 +1,8 @@
 """benchlib - what the spillway benches share (imported, never run).
 
 The mount table (/proc/self/mountinfo), one Cleanup that owns every daemon,
-mount and temp dir a bench creates and releases them in reverse order, daemon
+mount, temp dir and memory cgroup (bench/tight.py) a bench creates and
+releases them in reverse order, daemon
 start/stop with timeouts, client tools run under a timeout that aborts hung
 FUSE connections, the environment block of a report, table and number
 formatting, /proc readers, and run_guarded(), the signal/cleanup/exit-status
@@ -112,10 +113,15 @@ class Cleanup:
     def __init__(self):
         self.daemons = []  # (name, Popen, mountpoint, log path)
         self.dirs = []  # temp dirs, removed last, only when nothing is mounted in them
+        self.cgroups = []  # tight.Cgroup: their clients die first, the rest after the daemons
 
     def add_dir(self, path):
         self.dirs.append(path)
         return path
+
+    def add_cgroup(self, cg):
+        self.cgroups.append(cg)
+        return cg
 
     def kill_daemons(self):
         """SIGKILL every daemon: aborts its FUSE connection, unblocking stuck clients."""
@@ -148,9 +154,16 @@ class Cleanup:
 
     def run(self):
         ok = True
+        # the clients in a cgroup (a Ray job) end before the mounts they use
+        spare = {proc.pid for _, proc, _, _ in self.daemons}
+        for cg in self.cgroups:
+            cg.kill(spare=spare, wait=5)
         for name, proc, mnt, _ in reversed(self.daemons):
             ok = self.stop_daemon(name, proc, mnt) and ok
         self.daemons = []
+        for cg in reversed(self.cgroups):
+            ok = cg.remove() and ok
+        self.cgroups = []
         mounted = mountpoints()
         for d in reversed(self.dirs):
             real = os.path.realpath(d)
@@ -255,7 +268,10 @@ def raise_nofile():
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def start_daemon(name, args, mnt, logpath, env=None):
+def start_daemon(name, args, mnt, logpath, env=None, preexec_fn=None):
+    """Start a FUSE daemon (preexec_fn runs in the child before exec: a
+    tight.Cgroup's preexec puts it in a memory cgroup) and wait until it
+    mounted mnt and answers."""
     logf = open(logpath, "w")
     proc = subprocess.Popen(
         args,
@@ -263,6 +279,7 @@ def start_daemon(name, args, mnt, logpath, env=None):
         stdin=subprocess.DEVNULL,
         stdout=logf,
         stderr=subprocess.STDOUT,
+        preexec_fn=preexec_fn,
     )
     logf.close()
     CLEANUP.daemons.append((name, proc, mnt, logpath))
