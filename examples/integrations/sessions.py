@@ -42,7 +42,7 @@ level: the hit rate, the hot set's passthrough share (the top ranks that fit
 in a quarter of the hot tier, each after its first resume) and the bytes
 restored per cold byte resumed.
 
-    python3 sessions.py DIR [--sessions 40,80,160] [--resumes 300] [--warmup 50]
+    python3 sessions.py DIR [DIR...] [--sessions 40,80,160] [--resumes 300] [--warmup 50]
                         [--zipf 1.0] [--tokens 1024] [--layers 8] [--heads 8]
                         [--head-dim 128] [--append-tokens 4] [--loader read|mmap]
                         [--offload append|rewrite] [--fsync] [--bound-ms 200]
@@ -132,7 +132,8 @@ class Session:
 class Driver:
     def __init__(self, args):
         self.a = args
-        self.dir = os.path.abspath(args.dir)
+        self.dirs = [os.path.abspath(d) for d in args.dir]
+        self.dir = self.dirs[0]
         self.shape = (args.layers, 2, args.heads, args.tokens, args.head_dim)
         self.token_bytes = 2 * args.layers * 2 * args.heads * args.head_dim
         self.base_bytes = self.token_bytes * args.tokens
@@ -150,7 +151,8 @@ class Driver:
         return HDR + self.base_bytes + self.block_bytes * s.gen
 
     def create(self, sid):
-        s = Session(sid, os.path.join(self.dir, "session-%05d.safetensors" % sid))
+        d = self.dirs[sid % len(self.dirs)]
+        s = Session(sid, os.path.join(d, "session-%05d.safetensors" % sid))
         base = part_bytes(sid, 0, self.base_bytes)
         blk = part_bytes(sid, 1, self.block_bytes)
         s.crc = [zlib.crc32(base), zlib.crc32(blk)]
@@ -276,7 +278,7 @@ class Driver:
             return None
         pt = st.get("passthrough") or {}
         return {"restored": st["restored"]["bytes"], "spilled": st["spilled"]["bytes"],
-                "pt_opens": pt.get("opens", 0), "pt_cold": (pt.get("fallback") or {}).get("cold", 0),
+                "pt_opens": pt.get("opens", 0), "pt_fallback": dict(pt.get("fallback") or {}),
                 "hot_limit": st["hot"]["limit"], "hot_used": st["hot"]["used"],
                 "errors": st["errors"]}
 
@@ -290,6 +292,7 @@ class Driver:
         if st is not None:
             chunks = st["hot"] + st["cold"] + st["restoring"]
             rec["all_hot"] = st["cold"] + st["restoring"] == 0
+            rec["state"] = st
             rec["cold_bytes"] = (rec["size"] * (st["cold"] + st["restoring"]) // chunks
                                  if chunks else 0)
         load = self.load_mmap if self.a.loader == "mmap" else self.load_read
@@ -311,6 +314,11 @@ class Driver:
         if c0 and c1:
             rec["pt"] = c1["pt_opens"] - c0["pt_opens"] > 0
             rec["restored"] = c1["restored"] - c0["restored"]
+            # why the load's open was not passed through (the counters'
+            # words: cold, shared, room, ...; the offload's open is "write")
+            why = [k for k, v in c1["pt_fallback"].items() if v > c0["pt_fallback"].get(k, 0)]
+            if why:
+                rec["fallback"] = why
         return rec
 
     # ---- a level: grow to n sessions, then the resumes
@@ -368,7 +376,13 @@ class Driver:
         hot = [r for r in recs if r["rank"] < k and r["nth"] > 0]
         cold_bytes = sum(r.get("cold_bytes", 0) for r in recs)
         restored = c1["restored"] - c0["restored"]
+        warm = warm_resumes(recs, self.a.warm_distance)
+        for r in warm:
+            r["warm"] = True
         return {"hot_limit": c1["hot_limit"], "hot_ranks": k,
+                "warm": {"distance": self.a.warm_distance, "resumes": len(warm),
+                         "in_ram": sum(1 for r in warm if r.get("all_hot")),
+                         "passthrough": sum(1 for r in warm if r.get("pt"))},
                 "hot_set": sorted(int(perm[i]) for i in range(min(k, len(perm)))),
                 "hits": sum(1 for r in recs if r.get("all_hot")),
                 "passthrough": sum(1 for r in recs if r.get("pt")),
@@ -380,7 +394,8 @@ class Driver:
                 "restored_per_cold_byte": restored / cold_bytes if cold_bytes else None,
                 "spilled": c1["spilled"] - c0["spilled"],
                 "pt_opens": c1["pt_opens"] - c0["pt_opens"],
-                "pt_fallback_cold": c1["pt_cold"] - c0["pt_cold"],
+                "pt_fallback": {k: v - c0["pt_fallback"].get(k, 0)
+                                for k, v in c1["pt_fallback"].items()},
                 "errors": c1["errors"]}
 
     # ---- cold probe
@@ -432,6 +447,21 @@ class Driver:
 
 # --------------------------------------------------------------------------
 # helpers
+
+
+def warm_resumes(recs, d):
+    """The resumes of sessions kept warm: the session's two previous resumes
+    each came at most d other sessions before the next one. A tier that
+    holds d + 1 sessions in LRU order has such a session in RAM (and a
+    tier that promotes on the second access has promoted it)."""
+    seen, out = {}, []
+    for i, r in enumerate(recs):
+        h = seen.setdefault(r["sid"], [])
+        if len(h) >= 2 and all(len({x["sid"] for x in recs[a + 1:b]}) <= d
+                               for a, b in ((h[-2], h[-1]), (h[-1], i))):
+            out.append(r)
+        h.append(i)
+    return out
 
 
 def write_all(fd, data, off):
@@ -496,10 +526,11 @@ def report(res, out):
                  "; %d FAILED" % len(lv["bad"]) if lv["bad"] else ""), file=out)
         sp = lv.get("spillway")
         if sp:
-            print("  spillway: %d/%d resumes all in RAM, %d passed through; hot set (top %d "
-                  "ranks) %d/%d passed through; restored %.0f MiB for %.0f MiB cold resumed "
-                  "(%s); spilled %.0f MiB"
-                  % (sp["hits"], lv["resumes"], sp["passthrough"], sp["hot_ranks"],
+            print("  spillway: %d/%d resumes all in RAM, %d passed through; warm resumes "
+                  "(D=%d) %d/%d passed through; hot set (top %d ranks) %d/%d passed through; "
+                  "restored %.0f MiB for %.0f MiB cold resumed (%s); spilled %.0f MiB"
+                  % (sp["hits"], lv["resumes"], sp["passthrough"], sp["warm"]["distance"],
+                     sp["warm"]["passthrough"], sp["warm"]["resumes"], sp["hot_ranks"],
                      sp["hot_passthrough"], sp["hot_resumes"], sp["restored"] / MiB,
                      sp["cold_bytes"] / MiB,
                      "%.2fx" % sp["restored_per_cold_byte"] if sp["restored_per_cold_byte"]
@@ -515,7 +546,8 @@ def report(res, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dir", help="where the sessions' files live (tmpfs, plain dir, spillway)")
+    ap.add_argument("dir", nargs="+", help="where the sessions' files live (tmpfs, plain dir, "
+                    "spillway); several: session i in the (i mod n)-th")
     ap.add_argument("--sessions", type=sizes, default=[40],
                     help="sessions, or a rising list of levels (default 40)")
     ap.add_argument("--resumes", type=int, default=300, help="measured resumes per level")
@@ -532,6 +564,9 @@ def main():
     ap.add_argument("--bound-ms", type=float, help="stop at the level whose p99 resume passes this")
     ap.add_argument("--cold-probe", type=int, default=0, metavar="K",
                     help="then resume K sessions made cold, one at a time")
+    ap.add_argument("--warm-distance", type=int, default=3, metavar="D",
+                    help="spillway: a resume is warm when the session's two previous "
+                    "resumes came at most D other sessions apart (default 3)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write the results here (after every level)")
     ap.add_argument("--keep", action="store_true", help="leave the files in DIR")
@@ -541,17 +576,18 @@ def main():
             ap.error("--%s must be at least 1" % name.replace("_", "-"))
     if args.warmup < 0 or args.cold_probe < 0 or args.zipf < 0:
         ap.error("--warmup, --cold-probe and --zipf must not be negative")
-    os.makedirs(args.dir, exist_ok=True)
+    for x in args.dir:
+        os.makedirs(x, exist_ok=True)
     d = Driver(args)
     if d.layer_bytes * args.layers != d.base_bytes or d.block_bytes % STAMP or \
             d.layer_bytes % STAMP:
         ap.error("the shape must give 4 KiB multiples per layer and per block")
     rng = np.random.default_rng(args.seed)
-    res = {"dir": d.dir, "mount": d.mnt, "fstype": d.fstype, "spillway": d.spillway,
+    res = {"dirs": d.dirs, "mount": d.mnt, "fstype": d.fstype, "spillway": d.spillway,
            "args": vars(args), "cache_bytes": d.base_bytes, "block_bytes": d.block_bytes,
            "levels": [], "ok": True, "stopped": None}
     print("sessions: KV caches of %.1f MiB (%s float16) + %d KiB per resume, in %s (%s%s)"
-          % (d.base_bytes / MiB, "x".join(map(str, d.shape)), d.block_bytes >> 10, d.dir,
+          % (d.base_bytes / MiB, "x".join(map(str, d.shape)), d.block_bytes >> 10, " ".join(d.dirs),
              d.fstype, ", spillway" if d.spillway else ""), flush=True)
 
     def save():

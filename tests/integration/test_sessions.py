@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""
+test_sessions - long-context sessions on a spillway mount: KV caches resumed
+in a skewed order, the case the hot tier exists for (issue 36).
+
+* examples/integrations/sessions.py (run with the venv's Python,
+  tests/pydeps.sh; made here if missing, never skipped) on a mount whose hot
+  tier holds about a third of the sessions: 48 sessions of 4 MiB (+128 KiB
+  per resume) through a 64 MiB tier, 300 resumes in a Zipf(1.0) order, each
+  loading its cache, verifying it (crc32 of content derived from the session
+  and its generation) and appending a block, then 8 sessions evicted and
+  resumed cold. Asserted: every cache verified; the sessions kept warm (the
+  two previous resumes each at most 3 other sessions apart, so an LRU tier of
+  a quarter of this size holds them) are served from RAM: at least 85% of
+  them are passed through (FUSE passthrough: the kernel reads the hot file),
+  and the mount's passthrough.opens grew by at least that many; the cold tail
+  costs about one restore: bytes restored at most 1.5x the cold bytes resumed
+  (per level, and for the evicted sessions); no I/O or crc error.
+* A session whose header was rewritten while its first chunk was cold (an
+  overlay over the cold chunk, as the evictor can leave it between two
+  resumes) is passed through again once a reader has brought the chunk back
+  whole: it is all in RAM, and the next open must not go through the daemon.
+
+Run: python3 test_sessions.py --build BUILD_DIR [-k pattern]
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402
+from harness import SpwTestCase  # noqa: E402
+from lib.venvpy import venv_python  # noqa: E402
+
+MiB = 1 << 20
+SESSIONS = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "integrations",
+                        "sessions.py")
+
+
+def stats(mnt):
+    return json.loads(os.getxattr(mnt, "user.spillway.stats"))
+
+
+def state(path):
+    v = os.getxattr(path, "user.spillway.state").decode()
+    return {k: int(x) for k, x in (f.split("=") for f in v.split())}
+
+
+class TestSessions(SpwTestCase):
+    timeout = 300
+
+    @classmethod
+    def setUpClass(cls):
+        cls.py, _ = venv_python(["numpy", "safetensors"])
+
+    def cold_dir(self):
+        d = tempfile.mkdtemp(prefix="spw-cold-", dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
+    def test_skewed_resumes(self):
+        m = self.mount(hot_size="64M", opts=["chunk_size=1M", "min_spill_size=4M",
+                                             "nvme=" + self.cold_dir()])
+        out = os.path.join(self.tmpdir(), "res.json")
+        s0 = stats(m.mnt)
+        argv = [self.py, SESSIONS, m.path("kv"), "--sessions", "48", "--resumes", "300",
+                "--tokens", "128", "--zipf", "1.0", "--cold-probe", "8", "--json", out]
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=240)
+        text = (r.stdout + r.stderr).decode(errors="replace")
+        s1 = stats(m.mnt)
+        self.assertEqual(r.returncode, 0, text[-4000:])
+        with open(out) as f:
+            res = json.load(f)
+        self.assertTrue(res["ok"], res["verdict"])
+        self.assertTrue(res["spillway"], res)
+        lv = res["levels"][0]
+        self.assertEqual(lv["resumes"], 300)
+        self.assertEqual(lv["bad"], [])
+        self.assertTrue(all(rec["ok"] for rec in lv["records"]))
+        sp = lv["spillway"]
+        # the sessions are 3x the tier: most of the tail is cold at its resume
+        self.assertEqual(lv["bytes_resumed"], sum(rec["size"] for rec in lv["records"]))
+        self.assertGreater(sp["cold_resumes"], 100, text)
+        self.assertGreater(s1["spilled"]["bytes"] - s0["spilled"]["bytes"], 48 * 4 * MiB - 64 * MiB)
+
+        # the sessions kept warm are served from RAM, passed through
+        warm = sp["warm"]
+        self.assertGreaterEqual(warm["resumes"], 20, text)
+        why = [rec for rec in lv["records"] if rec.get("warm") and not rec.get("pt")]
+        self.assertGreaterEqual(
+            warm["passthrough"], 0.85 * warm["resumes"],
+            "warm sessions not passed through: %d of %d; the misses (session, resume, "
+            "state before the open, fallback):\n%s\n%s"
+            % (warm["resumes"] - warm["passthrough"], warm["resumes"],
+               "\n".join("  %s #%s %s %s" % (x["sid"], x["nth"], x.get("state"), x.get("fallback"))
+                         for x in why), text[-3000:]))
+        pt_opens = s1["passthrough"]["opens"] - s0["passthrough"]["opens"]
+        self.assertGreaterEqual(pt_opens, warm["passthrough"])
+        self.assertGreaterEqual(pt_opens, sp["passthrough"])
+
+        # the cold tail costs about one restore each
+        self.assertGreater(sp["cold_bytes"], 0)
+        self.assertGreater(sp["restored"], 0)
+        self.assertLessEqual(sp["restored"], 1.5 * sp["cold_bytes"], text)
+        cp = res["cold_probe"]
+        self.assertEqual(cp["resumes"], 8)
+        self.assertEqual(cp["bad"], [])
+        self.assertGreaterEqual(cp["restored"], 0.5 * cp["bytes"], cp)
+        self.assertLessEqual(cp["restored"], 1.5 * cp["bytes"], cp)
+        self.assertEqual(s1["errors"], {"io": 0, "crc": 0})
+        self.assertEqual(os.listdir(m.path("kv")), [])
+        sys.stderr.write("\n  " + "\n  ".join(text.strip().splitlines()[1:]) + "\n")
+
+    def test_overlaid_chunk_passed_through_once_whole(self):
+        # restore=lazy: no background restore races the write into the cold
+        # chunk (with restore=open an open queues it, and a write that comes
+        # first leaves the same overlay)
+        m = self.mount(hot_size="64M", opts=["chunk_size=1M", "restore=lazy",
+                                             "nvme=" + self.cold_dir()])
+        p = m.path("session")
+        data = bytearray(os.urandom(4 * MiB + 8192))
+        with open(p, "wb") as f:
+            f.write(data)
+        os.setxattr(p, "user.spillway.evict", b"1")
+        harness.wait_until(lambda: state(p)["hot"] == 0 and state(p)["spilling"] == 0, 30,
+                           "%s all cold (%s)" % (p, state(p)))
+        # the offload rewrites the header while the chunk under it is cold
+        hdr = os.urandom(4096)
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            self.assertEqual(os.pwrite(fd, hdr, 0), 4096)
+        finally:
+            os.close(fd)
+        data[:4096] = hdr
+        # the next resume reads it all back: every byte in RAM afterwards
+        with open(p, "rb") as f:
+            self.assertEqual(f.read(), bytes(data))
+        st = state(p)
+        self.assertEqual((st["cold"], st["restoring"]), (0, 0), st)
+        s0 = stats(m.mnt)
+        with open(p, "rb") as f:
+            self.assertEqual(f.read(), bytes(data))
+        s1 = stats(m.mnt)
+        self.assertEqual(
+            s1["passthrough"]["opens"] - s0["passthrough"]["opens"], 1,
+            "a file all in RAM (%s) was not passed through (fallbacks %s -> %s): its chunk "
+            "0 still counts as held in part after a reader filled it whole"
+            % (st, s0["passthrough"]["fallback"], s1["passthrough"]["fallback"]))
+        self.assertEqual(s1["errors"], {"io": 0, "crc": 0})
+
+
+if __name__ == "__main__":
+    harness.main()
