@@ -399,6 +399,17 @@ def proc_status(pid):
     return out
 
 
+def cpu_times(pid):
+    """(user, sys) CPU seconds of pid so far, or None (gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        clk = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / clk, int(fields[12]) / clk
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def meminfo(keys=("Slab", "SReclaimable", "SUnreclaim", "Shmem")):
     """{key: bytes} of the /proc/meminfo lines named in keys (a tuple)."""
     out = {}

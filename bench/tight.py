@@ -5,6 +5,9 @@ node whose RAM the job has taken (issue 35). Imported, never run.
     tight.drop_caches()                          # before each run
     subprocess.Popen(argv, preexec_fn=cg.preexec)  # the child and all it starts
     ...
+    w = cg.watch()                               # samples the working set
+    ...
+    w.stop()     # its peak: usage less the inactive page cache
     cg.usage()   # {"peak", "oom_kills", "user_s", "sys_s", "stall_some_s", ...}
     cg.remove()  # kill what is left, rmdir (Cleanup does it on every exit path)
 
@@ -45,6 +48,7 @@ Unit-less: sizes in bytes, times in seconds. Python 3 standard library only.
 import errno
 import os
 import signal
+import threading
 import time
 
 import benchlib
@@ -139,6 +143,11 @@ def _on_disk(mnt, mroot, path):
     return os.path.join(mnt, rel.lstrip("/"))
 
 
+def _rel(mnt, mroot, d):
+    """The inverse of _on_disk: a cgroup directory's path in its hierarchy."""
+    return "/" + "/".join(x for x in (mroot.strip("/"), d[len(mnt):].strip("/")) if x)
+
+
 def version():
     """1 or 2: the hierarchy the memory controller is in; None when neither
     has it (then create() raises and says why)."""
@@ -191,8 +200,9 @@ class Cgroup:
     cpuacct is co-mounted), .limit the limit in bytes, .where how it was
     placed (for a report's header)."""
 
-    def __init__(self, ver, mem, cpu, limit, where):
+    def __init__(self, ver, mem, cpu, limit, where, rel):
         self.version, self.mem, self.cpu, self.limit, self.where = ver, mem, cpu, limit, where
+        self.rel = rel  # its path as /proc/PID/cgroup names it
         self.dirs = [mem] if cpu in (None, mem) else [mem, cpu]
         self.removed = False
         self.psi0 = _psi("/proc/pressure/memory") if ver == 1 else None
@@ -210,6 +220,20 @@ class Cgroup:
         """Popen(preexec_fn=cg.preexec): the child joins before it execs."""
         self.join(0)
 
+    def prefix(self):
+        """An argv prefix for a command whose Popen is not ours to give a
+        preexec_fn: a shell joins the cgroup, then execs the command (same pid)."""
+        join = " && ".join('echo $$ > "%s"' % os.path.join(d, "cgroup.procs")
+                           for d in self.dirs)
+        return ["sh", "-c", join + ' && exec "$@"', "sh"]
+
+    def holds(self, pid):
+        """Whether pid is in the (memory) cgroup; None when pid is gone."""
+        try:
+            return _own(pid).get("memory" if self.version == 1 else "") == self.rel
+        except (OSError, ValueError):
+            return None
+
     def pids(self):
         out = set()
         for d in self.dirs:
@@ -220,6 +244,24 @@ class Cgroup:
         return sorted(out)
 
     # -- readings
+    def working_set(self):
+        """Memory in use now less the inactive page cache (what the kernel
+        could drop without a refault: kubelet's "working set"), bytes. The
+        peak of usage() is the limit as soon as the page cache fills it;
+        sample this for what the job really holds."""
+        if self.version == 1:
+            cur = int(_read(os.path.join(self.mem, "memory.usage_in_bytes")))
+            key = "total_inactive_file"
+        else:
+            cur = int(_read(os.path.join(self.mem, "memory.current")))
+            key = "inactive_file"
+        return max(0, cur - _kv(os.path.join(self.mem, "memory.stat")).get(key, 0))
+
+    def watch(self, interval=0.25):
+        """A thread sampling working_set() every interval; its stop()
+        returns the peak seen (bytes)."""
+        return _Watch(self, interval)
+
     def usage(self):
         """What the cgroup used since it was made: peak memory and current
         usage (bytes), OOM kills, whether it is under OOM now, CPU seconds
@@ -313,6 +355,30 @@ class Cgroup:
         return ok
 
 
+class _Watch:
+    def __init__(self, cg, interval):
+        self.cg, self.interval, self.peak = cg, interval, 0
+        self.ev = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _sample(self):
+        try:
+            self.peak = max(self.peak, self.cg.working_set())
+        except OSError:  # removed under us: the run is over
+            pass
+
+    def _run(self):
+        while not self.ev.wait(self.interval):
+            self._sample()
+
+    def stop(self):
+        self.ev.set()
+        self.t.join()
+        self._sample()
+        return self.peak
+
+
 def create(limit, tag="run", cleanup=benchlib.CLEANUP):
     """A new cgroup limited to `limit` bytes of memory, named
     spw-tight-<tag>-<pid>-<n>, registered with cleanup (a benchlib.Cleanup;
@@ -367,7 +433,7 @@ def _create_v1(name, limit):
                     pass
         raise
     where = "v1 %s (use_hierarchy=%d)%s" % (mem, hier, ", cpuacct %s" % cpu if cpu else "")
-    return Cgroup(1, mem, cpu or mem, limit, where)
+    return Cgroup(1, mem, cpu or mem, limit, where, _rel(mmnt, mroot, mem))
 
 
 def _create_v2(name, limit):
@@ -411,5 +477,5 @@ def _create_v2(name, limit):
         except OSError:
             pass
         raise
-    return Cgroup(2, mem, mem, limit, "v2 %s" % mem)
+    return Cgroup(2, mem, mem, limit, "v2 %s" % mem, _rel(mnt, root, mem))
 

@@ -31,10 +31,8 @@ uses bench/benchlib.py's helpers.
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import select
 import shutil
 import signal
@@ -51,16 +49,26 @@ REPO = os.path.dirname(BENCH)
 sys.dont_write_bytecode = True
 sys.path.insert(0, BENCH)
 import benchlib  # noqa: E402
+import peers_report  # noqa: E402
+import peers_tight  # noqa: E402
+import tight  # noqa: E402
+from peers_report import (  # noqa: E402
+    METRICS,
+    Cell,
+    environment,
+    gib,
+    median_cell,
+    report,
+    short_summary,
+)
 from benchlib import (  # noqa: E402
     CLEANUP,
     GiB,
     MiB,
     BenchError,
-    cmd_first_line,
     drop_caches,
     fmt_size,
     is_mounted,
-    loadavg,
     log,
     parse_size,
     start_daemon,
@@ -70,8 +78,9 @@ from benchlib import (  # noqa: E402
 KiB = 1024
 PEERS = ("spillway", "spillway-s3", "rclone", "rclone-s3", "mergerfs", "s3fs",
          "passthrough", "tmpfs", "disk")
-S3_PEERS = ("spillway-s3", "rclone-s3", "s3fs")
+S3_PEERS = peers_report.S3_PEERS
 RAM_ONLY = ("passthrough", "tmpfs")
+TIGHT_PEERS = ("spillway", "mergerfs", "disk")
 WORKLOADS = ("pipeline", "small", "hot", "cold")
 BUCKET = "peers"
 S3RVER = os.path.join(REPO, "tests", "s3", "s3rver.js")
@@ -221,9 +230,10 @@ class Mover(threading.Thread):
     accessed file (by atime) to the same path on the backing branch
     (copy, then remove the source, as rsync --remove-source-files)."""
 
-    def __init__(self, cache, backing, pct, every=2.0):
+    def __init__(self, cache, backing, pct, every=2.0, cg=None):
         super().__init__(daemon=True)
         self.cache, self.backing, self.pct, self.every = cache, backing, pct, every
+        self.cg = cg  # tight mode: the copies run in the cgroup (their page cache too)
         self.halt = threading.Event()
         self.moved = 0
         self.errors = []
@@ -252,7 +262,13 @@ class Mover(threading.Thread):
         dst = os.path.join(self.backing, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         tmp = os.path.join(os.path.dirname(dst), ".%s.mover" % os.path.basename(dst))
-        shutil.copy2(src, tmp)
+        if self.cg is None:
+            shutil.copy2(src, tmp)
+        else:
+            r = subprocess.run(["cp", "--preserve=mode,timestamps", src, tmp],
+                               preexec_fn=self.cg.preexec, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise OSError(r.returncode, "cp: " + r.stderr.strip()[-200:])
         os.rename(tmp, dst)
         os.unlink(src)
         self.moved += 1
@@ -334,7 +350,8 @@ class Instance:
         # S3 backend refuse to start (LoadCustomCABundleError)
         full.pop("AWS_CA_BUNDLE", None)
         self.restart_args = (args, full)
-        self.proc = start_daemon(self.peer, args, self.mnt, self.log, full)
+        self.proc = start_daemon(self.peer, args, self.mnt, self.log, full,
+                                 preexec_fn=self.ctx.preexec)
         self.undo.append(self.stop_daemon)
         self.dir = self.mnt
 
@@ -352,7 +369,8 @@ class Instance:
                 p = os.path.join(wipe, e)
                 shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
         args, env = self.restart_args
-        self.proc = start_daemon(self.peer, args, self.mnt, self.log + ".2", env)
+        self.proc = start_daemon(self.peer, args, self.mnt, self.log + ".2", env,
+                                 preexec_fn=self.ctx.preexec)
 
     def big_tmpfs(self):
         """A tmpfs that never limits the peer (the peer bounds itself)."""
@@ -418,7 +436,7 @@ class Instance:
              "cache.files=partial,dropcacheonclose=true,fsname=peers-mergerfs"
              % fmt_size(c.budget // 16))
         self.daemon(["mergerfs", "-f", "-o", o, "%s:%s" % (self.ram, self.cold), self.mnt])
-        self.mover = Mover(self.ram, self.cold, 80)
+        self.mover = Mover(self.ram, self.cold, 80, cg=c.cg)
         self.undo.append(self.mover.stop)
 
     def setup_s3fs(self, count_puts):
@@ -478,10 +496,12 @@ class Instance:
 # Running clients: a failure or timeout is a result, not an exception.
 
 
-def run_client(args, timeout):
-    """Returns (rc or None on timeout, stdout, stderr, seconds)."""
+def run_client(ctx, args, timeout):
+    """Returns (rc or None on timeout, stdout, stderr, seconds). In tight
+    mode the client runs in the run's cgroup."""
     t0 = time.monotonic()
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=ctx.preexec)
     try:
         out, err = p.communicate(timeout=timeout)
         return p.returncode, out, err, time.monotonic() - t0
@@ -503,7 +523,8 @@ def parse_kv(line):
 
 def peerio(ctx, args, timeout):
     """Run peerio; returns (ok, fields, seconds, failure text)."""
-    rc, out, err, secs = run_client([ctx.tools["peerio"]] + [str(a) for a in args], timeout)
+    rc, out, err, secs = run_client(ctx, [ctx.tools["peerio"]] + [str(a) for a in args],
+                                    timeout)
     line = (out.strip().splitlines() or [""])[-1]
     if rc is None:
         return False, {}, secs, "TIMEOUT after %ds" % timeout
@@ -569,20 +590,12 @@ def s3fs_shim(upstream_port):
     return 0
 
 
-def gib(n):
-    return "%.1f GiB" % (n / GiB) if n >= GiB // 4 else "%d MiB" % (n // MiB)
-
-
-class Result(dict):
-    """metric -> value (number) or failure string; .notes: footnotes."""
-
-
 def workload_pipeline(ctx, inst, res):
     total = ctx.overflow * ctx.budget
     smp = Sampler(inst.ram) if inst.ram else None
     smp and smp.start()
-    rc, out, err, secs = run_client([ctx.pipeline, inst.dir, "-p", "8", "-t", str(total),
-                                     "-s", str(ctx.pipe_file)], ctx.t_pipeline)
+    rc, out, err, secs = run_client(ctx, [ctx.pipeline, inst.dir, "-p", "8", "-t", str(total),
+                                          "-s", str(ctx.pipe_file)], ctx.t_pipeline)
     peak = smp.stop() if smp else None
     res["pipe_ram"] = peak / MiB if peak is not None else None
     if rc == 0:
@@ -590,6 +603,8 @@ def workload_pipeline(ctx, inst, res):
         for line in out.splitlines():
             if line.startswith("produce:"):
                 res["pipe_write"] = total / MiB / float(line.split()[1])
+            if line.startswith("aggregate:") and line.endswith("files verified"):
+                res.verified = int(line.split()[-3])
     else:
         why = "TIMEOUT after %ds" % ctx.t_pipeline if rc is None else first_error(err or out)
         used = " after %s" % gib(peak) if peak else ""
@@ -737,155 +752,6 @@ def wait_uploaded(inst, size, limit=300):
 
 
 # --------------------------------------------------------------------------
-# Report
-
-METRICS = [  # key, workload, title, unit, better
-    ("pipe_wall", "pipeline", "pipeline NxRAM: wall time", "s", "low"),
-    ("pipe_write", "pipeline", "pipeline NxRAM: produce rate", "MiB/s", "high"),
-    ("pipe_ram", "pipeline", "pipeline NxRAM: peak RAM tier", "MiB", "low"),
-    ("pipe_rss", "pipeline", "pipeline NxRAM: daemon peak RSS", "MiB", "low"),
-    ("small_w", "small", "small 64K: write", "obj/s", "high"),
-    ("small_r", "small", "small 64K: random read", "obj/s", "high"),
-    ("small_cold", "small", "small 64K: cold write requests", "", "low"),
-    ("small_ram", "small", "small 64K: peak RAM tier", "MiB", "low"),
-    ("hot", "hot", "hot re-read (3 passes)", "MiB/s", "high"),
-    ("ttfb", "cold", "cold read: time to first byte", "ms", "low"),
-    ("cold", "cold", "cold read: throughput", "MiB/s", "high"),
-]
-
-
-class Cell(Result):
-    def __init__(self):
-        super().__init__()
-        self.notes = []
-        self.units = {}
-
-    def fail(self, keys, text):
-        for k in keys:
-            self[k] = text
-        self.notes.append(text)
-
-
-def fmt_num(v):
-    if v is None:
-        return "-"
-    if isinstance(v, str):
-        return short_fail(v)
-    if v >= 100:
-        return "{:,.0f}".format(v)
-    if v >= 10:
-        return "%.1f" % v
-    return "%.2f" % v
-
-
-def short_fail(text):
-    if text.startswith("n/a"):
-        return "n/a"
-    t = text.replace("FAILED read: ", "FAIL rd ").replace("FAILED write: ", "FAIL wr ")
-    t = t.replace("FAILED: ", "FAIL ").replace("TIMEOUT after ", "TIMEOUT ")
-    t = t.replace("daemon died", "died").replace("setup: ", "setup ")
-    t = t.replace(" objects", " obj")
-    return t if len(t) <= 26 else t[:24] + ".."
-
-
-def ratio_base(peer):
-    return "spillway-s3" if peer in S3_PEERS else "spillway"
-
-
-def environment(ctx):
-    cpu = benchlib.cpu_model()
-    rev = cmd_first_line(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
-    return {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": "%d cpus (%s), %d MiB RAM, kernel %s" % (
-            os.cpu_count() or 0, cpu,
-            os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // MiB, platform.release()),
-        "load": loadavg(),
-        "spillway": "%s (git %s)" % (ctx.spillway_bin, rev),
-        "rclone": cmd_first_line(["rclone", "version"]),
-        "mergerfs": cmd_first_line(["mergerfs", "--version"]),
-        "s3fs": cmd_first_line(["s3fs", "--version"]),
-        "libfuse": "passthrough_ll from libfuse " + cmd_first_line(
-            ["pkg-config", "--modversion", "fuse3"]),
-        "s3rver": "@20minutes/s3rver " + s3rver_version(),
-        "cold disk": "%s (%s)" % (ctx.coldroot, fs_type(ctx.coldroot)),
-    }
-
-
-def s3rver_version():
-    try:
-        with open(os.path.join(REPO, "tests/s3/node_modules/@20minutes/s3rver/package.json")) as f:
-            return json.load(f)["version"]
-    except (OSError, ValueError, KeyError):
-        return "?"
-
-
-def fs_type(path):
-    r = subprocess.run(["df", "--output=source,fstype", path], capture_output=True, text=True)
-    lines = r.stdout.split("\n")
-    return " ".join(lines[1].split()) if len(lines) > 1 else "?"
-
-
-def report(ctx, env, results):
-    peers = ctx.peers
-    print()
-    print("spillway vs peers (issue 7): RAM budget %s, %s" % (
-        fmt_size(ctx.budget), "QUICK smoke run" if ctx.quick else "full run"))
-    env["load"] = "%s at start, %s at end" % (env["load"], loadavg())
-    for k, v in env.items():
-        print("  %-10s %s" % (k + ":", v))
-    print("  sizes:     pipeline %s in %s files x 8 producers; small %d x 64 KiB (4 threads);"
-          " hot %s; cold file %s" % (gib(ctx.overflow * ctx.budget), fmt_size(ctx.pipe_file), ctx.small_n,
-                                     fmt_size(ctx.hot_size), fmt_size(ctx.cold_size)))
-    print()
-    head = ["metric", "unit"] + list(peers)
-    rows = []
-    for key, wl, title, unit, better in METRICS:
-        if wl not in ctx.workloads:
-            continue
-        row = [title.replace("NxRAM", "%dxRAM" % ctx.overflow), unit or "count"]
-        for p in peers:
-            v = results[p][wl].get(key)
-            cell = fmt_num(v)
-            b = results.get(ratio_base(p), {}).get(wl, {})
-            a = b.get(key) if b and not p.startswith("spillway") else None
-            if isinstance(a, (int, float)) and isinstance(v, (int, float)) and v:
-                cell += " (%.2fx)" % (a / v)
-            row.append(cell)
-        rows.append(row)
-    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-
-    def line(r):
-        return "  ".join(c.ljust(widths[i]) if i < 2 else c.rjust(widths[i])
-                         for i, c in enumerate(r)).rstrip()
-
-    print(line(head))
-    print(line(["-" * w for w in widths]))
-    for r in rows:
-        print(line(r))
-    print()
-    print("(N.NNx) = spillway / peer, with spillway-s3 as the numerator for the S3 peers"
-          " (rclone-s3, s3fs).")
-    print("Higher is better for MiB/s and obj/s (ratio > 1 favours spillway); lower is better"
-          " for s, ms, MiB and cold write requests (ratio < 1 favours spillway).")
-    print("cold write requests: spillway = segments written (stats xattr); S3 peers = PUT+POST"
-          " requests seen by a counting proxy;")
-    print("  rclone, mergerfs = files created in the cold directory. peak RAM tier = peak df"
-          " of the tmpfs holding the peer's hot tier/cache.")
-    notes = []
-    for p in peers:
-        for wl in ctx.workloads:
-            for n in results[p][wl].notes:
-                if n.startswith("n/a") or n.startswith("cold read: pushed"):
-                    continue
-                notes.append("  %-12s %-9s %s" % (p, wl, n))
-    if notes:
-        print("failures (results, not harness errors):")
-        print("\n".join(notes))
-    print(flush=True)
-
-
-# --------------------------------------------------------------------------
 
 
 def parse_args(argv):
@@ -895,8 +761,15 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="smoke run: 64M budget, tiny sizes")
     p.add_argument("--budget", type=parse_size, help="RAM budget (default 1G; quick 64M)")
     p.add_argument("--small-n", type=int, help="small objects (default 30000; quick 1000)")
-    p.add_argument("--peers", default=",".join(PEERS), help="comma list, default all")
-    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma list, default all")
+    p.add_argument("--peers", help="comma list, default all (with --tight: %s)"
+                   % ",".join(TIGHT_PEERS))
+    p.add_argument("--workloads", help="comma list, default all (with --tight: pipeline)")
+    p.add_argument("--tight", nargs="?", const="auto", metavar="SIZE",
+                   help="each run in one memory cgroup of SIZE with the peer and its page"
+                        " cache (default: the budget + 256M)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of every (peer, workload), the peer order alternating;"
+                        " medians")
     p.add_argument("--build", default=os.environ.get("SPILLWAY_BUILD",
                                                      os.path.join(REPO, "build")))
     p.add_argument("--cold-root", default="/var/tmp", help="cold disk dir (default /var/tmp)")
@@ -910,6 +783,17 @@ def parse_args(argv):
     o = p.parse_args(argv)
     o.budget = o.budget or (64 * MiB if o.quick else GiB)
     o.small_n = o.small_n or (100 if o.quick else 20000)
+    if o.tight is not None:
+        try:
+            o.tight = (peers_tight.default_size(o.budget) if o.tight == "auto"
+                       else parse_size(o.tight))
+        except argparse.ArgumentTypeError as e:
+            p.error("--tight: %s" % e)
+    if o.repeat < 1:
+        p.error("--repeat: at least 1")
+    o.peers = o.peers or ",".join(TIGHT_PEERS if o.tight else PEERS)
+    o.workloads = o.workloads or ("pipeline" if o.tight else ",".join(WORKLOADS))
+    o.cg = o.preexec = None  # the cgroup of the run in progress (tight mode)
     want_p = [x.strip() for x in o.peers.split(",") if x.strip()]
     want_w = [x.strip() for x in o.workloads.split(",") if x.strip()]
     bad = [x for x in want_p if x not in PEERS] + [x for x in want_w if x not in WORKLOADS]
@@ -1003,7 +887,9 @@ def run_one(ctx, peer, wl):
     res = Cell()
     t0 = time.monotonic()
     inst = None
+    cg = None
     try:
+        cg = peers_tight.Run(ctx, peer) if ctx.tight else None
         try:
             inst = Instance(ctx, peer, count_puts=(wl == "small" and peer in S3_PEERS))
         except BenchError as e:  # a peer that cannot mount is a result
@@ -1012,6 +898,8 @@ def run_one(ctx, peer, wl):
                      "FAILED: setup: %s" % str(e).splitlines()[0][:80])
             return res
         RUNNERS[wl](ctx, inst, res)
+        if cg is not None:
+            cg.finish(ctx, res, inst.proc.pid if inst.proc is not None else None)
         if wl == "pipeline" and inst.proc is not None:
             res["pipe_rss"] = (vm_hwm(inst.proc.pid) or 0) / MiB
         if inst.mover and inst.mover.errors:
@@ -1025,12 +913,10 @@ def run_one(ctx, peer, wl):
             inst.stop()
         elif ctx.instances:
             ctx.instances[-1].stop()
+        if cg is not None:
+            cg.remove(ctx)
     log("%-12s %-9s %5.1fs  %s" % (peer, wl, time.monotonic() - t0, short_summary(res)))
     return res
-
-
-def short_summary(res):
-    return ", ".join("%s=%s" % (k, fmt_num(v)) for k, v in res.items())
 
 
 def main(argv):
@@ -1051,19 +937,35 @@ def main(argv):
         ctx.coldroot = CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-peers-", dir=ctx.cold_root))
         build_tools(ctx)
         env = environment(ctx)
-        results = {p: {} for p in ctx.peers}
-        for wl in ctx.workloads:
-            for peer in ctx.peers:
-                results[peer][wl] = run_one(ctx, peer, wl)
+        if ctx.tight:
+            probe = tight.create(ctx.tight, "probe")
+            ctx.tight_where = probe.where
+            probe.remove()
+            env["tight"] = "one %s memory cgroup per run: %s" % (fmt_size(ctx.tight),
+                                                                 ctx.tight_where)
+        runs = {p: {w: [] for w in ctx.workloads} for p in ctx.peers}
+        for rnd in range(ctx.repeat):
+            for wl in ctx.workloads:
+                for peer in (ctx.peers if rnd % 2 == 0 else ctx.peers[::-1]):
+                    runs[peer][wl].append(run_one(ctx, peer, wl))
+        results = {p: {w: median_cell(cs) for w, cs in r.items()} for p, r in runs.items()}
         report(ctx, env, results)
+        if ctx.tight and "pipeline" in ctx.workloads:
+            peers_tight.report(ctx, {p: runs[p]["pipeline"] for p in ctx.peers})
         print("bench time: %.0f s" % (time.monotonic() - t_start))
         if ctx.json:
             with open(ctx.json, "w") as f:
                 json.dump({"env": env, "budget": ctx.budget, "small_n": ctx.small_n,
+                           "tight": ctx.tight, "repeat": ctx.repeat,
                            "results": {p: {w: dict(c, notes=c.notes) for w, c in r.items()}
-                                       for p, r in results.items()}}, f, indent=1)
+                                       for p, r in results.items()},
+                           "runs": {p: {w: [dict(c, notes=c.notes,
+                                                 tight=getattr(c, "tight", None),
+                                                 verified=getattr(c, "verified", None))
+                                            for c in cs] for w, cs in r.items()}
+                                    for p, r in runs.items()}}, f, indent=1)
         ok = True
-    except (BenchError, OSError, subprocess.CalledProcessError) as e:
+    except (BenchError, OSError, subprocess.CalledProcessError, tight.TightError) as e:
         log("FAILED: %s" % e)
         benchlib.print_daemon_logs()
     finally:

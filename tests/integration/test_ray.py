@@ -34,6 +34,16 @@ non-zero exit, objects not verified, ENOSPC / OutOfDiskError in its output);
 the same job spilling into spillway with that tmpfs as nvme= and S3 below it
 completes, every object verifies, and segments were demoted to S3.
 
+The node spillway is for, a node whose RAM the job has taken: Ray (every
+one of its processes) and the spillway daemon in one 1 GiB memory cgroup
+(bench/tight.py, v1 or v2), 512 MiB of objects through a 96 MiB store and a
+128 MiB hot tier with default options. Asserted: the job completes with
+every object verified, the cgroup OOM-killed nothing, every Ray process
+seen was inside the cgroup and the daemon saw its limit, the hot tier never
+held more than hot_size (stats and the hot files' real allocation, sampled)
+and ends within its budget, and everything spilled went through segments
+that are freed afterwards.
+
 Ray's processes (gcs_server, raylet, workers) carry a tag in their
 environment; every one of them is killed at cleanup, on every exit path, and
 the test fails if any outlives it.
@@ -54,15 +64,17 @@ import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.join(TOP, "bench"))  # tight.py: the benches' memory cgroups
 import harness  # noqa: E402
+import tight  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
 from lib.s3 import BUCKET, S3Server  # noqa: E402
-from lib.tier import Tmpfs, seg_files  # noqa: E402
+from lib.tier import Tmpfs, hot_alloc, seg_files  # noqa: E402
 from lib.venvpy import run_shell, venv_python  # noqa: E402
 
 MiB = 1 << 20
-TOP = os.path.dirname(os.path.dirname(HERE))
 RAY_SPILL = os.path.join(TOP, "examples", "integrations", "ray_spill.py")
 AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 TAG_VAR = "SPW_RAY_TEST_TAG"
@@ -72,6 +84,9 @@ JOB_DEADLINE = 240.0  # seconds for one Ray job (init, produce, aggregate, shutd
 TOTAL = 400 * MiB
 OBJECT = 8 * MiB
 STORE = 96 * MiB
+# the tight node: all of it in one memory cgroup (Ray alone peaks near 850 MiB)
+TIGHT_CGROUP = 1 << 30
+TIGHT_TOTAL = 512 * MiB
 
 
 def s3_deps():
@@ -135,8 +150,9 @@ class RayJob:
     stop() kills them all by pid. Registered first in the harness's live
     list, so a signal or watchdog cleanup ends Ray before it unmounts."""
 
-    def __init__(self, py, dirs, tag, extra=()):
+    def __init__(self, py, dirs, tag, extra=(), cg=None):
         self.py = py
+        self.cg = cg  # a tight.Cgroup the job (and so all of Ray) runs in
         self.dirs = list(dirs)
         self.tag = "%s-%s" % (tag, secrets.token_hex(6))
         self.mnt = "(ray job %s)" % self.tag  # the harness names helpers by .mnt
@@ -146,6 +162,7 @@ class RayJob:
         self.extra = list(extra)
         self.proc = None
         self.peak_pids = 0  # most tagged processes seen at once
+        self.peak_outside = 0  # most of them seen outside self.cg at once
         self.leftover = []  # Ray pids still alive after the job ended
 
     def argv(self):
@@ -173,10 +190,11 @@ class RayJob:
             logf.flush()
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
                                          stderr=logf, env=self.env(),
-                                         preexec_fn=harness._pdeathsig,
+                                         preexec_fn=self._preexec,
                                          start_new_session=True)
         # the tag must reach Ray's processes, or cleanup could not find them
         seen = Peak(lambda: len(self.pids()), interval=0.5)
+        outside = Peak(self._outside, interval=0.5) if self.cg else None
         try:
             rc = self.proc.wait(timeout=JOB_DEADLINE + 60)
         except subprocess.TimeoutExpired:
@@ -184,6 +202,7 @@ class RayJob:
                                  % (JOB_DEADLINE + 60, self.log, harness.log_tail(self.log)))
         finally:
             self.peak_pids = seen.stop()
+            self.peak_outside = outside.stop() if outside else 0
         # ray.shutdown ends the session's processes: allow them a bounded
         # time to go, then note (and later kill) whatever is left
         end = time.monotonic() + 20
@@ -196,6 +215,15 @@ class RayJob:
         except (OSError, ValueError):
             res = {"ok": False}
         return rc, res, harness.log_tail(self.log, 80)
+
+    def _preexec(self):
+        harness._pdeathsig()
+        if self.cg is not None:
+            self.cg.preexec()
+
+    def _outside(self):
+        """Ray's processes that are not in the job's cgroup (gone ones aside)."""
+        return sum(1 for p in self.pids() if self.cg.holds(p) is False)
 
     def pids(self):
         needle = ("%s=%s" % (TAG_VAR, self.tag)).encode()
@@ -257,8 +285,8 @@ class RayCase(SpwTestCase):
         if left:
             raise AssertionError("Ray processes %s outlived SIGKILL" % left)
 
-    def run_job(self, dirs, tag, extra=(), expect_ok=True):
-        job = RayJob(self.py, dirs, tag, extra)
+    def run_job(self, dirs, tag, extra=(), expect_ok=True, cg=None):
+        job = self.job = RayJob(self.py, dirs, tag, extra, cg)
         # registered after the mounts: runs (kills Ray) before they unmount
         self.addCleanup(self._stop_job, job)
         t0 = time.monotonic()
@@ -291,17 +319,17 @@ class RayCase(SpwTestCase):
                             r["restored_objects"]))
         return res
 
-    def check_ray(self, res):
+    def check_ray(self, res, total=TOTAL):
         """What every run must show from Ray's side."""
         self.assertEqual(res["verified"], res["objects"], res)
         self.assertEqual(res["bad"], [])
-        self.assertEqual(res["read_bytes"], TOTAL)
+        self.assertEqual(res["read_bytes"], total)
         r = res["ray"]
         self.assertEqual(r["fallback_bytes"], 0, "Ray fell back to its own mmap files: %s" % r)
         # the store holds at most STORE: the rest must have been spilled and,
         # to be read by the aggregator, restored
-        self.assertGreaterEqual(r["spilled_bytes"], TOTAL - STORE, r)
-        self.assertGreaterEqual(r["restored_bytes"], TOTAL - 2 * STORE, r)
+        self.assertGreaterEqual(r["spilled_bytes"], total - STORE, r)
+        self.assertGreaterEqual(r["restored_bytes"], total - 2 * STORE, r)
         self.assertGreater(r["restored_objects"], 0, r)
         # the spill files were on the mount(s) while the job ran, and Ray
         # deleted them once the refs were dropped
@@ -337,11 +365,11 @@ class RayCase(SpwTestCase):
                            "(%s)" % json.dumps(stats(m.mnt)["segments"]))
         return spilled, restored
 
-    def nvme_mount(self, hot_size, tag="mnt", ncold=1, **opts):
+    def nvme_mount(self, hot_size, tag="mnt", ncold=1, prefix=(), **opts):
         cold = [self.cold_dir() for _ in range(ncold)]
         o = ["chunk_size=1M", "nvme=" + ":".join(cold), "min_spill_size=8M"]
         o += ["%s=%s" % kv for kv in opts.items()]
-        m = self.mount(hot_size=hot_size, opts=o, tag=tag)
+        m = self.mount(hot_size=hot_size, opts=o, tag=tag, prefix=prefix)
         m.cold = cold
         return m
 
@@ -397,6 +425,54 @@ class TestRaySpill(RayCase):
         self.assertEqual(files_under(m2.mnt), [])
         sys.stderr.write("  [spillway] spilled %d MiB; cold dirs peaked at %s MiB\n"
                          % (s1 // MiB, [p // MiB for p in peak]))
+
+
+class TestRayTightNode(RayCase):
+    """The node spillway is for: its RAM taken by the job. Ray and the
+    daemon share one memory cgroup, so Ray's processes, its object store,
+    the FUSE page cache of the spill files and the hot tier's tmpfs pages
+    all count against one limit; the cgroup's OOM killer is the failure."""
+
+    def _remove_cgroup(self, cg):
+        if not cg.remove():
+            raise AssertionError("%r could not be removed" % cg)
+
+    def test_tight_node(self):
+        cg = tight.create(TIGHT_CGROUP, "test-ray", cleanup=None)
+        self.addCleanup(self._remove_cgroup, cg)  # registered first: runs last
+        m = self.nvme_mount("128M", tag="tight", prefix=cg.prefix())
+        self.assertTrue(cg.holds(m.pid), "the daemon is not in %r" % cg)
+        before = stats(m.mnt)
+        hot_size = before["hot"]["hot_size"]
+        used = Peak(lambda: stats(m.mnt)["hot"]["used"])
+        alloc = Peak(lambda: hot_alloc(m.hot_dir))
+        try:
+            res = self.run_job([m.path("ray")], "tight", cg=cg,
+                               extra=["--total", str(TIGHT_TOTAL)])
+        finally:
+            peak_used, peak_alloc = used.stop(), alloc.stop()
+        u = cg.usage()
+        self.assertEqual(u["oom_kills"], 0, "the cgroup OOM-killed: %s" % u)
+        self.assertEqual(u["under_oom"], 0, u)
+        self.check_ray(res, TIGHT_TOTAL)
+        # all of Ray ran in the cgroup, and the daemon knew its limit
+        self.assertEqual(self.job.peak_outside, 0, "Ray processes outside %r" % cg)
+        s = stats(m.mnt)
+        self.assertIn(s["pressure"]["cgroup"], (1, 2), json.dumps(s["pressure"]))
+        self.assertEqual(s["pressure"]["cgroup_limit"], TIGHT_CGROUP, json.dumps(s["pressure"]))
+        # the budget held: never above hot_size (the daemon's count and the
+        # hot files' real allocation), and within the budget once the job is done
+        for what, p in (("hot.used", peak_used), ("hot files allocated", peak_alloc)):
+            self.assertLessEqual(p, hot_size, "%s reached %d > hot_size %d"
+                                 % (what, p, hot_size))
+        self.assertFalse(used.errors or alloc.errors, used.errors + alloc.errors)
+        self.assertLessEqual(s["hot"]["used"], s["hot"]["limit"], json.dumps(s["hot"]))
+        spilled, restored = self.check_mount(m, before, res)
+        sys.stderr.write("  [tight] %r: peak %d MiB, %.1f CPU-s; spillway budget %d MiB, "
+                         "hot peak %d MiB; spilled %d MiB, restored %d MiB\n"
+                         % (cg, u["peak"] // MiB, u["user_s"] + u["sys_s"],
+                            s["hot"]["limit"] // MiB, peak_used // MiB, spilled // MiB,
+                            restored // MiB))
 
 
 class S3RayCase(RayCase):
