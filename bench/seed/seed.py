@@ -156,6 +156,31 @@ class Tmpfs(Disk):
         self.size = size
 
 
+class Disks:
+    """One Disk of `size` on each cold root (an NVMe each, on a real node)."""
+
+    def __init__(self, size, roots, tag):
+        self.v = []
+        for r in roots:
+            self.v.append(Disk(size, r, tag))
+        self.size = size * len(self.v)
+        self.mnt = self.v[0].mnt
+
+    def nvme_dirs(self, tag):
+        """A fresh directory on each disk (spillway's nvme=), held by CLEANUP."""
+        return [bl.CLEANUP.add_dir(tempfile.mkdtemp(prefix="spw-seed-%s-" % tag, dir=d.mnt))
+                for d in self.v]
+
+    def avail(self):
+        return sum(d.avail() for d in self.v)
+
+    def sectors_read(self):
+        return sum(d.sectors_read() or 0 for d in self.v)
+
+    def teardown(self):
+        return all([d.teardown() for d in self.v])
+
+
 def teardown_disks():
     for d in list(Disk.live):
         d.teardown()
@@ -251,7 +276,7 @@ class FullWatch:
 
 def spillway_opts(opts, roots, cold, s3, hot_size):
     o = ["hot_dir=" + os.path.join(roots["shm"], "hot"), "hot_size=%d" % hot_size,
-         "nvme=" + cold]
+         "nvme=" + ":".join(cold)]
     if s3 is not None:
         o += ["s3=s3://bench/seed", "s3_endpoint=http://127.0.0.1:%d" % s3.port,
               "s3_path_style"]
@@ -268,16 +293,17 @@ def start_spillway(col, opts, roots, cold, s3, hot_size, cg):
                            preexec_fn=cg.preexec)
 
 
-def crash_run(col, scale, opts, py):
-    """One run of the seed's pipeline at scale x the object store."""
-    disk = Disk(opts.spill_disk, opts.cold_root, "spill")
+def crash_run(col, scale, opts, py, disk_size):
+    """One run of the seed's pipeline at scale x the object store, spilling
+    to disks of disk_size."""
+    disk = Disks(disk_size, opts.cold_roots, "spill")
     s3 = daemon = None
     tag = "seed-%s-%s" % (col, secrets.token_hex(4))
     try:
         roots = bl.work_roots("seed", types.SimpleNamespace(cold_root=disk.mnt,
                                                             tmpfs_root=opts.tmpfs_root))
         if col == "spillway-s3":
-            s3 = bench_ray.S3rver(opts.cold_root)  # a remote store: outside the cgroup
+            s3 = bench_ray.S3rver(opts.cold_roots[0])  # a remote store: outside the cgroup
         tight.drop_caches()
         cg = tight.create(opts.node_mem, col)
         env_job, min_spill = {}, DEFAULT_MIN_SPILL
@@ -287,7 +313,8 @@ def crash_run(col, scale, opts, py):
             spill = [os.path.join(roots["cold"], "spill%d" % i) for i in range(2)]
             env_job, min_spill = dict(TUNED_ENV), TUNED_MIN_SPILL
         else:
-            daemon = start_spillway(col, opts, roots, roots["cold"], s3, opts.hot_size, cg)
+            daemon = start_spillway(col, opts, roots, disk.nvme_dirs("nvme"), s3, opts.hot_size,
+                                    cg)
             spill = [os.path.join(roots["mnt"], "ray")]
         o = types.SimpleNamespace(total=scale * opts.object_store, object_size=opts.object_size,
                                   object_store=opts.object_store, min_spilling_size=min_spill,
@@ -334,13 +361,13 @@ def sessions_run(col, opts, py, levels, probe=0):
     """sessions.py in the cgroup on the column's store: a ramp over levels,
     or (probe) one level and a cold probe of that many sessions."""
     disk = Tmpfs(2 * opts.node_mem, "ram") if col == "tmpfs" else \
-        Disk(opts.sessions_disk, opts.cold_root, "sessions")
+        Disks(opts.sessions_disk, opts.cold_roots, "sessions")
     s3 = None
     try:
         roots = bl.work_roots("seeds", types.SimpleNamespace(cold_root=disk.mnt,
                                                              tmpfs_root=opts.tmpfs_root))
         if col == "spillway-s3":
-            s3 = bench_ray.S3rver(opts.cold_root)
+            s3 = bench_ray.S3rver(opts.cold_roots[0])
         tight.drop_caches()
         cg = tight.create(opts.node_mem, "sessions-" + col)
         if col in ("tmpfs", "ray-default"):
@@ -348,7 +375,7 @@ def sessions_run(col, opts, py, levels, probe=0):
         elif col == "ray-tuned":
             dirs = [os.path.join(roots["cold"], "s%d" % i) for i in range(2)]
         else:
-            start_spillway(col, opts, roots, roots["cold"], s3, opts.sessions_hot, cg)
+            start_spillway(col, opts, roots, disk.nvme_dirs("nvme"), s3, opts.sessions_hot, cg)
             dirs = [os.path.join(roots["mnt"], "s")]
         out = os.path.join(roots["logs"], "sessions.json")
         argv = [py, SESSIONS] + dirs + [
@@ -435,18 +462,17 @@ def table(results, opts):
                 cp = (r or {}).get("cold_probe") or {}
                 line.append(fmt_ms(cp.get(key)) if cp.get(key) else "-")
             rows.append(line)
-        if crash:
-            line = ["P99 ray.get at %dx ms (whole object)" % opts.scales[0], "", ""]
-            for c in cols:
-                rs = [r for r in crash.get(c, []) if r.get("scale") == opts.scales[0]
-                      and r.get("ok")]
-                g = [x for r in rs for x in r.get("get_ms", [])]
-                line.append("%.0f" % bench_ray.pct(g, 99) if g else "-")
-            rows.append(line)
     cpu = results.get("cpu", {})
     if cpu:
-        line = ["CPU while spilling: user+sys %% (sys) @%dx" % opts.cpu_scale] + list(SEED["cpu"])
+        line = ["P99 ray.get @%dx ms (whole object)" % opts.cpu_scale, "", ""]
+        for c in cols:
+            g = (cpu.get(c) or {}).get("get_ms") or []
+            line.append("%.0f" % bench_ray.pct(g, 99) if g else "-")
+        rows.append(line)
+    if cpu:
+        line = ["CPU while spilling @%dx: user+sys %% (sys)" % opts.cpu_scale] + list(SEED["cpu"])
         line2 = ["CPU s per GiB of objects: user / sys", "", ""]
+        line3 = ["Ray job wall s @%dx" % opts.cpu_scale, "", ""]
         for c in cols:
             r = cpu.get(c)
             cp = r and r.get("cpu_produce")
@@ -459,21 +485,24 @@ def table(results, opts):
             gib = (r or {}).get("total", 0) / GiB
             line2.append("%.2f / %.2f" % (u["user_s"] / gib, u["sys_s"] / gib)
                          if u and gib and r.get("ok") else "-")
-        rows += [line, line2]
+            line3.append("%.0f" % r["wall_s"] if r and r.get("ok") else
+                         "-" if not r else "FAILED")
+        rows += [line, line2, line3]
     bl.print_table(head, rows, left={0})
 
 
 def details(results, opts):
-    print("\ncrash runs:")
-    for c, rs in results.get("crash", {}).items():
-        for r in rs:
-            u = r.get("tight") or {}
-            print("  %-12s %3dx  %-8s wall %5.0fs  spilled %5.0f MiB  cgroup peak %4.0f MiB  "
-                  "oom %d%s" % (c, r["scale"], "ok" if r.get("ok") else "FAILED",
-                                r.get("bench_wall_s", 0),
-                                ((r.get("ray") or {}).get("spilled_bytes") or 0) / MiB,
-                                u.get("peak", 0) / MiB, u.get("oom_kills", 0),
-                                "" if r.get("ok") else ": " + how_failed(r)))
+    runs = [(c, r) for c, rs in results.get("crash", {}).items() for r in rs]
+    runs += [(c + " (cpu)", r) for c, r in results.get("cpu", {}).items()]
+    print("\nRay runs (crash row on the spill disk; cpu row on the sessions disk):")
+    for c, r in runs:
+        u = r.get("tight") or {}
+        print("  %-18s %3dx  %-6s wall %5.0fs  Ray spilled %5.0f MiB  cgroup peak %4.0f MiB  "
+              "oom %d%s" % (c, r["scale"], "ok" if r.get("ok") else "FAILED",
+                            r.get("bench_wall_s", 0),
+                            ((r.get("ray") or {}).get("spilled_bytes") or 0) / MiB,
+                            u.get("peak", 0) / MiB, u.get("oom_kills", 0),
+                            "" if r.get("ok") else ": " + how_failed(r)))
     for row in ("sessions", "restore"):
         if not results.get(row):
             continue
@@ -521,7 +550,8 @@ def main():
     ap.add_argument("--object-store", type=bl.parse_size, default=bl.parse_size("256M"))
     ap.add_argument("--object-size", type=bl.parse_size, default=bl.parse_size("64M"))
     ap.add_argument("--scales", default="4,8,16", help="totals, in object stores")
-    ap.add_argument("--cpu-scale", type=int, default=8, help="the crash run the cpu row reads")
+    ap.add_argument("--cpu-scale", type=int, default=8,
+                    help="the cpu row's runs: this many object stores, on the sessions disk")
     ap.add_argument("--runs", type=int, default=1, help="crash runs per column and scale")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--hot-size", type=bl.parse_size, default=bl.parse_size("256M"),
@@ -533,7 +563,7 @@ def main():
     ap.add_argument("--spill-disk", type=bl.parse_size, default=bl.parse_size("512M"),
                     help="the crash row's disk (default 512M: less than Ray spills at 4x)")
     ap.add_argument("--sessions-disk", type=bl.parse_size, default=bl.parse_size("12G"))
-    ap.add_argument("--levels", default="40,80,160,320,480",
+    ap.add_argument("--levels", default="16,32,48,64,96,160,320,480",
                     help="the sessions ramp (tmpfs: --tmpfs-levels)")
     ap.add_argument("--tmpfs-levels", default="8,16,24,32,40,48,56,64,72,80")
     ap.add_argument("--probe-sessions", type=int, default=64,
@@ -546,11 +576,16 @@ def main():
     ap.add_argument("--bound-ms", type=float, default=200)
     ap.add_argument("--timeout", type=int, default=600, help="seconds per job phase")
     ap.add_argument("--cold-root", default="/var/tmp",
-                    help="where the disk images and the s3rver's objects go")
+                    help="where the disk images go, comma list: one disk per root (a node's "
+                    "NVMe drives; the s3rver's objects on the first)")
     ap.add_argument("--tmpfs-root", default="/dev/shm")
     ap.add_argument("--json")
     opts = ap.parse_args()
     opts.rows = [r for r in opts.rows.split(",") if r]
+    opts.cold_roots = [r for r in opts.cold_root.split(",") if r]
+    for r in opts.cold_roots:
+        if not os.path.isdir(r):
+            ap.error("--cold-root: %s is not a directory" % r)
     opts.columns = [c for c in opts.columns.split(",") if c]
     for r in opts.rows:
         if r not in ROWS:
@@ -579,7 +614,8 @@ def main():
         if opts.spillway:
             env["spillway"] = "%s (built from %s) with -o %s" % (
                 opts.spillway_bin, opts.spillway_rev or "?", opts.spillway_opts)
-        env["disk"] = bl.cold_fs(opts.cold_root) + " (loop ext4 images, direct I/O)"
+        env["disk"] = "; ".join(bl.cold_fs(r) for r in opts.cold_roots) + \
+            " (loop ext4 images on it, direct I/O)"
         env["ray"] = bl.cmd_first_line([py, "-c", "import ray; print(ray.__version__)"])
         probe = tight.create(opts.node_mem, "probe")
         env["cgroup"] = "one of %s per run (%s)" % (bl.fmt_size(opts.node_mem), probe.where)
@@ -590,20 +626,21 @@ def main():
             print("  %-8s %s" % (k, v))
         sys.stdout.flush()
         ray_cols = [c for c in opts.columns if c in RAY_COLUMNS]
-        if "crash" in opts.rows or "cpu" in opts.rows:
-            scales = opts.scales if "crash" in opts.rows else [opts.cpu_scale]
-            for scale in scales:
+        if "crash" in opts.rows:
+            for k, scale in enumerate(opts.scales):
                 for i in range(opts.runs):
-                    order = ray_cols if (i + scales.index(scale)) % 2 == 0 else ray_cols[::-1]
+                    order = ray_cols if (i + k) % 2 == 0 else ray_cols[::-1]
                     for c in order:
-                        r = crash_run(c, scale, opts, py)
+                        r = crash_run(c, scale, opts, py, opts.spill_disk)
                         bl.log("crash %s %dx: %s" % (c, scale, "ok" if r.get("ok")
                                                      else "FAILED: " + how_failed(r)))
-                        if "crash" in opts.rows:
-                            results["crash"].setdefault(c, []).append(r)
-                        if "cpu" in opts.rows and scale == opts.cpu_scale and \
-                                c not in results["cpu"]:
-                            results["cpu"][c] = r
+                        results["crash"].setdefault(c, []).append(r)
+        if "cpu" in opts.rows:
+            for c in ray_cols[::-1]:
+                r = crash_run(c, opts.cpu_scale, opts, py, opts.sessions_disk)
+                bl.log("cpu %s %dx: %s" % (c, opts.cpu_scale, "ok" if r.get("ok")
+                                           else "FAILED: " + how_failed(r)))
+                results["cpu"][c] = r
         if "sessions" in opts.rows:
             for c in opts.columns:
                 results["sessions"][c] = sessions_run(c, opts, py,
