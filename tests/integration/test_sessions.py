@@ -115,7 +115,8 @@ class TestSessions(SpwTestCase):
         self.assertLessEqual(cp["restored"], 1.5 * cp["bytes"], cp)
         self.assertEqual(s1["errors"], {"io": 0, "crc": 0})
         self.assertEqual(os.listdir(m.path("kv")), [])
-        sys.stderr.write("\n  " + "\n  ".join(text.strip().splitlines()[1:]) + "\n")
+        out = r.stdout.decode(errors="replace")
+        sys.stderr.write("\n  " + "\n  ".join(out.strip().splitlines()[1:]) + "\n")
 
     def test_overlaid_chunk_passed_through_once_whole(self):
         # restore=lazy: no background restore races the write into the cold
