@@ -140,7 +140,7 @@ def _on_disk(mnt, mroot, path):
     if mroot != "/" and not (path == mroot or path.startswith(mroot.rstrip("/") + "/")):
         return None
     rel = path[len(mroot.rstrip("/")):] if mroot != "/" else path
-    return os.path.join(mnt, rel.lstrip("/"))
+    return os.path.normpath(os.path.join(mnt, rel.lstrip("/")))
 
 
 def _rel(mnt, mroot, d):
@@ -173,13 +173,15 @@ def _ancestors(d, top):
     return out
 
 
-def _mkchild(candidates, name, ok=lambda parent: True):
-    """mkdir name in the first candidate parent where ok(parent) and mkdir
-    are allowed. Returns the new directory; TightError naming every refusal."""
+def _mkchild(candidates, name, refusal=lambda parent: None):
+    """mkdir name in the first candidate parent that refusal(parent) does
+    not refuse (it returns why, or None) and where mkdir is allowed.
+    Returns the new directory; TightError naming every refusal."""
     why = []
     for parent in candidates:
-        if not ok(parent):
-            why.append("%s: memory not enabled for its children" % parent)
+        r = refusal(parent)
+        if r:
+            why.append("%s: %s" % (parent, r))
             continue
         d = os.path.join(parent, name)
         try:
@@ -440,18 +442,24 @@ def _create_v2(name, limit):
     mnt, root = [(m, r) for m, r, t, _ in _mounts() if t == "cgroup2"][0]
     start = _on_disk(mnt, root, _own().get("", "/")) or mnt
 
-    def memory_for_children(parent):
+    def memory_refused(parent):
+        """None when children of parent get the memory controller (enabled
+        here if need be), else why not."""
         try:
             if "memory" in _read(os.path.join(parent, "cgroup.subtree_control")).split():
-                return True
+                return None
             if "memory" not in _read(os.path.join(parent, "cgroup.controllers")).split():
-                return False
+                return "no memory controller delegated to it"
             _write(os.path.join(parent, "cgroup.subtree_control"), "+memory\n")
-            return True
-        except OSError:  # EBUSY: the parent has processes of its own
-            return False
+            return None
+        except OSError as e:
+            if e.errno == errno.EBUSY:
+                return ("it holds processes, so it cannot enable memory for children (run"
+                        " from a cgroup whose parent delegates memory, e.g. systemd-run"
+                        " --scope -p Delegate=yes)")
+            return "enabling memory for its children: %s" % e.strerror
 
-    mem = _mkchild(_ancestors(start, mnt), name, memory_for_children)
+    mem = _mkchild(_ancestors(start, mnt), name, memory_refused)
     try:
         _write(os.path.join(mem, "memory.max"), "%d\n" % limit)
         swap = os.path.join(mem, "memory.swap.max")

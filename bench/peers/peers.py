@@ -26,8 +26,10 @@ Each (peer, workload) gets a fresh instance (fresh dirs, mounts, s3rver),
 torn down right after it; everything is also torn down on every exit path
 (signals included): FUSE daemons by pid + fusermount3 -u, s3rver/proxy by
 pid, tmpfs mounts by umount. A peer failing a workload is a result (printed
-in the table), never a harness failure. Run as root. Python 3 stdlib only;
-uses bench/benchlib.py's helpers.
+in the table), never a harness failure. --tight [SIZE] runs each pair in a
+memory cgroup with the peer and its page cache (peers_tight.py); --repeat N
+gives medians of N rounds. Run as root. Python 3 stdlib only; uses
+bench/benchlib.py's and bench/tight.py's helpers.
 """
 
 import argparse

@@ -184,7 +184,8 @@ def median_cell(cells):
     for k in {k for c in cells for k in c}:
         vals = [c[k] for c in cells if k in c]
         fails = [v for v in vals if isinstance(v, str)]
-        out[k] = fails[0] if fails else statistics.median(vals)
+        nums = [v for v in vals if isinstance(v, (int, float))]
+        out[k] = fails[0] if fails else statistics.median(nums) if nums else None
     return out
 
 

@@ -43,7 +43,8 @@ ray-s3. Printed per target: the job's wall and data-phase time, CPU seconds
 own, the cgroup's peak memory, OOM kills, objects verified, and the ratios to
 `plain`. --repeat N runs the targets N times, alternating their order, and
 prints medians. --perf DIR records perf (cpu-clock, call graphs) of the
-daemon and of the whole machine while each spillway target's job runs.
+daemon and of the whole machine while each spillway target's job runs and,
+with --tight, where the threads in the cgroup wait (sampled kernel stacks).
 
     sudo python3 bench/ray/bench_ray.py [--build build] [--total 4G] [--object-size 64M]
         [--object-store 512M] [--hot-size 512M] [--targets plain,spillway,...]
@@ -214,6 +215,88 @@ class Perf:
                 p.wait()
 
 
+class Waits:
+    """Where the job's threads wait (an off-CPU profile, --perf): about
+    every 0.1 s, each thread of every process in the cgroup that is running
+    (R), in uninterruptible sleep (D) or asleep in a FUSE request (a client
+    waiting for the daemon; the daemon's idle readers of /dev/fuse left out)
+    is counted under its process, state and the top of its kernel stack
+    (/proc/PID/task/TID/stack). A count over the number of samples is the
+    share of the run a thread spent there. The pids seen go to PATH.pids
+    (for perf_split.py --pids)."""
+
+    FRAMES = 6
+
+    def __init__(self, path, cg, daemon_pid):
+        self.path, self.cg, self.daemon_pid = path, cg, daemon_pid
+        self.counts, self.n, self.seen = {}, 0, {}
+        self.t0 = time.monotonic()
+        self.ev = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def who(self, pid):
+        if pid == self.daemon_pid:
+            return "spillway"
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            return "?"
+        name = os.path.basename(argv[0].decode(errors="replace"))
+        if any(b"ray_spill.py" in a for a in argv):
+            return "driver"
+        # a worker is python until Ray retitles it ray::IDLE, ray::produce...
+        return "ray worker" if name.startswith(("python", "ray::")) else name
+
+    def sample(self):
+        for pid in self.cg.pids():
+            who = self.seen.get(pid) or self.seen.setdefault(pid, self.who(pid))
+            try:
+                tids = os.listdir("/proc/%d/task" % pid)
+            except OSError:
+                continue
+            for tid in tids:
+                base = "/proc/%d/task/%s/" % (pid, tid)
+                try:
+                    with open(base + "stat") as f:
+                        state = f.read().rsplit(")", 1)[1].split()[0]
+                    with open(base + "comm") as f:
+                        comm = f.read().strip()
+                    with open(base + "stack") as f:
+                        frames = [ln.split("]", 1)[-1].strip().split("+")[0]
+                                  for ln in f.read().splitlines()]
+                except OSError:
+                    continue
+                if state == "S" and (not any(fr.startswith("fuse_") for fr in frames)
+                                     or "fuse_dev_do_read" in frames):
+                    continue
+                if state not in ("R", "D", "S"):
+                    continue
+                key = (who, re.sub(r"[0-9]+", "N", comm), state,
+                       " < ".join(frames[:self.FRAMES]))
+                self.counts[key] = self.counts.get(key, 0) + 1
+        self.n += 1
+
+    def run(self):
+        while not self.ev.wait(0.1):
+            self.sample()
+
+    def stop(self):
+        self.ev.set()
+        self.t.join()
+        secs = time.monotonic() - self.t0
+        with open(self.path, "w") as f:
+            f.write("%d samples in %.1f s; count, %% of the run, process, thread, state, kernel"
+                    " stack (innermost first)\n" % (self.n, secs))
+            for (who, comm, state, stack), c in sorted(self.counts.items(),
+                                                       key=lambda kv: -kv[1]):
+                f.write("%6d %5.1f%%  %-10s %-16s %s  %s\n" % (c, 100.0 * c / max(1, self.n),
+                                                             who[:10], comm[:16], state, stack))
+        with open(self.path + ".pids", "w") as f:
+            f.write("".join("%d %s\n" % kv for kv in sorted(self.seen.items())))
+
+
 def kill_tagged(tag):
     for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
         pids = tagged_pids(tag)
@@ -334,6 +417,9 @@ def _run_job(target, opts, py, tag, roots, spill, daemon, env_job, cg):
     bl.log("%s: %s%s" % (target, " ".join(argv[1:]), " in %r" % cg if cg else ""))
     mnt = roots["mnt"] if daemon is not None else None
     perf = Perf(opts.perf, target, daemon.pid) if opts.perf and daemon is not None else None
+    waits = (Waits(os.path.join(opts.perf, re.sub(r"[^A-Za-z0-9_.=-]", "_", target) +
+                                "-waits.txt"), cg, daemon.pid if daemon else None)
+             if opts.perf and cg is not None else None)
     samp = Sampler(tag, daemon.pid if daemon else None, mnt, cg)
     t0 = time.monotonic()
     try:
@@ -347,6 +433,8 @@ def _run_job(target, opts, py, tag, roots, spill, daemon, env_job, cg):
     finally:
         if perf is not None:
             perf.stop()
+        if waits is not None:
+            waits.stop()
     wall = time.monotonic() - t0
     cpu = samp.stop()
     usage = cg.usage() if cg else None
