@@ -15,7 +15,8 @@ rows, a smaller spill disk for the crash row):
                sessions: one plain directory
   ray-tuned    Ray tuned as the seed tunes it: threshold 0.75, min_spilling_size
                64 MiB, 8 IO workers, two spill directories on the same disk;
-               sessions: two plain directories on the disk
+               sessions: two plain directories on the disk (one on each
+               disk when --cold-root names several)
   spillway     Ray (defaults) spilling onto a spillway mount, nvme= a directory
                on the disk; sessions on the mount
   spillway-s3  the same with S3 below the small nvme directory (the tests'
@@ -372,6 +373,8 @@ def sessions_run(col, opts, py, levels, probe=0):
         cg = tight.create(opts.node_mem, "sessions-" + col)
         if col in ("tmpfs", "ray-default"):
             dirs = [os.path.join(roots["cold"], "s")]
+        elif col == "ray-tuned" and len(disk.v) > 1:
+            dirs = disk.nvme_dirs("s")  # a node's drives: one directory on each
         elif col == "ray-tuned":
             dirs = [os.path.join(roots["cold"], "s%d" % i) for i in range(2)]
         else:
