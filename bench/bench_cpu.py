@@ -31,9 +31,15 @@ Medians over --reps runs (the first run is a warm-up, not counted, unless
 less sensitive to a noisy machine than wall time, but not immune (cache
 misses, the hypervisor): the per-run figures are printed too. --perf DIR
 records `perf record -g` of the daemon (and of fio) during each step of the
-last run into DIR/<step>-<who>.data. Run as root:
+last run into DIR/<step>-<who>.data.
+
+Before and after: --build A,B mounts both builds side by side (each its own
+cold and hot directories) and alternates them in one run (A then B, then B
+then A, ...: the machine's drift falls on both alike), printing each
+build's table and the ratio B / A of the daemon's CPU per GiB. Run as root:
 
   python3 bench/bench_cpu.py --build build [--size 1G] [--reps 3] [--cold /var/tmp]
+  python3 bench/bench_cpu.py --build ../main/build,build --reps 5
 """
 
 import argparse
@@ -51,6 +57,8 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from lib.tier import seg_layout  # noqa: E402  (the tests' segment footer parser)
 HZ = os.sysconf("SC_CLK_TCK")
 BUCKET = "bcpu"
 
@@ -230,6 +238,10 @@ def aws(args, s3):
     return max(0.0, cpu(args) - base)
 
 
+def seg_names(d):
+    return {n for n in os.listdir(d) if n.startswith("seg-") and n.endswith(".spw")}
+
+
 def one_run(a, m, src, digest, srv, perfdir):
     """One round of the three steps; {step: (daemon user, daemon sys, client, fio)} per GiB."""
     gib = a.size / GiB
@@ -255,6 +267,7 @@ def one_run(a, m, src, digest, srv, perfdir):
     res["write"] = (c1[0] - c0[0], c1[1] - c0[1], cl, fcpu)
 
     # spill: evict each file (synchronous)
+    segs0 = seg_names(m.cold) if not srv else set()
     c0 = m.cpu()
     pr = Perf(perfdir, "spill-daemon", m.pid)
     t0 = time.monotonic()
@@ -273,6 +286,13 @@ def one_run(a, m, src, digest, srv, perfdir):
         fcpu = fio(["--filename=" + fpath, "--rw=write", "--size=%d" % a.size, "--direct=1",
                     "--ioengine=io_uring", "--iodepth=8", "--end_fsync=1"], perfdir, "spill-fio")
     res["spill"] = (c1[0] - c0[0], c1[1] - c0[1], 0.0, fcpu)
+    if not srv:
+        lay = seg_layout(m.cold, seg_names(m.cold) - segs0 - {"fio-spill"})
+        print("segments of this spill (format v%s): %d bytes of data, padding %.3f %%, "
+              "maps %.3f %%, header+footer %.3f %%" % (
+                  "/".join(str(v) for v in sorted(lay["versions"])), lay["data"],
+                  100.0 * lay["padding"] / lay["data"], 100.0 * lay["maps"] / lay["data"],
+                  100.0 * lay["hdr_foot"] / lay["data"]), file=sys.stderr)
     hot = st.get("hot", {})
 
     # read: cat each (cold) file, caches dropped
@@ -314,9 +334,25 @@ def one_run(a, m, src, digest, srv, perfdir):
     return {k: tuple(x / gib for x in v) for k, v in res.items()}
 
 
+def table(runs, other):
+    """The medians of runs ({step: per-GiB tuple}) as a table; {step: figures}."""
+    print("| step | daemon (user + sys) | client | %s, same I/O |" % other)
+    print("|---|---|---|---|")
+    out = {}
+    for step in ("write", "spill", "read"):
+        med = [statistics.median(r[step][i] for r in runs) for i in range(4)]
+        tot = statistics.median(r[step][0] + r[step][1] for r in runs)
+        out[step] = {"daemon": tot, "user": med[0], "sys": med[1], "client": med[2],
+                     other: med[3]}
+        print("| %s | %.2f (%.2f + %.2f) | %s | %.2f |" % (
+            step, tot, med[0], med[1], "%.2f" % med[2] if step != "spill" else "-", med[3]))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build")
+    ap.add_argument("--build", default="build",
+                    help="build dir, or two (A,B): alternated in one run, B / A printed")
     ap.add_argument("--size", type=parse_size, default=parse_size("1G"))
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
@@ -330,51 +366,64 @@ def main():
     a = ap.parse_args()
     if a.size % (a.files * MiB):
         ap.error("--size must be a multiple of --files MiB")
-    binary = os.path.join(a.build, "spillway")
+    builds = [b for b in a.build.split(",") if b]
+    if not 1 <= len(builds) <= 2:
+        ap.error("--build takes one build dir or two (A,B)")
     src = os.path.join(a.cold, "bcpu-src-%d" % os.getpid())
-    srv = m = None
-    runs = []
+    srv = None
+    mounts = []
+    runs = {b: [] for b in builds}
     try:
         digest = make_source(src, a.size)
         if a.s3:
             srv = S3rver("/dev/shm")
-        m = Mount(binary, a.cold, a.opts, srv, a.hot_root)
+        for b in builds:
+            mounts.append(Mount(os.path.join(b, "spillway"), a.cold, a.opts, srv, a.hot_root))
         total = a.reps + (1 if a.reps > 1 else 0)
         for r in range(total):
             last = r == total - 1
-            if a.perf and last:
-                os.makedirs(a.perf, exist_ok=True)
-            res = one_run(a, m, src, digest, srv, a.perf if last else None)
-            if a.reps > 1 and r == 0:
-                print("warm-up: " + json.dumps({k: [round(x, 3) for x in v]
-                                                for k, v in res.items()}), file=sys.stderr)
-                continue
-            runs.append(res)
-            print("run %d: %s" % (len(runs), json.dumps({k: [round(x, 3) for x in v]
-                                                       for k, v in res.items()})),
-                  file=sys.stderr)
+            order = list(range(len(builds)))
+            if r % 2:
+                order.reverse()
+            for i in order:
+                b, m = builds[i], mounts[i]
+                perf = None
+                if a.perf and last:
+                    perf = os.path.join(a.perf, "b%d" % i) if len(builds) > 1 else a.perf
+                    os.makedirs(perf, exist_ok=True)
+                res = one_run(a, m, src, digest, srv, perf)
+                tag = ("[%s] " % b) if len(builds) > 1 else ""
+                if a.reps > 1 and r == 0:
+                    print("%swarm-up: %s" % (tag, json.dumps(
+                        {k: [round(x, 3) for x in v] for k, v in res.items()})), file=sys.stderr)
+                    continue
+                runs[b].append(res)
+                print("%srun %d: %s" % (tag, len(runs[b]), json.dumps(
+                    {k: [round(x, 3) for x in v] for k, v in res.items()})), file=sys.stderr)
     finally:
-        if m:
+        for m in mounts:
             m.close()
         if srv:
             srv.close()
         if os.path.exists(src):
             os.unlink(src)
     other = "fio (write) / aws cli less its start-up" if a.s3 else "fio"
-    print("CPU seconds per GiB, %s in %d files, cold tier %s, median of %d run(s)" % (
-        "%d MiB" % (a.size // MiB), a.files, "s3rver" if a.s3 else a.cold, len(runs)))
-    print("| step | daemon (user + sys) | client | %s, same I/O |" % other)
-    print("|---|---|---|---|")
     out = {}
-    for step in ("write", "spill", "read"):
-        med = [statistics.median(r[step][i] for r in runs) for i in range(4)]
-        tot = statistics.median(r[step][0] + r[step][1] for r in runs)
-        out[step] = {"daemon": tot, "user": med[0], "sys": med[1], "client": med[2],
-                     other: med[3]}
-        print("| %s | %.2f (%.2f + %.2f) | %s | %.2f |" % (
-            step, tot, med[0], med[1], "%.2f" % med[2] if step != "spill" else "-", med[3]))
+    for b in builds:
+        print("CPU seconds per GiB, %s in %d files, cold tier %s, median of %d run(s)%s" % (
+            "%d MiB" % (a.size // MiB), a.files, "s3rver" if a.s3 else a.cold, len(runs[b]),
+            (", build " + b) if len(builds) > 1 else ""))
+        out[b] = table(runs[b], other)
+    if len(builds) == 2:
+        x, y = builds
+        print("daemon CPU per GiB, %s / %s (medians of the same run, alternated)" % (y, x))
+        print("| step | %s | %s | ratio |" % (x, y))
+        print("|---|---|---|---|")
+        for step in ("write", "spill", "read"):
+            dx, dy = out[x][step]["daemon"], out[y][step]["daemon"]
+            print("| %s | %.2f | %.2f | %.2fx |" % (step, dx, dy, dy / dx if dx else 0))
     if a.json:
-        print(json.dumps(out))
+        print(json.dumps(out if len(builds) > 1 else out[builds[0]]))
 
 
 if __name__ == "__main__":

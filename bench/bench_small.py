@@ -16,7 +16,9 @@ run, with the same RAM budget (--hot-size, default 64M) and the same disk
 Per target: objects/s written, objects/s read back (page cache dropped, every
 byte checked), peak RAM = tmpfs used + daemon RSS + kernel slab delta (sampled
 every 0.2 s during the write; also each part at the end), cold bytes / live
-bytes (disk blocks allocated under the disk dir / bytes written) and remount
+bytes (disk blocks allocated under the disk dir / bytes written; for
+spillway also the segments alone, from their footers: records, padding,
+maps, headers and footers / bytes written) and remount
 time (unmount, start the daemon again, until a stat of the root answers;
 spillway replays its journal here). Ratios are spillway / peer.
 
@@ -39,6 +41,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 import benchlib  # noqa: E402
 from benchlib import meminfo, proc_status  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
+from lib.tier import seg_layout  # noqa: E402  (the tests' segment footer parser)
 
 MiB = 1 << 20
 PER_DIR = 1000
@@ -226,6 +231,10 @@ def run_target(t, objs, slab0):
     r["live_bytes"] = live
     r["cold_bytes"] = disk_used(t.disk)
     t.stop()
+    if t.name == "spillway":  # the segments alone, once the unmount spilled all
+        lay = seg_layout(t.disk)
+        r["seg_bytes"] = lay["data"] + lay["maps"] + lay["padding"] + lay["hdr_foot"]
+        r["seg_versions"] = sorted(lay["versions"])
     return r
 
 
@@ -248,6 +257,8 @@ def report(n, res):
             ("  slab delta at peak", "MiB", lambda r: r["peak_parts"].get("slab", 0), ""),
             ("daemon RSS at end", "MiB", lambda r: r["end_rss"], "lo"),
             ("cold bytes / live bytes", "x", lambda r: r["cold_bytes"] / r["live_bytes"], "lo"),
+            ("  segments / live (spillway)", "x",
+             lambda r: r.get("seg_bytes", 0) / r["live_bytes"], ""),
             ("remount time", "s", lambda r: r["remount_s"], "lo")]
     names = [k for k in TARGETS if k in res]
     peers = [k for k in names if k != "spillway"]

@@ -10,6 +10,7 @@
 
 enum restore_mode { RESTORE_OPEN = 0, RESTORE_LAZY = 1 };
 
+
 struct spw_config {
 	char *mountpoint;    /* absolute */
 	char *hot_dir;	     /* absolute, created 0700 */
@@ -41,12 +42,18 @@ struct spw_config {
 	uint64_t checkpoint_size; /* journal bytes that trigger a checkpoint */
 	int takeover;		  /* s3: attach a prefix another node holds */
 	int io_psync;		  /* io_engine=psync */
+	int io_uring;		  /* FUSE requests over io_uring (libfuse 3.18+, fs/main.c) */
 	int keep_hot;		  /* unmount keeps the hot files (fast remount) */
 	int passthrough;	  /* hand hot files to the kernel (FUSE passthrough) */
 	int cold_writes;	  /* 1: writes go over cold data (overlays), 0: restore first */
+	int admit_reread;	  /* admit=reread: cold data enters RAM when read again
+				   * (tier/admit); 0: admit=always */
 	/* elastic hot tier (tier/pressure.c) */
 	uint64_t hot_min;     /* the budget never shrinks below this */
 	uint64_t mem_reserve; /* keep this much of the node's/cgroup's memory available */
+	int mem_reserve_given; /* 1: the option; 0: 5% of mem_limit, at most 1G */
+	uint64_t mem_limit;    /* what the daemon could have at mount (pressure_probe): */
+	int mem_limit_cgroup;  /* its memory cgroup's limit (1) or the node's RAM (0) */
 	int mem_pressure;     /* follow memory pressure (1) or keep hot_size (0) */
 };
 

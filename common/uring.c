@@ -2,7 +2,8 @@
  * DESIGN
  * A transfer is a state machine over up to URING_DEPTH slots (struct xfer).
  * Each slot owns one contiguous piece [start + done, start + len) of the
- * caller's buffer. xfer_take() hands out new pieces in buffer order; a
+ * caller's buffer, or of the caller's buffers laid end to end (a vector
+ * write: a piece never crosses from one buffer to the next). xfer_take() hands out new pieces in buffer order; a
  * completion either finishes its slot, advances it (short transfer) and asks
  * to resubmit, or records EOF / an error. After the first error no new piece
  * is queued, but every submitted SQE is reaped before returning, so the
@@ -135,6 +136,8 @@ struct xfer {
 	int fd;
 	char *buf;
 	size_t len;
+	const struct iovec *iov; /* NULL: buf alone; else niov buffers, len in all */
+	int niov;
 	uint64_t off;
 	size_t next;  /* first byte not yet handed to a slot */
 	size_t eof;   /* for reads: lowest buffer position at which EOF was seen */
@@ -148,6 +151,25 @@ static void xfer_init(struct xfer *x, int op, int fd, void *buf, size_t len, uin
 	*x = (struct xfer){.op = op, .fd = fd, .buf = buf, .len = len, .off = off, .eof = len};
 }
 
+/* The caller's byte at transfer position pos, and how many bytes follow it
+ * in the same buffer. */
+static char *xfer_at(const struct xfer *x, size_t pos, size_t *room)
+{
+	if (!x->iov) {
+		*room = x->len - pos;
+		return x->buf + pos;
+	}
+	for (int i = 0; i < x->niov; i++) {
+		if (pos < x->iov[i].iov_len) {
+			*room = x->iov[i].iov_len - pos;
+			return (char *)x->iov[i].iov_base + pos;
+		}
+		pos -= x->iov[i].iov_len;
+	}
+	*room = 0;
+	return NULL;
+}
+
 /* Next slot to start (or -1): takes a fresh piece when there is room. */
 static int xfer_take(struct xfer *x)
 {
@@ -155,10 +177,11 @@ static int xfer_take(struct xfer *x)
 		return -1;
 	for (int i = 0; i < URING_DEPTH; i++) {
 		struct slot *s = &x->slot[i];
-		size_t n = x->len - x->next;
+		size_t n;
 
 		if (s->busy)
 			continue;
+		xfer_at(x, x->next, &n); /* to the end of its buffer */
 		*s = (struct slot){
 		    .start = x->next, .len = n < URING_PIECE ? n : URING_PIECE, .busy = 1};
 		x->next += s->len;
@@ -235,13 +258,14 @@ end:
 static void slot_prep(struct io_uring_sqe *sqe, struct xfer *x, int i)
 {
 	struct slot *s = &x->slot[i];
-	size_t pos = s->start + s->done;
+	size_t pos = s->start + s->done, room;
 	unsigned n = (unsigned)(s->len - s->done);
+	char *p = xfer_at(x, pos, &room);
 
 	if (x->op == OP_READ)
-		io_uring_prep_read(sqe, x->fd, x->buf + pos, n, x->off + pos);
+		io_uring_prep_read(sqe, x->fd, p, n, x->off + pos);
 	else
-		io_uring_prep_write(sqe, x->fd, x->buf + pos, n, x->off + pos);
+		io_uring_prep_write(sqe, x->fd, p, n, x->off + pos);
 	sqe->ioprio = tl_ioprio;
 	io_uring_sqe_set_data64(sqe, (uint64_t)i);
 }
@@ -341,10 +365,11 @@ static int xfer_run_sync(struct xfer *x)
 		int again;
 
 		do {
-			size_t pos = s->start + s->done;
+			size_t pos = s->start + s->done, room;
 			size_t n = s->len - s->done;
-			ssize_t r = x->op == OP_READ ? pread(x->fd, x->buf + pos, n, x->off + pos)
-						     : pwrite(x->fd, x->buf + pos, n, x->off + pos);
+			char *p = xfer_at(x, pos, &room);
+			ssize_t r = x->op == OP_READ ? pread(x->fd, p, n, x->off + pos)
+						     : pwrite(x->fd, p, n, x->off + pos);
 
 			again = xfer_complete(x, s, r < 0 ? -errno : (int)r);
 		} while (again);
@@ -368,6 +393,19 @@ int uring_write_full(int fd, const void *buf, size_t len, uint64_t off)
 	struct xfer x;
 
 	xfer_init(&x, OP_WRITE, fd, (void *)buf, len, off);
+	return xfer_run(&x);
+}
+
+int uring_writev_full(int fd, const struct iovec *iov, int niov, uint64_t off)
+{
+	struct xfer x;
+	size_t len = 0;
+
+	for (int i = 0; i < niov; i++)
+		len += iov[i].iov_len;
+	xfer_init(&x, OP_WRITE, fd, NULL, len, off);
+	x.iov = iov;
+	x.niov = niov;
 	return xfer_run(&x);
 }
 

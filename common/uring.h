@@ -16,12 +16,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #define URING_DEPTH 8
 #define URING_PIECE (1u << 20) /* largest single SQE transfer */
 
 /* Write all len bytes of buf at off. 0 or -errno (e.g. -ENOSPC, -EIO). */
 int uring_write_full(int fd, const void *buf, size_t len, uint64_t off);
+/* Write the niov buffers of iov at off, one after another in the file, all
+ * in flight at once (pieces of each as in uring_write_full). 0 or -errno. */
+int uring_writev_full(int fd, const struct iovec *iov, int niov, uint64_t off);
 
 /*
  * Read len bytes at off into buf. Returns the number of bytes read, which is

@@ -4,6 +4,7 @@
  * main() builds the one context (struct spw), validates the options, mounts,
  * and runs libfuse's multi-threaded session loop.
  */
+#include "common/heap.h"
 #include "common/log.h"
 #include "fs/fs_i.h"
 #include "fs/options.h"
@@ -12,7 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -88,6 +88,52 @@ static void init_passthrough(struct spw *s, struct fuse_conn_info *conn)
 	log_info("passthrough off (%s): every read goes through the daemon", why);
 }
 
+/* Whether libfuse can take requests over io_uring: built against 3.18+
+ * headers and running with a 3.18+ library; why not, or NULL. */
+static const char *uring_lib_why(void)
+{
+#ifdef FUSE_CAP_OVER_IO_URING
+	if (fuse_version() < 318)
+		return "libfuse older than 3.18 at run time";
+	return NULL;
+#else
+	return "built with libfuse older than 3.18";
+#endif
+}
+
+/* FUSE over io_uring (io_uring=on): the session was created with libfuse's
+ * -o io_uring (main); it starts its rings after this INIT when the kernel
+ * offers them. Says once why it stays off. */
+static void init_uring(struct spw *s, struct fuse_conn_info *conn)
+{
+	const char *why = uring_lib_why();
+
+	if (!s->cfg.io_uring)
+		return;
+#ifdef FUSE_CAP_OVER_IO_URING
+	if (!why && !(conn->capable_ext & FUSE_CAP_OVER_IO_URING)) {
+		char param[8] = "";
+		FILE *f;
+		if ((f = fopen("/sys/module/fuse/parameters/enable_uring", "r"))) {
+			if (!fgets(param, sizeof(param), f))
+				param[0] = '\0';
+			fclose(f);
+		}
+		why = param[0] == 'N' ? "the kernel's FUSE io_uring is disabled: "
+					"/sys/module/fuse/parameters/enable_uring is N"
+					: "the kernel has no FUSE io_uring (Linux 6.14+, "
+					  "CONFIG_FUSE_IO_URING)";
+	}
+	if (!why) {
+		conn->want_ext |= FUSE_CAP_OVER_IO_URING;
+		log_info("io_uring on: FUSE requests over one ring per CPU (libfuse %s)",
+			 fuse_pkgversion());
+		return;
+	}
+#endif
+	log_info("io_uring off (%s): requests go through /dev/fuse", why);
+}
+
 /* Raise the mount's readahead so sequential reads arrive in 1 MiB requests.
  * Runs in its own thread: stat() of the mountpoint needs the session loop. */
 static void *tune_readahead(void *arg)
@@ -121,10 +167,21 @@ static void *tune_readahead(void *arg)
  * fs.pipe-max-size (1 MiB by default), so the kernel's 1 MiB read requests
  * all took the copy path. 0: no cap needed (the pipe can grow enough).
  */
+/* Whether a pipe of this process can grow to hold n bytes. */
+static int pipe_can_hold(size_t n)
+{
+	int p[2], ok;
+	if (pipe(p) < 0)
+		return 0;
+	ok = fcntl(p[0], F_SETPIPE_SZ, (int)n) >= (int)n;
+	close(p[0]);
+	close(p[1]);
+	return ok;
+}
+
 static unsigned mount_max_read(const struct fuse_args *args, int *given)
 {
 	unsigned long pmax = 0;
-	int p[2], ok;
 	FILE *f;
 
 	*given = 0;
@@ -135,12 +192,7 @@ static unsigned mount_max_read(const struct fuse_args *args, int *given)
 			return (unsigned)strtoul(m + 9, NULL, 10);
 		}
 	}
-	if (pipe(p) < 0)
-		return 0;
-	ok = fcntl(p[0], F_SETPIPE_SZ, (1 << 20) + 4 * 4096) >= (1 << 20) + 4 * 4096;
-	close(p[0]);
-	close(p[1]);
-	if (ok || !(f = fopen("/proc/sys/fs/pipe-max-size", "r")))
+	if (pipe_can_hold((1 << 20) + 4 * 4096) || !(f = fopen("/proc/sys/fs/pipe-max-size", "r")))
 		return 0;
 	if (fscanf(f, "%lu", &pmax) != 1)
 		pmax = 0;
@@ -160,11 +212,22 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = conn->max_readahead > (1u << 20) ? conn->max_readahead : (1u << 20);
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+	/* libfuse splices requests in (its default with write_buf) through a
+	 * per-thread pipe that must hold max_write and a page: past
+	 * fs.pipe-max-size (1 MiB) that needs CAP_SYS_RESOURCE. When the pipe
+	 * cannot grow so far, libfuse (3.17, 3.18) then gives up growing it at
+	 * all (grow_pipe_to_max trips on the newline of pipe-max-size): the
+	 * thread's pipe stays at 64 KiB and every larger read reply took the
+	 * copy path, a malloc'ed 1 MiB buffer and a pread per request. Receive
+	 * with read() then, and the replies splice. */
+	if (!pipe_can_hold(conn->max_write + 4096))
+		conn->want &= ~FUSE_CAP_SPLICE_READ;
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	/* all changes pass through us: no need to compare mtimes */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	init_passthrough(s, conn);
+	init_uring(s, conn);
 	if (pthread_create(&th, NULL, tune_readahead, s) == 0)
 		pthread_detach(th);
 }
@@ -239,11 +302,7 @@ int main(int argc, char *argv[])
 	}
 	if (fix_argv(&argc, argv))
 		return 1;
-	/* libfuse allocates a buffer per read reply it cannot splice; keep such
-	 * 1 MiB buffers in the heap instead of an mmap/munmap (and page faults)
-	 * per request */
-	mallopt(M_MMAP_THRESHOLD, 8 << 20);
-	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	heap_tune(); /* before any thread: common/heap.h */
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts opts = {0};
 	struct fuse_loop_config *lcfg = NULL;
@@ -305,6 +364,10 @@ int main(int argc, char *argv[])
 				goto out_tier;
 		}
 	}
+	/* libfuse's own switch for its rings (3.18+); init_uring says whether
+	 * they run */
+	if (s.cfg.io_uring && !uring_lib_why() && fuse_opt_add_arg(&args, "-oio_uring") != 0)
+		goto out_tier;
 	s.se = fuse_session_new(&args, &ops, sizeof(ops), &s);
 	if (!s.se) {
 		fprintf(stderr, "spillway: cannot create the FUSE session (bad FUSE option?)\n");

@@ -11,6 +11,12 @@
  * the kernel's readahead sends several at once) continues a sequential
  * stream. */
 #define SEQ_SLACK (1u << 20)
+/* A read this close to where the handle's last one ended is part of its
+ * stream for the admission filter (READ_NEAR: never a re-read): the
+ * kernel's readahead has up to max_background (12) requests of up to 1 MiB
+ * in flight, which the daemon's threads take in any order (measured: with
+ * read_ahead_kb 8192 a dd's requests arrive more than 8 MiB apart). */
+#define NEAR_WINDOW (16u << 20)
 
 struct spw_file *fs_file_new(struct spw *s, struct inode *in)
 {
@@ -18,6 +24,8 @@ struct spw_file *fs_file_new(struct spw *s, struct inode *in)
 	if (!f)
 		return NULL;
 	f->in = in;
+	f->next_off = UINT64_MAX; /* no read yet */
+	f->wnext = UINT64_MAX;	  /* no write yet */
 	pthread_mutex_lock(&s->files_lock);
 	if ((f->next = s->files))
 		f->next->pprev = &f->next;
@@ -100,28 +108,42 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 /* Note a read of [off, off + size) on f: READ_SEQ when it continues a
  * stream (two reads in a row went on from the last one), READ_RANDOM when
- * the handle jumps about (two jumps in a row, and no stream since), else 0.
- * One jump is not a pattern: the first read of a stream may start
- * anywhere, and its chunk is restored as usual. The same read again (the
- * kernel retries a failed one) changes nothing. */
-enum { READ_SEQ = 1, READ_RANDOM = 2 };
+ * the handle jumps about (two jumps in a row, and no stream since), and
+ * READ_NEAR when it starts within NEAR_WINDOW of where the handle's last
+ * read ended (the kernel's readahead of one stream, in any order: never a
+ * re-read for the admission filter). One jump is not a pattern: the first
+ * read of a stream may start anywhere, and its chunk is restored as usual.
+ * The same read again (the kernel retries a failed one) changes nothing. */
+enum { READ_SEQ = 1, READ_RANDOM = 2, READ_NEAR = 4 };
+
+static int read_pattern_from(struct spw_file *f, uint64_t prev, uint64_t off, size_t size)
+{
+	int near = off + NEAR_WINDOW >= prev && off <= prev + NEAR_WINDOW ? READ_NEAR : 0;
+
+	if (prev == off + size)
+		return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM | near
+		       : __atomic_load_n(&f->seq, __ATOMIC_RELAXED) >= 2 ? READ_SEQ | near
+									  : near;
+	if (off + SEQ_SLACK >= prev && off <= prev + SEQ_SLACK) {
+		if (__atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED) < 2)
+			return near | (__atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2
+					   ? READ_RANDOM
+					   : 0);
+		__atomic_store_n(&f->jumps, 0, __ATOMIC_RELAXED);
+		return READ_SEQ | near;
+	}
+	__atomic_store_n(&f->seq, 0, __ATOMIC_RELAXED);
+	return (__atomic_add_fetch(&f->jumps, 1, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0) | near;
+}
 
 static int read_pattern(struct spw_file *f, uint64_t off, size_t size)
 {
 	uint64_t prev = __atomic_exchange_n(&f->next_off, off + size, __ATOMIC_RELAXED);
+	int first = prev == UINT64_MAX;
 
-	if (prev == off + size)
-		return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM
-		       : __atomic_load_n(&f->seq, __ATOMIC_RELAXED) >= 2 ? READ_SEQ
-									  : 0;
-	if (off + SEQ_SLACK >= prev && off <= prev + SEQ_SLACK) {
-		if (__atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED) < 2)
-			return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0;
-		__atomic_store_n(&f->jumps, 0, __ATOMIC_RELAXED);
-		return READ_SEQ;
-	}
-	__atomic_store_n(&f->seq, 0, __ATOMIC_RELAXED);
-	return __atomic_add_fetch(&f->jumps, 1, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0;
+	if (first) /* the handle's first read: as if the last ended at 0, never near */
+		return read_pattern_from(f, 0, off, size) & ~READ_NEAR;
+	return read_pattern_from(f, prev, off, size);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -131,17 +153,22 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	struct inode *in = f->in;
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
 	struct tier_io io;
-	int pat = read_pattern(f, (uint64_t)off, size), seq = pat == READ_SEQ;
+	int pat = read_pattern(f, (uint64_t)off, size), seq = (pat & READ_SEQ) != 0;
 	int ret = tier_read_begin(s->tier, in, (uint64_t)off, size,
-				  pat == READ_RANDOM ? TIER_READ_RANDOM
-				  : seq		     ? TIER_READ_STREAM
-						     : 0,
+				  ((pat & READ_RANDOM) ? TIER_READ_RANDOM
+				   : seq	       ? TIER_READ_STREAM
+							: 0) |
+				      ((pat & READ_NEAR) ? TIER_READ_NEAR : 0) |
+				      (__atomic_load_n(&f->again, __ATOMIC_RELAXED) ? TIER_READ_AGAIN
+										  : 0),
 				  &io);
 
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	if (io.promoted) /* this handle re-reads: so do its next reads */
+		__atomic_store_n(&f->again, 1, __ATOMIC_RELAXED);
 	if (io.len == 0) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
@@ -151,8 +178,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	buf.buf[0].fd = io.fd;
 	buf.buf[0].pos = off;
 	/* read-ahead only queues restores: before the reply, since the file
-	 * handle f may be released (and freed) as soon as we reply */
-	if (seq) { /* the hint is racy between parallel reads: harmless */
+	 * handle f may be released (and freed) as soon as we reply; none for
+	 * a reader the admission filter keeps out of RAM (tier/admit) */
+	if (seq && !io.direct) { /* the hint is racy between parallel reads: harmless */
 		uint64_t next = __atomic_load_n(&f->ra_next, __ATOMIC_RELAXED);
 		tier_read_ahead(s->tier, in, (uint64_t)off + io.len, &next);
 		__atomic_store_n(&f->ra_next, next, __ATOMIC_RELAXED);
@@ -160,8 +188,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	/* Once replied, the file may be released and the inode freed before
 	 * the unpin below: hold a reference across it. */
 	idx_ref(s->idx, in);
-	if (io.mem) /* a cold range, verified: from the read buffer */
-		fuse_reply_buf(req, io.mem, io.len);
+	if (io.niov) /* cold pieces, verified: from the read buffers */
+		fuse_reply_iov(req, io.iov, io.niov);
 	else
 		fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 	/* the rest of a chunk restored reader's blocks first comes in now */
@@ -173,12 +201,13 @@ void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, of
 		  struct fuse_file_info *fi)
 {
 	struct spw *s = spw_of(req);
-	struct inode *in = fh_inode(fi);
+	struct spw_file *f = fh_file(fi);
+	struct inode *in = f->in;
 	size_t len = fuse_buf_size(in_buf);
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(len);
 	struct tier_io io;
 	ssize_t res;
-	int ret;
+	int ret, stream;
 
 	/* the journal cannot record a file past JRNL_MAX_FILE_SIZE: like a
 	 * write past s_maxbytes, EFBIG at the limit and short before it */
@@ -188,7 +217,11 @@ void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, of
 	}
 	if (len > JRNL_MAX_FILE_SIZE - (uint64_t)off)
 		out.buf[0].size = len = (size_t)(JRNL_MAX_FILE_SIZE - (uint64_t)off);
-	ret = tier_write_begin(s->tier, in, (uint64_t)off, len, &io);
+	/* a write that goes on from the handle's last one: a stream */
+	stream = __atomic_exchange_n(&f->wnext, (uint64_t)off + len, __ATOMIC_RELAXED) ==
+		 (uint64_t)off;
+	ret = tier_write_begin(s->tier, in, (uint64_t)off, len, stream ? TIER_WRITE_STREAM : 0,
+			       &io);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;

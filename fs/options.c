@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "tier/hot.h"
+#include "tier/pressure.h"
 #include "tier/store/store_s3.h"
 
 #include <errno.h>
@@ -100,9 +101,9 @@ const struct opt_spec opt_table[] = {
      .max = UINT64_MAX,
      .flags = OPT_OFF_IS_ZERO,
      .meta = "SIZE",
-     .def_doc = "min(1G, 5% of RAM)",
-     .help = "keep this much of the node's, or the daemon's cgroup's, memory available; "
-	     "0/off: only PSI shrinks the budget",
+     .def_doc = "5% of the daemon's memory cgroup limit, or of RAM; at most 1G",
+     .help = "keep this much of the node's, or the daemon's cgroup's, memory available "
+	     "(at most half of it); 0/off: only PSI shrinks the budget",
      .man_tag = ".BI %s= size",
      .man = "Keep at least this much of the node's memory (or of the daemon's memory\n"
 	    "cgroup, whichever is less) available: the budget is\n"
@@ -114,7 +115,11 @@ const struct opt_spec opt_table[] = {
 	    ".B 0\n"
 	    "or\n"
 	    ".BR off :\n"
-	    "only PSI memory pressure shrinks the budget.\n"},
+	    "only PSI memory pressure shrinks the budget.\n"
+	    "The cgroup's limit (v1 or v2) is the tightest of the daemon's memory\n"
+	    "cgroup and its ancestors, read at mount.\n"
+	    "A given value above half of that limit (or of the node's RAM, when\n"
+	    "smaller) is refused.\n"},
     {.name = "mem_pressure",
      .kind = OPT_ENUM,
      FIELD(mem_pressure),
@@ -156,6 +161,24 @@ const struct opt_spec opt_table[] = {
 	    "takes each block from RAM or from the newest record that has it. With\n"
 	    ".BR restore ,\n"
 	    "the whole chunk is read back first (the pre-0.3 behaviour).\n"},
+    {.name = "admit",
+     .kind = OPT_ENUM,
+     FIELD(admit_reread),
+     WORDS({"reread", 1, 0}, {"always", 0, 0}),
+     .def = "reread",
+     .meta = "reread|always",
+     .help = "reread: cold data read once is read from its segment, it enters RAM when read again",
+     .man_tag = ".BR %s= reread | always",
+     .man = "What deserves RAM. With\n"
+	    ".BR reread ,\n"
+	    "a cold chunk read for the first time is read from its segment straight into\n"
+	    "the reply and stays cold (data read once, such as a Ray restore or a scan,\n"
+	    "is not staged in RAM); a second read of it soon enough that it would still\n"
+	    "be in RAM (for a random reader, its 8th read of the chunk), a warm, a pin\n"
+	    "or a write brings it into RAM. With\n"
+	    ".BR always ,\n"
+	    "every cold chunk read comes back into RAM (random readers excepted: the\n"
+	    "pre-0.4 behaviour).\n"},
     {.name = "keep_hot",
      .kind = OPT_FLAG,
      FIELD(keep_hot),
@@ -362,15 +385,26 @@ const struct opt_spec opt_table[] = {
      .kind = OPT_ENUM,
      FIELD(restore),
      WORDS({"open", RESTORE_OPEN, 0}, {"lazy", RESTORE_LAZY, 0}),
-     .def = "open",
+     .def = "lazy",
      .meta = "open|lazy",
-     .help = "open: restore a cold file in the background on open; lazy: only chunks read",
-     .man_tag = ".BR %s= { open | lazy }",
-     .man = ".BR open :\n"
-	    "opening a file that has cold chunks restores all of them in the background\n"
-	    "(reads of chunks not yet back are served first).\n"
-	    ".BR lazy :\n"
-	    "only the chunks that are read come back.\n"},
+     .help = "lazy: cold chunks come back as they are read; open: also in the background on open",
+     .man_tag = ".BR %s= { lazy | open }",
+     .man = ".BR lazy :\n"
+	    "cold chunks come back only as they are read (and as\n"
+	    ".B admit\n"
+	    "lets them: with\n"
+	    ".BR admit=reread ,\n"
+	    "a first read reads them from their segments).\n"
+	    ".BR open :\n"
+	    "opening a file also restores in the background its cold chunks that\n"
+	    ".B admit\n"
+	    "lets into RAM: with\n"
+	    ".BR admit=reread ,\n"
+	    "those read before (a working set opened again); with\n"
+	    ".BR admit=always ,\n"
+	    "all of them (reads of chunks not yet back are served first). Ray, which\n"
+	    "reopens its spill file for every object, wants\n"
+	    ".BR lazy .\n"},
     {.name = "write_wait",
      .kind = OPT_DURATION,
      FIELD(write_wait_ms),
@@ -497,6 +531,22 @@ const struct opt_spec opt_table[] = {
 	    ".BR pread (2)/ pwrite (2)\n"
 	    "(for hosts where io_uring misbehaves, and for fault injection with\n"
 	    "libfiu).\n"},
+    {.name = "io_uring",
+     .kind = OPT_ENUM,
+     FIELD(io_uring),
+     WORDS({"on", 1, 0}, {"off", 0, 0}),
+     .flags = OPT_BARE,
+     .def = "off",
+     .meta = "on|off",
+     .help = "on: FUSE requests over io_uring (libfuse 3.18+, kernel fuse enable_uring=Y)",
+     .man_tag = ".BR %s= on | off",
+     .man = "Take FUSE requests over io_uring rings (one per CPU) instead of reading\n"
+	    ".IR /dev/fuse .\n"
+	    "Needs libfuse 3.18 or newer and a kernel with FUSE over io_uring (Linux\n"
+	    "6.14+, CONFIG_FUSE_IO_URING) whose module parameter\n"
+	    ".I /sys/module/fuse/parameters/enable_uring\n"
+	    "is Y; without them the mount says why in its log and runs as with\n"
+	    ".BR off .\n"},
     {.name = "log_level",
      .kind = OPT_ENUM,
      FIELD(log_level),
@@ -740,11 +790,14 @@ static void one_line(char *s)
 }
 
 /* Defaults computed from the machine (hot_dir's filesystem, the node's
- * memory): hot_size, hot_min, mem_reserve, when not given. */
+ * memory and the daemon's memory cgroup): hot_size, hot_min, mem_reserve,
+ * when not given. A given mem_reserve above half of what the daemon may
+ * have is refused, not clamped: an explicit value is honoured or refused
+ * (docs/ram.md); the default follows the cgroup. */
 static int opt_computed_defaults(struct opt_ctx *c)
 {
 	struct spw_config *cfg = c->cfg;
-	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	struct pressure_mem mem;
 	struct statvfs sv;
 
 	if (statvfs(cfg->hot_dir, &sv) < 0)
@@ -761,13 +814,20 @@ static int opt_computed_defaults(struct opt_ctx *c)
 	if (!opt_given(c, "hot_min"))
 		cfg->hot_min = cfg->hot_size / 8 > cfg->chunk_size * 2 ? cfg->hot_size / 8
 								       : cfg->chunk_size * 2;
-	if (!opt_given(c, "mem_reserve"))
-		cfg->mem_reserve = ram / 20 < 1 * GiB ? ram / 20 : 1 * GiB;
-	else if (cfg->mem_reserve >= ram)
+	pressure_probe(&mem);
+	cfg->mem_limit = mem.limit;
+	cfg->mem_limit_cgroup = mem.of_cgroup;
+	cfg->mem_reserve_given = opt_given(c, "mem_reserve");
+	if (!cfg->mem_reserve_given)
+		cfg->mem_reserve = mem.reserve;
+	else if (cfg->mem_reserve > mem.limit / 2)
 		return opt_fail(c,
-			    "option 'mem_reserve': invalid value '%s': must be below the node's "
-			    "memory (%lluM), or 0/off",
-			    opt_raw(c, "mem_reserve"), (unsigned long long)(ram >> 20));
+			    "option 'mem_reserve': invalid value '%s': at most half of %s (%lluM "
+			    "of %lluM), or 0/off; unset, it is 5%% of that",
+			    opt_raw(c, "mem_reserve"),
+			    mem.of_cgroup ? "the daemon's memory cgroup limit" : "the node's RAM",
+			    (unsigned long long)(mem.limit / 2 >> 20),
+			    (unsigned long long)(mem.limit >> 20));
 	return 0;
 }
 

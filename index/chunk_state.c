@@ -1,15 +1,15 @@
 /*
  * chunk_state — the one writer of a chunk's residency state (index.h, enum
  * chunk_state) and the table of the moves a chunk may make. Every change of
- * ch->state goes through chunk_set_state(); debug builds (no NDEBUG) abort
- * on a move the table does not list, naming the inode, the chunk and both
- * states. Threading: the caller holds the chunk's inode lock.
+ * ch->state goes through chunk_set_state(); debug builds (no NDEBUG), and
+ * any build with SPW_CHECK_STATES (the hardening builds), abort on a move
+ * the table does not list, naming the inode, the chunk and both states. Threading: the caller holds the chunk's inode lock.
  */
 #include "index/index_i.h"
 
 #include "common/log.h"
 
-#include <assert.h>
+#include <stdlib.h>
 
 /*
  * The state machine: every legal move (from -> to), why, and where. A move
@@ -47,14 +47,20 @@
  *                         (recover.c)
  *           -> ABSENT     truncated or punched (tier_io.c)
  * RESTORING -> HOT_CLEAN  restored (restore.c)
- *           -> COLD       the restore failed (restore.c) or the direct read is
- *                         done (restore_read.c), a claim undone (tier_io.c)
+ *           -> COLD       the restore failed (restore.c) or the last direct
+ *                         reader is done (restore_read.c, restore.c: a chunk
+ *                         the admission filter keeps cold), a claim undone
+ *                         (tier_io.c)
  *           -> HOT_DIRTY  the claiming write is done (written)
  * Never: RESTORING -> ABSENT (truncate and punch wait for restores first),
  * SPILLING -> SPILLING or COLD (one spill at a time; a chunk is punched
  * only clean), RESTORING -> RESTORING (one restore at a time).
  */
-#ifndef NDEBUG /* the table is only read by the check */
+#if !defined(NDEBUG) || defined(SPW_CHECK_STATES)
+#define CHECK_STATES 1
+#endif
+
+#ifdef CHECK_STATES /* the table is only read by the check */
 #define TO(s) (1u << (s))
 static const uint8_t legal[] = {
     [CHUNK_ABSENT] = TO(CHUNK_HOT_DIRTY) | TO(CHUNK_COLD) | TO(CHUNK_ABSENT),
@@ -88,12 +94,13 @@ void chunk_set_state(struct inode *in, uint64_t c, enum chunk_state to)
 {
 	struct chunk *ch = &in->chunks[c];
 
-#ifndef NDEBUG
+#ifdef CHECK_STATES
 	if (c >= in->nchunks || !legal_move(ch->state, to)) {
-		log_err("chunk_set_state: inode %llu chunk %llu (of %u): %s -> %s is not a legal move",
+		log_err("chunk_set_state: inode %llu chunk %llu (of %u): %s -> %s is not a legal move "
+			"(index/chunk_state.c)",
 			(unsigned long long)in->ino, (unsigned long long)c, in->nchunks,
 			c < in->nchunks ? state_name(ch->state) : "-", state_name(to));
-		assert(!"illegal chunk state transition (index/chunk_state.c)");
+		abort();
 	}
 #endif
 	ch->state = (uint8_t)to;

@@ -41,6 +41,14 @@ struct chunk {
 	 * written since: the evictor drops it after the chunks used already
 	 * (tier/evict.c), or a slow reader would restore it twice */
 	uint8_t unread : 1;
+	/* admission (tier/admit): read since it last went cold (or a re-read
+	 * promoted it), and how far its readers went, in 16ths of the chunk:
+	 * what tells a second access from a stream going on */
+	uint8_t seen : 1;
+	uint8_t hw : 4;
+	/* written around (tier/admit): a streaming writer's chunk, written
+	 * under pressure: the evictor spills it first and lets it go */
+	uint8_t around : 1;
 	uint16_t pins;	/* reads/writes in flight on this chunk: not evictable */
 	uint32_t gen;	/* bumped by every write/punch of the chunk */
 	/* index tick of the last access (LRU), its low 32 bits: compare ages
@@ -135,7 +143,10 @@ struct inode {
 	int hot_fd;	    /* -1 when closed */
 	uint32_t hot_users; /* opens + internal users of hot_fd */
 	uint32_t nchunks;   /* < JRNL_MAX_CHUNKS (2^24) */
-	uint32_t open_count : 25;
+	uint32_t open_count : 24;
+	/* tier_io.c: written around (tier/admit) by a streaming writer under
+	 * pressure: what is left dirty at its last close goes too */
+	uint32_t around : 1;
 	/* tier_io.c: a read or write went through the daemon since the
 	 * kernel's copy was last dropped (it may hold pages of the file) */
 	uint32_t kcached : 1;

@@ -7,7 +7,9 @@
 #      (readers and writers mixed, pressure, kill -9), the racy tiering
 #      paths, small objects, the kill -9 durability rounds
 #      (SPW_CRASH_ROUNDS=4), a short fsx and writes over cold data
-#      (overlays: random writes, folds, kill -9, S3). The harness
+#      (overlays: random writes, folds, kill -9, S3), admission both ways
+#      (reads once, re-reads, write-around, its kill -9, fsx -A). The
+#      builds abort on an illegal chunk state move (SPW_CHECK_STATES). The harness
 #      fails a test when any program it started wrote a sanitizer report.
 # Usage: tests/sanitize.sh [BUILD_DIR]   (deps as for tests/run_all.sh)
 set -euo pipefail
@@ -43,5 +45,6 @@ run test_small_objects "" TestEvictFreesEverything TestNoWaitForRoomThatCannotCo
 run test_durability "SPW_CRASH_ROUNDS=4" TestCrash
 run test_fsx "SPW_FSX_SEEDS=1,2 SPW_FSX_OPS=3000"
 run test_overlay "" OverlayTest OverlayDurabilityTest OverlayS3Test
+run test_admission ""
 echo "sanitize: integration subset $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

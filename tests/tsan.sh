@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The ThreadSanitizer run of tests/run_all.sh (after tests/sanitize.sh), on
-# its own build dir (build-tsan: clang, -DSPW_SANITIZE=thread; never
+# its own build dir (build-tsan: clang, -DSPW_SANITIZE=thread, and
+# -DSPW_CHECK_STATES=ON: an illegal chunk state move aborts; never
 # installed):
 #   1. every unit test (ctest -L unit; the cmocka binaries are instrumented
 #      too: test_tier_races, test_maint, test_tier_policy run the evictor,
@@ -20,7 +21,10 @@
 #        test_durability TestCrash (SPW_CRASH_ROUNDS=4 kill -9 rounds),
 #          TestRemount, TestReboot (kill -9 recovery, hot_dir wiped)
 #        test_passthrough (all) and test_overlay OverlayTest,
-#          OverlayDurabilityTest (writes over cold data, folds, kill -9).
+#          OverlayDurabilityTest (writes over cold data, folds, kill -9)
+#        test_admission (all but its fsx runs: direct readers sharing a
+#          chunk, re-reads promoted, write-around racing overwrites and
+#          truncates, kill -9 while written around).
 # Measured (seconds, 2 cores, medians of 4 runs with an hour-long soak
 # beside them at load 20-25; docs/testing.md, "Hardening"): build 75 (from
 # an empty build-tsan), unit tests 75, integration 212 (tiering 58,
@@ -46,7 +50,7 @@ build="$top/build-tsan"
 t0=$SECONDS
 fuse=$(spw_libfuse "$top") # the libfuse users get: passthrough opens in play
 cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-	-DCMAKE_PREFIX_PATH="$fuse" -DSPW_SANITIZE=thread >/dev/null
+	-DCMAKE_PREFIX_PATH="$fuse" -DSPW_SANITIZE=thread -DSPW_CHECK_STATES=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 echo "tsan: build $((SECONDS - t0))s"
 fail=0
@@ -78,6 +82,7 @@ run test_small_objects "" TestEvictFreesEverything TestNoWaitForRoomThatCannotCo
 run test_ram_back "" TestUnmount TestElastic
 run test_durability "SPW_CRASH_ROUNDS=4" TestCrash TestRemount TestReboot
 run test_passthrough ""
+run test_admission "" TestReadOnce TestWriteAround TestWriteAroundKill9
 run test_overlay "" OverlayTest OverlayDurabilityTest
 echo "tsan: integration $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

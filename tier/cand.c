@@ -48,7 +48,7 @@ long cand_collect_file(struct tier *t, struct cand_set *cs, struct inode *in, in
 				continue;
 			struct cand cd = {
 			    .in = in, .c = c, .age = chunk_age(cs->now, ch->atime), .len = len, .state = ch->state,
-			    .unread = ch->unread};
+			    .unread = ch->unread, .around = ch->around && ch->state == CHUNK_HOT_DIRTY};
 			if (cand_push(cs, &cd) < 0) {
 				cs->oom = 1;
 				break;

@@ -22,6 +22,7 @@ struct cand {
 	uint32_t len;
 	uint8_t state;
 	uint8_t unread; /* restored ahead and not read yet (index.h) */
+	uint8_t around; /* dirty, written around (tier/admit): spilled first */
 };
 
 struct cand_set {

@@ -12,6 +12,10 @@
  *   and reads again.
  * - A crc mismatch is -EIO to the caller (counted as a crc error), never
  *   wrong bytes; a segment gone for good is -EIO too.
+ * - Three ways to read a record: whole, the blocks covering a range (both
+ *   into a seg_chunk the caller copies from), or a range straight into
+ *   the caller's aligned memory (cold_read_into: no copy for an aligned,
+ *   v3, record; segment.h seg_read_into says the contract).
  * Threading: any thread; no lock held or taken but the segment table's.
  */
 #include "tier/tier_i.h"
@@ -43,26 +47,41 @@ void cold_locate(struct tier *t, uint64_t ino, uint64_t c, const struct chunk_lo
 	locate(t, r);
 }
 
-static int read_at(struct cold_rec *r, uint64_t off, uint64_t len, int whole,
-		   struct seg_chunk *sc)
+/* How a record is read: whole, its blocks covering a range (into a
+ * seg_chunk), or a range straight into the caller's memory. */
+enum { RD_PART, RD_WHOLE, RD_INTO };
+
+struct rd {
+	int how;
+	uint64_t off, len;
+	struct seg_chunk *sc; /* RD_PART, RD_WHOLE */
+	void *dst;	      /* RD_INTO */
+	unsigned flags;
+	struct seg_into_stat *stat;
+};
+
+static int read_at(struct cold_rec *r, const struct rd *q)
 {
 	/* the one place a located record becomes the readers' footer entry */
 	struct seg_entry e = seg_loc_entry(r->ino, r->c, &r->loc);
 
 	if (!r->st)
 		return -ENOENT;
-	return whole ? seg_read_chunk(r->st, r->loc.seg_id, r->dev, &e, sc)
-		     : seg_read_part(r->st, r->loc.seg_id, r->dev, &e, off, len, sc);
+	if (q->how == RD_WHOLE)
+		return seg_read_chunk(r->st, r->loc.seg_id, r->dev, &e, q->sc);
+	if (q->how == RD_PART)
+		return seg_read_part(r->st, r->loc.seg_id, r->dev, &e, q->off, q->len, q->sc);
+	return seg_read_into(r->st, r->loc.seg_id, r->dev, &e, q->off, q->off + q->len, q->dst,
+			     q->flags, q->stat);
 }
 
-static int cold_read_at(struct tier *t, struct cold_rec *r, uint64_t off, uint64_t len,
-			int whole, struct seg_chunk *sc)
+static int cold_read_at(struct tier *t, struct cold_rec *r, const struct rd *q)
 {
-	int ret = read_at(r, off, len, whole, sc);
+	int ret = read_at(r, q);
 
 	/* moved to s3 since it was located: look it up again */
 	if (ret == -ENOENT && (ret = locate(t, r)) == 0)
-		ret = read_at(r, off, len, whole, sc);
+		ret = read_at(r, q);
 	if (ret == -EBADMSG) {
 		__atomic_add_fetch(&t->st.errors_crc, 1, __ATOMIC_RELAXED);
 		ret = -EIO; /* the caller sees an I/O error, never wrong bytes */
@@ -77,10 +96,25 @@ static int cold_read_at(struct tier *t, struct cold_rec *r, uint64_t off, uint64
 int cold_read(struct tier *t, struct cold_rec *r, uint64_t off, uint64_t len,
 	      struct seg_chunk *sc)
 {
-	return cold_read_at(t, r, off, len, 0, sc);
+	struct rd q = {.how = RD_PART, .off = off, .len = len, .sc = sc};
+
+	return cold_read_at(t, r, &q);
 }
 
 int cold_read_whole(struct tier *t, struct cold_rec *r, struct seg_chunk *sc)
 {
-	return cold_read_at(t, r, 0, 0, 1, sc);
+	struct rd q = {.how = RD_WHOLE, .sc = sc};
+
+	return cold_read_at(t, r, &q);
+}
+
+int cold_read_into(struct tier *t, struct cold_rec *r, uint64_t lo, uint64_t hi, void *dst,
+		   unsigned flags, struct seg_into_stat *stat)
+{
+	struct rd q = {.how = RD_INTO, .off = lo, .len = hi - lo, .dst = dst, .flags = flags,
+		       .stat = stat};
+
+	if (hi < lo)
+		return -EINVAL;
+	return cold_read_at(t, r, &q);
 }

@@ -13,19 +13,25 @@
  *   is below low_watermark x budget (budget: hot_size, less under pressure):
  *     1. drops HOT_CLEAN chunks that were read or written since they
  *        came into RAM, least recently used first (no I/O), but only those
- *        older than the oldest HOT_DIRTY chunk;
- *     2. gathers HOT_DIRTY chunks LRU-first, at least min_spill_size bytes,
+ *        older than the oldest HOT_DIRTY chunk (not written around);
+ *     2. gathers the HOT_DIRTY chunks written around (tier/admit: a
+ *        streaming writer's, under pressure), all of them, then HOT_DIRTY
+ *        chunks LRU-first, at least min_spill_size bytes,
  *        sorts them by (inode, chunk), cuts them into segments of about
  *        min_spill_size and writes up to io_workers segments in parallel.
  *        Under pressure (above hard_watermark, or a writer waiting) it also
- *        writes a partial segment rather than wait for min_spill_size.
- *        Then, if usage is still above low_watermark (no spill: too little
- *        dirty and no pressure, or the cold tier failing), the rest of the
- *        clean chunks, LRU first. Dropping every clean chunk before any
- *        dirty one, as step 1 once did, let the dirty chunks of files last
- *        written long ago fill the tier while the clean chunks of the files
- *        read a moment ago went: a session resumed twice in a row found its
- *        file cold (examples/integrations/sessions.py, test_sessions).
+ *        writes a partial segment rather than wait for min_spill_size, and
+ *        so it does for what a closed written-around file left. Written-
+ *        around chunks are spilled once a segment's worth is dirty even
+ *        below the thresholds, and the room they free is not asked of the
+ *        hot data (step 1 drops less). Then, if usage is still above
+ *        low_watermark (no spill: too little dirty and no pressure, or the
+ *        cold tier failing), the rest of the clean chunks, LRU first.
+ *        Dropping every clean chunk before any dirty one, as step 1 once
+ *        did, let the dirty chunks of files last written long ago fill the
+ *        tier while the clean chunks of the files read a moment ago went: a
+ *        session resumed twice in a row found its file cold
+ *        (examples/integrations/sessions.py, test_sessions).
  *     3. drops the HOT_CLEAN chunks restored ahead of a reader and not yet
  *        read (index.h: unread), LRU first: only what steps 1-2 left short,
  *        and only down to the spill threshold (or one chunk for a waiter).
@@ -50,6 +56,7 @@
  *   A batch's lock and the pool's are leaves too.
  */
 #include "tier/tier_i.h"
+#include "tier/admit/admit.h"
 #include "tier/cand.h"
 #include "tier/spill.h"
 #include "index/journal.h"
@@ -438,7 +445,7 @@ static int spill_batch(struct tier *t, struct cand *v, size_t n, uint64_t seg_by
  * reopens its file, and those are the oldest.) Returns whether any went
  * (the room is announced). */
 static int drop_clean(struct tier *t, struct cand *v, size_t n, int unread, uint64_t need,
-		      uint64_t *got)
+		      uint64_t *got, uint32_t *youngest)
 {
 	int dropped = 0;
 
@@ -448,6 +455,8 @@ static int drop_clean(struct tier *t, struct cand *v, size_t n, int unread, uint
 			continue;
 		uint64_t before = hot_used(t->hot);
 		drop_and_inval(t, cd->in, cd->c);
+		if (cd->age < *youngest)
+			*youngest = cd->age;
 		uint64_t after = hot_used(t->hot);
 		*got += before > after ? before - after : 0;
 		dropped = 1;
@@ -479,29 +488,49 @@ static int evict_round(struct tier *t)
 	struct evictor *e = t->ev;
 	uint64_t limit = hot_limit(t->hot);
 	uint64_t low = (uint64_t)(t->cfg->low_watermark * limit);
-	uint64_t used = usage(t), need, got = 0, dirty = 0;
+	uint64_t used = usage(t), need, rest, got = 0, dirty = 0, around = 0;
 	struct cand_set cs = {.now = (uint32_t)idx_tick_now(t->idx)};
 	size_t nd = 0;
-	int pressure = under_pressure(t), progress = 0, ret;
+	uint32_t youngest = UINT32_MAX, ahead = UINT32_MAX; /* ages let go */
+	int pressure = under_pressure(t), progress = 0, ret, flush;
+	uint64_t taken = admit_around_take(t, &flush);
 
-	if (used <= low && !pressure)
+	if (used <= low && !pressure && !flush && taken < t->cfg->min_spill_size) {
+		admit_around_put(t, taken, flush);
 		return -1;
-	need = used > low ? used - low : t->chunk_size;
+	}
+	need = used > low ? used - low : pressure ? t->chunk_size : 0;
 	cand_collect_hot(t, &cs);
-	cand_sort_lru(cs.v, cs.n);
+	/* chunks written around (tier/admit) go first, all of them: to the
+	 * front, and what they free is not asked of the rest */
+	for (size_t i = 0; i < cs.n; i++) {
+		if (!cs.v[i].around)
+			continue;
+		struct cand tmp = cs.v[nd];
+		cs.v[nd++] = cs.v[i];
+		cs.v[i] = tmp;
+		around += cs.v[nd - 1].len;
+	}
+	if (cs.n > nd) /* cs.v is NULL when cs.n is 0 */
+		cand_sort_lru(cs.v + nd, cs.n - nd);
+	/* what the rest must free; all of it under pressure (a writer waits:
+	 * no bet on the written-around chunks alone) */
+	rest = pressure ? need : need > around ? need - around : 0;
 
 	/* 1. clean chunks used already, LRU first, down to the oldest dirty
 	 * one: no I/O */
-	size_t older = 0;
+	size_t older = nd;
 	while (older < cs.n && cs.v[older].state != CHUNK_HOT_DIRTY)
 		older++;
-	progress = drop_clean(t, cs.v, older, 0, need, &got);
-	/* 2. dirty chunks, LRU first, batched into large segments */
-	if (got < need) {
-		uint64_t want = need - got;
-		if (want < t->cfg->min_spill_size)
+	progress = older > nd && drop_clean(t, cs.v + nd, older - nd, 0, rest, &got, &youngest);
+	/* 2. dirty chunks, batched into large segments: the written-around
+	 * ones, then LRU first what the rest must free */
+	dirty = around;
+	if (got < rest || (around && (around >= t->cfg->min_spill_size || flush || pressure))) {
+		uint64_t want = rest > got ? rest - got : 0;
+		if (want && want < t->cfg->min_spill_size)
 			want = t->cfg->min_spill_size;
-		for (size_t i = 0; i < cs.n && dirty < want; i++) {
+		for (size_t i = nd; i < cs.n && dirty - around < want; i++) {
 			if (cs.v[i].state != CHUNK_HOT_DIRTY)
 				continue;
 			/* dirty ones to the front; a swap keeps every
@@ -511,7 +540,7 @@ static int evict_round(struct tier *t)
 			cs.v[i] = tmp;
 			dirty += cs.v[nd - 1].len;
 		}
-		if (nd && (dirty >= t->cfg->min_spill_size || pressure)) {
+		if (nd && (dirty >= t->cfg->min_spill_size || pressure || flush)) {
 			cand_sort_location(cs.v, nd);
 			ret = spill_batch(t, cs.v, nd, t->cfg->min_spill_size, 1);
 			pthread_mutex_lock(&e->lock);
@@ -539,16 +568,22 @@ static int evict_round(struct tier *t)
 			}
 			pthread_mutex_unlock(&e->lock);
 			progress = ret == 0;
+			for (size_t i = 0; ret == 0 && i < nd; i++)
+				if (!cs.v[i].around && cs.v[i].age < youngest)
+					youngest = cs.v[i].age;
+			if (ret == 0)
+				around = 0; /* spilled (or rewritten meanwhile: dirty as any) */
 		}
 	}
+	admit_around_put(t, around, flush);
 	/* then the clean chunks newer than a dirty one, LRU first, if the
 	 * spill did not make the room (it dropped what it wrote: usage says).
 	 * Those step 1 dropped are met again and free nothing. */
 	uint64_t now = usage(t);
-	if (got < need && now > low && cs.n > nd) {
+	if (got < rest && now > low && cs.n > nd) {
 		uint64_t more = 0;
 		cand_sort_lru(cs.v + nd, cs.n - nd); /* step 2 moved some */
-		if (drop_clean(t, cs.v + nd, cs.n - nd, 0, now - low, &more))
+		if (drop_clean(t, cs.v + nd, cs.n - nd, 0, now - low, &more, &youngest))
 			progress = 1;
 		got += more;
 	}
@@ -559,9 +594,12 @@ static int evict_round(struct tier *t)
 	uint64_t need_ahead = used > thr ? used - thr : pressure ? t->chunk_size : 0;
 	if (got < need_ahead && cs.n > nd) { /* cs.v is NULL when cs.n is 0 */
 		cand_sort_lru(cs.v + nd, cs.n - nd); /* step 2 moved some */
-		if (drop_clean(t, cs.v + nd, cs.n - nd, 1, need_ahead, &got))
+		if (drop_clean(t, cs.v + nd, cs.n - nd, 1, need_ahead, &got, &ahead))
 			progress = 1;
 	}
+	/* the admission filter's horizon: chunks used this long ago go */
+	if (youngest != UINT32_MAX)
+		admit_note_evicted(t, youngest);
 	cand_free(t, &cs);
 	return progress;
 }
@@ -675,7 +713,9 @@ static void *evictor(void *arg)
 	while (!t->stopping) {
 		/* the budget moves under memory pressure (pressure.c) */
 		threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
-		int busy = usage(t) > threshold || e->writers_waiting + e->restores_waiting > 0;
+		int flush, busy = usage(t) > threshold ||
+				  e->writers_waiting + e->restores_waiting > 0 ||
+				  admit_around_ready(t, &flush);
 		if (!busy)
 			e->stuck = 0; /* idle: the next waiter gets a fresh round */
 		if (!busy) {
@@ -685,7 +725,8 @@ static void *evictor(void *arg)
 		if (t->stopping)
 			break;
 		threshold = (uint64_t)(t->cfg->spill_threshold * hot_limit(t->hot));
-		busy = usage(t) > threshold || e->writers_waiting + e->restores_waiting > 0;
+		busy = usage(t) > threshold || e->writers_waiting + e->restores_waiting > 0 ||
+		       admit_around_ready(t, &flush);
 		if (busy && clock_now_ns() < e->backoff_until) {
 			/* the cold tier failed a moment ago: wait out the backoff */
 			struct timespec dl = clock_deadline_ms(

@@ -74,15 +74,6 @@ static int entry_live(struct tier *t, uint64_t id, const struct seg_entry *e, st
 	return live;
 }
 
-/* Record bytes of e once rewritten in format v2: a v1 payload longer than a
- * block gains a map (its block crcs); anything else keeps its length. */
-static uint32_t v2_rec_len(const struct seg_entry *e)
-{
-	if ((e->flags & LOC_F_MAP) || e->len <= SEG_BLOCK)
-		return e->len;
-	return e->len + 8 + (e->len + SEG_BLOCK - 1) / SEG_BLOCK * 4 + SEG_MAP_TAIL;
-}
-
 /*
  * GC never rewrites a segment it cannot shrink: 1 when the live entries of
  * ents, rewritten, would not make a shorter segment than len bytes.
@@ -90,25 +81,29 @@ static uint32_t v2_rec_len(const struct seg_entry *e)
 static int compact_no_gain(struct tier *t, uint64_t id, uint64_t len, const struct seg_entry *ents,
 			   uint32_t n)
 {
-	uint32_t *lens = malloc((n ? n : 1) * sizeof(*lens)), k = 0;
+	uint32_t *lens = malloc((n ? n : 1) * 2 * sizeof(*lens)), *dlens = lens + (n ? n : 1), k = 0;
 	int ret;
 
 	if (!lens)
 		return 0; /* cannot tell: the rewrite itself fails on memory */
 	for (uint32_t i = 0; i < n; i++) {
 		struct inode *in;
-		if (entry_live(t, id, &ents[i], &in))
-			lens[k++] = v2_rec_len(&ents[i]);
+		if (entry_live(t, id, &ents[i], &in)) {
+			seg_v3_rec_size(&ents[i], &lens[k], &dlens[k]);
+			k++;
+		}
 		if (in)
 			idx_put(t->idx, in);
 	}
-	ret = k && seg_v2_len(lens, k) >= len;
+	ret = k && seg_v3_len(lens, dlens, k) >= len;
 	free(lens);
 	return ret;
 }
 
 /* Copy segment id's live chunks (their data extents, holes stay holes) into
- * a new segment, then relocate them. 1 when that would not shrink it. */
+ * a new segment (format v3: a large record's data goes from the read
+ * window to the device with no copy when its old record was aligned), then
+ * relocate them. 1 when that would not shrink it. */
 static int seg_compact(struct tier *t, uint64_t id)
 {
 	struct seg_entry *ents = NULL;

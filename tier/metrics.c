@@ -214,8 +214,12 @@ void metrics_write(struct tier *t, FILE *f)
 	counter(f, "spillway_buffer_replies_total",
 		"Cold reads answered from the verified read buffer.", c->buffer_replies);
 	counter(f, "spillway_direct_reads_total",
-		"Random reads of cold chunks answered from the cold tier without a restore.",
+		"Reads of cold chunks answered from the cold tier without a restore.",
 		c->direct_reads);
+	counter(f, "spillway_direct_read_bytes_total",
+		"Bytes of those reads (read once: not admitted into RAM).", c->direct_bytes);
+	counter(f, "spillway_written_around_files_total",
+		"Files a streaming writer wrote around RAM under pressure.", c->around_files);
 	counter(f, "spillway_overlay_writes_total",
 		"Writes that went over a chunk's cold copy instead of restoring it.",
 		c->ovl_writes);

@@ -27,14 +27,20 @@
  *   RAM back makes `available` rise by as much as `used` falls (the target
  *   stays put).
  * - Each change is logged once (info) and counted (pressure_get).
+ * - The daemon's own idle memory: every GIVE_BACK_MS (mem_pressure=off too)
+ *   the thread hands back the free heap (heap_give_back) and the pooled
+ *   I/O buffers (seg_buf_trim) once they have been still for that period:
+ *   what a burst took does not stay (issue 35: the RSS was 120-190 MiB).
  * Threading: the thread owns the decision state; st is protected by lock.
  */
 #include "tier/pressure.h"
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/heap.h"
 #include "common/log.h"
 #include "tier/hot.h"
+#include "tier/segment.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,8 +57,15 @@
 #define PSI_STEP_MS 1000
 #define HOLD_MS 10000
 #define STEP_MS 2000
+#define GIVE_BACK_MS 1000
 #define UNLIMITED (1ULL << 60)
 #define MS 1000000ULL
+
+/* The daemon's memory cgroup. */
+struct cg {
+	char dir[PATH_MAX]; /* its directory (under root) */
+	int ver;	    /* 0 none, 1, 2 */
+};
 
 struct pressure {
 	const struct spw_config *cfg;
@@ -60,12 +73,11 @@ struct pressure {
 	pressure_fn changed;
 	void *arg;
 	char root[1024];       /* prefix for /proc and /sys ("" = /) */
-	char cg_dir[PATH_MAX]; /* the daemon's memory cgroup directory */
-	int cg_ver;	       /* 0 none, 1, 2 */
+	struct cg cg;	       /* the daemon's memory cgroup */
 	int trig_fd;	       /* PSI trigger, or -1 */
 	uint64_t hold_ms, step_ms, psi_step_ms;
 	/* thread state */
-	uint64_t last_pressure_ns, last_change_ns, last_psi_step_ns;
+	uint64_t last_pressure_ns, last_change_ns, last_psi_step_ns, last_give_back_ns;
 	pthread_t th;
 	int started;
 	pthread_mutex_t lock;
@@ -124,22 +136,28 @@ static void read_psi(const char *path, double *some, double *full)
 		*full = strtod(p + 11, NULL);
 }
 
+static void root_path(const char *root, char *out, size_t len, const char *rel)
+{
+	if (snprintf(out, len, "%s/%s", root, rel) >= (int)len)
+		out[0] = '\0'; /* too long: reads fail, the signal counts as absent */
+}
+
 static void path_of(const struct pressure *p, char *out, size_t len, const char *rel)
 {
-	if (snprintf(out, len, "%s/%s", p->root, rel) >= (int)len)
-		out[0] = '\0'; /* too long: reads fail, the signal counts as absent */
+	root_path(p->root, out, len, rel);
 }
 
 /* Find the daemon's memory cgroup from proc/self/cgroup: v1 "N:memory:/x"
  * (or a list with memory in it), else v2 "0::/x" with memory files. */
-static void find_cgroup(struct pressure *p)
+static void find_cgroup(const char *root, struct cg *cg)
 {
 	char buf[4096], path[PATH_MAX], probe[PATH_MAX + 32], *line, *save = NULL;
 	char v2[PATH_MAX] = "";
 
-	path_of(p, path, sizeof(path), "proc/self/cgroup");
+	cg->ver = 0;
+	root_path(root, path, sizeof(path), "proc/self/cgroup");
 	if (read_text(path, buf, sizeof(buf)) <= 0)
-		return;
+		goto none;
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 		if (!c2)
@@ -152,28 +170,63 @@ static void find_cgroup(struct pressure *p)
 		char *ctl, *s2 = NULL;
 		for (ctl = strtok_r(c1 + 1, ",", &s2); ctl; ctl = strtok_r(NULL, ",", &s2))
 			if (!strcmp(ctl, "memory")) {
-				if (snprintf(p->cg_dir, sizeof(p->cg_dir),
-					     "%s/sys/fs/cgroup/memory%s", p->root,
-					     strcmp(c2 + 1, "/") ? c2 + 1 : "") >=
-				    (int)sizeof(p->cg_dir))
+				if (snprintf(cg->dir, sizeof(cg->dir), "%s/sys/fs/cgroup/memory%s",
+					     root, strcmp(c2 + 1, "/") ? c2 + 1 : "") >=
+				    (int)sizeof(cg->dir))
 					continue;
-				snprintf(probe, sizeof(probe), "%s/memory.limit_in_bytes",
-					 p->cg_dir);
+				snprintf(probe, sizeof(probe), "%s/memory.limit_in_bytes", cg->dir);
 				if (access(probe, R_OK) == 0) {
-					p->cg_ver = 1;
+					cg->ver = 1;
 					return;
 				}
 			}
 	}
-	if (v2[0] && snprintf(p->cg_dir, sizeof(p->cg_dir), "%s/sys/fs/cgroup%s", p->root,
-			      strcmp(v2, "/") ? v2 : "") < (int)sizeof(p->cg_dir)) {
-		snprintf(probe, sizeof(probe), "%s/memory.current", p->cg_dir);
+	if (v2[0] && snprintf(cg->dir, sizeof(cg->dir), "%s/sys/fs/cgroup%s", root,
+			      strcmp(v2, "/") ? v2 : "") < (int)sizeof(cg->dir)) {
+		snprintf(probe, sizeof(probe), "%s/memory.current", cg->dir);
 		if (access(probe, R_OK) == 0) {
-			p->cg_ver = 2;
+			cg->ver = 2;
 			return;
 		}
 	}
-	p->cg_dir[0] = '\0';
+none:
+	cg->dir[0] = '\0';
+}
+
+/* The cgroup's limit, or UNLIMITED. v1: memory.limit_in_bytes, or a
+ * tighter hierarchical_memory_limit (an ancestor's). v2: the least
+ * memory.max / memory.high of the cgroup and its ancestors up to the root
+ * of the hierarchy (v2 has no hierarchical figure). */
+static uint64_t cg_limit(const char *root, const struct cg *cg)
+{
+	char path[PATH_MAX + 64], top[PATH_MAX], dir[PATH_MAX];
+	uint64_t limit = UNLIMITED, v;
+
+	if (cg->ver == 1) {
+		snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", cg->dir);
+		limit = read_limit(path);
+		snprintf(path, sizeof(path), "%s/memory.stat", cg->dir);
+		v = read_key(path, "hierarchical_memory_limit", 1);
+		if (v && v < limit)
+			limit = v;
+	} else if (cg->ver == 2) {
+		snprintf(top, sizeof(top), "%s/sys/fs/cgroup", root);
+		snprintf(dir, sizeof(dir), "%s", cg->dir);
+		for (;;) {
+			char *slash;
+			snprintf(path, sizeof(path), "%s/memory.max", dir);
+			if ((v = read_limit(path)) < limit)
+				limit = v;
+			snprintf(path, sizeof(path), "%s/memory.high", dir);
+			if ((v = read_limit(path)) < limit)
+				limit = v;
+			if (!strcmp(dir, top) || !(slash = strrchr(dir, '/')) ||
+			    (size_t)(slash - dir) < strlen(top))
+				break;
+			*slash = '\0';
+		}
+	}
+	return limit;
 }
 
 /* Read every signal into s (the budget fields are left alone). */
@@ -187,35 +240,22 @@ static void read_signals(struct pressure *p, struct pressure_stats *s)
 	s->psi_some10 = s->psi_full10 = 0;
 	path_of(p, path, sizeof(path), "proc/pressure/memory");
 	read_psi(path, &s->psi_some10, &s->psi_full10);
-	if (p->cg_ver == 2) {
-		uint64_t high;
-		double some = 0, full = 0;
-		snprintf(path, sizeof(path), "%s/memory.max", p->cg_dir);
-		limit = read_limit(path);
-		snprintf(path, sizeof(path), "%s/memory.high", p->cg_dir);
-		high = read_limit(path);
-		limit = high < limit ? high : limit;
-		snprintf(path, sizeof(path), "%s/memory.current", p->cg_dir);
+	if (p->cg.ver) {
+		int v2 = p->cg.ver == 2;
+		limit = cg_limit(p->root, &p->cg);
+		snprintf(path, sizeof(path), "%s/%s", p->cg.dir,
+			 v2 ? "memory.current" : "memory.usage_in_bytes");
 		usage = read_limit(path);
 		usage = usage == UNLIMITED ? 0 : usage;
-		snprintf(path, sizeof(path), "%s/memory.stat", p->cg_dir);
-		inactive = read_key(path, "inactive_file", 1);
-		snprintf(path, sizeof(path), "%s/memory.pressure", p->cg_dir);
+		snprintf(path, sizeof(path), "%s/memory.stat", p->cg.dir);
+		inactive = read_key(path, v2 ? "inactive_file" : "total_inactive_file", 1);
+	}
+	if (p->cg.ver == 2) {
+		double some = 0, full = 0;
+		snprintf(path, sizeof(path), "%s/memory.pressure", p->cg.dir);
 		read_psi(path, &some, &full);
 		s->psi_some10 = some > s->psi_some10 ? some : s->psi_some10;
 		s->psi_full10 = full > s->psi_full10 ? full : s->psi_full10;
-	} else if (p->cg_ver == 1) {
-		uint64_t hier;
-		snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", p->cg_dir);
-		limit = read_limit(path);
-		snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", p->cg_dir);
-		usage = read_limit(path);
-		usage = usage == UNLIMITED ? 0 : usage;
-		snprintf(path, sizeof(path), "%s/memory.stat", p->cg_dir);
-		inactive = read_key(path, "total_inactive_file", 1);
-		hier = read_key(path, "hierarchical_memory_limit", 1);
-		if (hier && hier < limit)
-			limit = hier;
 	}
 	if (limit >= UNLIMITED) {
 		s->cg_limit = s->cg_usage = 0;
@@ -229,6 +269,37 @@ static void read_signals(struct pressure *p, struct pressure_stats *s)
 		if (a < s->available)
 			s->available = a;
 	}
+}
+
+/* The root for /proc and /sys: $SPW_PROC_ROOT, "" for / . */
+static void proc_root(char *out, size_t len)
+{
+	const char *root = getenv("SPW_PROC_ROOT");
+	snprintf(out, len, "%s", root && strcmp(root, "/") ? root : "");
+}
+
+void pressure_probe(struct pressure_mem *out)
+{
+	char root[1024], path[PATH_MAX];
+	struct cg cg;
+	uint64_t limit;
+
+	memset(out, 0, sizeof(*out));
+	proc_root(root, sizeof(root));
+	root_path(root, path, sizeof(path), "proc/meminfo");
+	out->ram = read_key(path, "MemTotal", 1024);
+	if (!out->ram)
+		out->ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	find_cgroup(root, &cg);
+	limit = cg_limit(root, &cg);
+	out->cgroup = cg.ver;
+	out->cg_limit = limit < UNLIMITED ? limit : 0;
+	out->of_cgroup = out->cg_limit && out->cg_limit < out->ram;
+	out->limit = out->of_cgroup ? out->cg_limit : out->ram;
+	/* 5%, in whole MiB (the log shows MiB), at least 1 MiB: 0 means off */
+	out->reserve = out->limit / 20 < PRESSURE_RESERVE_CAP ? out->limit / 20
+							      : PRESSURE_RESERVE_CAP;
+	out->reserve = out->reserve >> 20 ? out->reserve >> 20 << 20 : 1ULL << 20;
 }
 
 /* One decision: read the signals, move the budget if the rule says so. */
@@ -305,6 +376,23 @@ static void sample(struct pressure *p)
 		p->changed(p->arg, budget, nb);
 }
 
+/* The daemon's idle memory back to the kernel (DESIGN). */
+static void give_back(struct pressure *p)
+{
+	uint64_t now = clock_now_ns();
+	size_t bufs;
+	int heap;
+
+	if (now - p->last_give_back_ns < GIVE_BACK_MS * MS)
+		return;
+	p->last_give_back_ns = now;
+	heap = heap_give_back();
+	bufs = seg_buf_trim();
+	if (heap || bufs)
+		log_debug("idle memory given back:%s %zuM of pooled I/O buffers",
+			  heap ? " the free heap," : "", bufs >> 20);
+}
+
 static void *pressure_thread(void *arg)
 {
 	struct pressure *p = arg;
@@ -314,7 +402,9 @@ static void *pressure_thread(void *arg)
 		pthread_mutex_unlock(&p->lock);
 		if (stop)
 			break;
-		sample(p);
+		if (p->cfg->mem_pressure)
+			sample(p);
+		give_back(p);
 		if (p->trig_fd >= 0) {
 			/* a trigger event wakes us early; stop is seen within SAMPLE_MS */
 			struct pollfd pf = {.fd = p->trig_fd, .events = POLLPRI};
@@ -348,7 +438,6 @@ int pressure_new(const struct spw_config *cfg, struct hot *hot, pressure_fn chan
 		 struct pressure **out)
 {
 	struct pressure *p = calloc(1, sizeof(*p));
-	const char *root = getenv("SPW_PROC_ROOT");
 
 	if (!p)
 		return -ENOMEM;
@@ -357,7 +446,7 @@ int pressure_new(const struct spw_config *cfg, struct hot *hot, pressure_fn chan
 	p->changed = changed;
 	p->arg = arg;
 	p->trig_fd = -1;
-	snprintf(p->root, sizeof(p->root), "%s", root && strcmp(root, "/") ? root : "");
+	proc_root(p->root, sizeof(p->root));
 	p->hold_ms = env_ms("SPW_PRESSURE_HOLD_MS", HOLD_MS);
 	p->step_ms = env_ms("SPW_PRESSURE_STEP_MS", STEP_MS);
 	p->psi_step_ms = env_ms("SPW_PRESSURE_PSI_STEP_MS", PSI_STEP_MS);
@@ -368,20 +457,35 @@ int pressure_new(const struct spw_config *cfg, struct hot *hot, pressure_fn chan
 	p->st.hot_size = cfg->hot_size;
 	p->st.hot_min = cfg->hot_min;
 	p->st.mem_reserve = cfg->mem_reserve;
+	p->st.reserve_given = cfg->mem_reserve_given;
+	p->st.limit_cgroup = cfg->mem_limit_cgroup;
+	p->st.mem_limit = cfg->mem_limit;
 	if (cfg->mem_pressure)
-		find_cgroup(p);
-	p->st.cgroup = p->cg_ver;
+		find_cgroup(p->root, &p->cg);
+	p->st.cgroup = p->cg.ver;
 	*out = p;
 	return 0;
 }
 
+/* Where mem_reserve came from, for the mount's log line. */
+static void reserve_why(const struct spw_config *cfg, char *out, size_t len)
+{
+	const char *of = cfg->mem_limit_cgroup ? "the memory cgroup's limit" : "the node's RAM";
+	unsigned long long lim = cfg->mem_limit >> 20;
+	if (cfg->mem_reserve_given)
+		snprintf(out, len, "given; %s is %lluM", of, lim);
+	else
+		snprintf(out, len, "5%% of %s %lluM%s", of, lim,
+			 cfg->mem_reserve >= PRESSURE_RESERVE_CAP ? ", at most 1G" : "");
+}
+
 int pressure_start(struct pressure *p)
 {
-	char path[PATH_MAX + 32];
+	char path[PATH_MAX + 32], why[128];
 	int ret;
 
 	if (!p->cfg->mem_pressure)
-		return 0;
+		goto thread; /* only the idle memory's give-back */
 	path_of(p, path, sizeof(path), "proc/pressure/memory");
 	/* 150 ms of stall within 1 s wakes us at once (where the kernel lets us
 	 * create triggers); otherwise sampling every SAMPLE_MS */
@@ -395,14 +499,16 @@ int pressure_start(struct pressure *p)
 	p->st.psi_trigger = p->trig_fd >= 0;
 	pthread_mutex_unlock(&p->lock);
 	sample(p); /* the first decision before the first write */
+	reserve_why(p->cfg, why, sizeof(why));
 	log_info("memory pressure: following %s%s (cgroup %s%s), hot budget %lluM..%lluM, "
-		 "mem_reserve %lluM",
+		 "mem_reserve %lluM (%s)",
 		 p->root[0] ? p->root : "/proc",
 		 p->trig_fd >= 0 ? " with a PSI trigger" : ", sampled every 250 ms",
-		 p->cg_ver ? (p->cg_ver == 1 ? "v1 " : "v2 ") : "none", p->cg_dir,
+		 p->cg.ver ? (p->cg.ver == 1 ? "v1 " : "v2 ") : "none", p->cg.dir,
 		 (unsigned long long)(p->cfg->hot_min >> 20),
 		 (unsigned long long)(p->cfg->hot_size >> 20),
-		 (unsigned long long)(p->cfg->mem_reserve >> 20));
+		 (unsigned long long)(p->cfg->mem_reserve >> 20), why);
+thread:
 	if ((ret = pthread_create(&p->th, NULL, pressure_thread, p)) != 0)
 		return -ret;
 	p->started = 1;

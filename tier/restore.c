@@ -134,6 +134,13 @@ static void part_del(struct tier *t, struct rst_part *p)
 	pthread_mutex_unlock(&r->plock);
 }
 
+void rst_part_direct_end_locked(struct tier *t, struct inode *in, struct rst_part *p)
+{
+	chunk_set_state(in, p->c, CHUNK_COLD);
+	part_del(t, p);
+	idx_inode_wake(in);
+}
+
 int rst_part_has(const struct rst_part *p, uint32_t b0, uint32_t b1)
 {
 	for (uint32_t b = b0; b <= b1; b++)

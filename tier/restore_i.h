@@ -50,6 +50,10 @@ struct rst_part {
 	/* readers reading blocks of the chunk from its cold copy meanwhile
 	 * (restore_read.c, read_cold_copy_locked): the restore ends (and p goes) after them */
 	int beside;
+	/* no restore at all: readers reading the chunk's cold copy straight
+	 * into their answers (a direct read: the admission filter kept the
+	 * chunk out of RAM); counted in beside, the last one out ends it */
+	int direct;
 	uint64_t have[PART_BLKS / 64]; /* blocks in the hot file */
 };
 
@@ -58,6 +62,9 @@ struct rst_part {
 struct rst_part *rst_part_find(struct tier *t, uint64_t ino, uint64_t c);
 /* A new entry for (ino, c), no block in RAM; NULL without memory. */
 struct rst_part *rst_part_new(struct tier *t, uint64_t ino, uint64_t c);
+/* The last reader of direct entry p is done: the chunk COLD again (its
+ * readers woken), p gone. */
+void rst_part_direct_end_locked(struct tier *t, struct inode *in, struct rst_part *p);
 /* Are blocks [b0, b1] of p in the hot file? */
 int rst_part_has(const struct rst_part *p, uint32_t b0, uint32_t b1);
 /* First step of a partial restore of chunk r->c (the caller set it

@@ -9,8 +9,15 @@
  * - The plan is made under in->lock from the chunk's state and what the
  *   reader is (struct chunk_read: random, stream, the read in one chunk);
  *   an executor that waited or changed the chunk has it looked at again.
- *   Whether a random reader reads directly is decided at the first look
- *   (the chunk COLD, no worker restoring it) and kept.
+ *   Whether a reader reads directly, leaving the chunk cold, is decided
+ *   at the first look and kept: with admit=reread the admission filter's
+ *   verdict (tier/admit: a first access reads directly, a re-read comes
+ *   into RAM), with admit=always only a random reader's; never for a
+ *   chunk a worker has queued or is restoring into RAM.
+ * - Direct readers of one chunk share it: the first sets it RESTORING
+ *   (writers, truncates and the maintenance worker wait; its segment
+ *   stays) with a direct entry in the restore table, the others join it,
+ *   and the last one out sets it COLD again (rst_part_direct_end_locked).
  * - The chunk's record is located once per read (cold_locate: one note of
  *   the segment's access for demotion) and passed down to the executor;
  *   it is located again only when the chunk has another record by then, or
@@ -20,6 +27,7 @@
  *   restores themselves (whole, partial) are restore.c's.
  * Threading: in->lock held, dropped during I/O (tier_i.h).
  */
+#include "tier/admit/admit.h"
 #include "tier/restore_i.h"
 #include "tier/tier_i.h"
 
@@ -55,8 +63,10 @@ static int read_cold_copy_locked(struct tier *t, struct inode *in, struct chunk_
 	}
 	seg_chunk_free(&sc);
 	idx_inode_lock(in);
-	if (ret == 0)
+	if (ret == 0) {
 		__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&t->st.direct_bytes, hi - lo, __ATOMIC_RELAXED);
+	}
 	return ret;
 }
 
@@ -87,7 +97,7 @@ enum plan_kind {
 struct read_plan {
 	enum plan_kind kind;
 	int looked;	     /* the first look was taken (direct decided) */
-	int direct;	     /* a random reader found the chunk COLD, no worker on it */
+	int direct;	     /* read it directly (decided at the first look) */
 	int located;	     /* rec is set */
 	struct cold_rec rec; /* the chunk's record, located once per read */
 	struct rst_part *p;  /* PUBLISHED, BESIDE: the restore in blocks */
@@ -133,6 +143,25 @@ static enum plan_kind plan_cold(struct tier *t, struct inode *in, struct chunk_r
 	return PLAN_WHOLE;
 }
 
+/* Does the read leave the chunk cold, reading its cold copy directly? At
+ * the first look only (the admission filter notes the access). */
+static int plan_direct(struct tier *t, struct inode *in, struct chunk_read *r)
+{
+	const struct chunk *ch = &in->chunks[r->c];
+	const struct rst_part *p;
+
+	if (!r->one || ch->queued || !in_cold(ch))
+		return 0;
+	if (!t->cfg->admit_reread)
+		return r->random && ch->state == CHUNK_COLD;
+	/* being restored into RAM: admitted already */
+	if (ch->state == CHUNK_RESTORING && (!(p = rst_part_find(t, in->ino, r->c)) || !p->direct))
+		return 0;
+	r->promoted = admit_read_locked(t, in, r->c, r->lo, r->hi, r->random, r->near,
+					r->again) == ADMIT_PROMOTE;
+	return !r->promoted;
+}
+
 static enum plan_kind read_plan_locked(struct tier *t, struct inode *in, struct chunk_read *r,
 				       struct read_plan *pl)
 {
@@ -141,10 +170,7 @@ static enum plan_kind read_plan_locked(struct tier *t, struct inode *in, struct 
 	int mem_ok;
 
 	if (!pl->looked) {
-		/* a random reader's read of a chunk it finds COLD, and no
-		 * worker restoring: read directly (decided at the first look) */
-		pl->direct = r->random && r->one &&
-			     ch->state == CHUNK_COLD && !ch->queued;
+		pl->direct = plan_direct(t, in, r);
 		pl->looked = 1;
 	}
 	if (!in_cold(ch))
@@ -153,6 +179,9 @@ static enum plan_kind read_plan_locked(struct tier *t, struct inode *in, struct 
 	mem_ok = r->one && r->hi <= tier_chunk_len(t, in->size, r->c);
 	if (ch->state == CHUNK_RESTORING) {
 		pl->p = rst_part_find(t, in->ino, r->c);
+		/* direct readers: join them, or wait to bring it into RAM */
+		if (pl->p && pl->p->direct)
+			return pl->direct && mem_ok ? PLAN_BESIDE : PLAN_WAIT;
 		if (!pl->p || pl->p->failed)
 			return PLAN_WAIT;
 		if (rst_part_has(pl->p, b0, b1))
@@ -217,14 +246,19 @@ static int run_published(struct tier *t, struct inode *in, struct chunk_read *r,
 }
 
 /* A restore in blocks (pl->p) holds the cold copy still: read the range
- * from it rather than wait for its turn (the restore ends after us). */
+ * from it rather than wait for its turn (the restore ends after us). Or
+ * pl->p is a direct entry: read it with the other direct readers; the
+ * last one out sets the chunk COLD again. */
 static int run_beside(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
 {
+	struct rst_part *p = pl->p;
 	int ret;
 
-	pl->p->beside++;
+	p->beside++;
 	ret = read_cold_copy_locked(t, in, r, &pl->rec);
-	pl->p->beside--;
+	r->direct = p->direct;
+	if (--p->beside == 0 && p->direct)
+		rst_part_direct_end_locked(t, in, p);
 	idx_inode_wake(in);
 	return ret;
 }
@@ -236,14 +270,21 @@ static int run_wait(struct tier *t, struct inode *in, struct chunk_read *r, stru
 	return PLAN_AGAIN;
 }
 
-/* RESTORING meanwhile (no p: other readers and writers wait, the
- * maintenance worker keeps the segment), COLD again after. */
+/* RESTORING meanwhile, with a direct entry that other direct readers
+ * join (writers wait, the maintenance worker keeps the segment), COLD
+ * again after the last of them. Without memory for the entry, alone. */
 static int run_direct(struct tier *t, struct inode *in, struct chunk_read *r, struct read_plan *pl)
 {
 	int ret;
 
 	chunk_set_state(in, r->c, CHUNK_RESTORING);
+	if ((pl->p = rst_part_new(t, in->ino, r->c))) {
+		pl->p->direct = 1;
+		pl->p->rec = pl->rec;
+		return run_beside(t, in, r, pl);
+	}
 	ret = read_cold_copy_locked(t, in, r, &pl->rec);
+	r->direct = 1;
 	chunk_set_state(in, r->c, CHUNK_COLD);
 	idx_inode_wake(in);
 	return ret;
@@ -267,7 +308,9 @@ static int run_direct_chain(struct tier *t, struct inode *in, struct chunk_read 
 		return ret;
 	}
 	r->mem = r->buf;
+	r->direct = 1;
 	__atomic_add_fetch(&t->st.direct_reads, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&t->st.direct_bytes, r->hi - r->lo, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -317,6 +360,8 @@ int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r)
 	r->tier = -1;
 	r->mem = NULL;
 	r->buf = NULL;
+	r->direct = 0;
+	r->promoted = 0;
 	do {
 		pl.kind = read_plan_locked(t, in, r, &pl);
 		ret = plan_run[pl.kind](t, in, r, &pl);

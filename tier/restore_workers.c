@@ -7,6 +7,7 @@
  * below spill_threshold. Each job holds a ref on its inode; a chunk no
  * longer COLD is skipped; jobs still queued at stop are dropped.
  */
+#include "tier/admit/admit.h"
 #include "tier/restore.h"
 #include "tier/restore_i.h"
 #include "tier/tier_i.h"
@@ -68,7 +69,9 @@ void restore_file_async(struct tier *t, struct inode *in)
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		struct restore_job *j;
-		if (ch->state != CHUNK_COLD || ch->queued)
+		/* only what the admission filter lets into RAM (a chunk read
+		 * before: a working set opened again) */
+		if (ch->state != CHUNK_COLD || ch->queued || !admit_ahead_locked(t, in, c))
 			continue;
 		if (!(j = calloc(1, sizeof(*j))))
 			break;
@@ -104,8 +107,10 @@ void restore_ahead(struct tier *t, struct inode *in, uint64_t first, uint64_t la
 		return;
 	idx_inode_lock(in);
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
-		/* queued for prefetch (restore=open) or not: this goes first */
-		if (in->chunks[c].state != CHUNK_COLD || !(j = calloc(1, sizeof(*j))))
+		/* queued for prefetch (restore=open) or not: this goes first;
+		 * a chunk the stream would read once is not brought in */
+		if (in->chunks[c].state != CHUNK_COLD || !admit_ahead_locked(t, in, c) ||
+		    !(j = calloc(1, sizeof(*j))))
 			continue;
 		in->chunks[c].queued = 1;
 		j->in = in;

@@ -1,29 +1,48 @@
 /*
  * segment — the self-describing segment format, its writer and its readers.
- * A writer streams header, chunk records and footer to a store through a
- * 4 MiB aligned staging buffer; readers verify every byte they return
- * (header crc, footer crc, record maps, per-block crc32c) and report an
- * error with a log line naming the segment and offset on any mismatch or
- * short read. Readers take both format versions; the writer writes v2.
+ * A writer streams header, chunk records and footer to a store, through a
+ * 4 MiB aligned staging buffer for what is small or unaligned and straight
+ * from the caller's memory (the hot file's pages, an aligned buffer) for
+ * the 4 KiB-aligned data of large records (format v3); readers verify every
+ * byte they return (header crc, footer crc, record maps, per-block crc32c)
+ * and report an error with a log line naming the segment and offset on any
+ * mismatch or short read. Readers take all three format versions; the
+ * writer writes v3. docs/segments.md tells the format's story.
  * Threading: a seg_writer is used by one thread at a time; the readers and
  * the encode/decode functions are pure or use only the (thread-safe) store.
  *
- * Wire format, version 2 (the writer's), all integers little-endian:
+ * Wire format, version 3 (the writer's), all integers little-endian:
  *   header, bytes [0, 4096):
  *     0   u8[8]  magic "SPWSEG01"
- *     8   u32    format version (2; 1 for old segments, see below)
+ *     8   u32    format version (3; 2 and 1 for old segments, see below)
  *     12  u32    flags (0)
  *     16  u8[16] filesystem uuid
  *     32  u64    segment id
  *     40  ...    zero
  *     4092 u32   crc32c of bytes [0, 4092)
- *   data, from 4096: chunk records packed back to back, each starting at a
- *     multiple of SEG_REC_ALIGN (8) bytes; zero padding (< 8 bytes) between
- *     them is covered by no crc. A record is one of:
+ *   data, from 4096: chunk records back to back, two kinds of placement:
+ *     dense: a record whose data (below) is at most SEG_DENSE_MAX (64 KiB,
+ *       one block) bytes starts at the next multiple of SEG_REC_ALIGN (8);
+ *       small objects cost their size (they are read whole anyway).
+ *     aligned: every other record starts at the next multiple of SEG_ALIGN
+ *       (4 KiB), and its data extents are 4 KiB-granular: each extent's
+ *       chunk offset is a multiple of 4096, and so is its length, except
+ *       for an extent that ends at the chunk's length. So the data of
+ *       extent i starts 4 KiB-aligned in the segment as in the chunk, and
+ *       a block-aligned range of it moves with O_DIRECT between the segment
+ *       and any page-aligned memory that holds the chunk (a mapping of the
+ *       hot file, a reply buffer) with no copy. The writer widens finer
+ *       extents to whole pages (the bytes added are the chunk's: zeros in
+ *       its holes); tmpfs extents are whole pages already.
+ *     The bytes between records (< 8, or < 4096 before an aligned record)
+ *     are padding, covered by no crc and meaning nothing; so are the bytes
+ *     of a record the writer gave up on (its entry is not in the footer).
+ *     A record is one of:
  *     plain (entry flag LOC_F_MAP clear): the chunk is one data extent that
  *       starts at chunk offset 0 and is at most SEG_BLOCK bytes long; the
  *       record is those bytes, nothing else; the entry's crc is their
- *       crc32c (so it is also the crc of the record's only block).
+ *       crc32c (so it is also the crc of the record's only block). Always
+ *       dense.
  *     mapped (LOC_F_MAP set): every other chunk (bigger than a block, or
  *       sparse, or no data at all):
  *         data   the bytes of the chunk's data extents, back to back
@@ -34,41 +53,51 @@
  *                u32 extent count, u32 data length, u32 block size
  *                u32 crc32c of the map before this field
  *       The map sits behind the data so the writer can stream a chunk
- *       through its buffer and emit the block crcs after; a reader finds it
- *       from the record's end (the last 16 bytes give its length). The
- *       entry's crc is the map's crc.
+ *       through and emit the block crcs after; a reader finds it from the
+ *       record's end (the last 16 bytes give its length). The entry's crc
+ *       is the map's crc. Dense when the data is at most SEG_DENSE_MAX
+ *       bytes, else aligned.
  *     The index keeps (offset, record length, crc, LOC_F_MAP) per chunk:
  *     enough to read a plain record, or the map and then any of its blocks.
+ *     Nothing in the index says "aligned": a reader that wants to read
+ *     straight into its memory checks the record's offset and its map
+ *     (seg_read_into), so an old record that happens to be aligned is read
+ *     the same way.
  *   footer, the last footer_len bytes, starting right after the last
  *   record (or at 4096), so that the segment length is a multiple of 4096:
  *     zero padding (< 4096 bytes)
  *     entries, SEG_ENTRY_SIZE (44) bytes each:
- *       u64 ino, u64 chunk index, u32 generation, u32 flags (LOC_F_MAP),
- *       u64 record offset within the segment, u32 record length,
- *       u32 crc (above), u32 chunk length (its bytes in the file, holes
- *       included: --rebuild sizes files from it)
+ *       u64 ino, u64 chunk index, u32 generation, u32 flags (LOC_F_MAP,
+ *       SEG_F_OVL), u64 record offset within the segment, u32 record
+ *       length, u32 crc (above), u32 chunk length (its bytes in the file,
+ *       holes included: --rebuild sizes files from it)
  *     u32 count
  *     u32 footer crc32c over [footer start, here): the padding, entries, count
  *     u32 footer_len (padding + entries + trailer)
- *     u8[8] magic "SPWFOOT2"
+ *     u8[8] magic "SPWFOOT3"
  *
- * Block size: SEG_BLOCK = 64 KiB. A read from the middle of a chunk (the
- * coming fault-in of just the pages a reader wants) fetches and verifies
- * whole blocks: at 64 KiB that is one NVMe request of about the device's
- * optimal size (latency is flat up to ~64-128 KiB) and one S3 range that
- * costs no more than a 4 KiB one, and crc32c of it takes ~5 us, while the
- * crcs cost 4 bytes per 64 KiB (64 per 4 MiB chunk, 0.006 %). Smaller
- * blocks would multiply map size and crc calls for no faster read; larger
- * ones would make a 4 KiB fault read and hash far more than it needs.
+ * Block size: SEG_BLOCK = 64 KiB. A read from the middle of a chunk fetches
+ * and verifies whole blocks: at 64 KiB that is one NVMe request of about
+ * the device's optimal size (latency is flat up to ~64-128 KiB) and one S3
+ * range that costs no more than a 4 KiB one, and crc32c of it takes ~5 us,
+ * while the crcs cost 4 bytes per 64 KiB (64 per 4 MiB chunk, 0.006 %).
  * Records up to one block (every object under 64 KiB) need no map at all.
+ * Padding: an aligned record wastes < 4 KiB before it (< 0.1 % of a 4 MiB
+ * chunk); dense records waste < 8 bytes.
+ *
+ * Version 2 (still read, never written): the same records and footer
+ * (magic "SPWFOOT2"), every record dense (on 8 bytes), extents as tmpfs
+ * gave them. Its records read exactly like v3's; one that happens to start
+ * on 4 KiB with whole-page extents (the first of each segment) is read
+ * straight into memory too.
  *
  * Version 1 (still read, never written): records ("payloads") each start at
  * a 4 KiB-aligned offset and hold the whole chunk from offset 0, holes as
  * zeros; one crc32c per record; entries are 40 bytes: u64 ino, u64 chunk,
  * u64 generation, u32 length, u64 offset, u32 crc32c; footer magic
- * "SPWFOOT1". A v1 record reads exactly like a v2 plain record of any
- * length (one crc over the whole record), so index locations of v1 chunks
- * (no LOC_F_MAP) keep their meaning.
+ * "SPWFOOT1". A v1 record reads exactly like a plain record of any length
+ * (one crc over the whole record), so index locations of v1 chunks (no
+ * LOC_F_MAP) keep their meaning.
  */
 #ifndef SPW_SEGMENT_H
 #define SPW_SEGMENT_H
@@ -81,10 +110,11 @@
 
 #define SEG_ALIGN	    4096u
 #define SEG_HDR_SIZE	    4096u
-#define SEG_VERSION	    2u		 /* written; 1 and 2 are read */
-#define SEG_REC_ALIGN	    8u		 /* v2 record offsets */
-#define SEG_BLOCK	    (64u << 10) /* v2 bytes per block crc */
-#define SEG_ENTRY_SIZE	    44u		 /* v2 footer entry */
+#define SEG_VERSION	    3u		 /* written; 1, 2 and 3 are read */
+#define SEG_REC_ALIGN	    8u		 /* dense record offsets (v2: all records) */
+#define SEG_BLOCK	    (64u << 10) /* bytes per block crc (v2, v3) */
+#define SEG_DENSE_MAX	    SEG_BLOCK	 /* v3: records with more data start on SEG_ALIGN */
+#define SEG_ENTRY_SIZE	    44u		 /* v2/v3 footer entry */
 #define SEG_ENTRY_SIZE_V1   40u
 #define SEG_TRAILER_SIZE    20u	       /* count, crc, footer_len, magic */
 #define SEG_MAP_TAIL	    16u	       /* extent count, data length, block size, crc */
@@ -143,16 +173,17 @@ static inline struct seg_entry seg_loc_entry(uint64_t ino, uint64_t chunk,
 
 /* ---- pure encode/decode (no I/O) ---- */
 
-/* A version-2 header. */
+/* A header of the writer's version (SEG_VERSION). */
 void seg_header_encode(uint8_t buf[SEG_HDR_SIZE], const uint8_t uuid[16], uint64_t seg_id);
 /* 0, -EIO (bad magic or crc), -ENOTSUP (valid header of another version).
  * version may be NULL. */
 int seg_header_decode(const uint8_t buf[SEG_HDR_SIZE], uint8_t uuid[16], uint64_t *seg_id,
 		      uint32_t *version);
 
-/* Footer length for n (v2) entries after a body (header + records) of body_end bytes. */
+/* Footer length for n (v2/v3) entries after a body (header + records) of body_end bytes. */
 uint32_t seg_footer_len(uint64_t body_end, uint32_t n);
-/* Write the v2 footer, footer_len = seg_footer_len(body_end, n) bytes, into buf. */
+/* Write the footer of the writer's version, footer_len =
+ * seg_footer_len(body_end, n) bytes, into buf. */
 void seg_footer_encode(uint8_t *buf, uint32_t footer_len, const struct seg_entry *e, uint32_t n);
 /*
  * From the last SEG_TRAILER_SIZE bytes of a segment of seg_len bytes, get the
@@ -162,7 +193,7 @@ void seg_footer_encode(uint8_t *buf, uint32_t footer_len, const struct seg_entry
 int seg_trailer_decode(const uint8_t tail[SEG_TRAILER_SIZE], uint64_t seg_len,
 		       uint32_t *footer_len, uint32_t *version);
 /*
- * Verify and parse a whole footer of format version (1 or 2; the last
+ * Verify and parse a whole footer of format version (1, 2 or 3; the last
  * footer_len bytes of a segment of seg_len bytes): crc, count, and that each
  * entry lies inside the data area at an offset aligned for its version.
  * v1 entries decode with flags 0 and chunk_len = len. On success *entries
@@ -186,41 +217,99 @@ int seg_writer_new(struct store *st, const uint8_t uuid[16], uint64_t seg_id, ui
  * Append chunk (ino, chunk, gen) of chunk_len bytes whose data extents are
  * ext[0..next) (ascending, not overlapping, none empty, inside chunk_len;
  * next <= SEG_MAX_EXTENTS, 0 for a chunk of holes only) and whose extent
- * bytes are data, back to back. Plain record when it can be, else mapped.
- * *entry_out (may be NULL) gets its entry. 0, -EINVAL, -E2BIG (footer
- * full), -ENOMEM or a store -errno; after a store error the writer is only
- * good for seg_writer_abort().
+ * bytes are data, back to back. Plain record when it can be, else mapped;
+ * dense or aligned by its data length (above). *entry_out (may be NULL)
+ * gets its entry. 0, -EINVAL, -E2BIG (footer full), -ENOMEM or a store
+ * -errno; after a store error the writer is only good for
+ * seg_writer_abort().
+ * No copy (the write-around path): when data is 4 KiB-aligned, the extents
+ * are 4 KiB-granular (every offset a multiple of 4096, every length too
+ * but for an extent that ends at chunk_len), the record is aligned (more
+ * than SEG_DENSE_MAX bytes of data) and the store takes the caller's
+ * memory (put_window NULL: nvme), the data is appended straight from data
+ * (O_DIRECT), its block crcs taken there, and only a last partial page is
+ * copied (into the stage, beside the map). data must then stay unchanged
+ * during the call (the write is done when it returns). Anything else goes
+ * through the stage (one copy, as before).
  */
 int seg_writer_add_extents(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
 			   uint32_t chunk_len, const struct seg_extent *ext, uint32_t next,
 			   const void *data, struct seg_entry *entry_out);
-/* A chunk that is all data: len (1..SEG_MAX_CHUNK_LEN) bytes from offset 0. */
+/* A chunk that is all data: len (1..SEG_MAX_CHUNK_LEN) bytes from offset
+ * 0 (add_extents with one extent: the same no-copy rule). */
 int seg_writer_add(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
 		   const void *data, uint32_t len, struct seg_entry *entry_out);
+
+/*
+ * What the caller of seg_writer_add_fd says about the chunk's bytes once
+ * they were written straight from the hot file's pages (a write racing the
+ * spill may change them after their crcs were taken). fn(arg) is called
+ * after the record's bytes are in the segment, with the mapping still held,
+ * and returns:
+ *   SEG_FD_OK      nothing can have written the chunk meanwhile (no write
+ *                  in flight, generation unchanged): the record stands;
+ *   SEG_FD_RECHECK a write may be in flight: the pages are hashed again
+ *                  and the record stands only if every crc still matches;
+ *   SEG_FD_STALE   the chunk was written meanwhile: the record is dropped.
+ * A dropped record's bytes stay as padding and it gets no footer entry (so
+ * neither fsck nor --rebuild ever sees bytes that may not match their crc);
+ * add_fd then returns -ESTALE.
+ */
+enum { SEG_FD_OK = 0, SEG_FD_RECHECK = 1, SEG_FD_STALE = 2 };
+struct seg_fd_check {
+	int (*fn)(void *arg);
+	void *arg;
+};
+
 /*
  * A chunk of len bytes at fd_off of fd (the hot file): its data extents are
  * found with SEEK_DATA/SEEK_HOLE (holes are not stored; above
  * SEG_MAX_EXTENTS the smallest holes are stored as data; a file spilled
- * chunk after chunk is walked once, see segment.c) and read (pread, on the
- * calling thread: fd is a tmpfs file) into the staging buffer, the block
- * crcs taken as each piece lands. If fd is shorter than
- * fd_off + len (truncated meanwhile), yields fewer bytes, or fails, returns
- * -ENODATA or that -errno, records nothing, and the writer stays usable
- * (the bytes copied become padding).
+ * chunk after chunk is walked once, see segment_write.c).
+ * No bounce: when the record is aligned, fd_off is page-aligned and the
+ * store takes the caller's memory (nvme), the extents are mapped
+ * (read-only MAP_SHARED, only the data extents touched: a fault on a tmpfs
+ * hole would allocate a page), hashed and appended straight from the hot
+ * file's pages; check (may be NULL: SEG_FD_OK) then decides whether the
+ * record stands. THE CALLER MUST KEEP [fd_off, fd_off + len) FROM BEING
+ * TRUNCATED during the call: touching a mapped page past EOF is SIGBUS
+ * (spill.c: spill_wait_mapped_locked). Otherwise (S3's part buffers, an
+ * unaligned offset, a dense record, no mapping) the bytes are read (pread:
+ * no page is allocated) into the stage and hashed there, as in v2, and
+ * check is not called (the crcs are of the bytes written).
+ * If fd is shorter than fd_off + len (truncated before the call), yields
+ * fewer bytes, or fails, returns -ENODATA or that -errno, records nothing,
+ * and the writer stays usable (the bytes copied become padding); -ESTALE
+ * as above.
  */
 int seg_writer_add_fd(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen, int fd,
-		      uint64_t fd_off, uint32_t len, struct seg_entry *entry_out);
+		      uint64_t fd_off, uint32_t len, const struct seg_fd_check *check,
+		      struct seg_entry *entry_out);
+/* The same with the extents given (an overlay's dirty blocks, tier/chain.c)
+ * instead of found: ext as for seg_writer_add_extents, relative to fd_off. */
+int seg_writer_add_fd_ext(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
+			  int fd, uint64_t fd_off, uint32_t chunk_len, const struct seg_extent *ext,
+			  uint32_t next, const struct seg_fd_check *check,
+			  struct seg_entry *entry_out);
 /* The record added last is an overlay (SEG_F_OVL in its footer entry). */
 void seg_writer_mark_overlay(struct seg_writer *w);
 /* Segment bytes so far (header, records, padding; no footer). */
 uint64_t seg_writer_bytes(const struct seg_writer *w);
 /* Entries recorded so far. */
 uint32_t seg_writer_count(const struct seg_writer *w);
+/* Bytes appended straight from the caller's memory by this writer so far
+ * (no copy), and bytes staged (copied): tests and benchmarks. */
+void seg_writer_moved(const struct seg_writer *w, uint64_t *direct, uint64_t *staged);
 /*
- * Length of a v2 segment holding records of the given lengths, in order
- * (GC uses it to compact only what shrinks). Pure.
+ * Length of a v3 segment holding records of the given lengths (rec_len)
+ * whose data is data_len bytes (which places them: dense or aligned), in
+ * order. GC uses it to compact only what shrinks. Pure.
  */
-uint64_t seg_v2_len(const uint32_t *rec_len, uint32_t n);
+uint64_t seg_v3_len(const uint32_t *rec_len, const uint32_t *data_len, uint32_t n);
+/* A record's length and data length once rewritten in v3 (GC's estimate
+ * from a footer entry of any version: a v1 payload longer than a block
+ * gains a map; a map's size is taken as one extent's). */
+void seg_v3_rec_size(const struct seg_entry *e, uint32_t *rec_len, uint32_t *data_len);
 /*
  * Write the footer and make the segment durable (put_finish). *dev gets the
  * device, *seg_len the segment length (either may be NULL). Frees w always;
@@ -235,6 +324,11 @@ void seg_writer_abort(struct seg_writer *w);
 /* Aligned buffer for len bytes rounded up to SEG_ALIGN (at least one block); NULL if no memory. */
 void *seg_buf_alloc(size_t len);
 void seg_buf_free(void *buf);
+/* Unmap the recycled buffers kept for the next seg_buf_alloc when none was
+ * taken or given back since the previous call (call it about once a
+ * second: an idle pool goes back to the kernel, a busy one stays). Returns
+ * the bytes unmapped. Thread-safe. */
+size_t seg_buf_trim(void);
 
 #define SEG_CHUNK_INLINE 8 /* extents a seg_chunk holds without malloc */
 
@@ -292,6 +386,49 @@ void seg_map_cache_drop(void);
  */
 int seg_read_range(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
 		   uint64_t off, uint32_t len, void *dst);
+/*
+ * Read chunk bytes [lo, hi) of the record of e straight into dst (dst[0]
+ * is chunk byte lo), verifying every block it returns, with no copy where
+ * the layout allows: the admission path's direct read (into the reply
+ * buffer) and the restore's (into a mapping of the hot file).
+ * Contract:
+ *  - dst is 4 KiB-aligned and writable for align_up(hi - lo) bytes (the
+ *    last page may be read whole; bytes past hi - lo are left zero or
+ *    unchanged, never anything else).
+ *  - flags: SEG_INTO_HOLES leaves the bytes of holes untouched (dst maps
+ *    the hot file, whose holes are holes already: writing zeros there
+ *    would allocate pages); without it, holes, and anything past the
+ *    record's data, read as zeros.
+ *  - No copy when the record is aligned (v3, or an old one that happens to
+ *    be: mapped, 4 KiB-aligned offset, 4 KiB-granular extents) and lo is
+ *    4 KiB-aligned: every block that lies wholly inside [lo, hi) is read
+ *    by the store into dst where it belongs (O_DIRECT on nvme; S3 copies
+ *    from the socket, as always) and verified there. The blocks at the two
+ *    ends that reach outside [lo, hi), a plain record (at most a block,
+ *    one crc), a v1 payload and any unaligned record go through a window
+ *    buffer and are copied (the v2 way: at most two blocks of a range).
+ *  - *stat (may be NULL) gets the data bytes read straight into dst and
+ *    those copied (their sum: the data bytes of the range).
+ *  - 0, or -errno as seg_read_chunk (-EBADMSG: a crc or map mismatch,
+ *    logged). On error dst's bytes in [0, align_up(hi - lo)) are
+ *    undefined: they may hold bytes that failed their crc. Never serve
+ *    them; a mapping of the hot file must punch the range.
+ *  - hi - lo at most SEG_MAX_CHUNK_LEN, lo <= hi (else -EINVAL).
+ * The map comes from the map cache like seg_read_part's.
+ */
+#define SEG_INTO_HOLES 1u
+struct seg_into_stat {
+	uint64_t direct; /* data bytes the store read in place */
+	uint64_t copied; /* data bytes read through a window and copied */
+};
+int seg_read_into(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+		  uint64_t lo, uint64_t hi, void *dst, unsigned flags, struct seg_into_stat *stat);
+/*
+ * Is the record of e (read back whole as sc) laid out as format v3 places
+ * it: a record with more than SEG_DENSE_MAX bytes of data on a 4 KiB
+ * boundary with 4 KiB-granular extents? 1 or 0 (fsck checks v3 segments).
+ */
+int seg_layout_v3_ok(const struct seg_entry *e, const struct seg_chunk *sc);
 /*
  * Read and verify header and footer of a segment of seg_len bytes (from the
  * index, or list()), of either version. uuid_out and version may be NULL.

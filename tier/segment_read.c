@@ -1,7 +1,8 @@
 /*
  * segment_read.c — reading chunk records back from a segment: a whole
  * record (seg_read_chunk), the blocks covering a range (seg_read_part,
- * seg_read_range), a segment's manifest (seg_read_manifest).
+ * seg_read_range), a segment's manifest (seg_read_manifest); and the parts
+ * segment_into.c shares (a record's map, its block crcs, the window).
  * Guarantees: no length is trusted before it is checked against the
  * segment's (or the record's), and no byte is returned whose crc32c was not
  * verified: a mismatch is -EBADMSG and a log line naming segment and offset.
@@ -19,12 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/*
- * Read the aligned window around [off, off + len) of a segment: *buf gets
- * the buffer (seg_buf_free), *p points at off in it. 0 or -errno.
- */
-static int read_window(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off,
-		       uint64_t len, void **buf, const uint8_t **p)
+int seg_read_window(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t off,
+		    uint64_t len, void **buf, const uint8_t **p)
 {
 	uint64_t a = off / SEG_ALIGN * SEG_ALIGN, e = align_up(off + len);
 	int ret;
@@ -42,19 +39,13 @@ static int read_window(struct store *st, uint64_t seg_id, uint32_t dev, uint64_t
 	return 0;
 }
 
-/* A mapped record's map, once checked. */
-struct rmap {
-	uint32_t next, data_len, bsize, nblocks, map_len;
-	const uint8_t *crcs;	/* nblocks u32, in the read window */
-	struct seg_extent *ext; /* in_, or malloc'ed when more: rmap_free() */
-	struct seg_extent in_[SEG_CHUNK_INLINE];
-};
-
-static void rmap_free(struct rmap *m)
+void seg_rmap_free(struct rmap *m)
 {
 	if (m->ext != m->in_)
 		free(m->ext);
 	m->ext = NULL;
+	seg_buf_free(m->buf);
+	m->buf = NULL;
 }
 
 /* Sizes from the last SEG_MAP_TAIL bytes of a mapped record of rec_len bytes. */
@@ -105,12 +96,13 @@ static int map_decode(const uint8_t *map, uint32_t want_crc, struct rmap *m)
 	m->crcs = map + 8 * m->next;
 	return 0;
 bad:
-	rmap_free(m);
+	if (m->ext != m->in_)
+		free(m->ext);
+	m->ext = NULL;
 	return -EBADMSG;
 }
 
-/* Verify blocks [b0, b1] of the record's data; data points at block b0. */
-static int blocks_verify(const uint8_t *data, const struct rmap *m, uint32_t b0, uint32_t b1)
+int seg_blocks_verify(const uint8_t *data, const struct rmap *m, uint32_t b0, uint32_t b1)
 {
 	for (uint32_t b = b0; b <= b1 && b < m->nblocks; b++) {
 		uint64_t start = (uint64_t)b * m->bsize;
@@ -123,7 +115,7 @@ static int blocks_verify(const uint8_t *data, const struct rmap *m, uint32_t b0,
 	return 0;
 }
 
-static void log_read_err(uint64_t seg_id, uint32_t dev, const struct seg_entry *e, const char *what,
+void seg_log_read_err(uint64_t seg_id, uint32_t dev, const struct seg_entry *e, const char *what,
 			 int err)
 {
 	log_err("segment %016" PRIx64 " dev %u: %s of chunk record at offset %" PRIu64
@@ -134,16 +126,19 @@ static void log_read_err(uint64_t seg_id, uint32_t dev, const struct seg_entry *
 int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
 		   struct seg_chunk *out)
 {
-	struct rmap m = {0};
+	struct rmap m;
 	const uint8_t *p;
 	void *buf = NULL;
 	const char *what = "reading";
+
+	m.ext = NULL;
+	m.buf = NULL;
 	int ret;
 
 	memset(out, 0, sizeof(*out));
 	if (e->len == 0 || e->off < SEG_HDR_SIZE || (e->flags & ~SEG_F_ALL))
 		return -EINVAL;
-	ret = read_window(st, seg_id, dev, e->off, e->len, &buf, &p);
+	ret = seg_read_window(st, seg_id, dev, e->off, e->len, &buf, &p);
 	if (ret < 0)
 		goto out;
 	what = "verifying";
@@ -161,7 +156,7 @@ int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 		    (ret = map_decode(p + m.data_len, e->crc, &m)) < 0)
 			goto out;
 		seg_mapc_put(seg_id, e->off, e->len, e->crc, p + m.data_len, m.map_len);
-		if (m.nblocks && blocks_verify(p, &m, 0, m.nblocks - 1) < 0) {
+		if (m.nblocks && seg_blocks_verify(p, &m, 0, m.nblocks - 1) < 0) {
 			ret = -EBADMSG;
 			goto out;
 		}
@@ -180,8 +175,8 @@ int seg_read_chunk(struct store *st, uint64_t seg_id, uint32_t dev, const struct
 	buf = NULL;
 out:
 	if (ret < 0 && ret != -ENOMEM)
-		log_read_err(seg_id, dev, e, what, ret);
-	rmap_free(&m);
+		seg_log_read_err(seg_id, dev, e, what, ret);
+	seg_rmap_free(&m);
 	seg_buf_free(buf);
 	return ret;
 }
@@ -208,56 +203,61 @@ static int part_ext(struct seg_chunk *out, uint32_t n)
 	return 0;
 }
 
+int seg_rmap_load(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
+		  struct rmap *m, const char **what)
+{
+	uint64_t end = e->off + e->len, tl = e->len < SEG_ALIGN ? e->len : SEG_ALIGN;
+	const uint8_t *p;
+	uint32_t cn;
+	int ret;
+
+	m->ext = NULL;
+	m->buf = NULL;
+	/* the map: cached, or found from the record's end */
+	if ((cn = seg_mapc_get(seg_id, e, m->cached)) >= SEG_MAP_TAIL && cn <= e->len) {
+		*what = "verifying";
+		if (map_tail(m->cached + cn - SEG_MAP_TAIL, e->len, m) == 0 && m->map_len == cn &&
+		    map_decode(m->cached, e->crc, m) == 0)
+			return 0;
+		/* not this record's, or it does not check: read it */
+	}
+	*what = "reading";
+	if ((ret = seg_read_window(st, seg_id, dev, end - tl, tl, &m->buf, &p)) < 0)
+		return ret;
+	*what = "verifying";
+	if ((ret = map_tail(p + tl - SEG_MAP_TAIL, e->len, m)) < 0)
+		return ret;
+	if (m->map_len > tl) {
+		seg_buf_free(m->buf);
+		m->buf = NULL;
+		*what = "reading";
+		if ((ret = seg_read_window(st, seg_id, dev, end - m->map_len, m->map_len, &m->buf,
+					   &p)) < 0)
+			return ret;
+		*what = "verifying";
+	} else {
+		p += tl - m->map_len;
+	}
+	if ((ret = map_decode(p, e->crc, m)) < 0)
+		return ret;
+	seg_mapc_put(seg_id, e->off, e->len, e->crc, p, m->map_len);
+	return 0;
+}
+
 /* seg_read_part of a mapped record. */
 static int part_mapped(struct store *st, uint64_t seg_id, uint32_t dev, const struct seg_entry *e,
 		       uint64_t off, uint64_t len, struct seg_chunk *out, const char **what)
 {
-	uint64_t end = e->off + e->len, tl = e->len < SEG_ALIGN ? e->len : SEG_ALIGN;
 	uint64_t s0 = UINT64_MAX, s1 = 0, pos = 0, ds, de;
 	struct seg_extent *x;
-	struct rmap m = {0};
-	const uint8_t *p, *q;
-	void *mbuf = NULL, *dbuf = NULL;
-	uint32_t b0, b1, n = 0, cn;
-	uint8_t cached[MAPC_MAX];
+	struct rmap m;
+	const uint8_t *q;
+	void *dbuf = NULL;
+	uint32_t b0, b1, n = 0;
 	int ret;
 
-	/* the map: cached, or found from the record's end */
-	if ((cn = seg_mapc_get(seg_id, e, cached)) >= SEG_MAP_TAIL && cn <= e->len) {
-		*what = "verifying";
-		if ((ret = map_tail(cached + cn - SEG_MAP_TAIL, e->len, &m)) < 0 ||
-		    m.map_len != cn)
-			goto read_map; /* not this record's: read it */
-		p = cached;
-		goto decode;
-	}
-read_map:
-	*what = "reading";
-	if ((ret = read_window(st, seg_id, dev, end - tl, tl, &mbuf, &p)) < 0)
+	if ((ret = seg_rmap_load(st, seg_id, dev, e, &m, what)) < 0)
 		goto out;
-	*what = "verifying";
-	if ((ret = map_tail(p + tl - SEG_MAP_TAIL, e->len, &m)) < 0)
-		goto out;
-	if (m.map_len > tl) {
-		seg_buf_free(mbuf);
-		*what = "reading";
-		if ((ret = read_window(st, seg_id, dev, end - m.map_len, m.map_len, &mbuf, &p)) < 0)
-			goto out;
-		*what = "verifying";
-	} else {
-		p += tl - m.map_len;
-	}
-	cn = 0;
-decode:
-	if ((ret = map_decode(p, e->crc, &m)) < 0) {
-		if (cn && ret == -EBADMSG) {
-			cn = 0; /* a cached map that does not check: read it */
-			goto read_map;
-		}
-		goto out;
-	}
-	if (!cn)
-		seg_mapc_put(seg_id, e->off, e->len, e->crc, p, m.map_len);
 	/* the stored bytes the range needs, and the blocks holding them */
 	for (uint32_t i = 0; i < m.next; pos += m.ext[i].len, i++) {
 		uint64_t xo = m.ext[i].off, xe = xo + m.ext[i].len;
@@ -277,10 +277,10 @@ decode:
 	ds = (uint64_t)b0 * m.bsize;
 	de = (uint64_t)(b1 + 1) * m.bsize < m.data_len ? (uint64_t)(b1 + 1) * m.bsize : m.data_len;
 	*what = "reading";
-	if ((ret = read_window(st, seg_id, dev, e->off + ds, de - ds, &dbuf, &q)) < 0)
+	if ((ret = seg_read_window(st, seg_id, dev, e->off + ds, de - ds, &dbuf, &q)) < 0)
 		goto out;
 	*what = "verifying";
-	if (blocks_verify(q, &m, b0, b1) < 0) {
+	if (seg_blocks_verify(q, &m, b0, b1) < 0) {
 		ret = -EBADMSG;
 		goto out;
 	}
@@ -301,9 +301,8 @@ decode:
 	out->buf_ = dbuf;
 	dbuf = NULL;
 out:
-	rmap_free(&m);
+	seg_rmap_free(&m);
 	seg_buf_free(dbuf);
-	seg_buf_free(mbuf);
 	return ret;
 }
 
@@ -325,7 +324,7 @@ int seg_read_part(struct store *st, uint64_t seg_id, uint32_t dev, const struct 
 		goto out;
 	}
 	/* plain: one crc over the whole record */
-	if ((ret = read_window(st, seg_id, dev, e->off, e->len, &buf, &p)) < 0)
+	if ((ret = seg_read_window(st, seg_id, dev, e->off, e->len, &buf, &p)) < 0)
 		goto out;
 	what = "verifying";
 	if (crc32c(0, p, e->len) != e->crc) {
@@ -347,7 +346,7 @@ out:
 	if (ret < 0) {
 		seg_chunk_free(out);
 		if (ret != -ENOMEM)
-			log_read_err(seg_id, dev, e, what, ret);
+			seg_log_read_err(seg_id, dev, e, what, ret);
 	}
 	seg_buf_free(buf);
 	return ret;

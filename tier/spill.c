@@ -13,6 +13,21 @@
  *   written during the spill went back to HOT_DIRTY: its copy in the
  *   segment is dead weight for GC. A failed segment puts every chunk back
  *   to HOT_DIRTY: a hot copy is never dropped before its segment is durable.
+ * - No bounce (format v3, nvme): the segment writer appends a chunk's data
+ *   straight from a read-only mapping of the hot file (segment_fd.c). Two
+ *   things follow. (a) A page of the mapping cut by a truncate is a SIGBUS
+ *   when touched: while a chunk's bytes are read, the chunk is listed in
+ *   `mapped` (below), and truncate and punch wait for it to leave
+ *   (spill_wait_mapped_locked, tier_io.c): one chunk's read, not the whole
+ *   segment's. (b) A write racing the spill may change the pages between
+ *   their crcs and the device's read of them: the writer asks spill_check
+ *   once the bytes are written. A new generation (the write ended) drops
+ *   the record; a pin (a write, or a read, in flight) has the pages hashed
+ *   again and the record kept only if they match; neither, and no write
+ *   can have overlapped (a write pins the chunk from its start to its
+ *   end, and bumps the generation at the end). A dropped record gets no
+ *   footer entry, so nothing (the index, fsck, --rebuild) ever takes bytes
+ *   that may not match their crc for the chunk.
  * - Lock order: index lock, inode lock, segtab.lock.
  */
 #include "tier/spill.h"
@@ -28,6 +43,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -66,17 +82,94 @@ uint32_t spill_drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c)
 	return len;
 }
 
+/* Chunks whose bytes a spill is reading from the hot file now (on the
+ * spilling thread's stack), for spill_wait_mapped_locked: few at once (one
+ * per spill in flight). Guarded by mapped_lock; a node is added and
+ * removed with its inode's lock held too. */
+struct mapped {
+	const struct tier *t;
+	uint64_t ino, c;
+	struct mapped *next;
+};
+static struct mapped *mapped_list;
+static pthread_mutex_t mapped_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void mapped_add(struct mapped *m)
+{
+	pthread_mutex_lock(&mapped_lock);
+	m->next = mapped_list;
+	mapped_list = m;
+	pthread_mutex_unlock(&mapped_lock);
+}
+
+static void mapped_del(struct mapped *m)
+{
+	pthread_mutex_lock(&mapped_lock);
+	for (struct mapped **pp = &mapped_list; *pp; pp = &(*pp)->next)
+		if (*pp == m) {
+			*pp = m->next;
+			break;
+		}
+	pthread_mutex_unlock(&mapped_lock);
+}
+
+static int mapped_any(const struct tier *t, uint64_t ino, uint64_t first, uint64_t last)
+{
+	int any = 0;
+
+	pthread_mutex_lock(&mapped_lock);
+	for (struct mapped *m = mapped_list; m && !any; m = m->next)
+		any = m->t == t && m->ino == ino && m->c >= first && m->c <= last;
+	pthread_mutex_unlock(&mapped_lock);
+	return any;
+}
+
+int spill_wait_mapped_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
+{
+	int waited = 0;
+
+	while (mapped_any(t, in->ino, first, last)) {
+		idx_inode_wait(in); /* the spill wakes the inode as it lets go */
+		waited = 1;
+	}
+	return waited;
+}
+
+/* The writer's question once a chunk's bytes went from its pages to the
+ * segment (segment.h, struct seg_fd_check; DESIGN (b)). */
+struct spill_ck {
+	struct inode *in;
+	uint64_t c;
+	uint32_t gen;
+};
+
+static int spill_check(void *arg)
+{
+	struct spill_ck *k = arg;
+	const struct chunk *ch;
+	int r;
+
+	idx_inode_lock(k->in);
+	ch = &k->in->chunks[k->c];
+	if (ch->state != CHUNK_SPILLING || ch->gen != k->gen)
+		r = SEG_FD_STALE;
+	else
+		r = ch->pins ? SEG_FD_RECHECK : SEG_FD_OK;
+	idx_inode_unlock(k->in);
+	return r;
+}
+
 /* The blocks `bits` of chunk bytes [0, len) at fd_off of fd, as one
  * overlay record: runs of blocks, the smallest gaps between them stored
  * too when there are more than a record takes (the bitmap, not the
  * record, says which blocks it holds). */
 static int add_overlay(struct seg_writer *w, uint64_t ino, uint64_t c, uint64_t gen, int fd,
-		       uint64_t fd_off, uint32_t len, const uint64_t *bits, struct seg_entry *e)
+		       uint64_t fd_off, uint32_t len, const uint64_t *bits,
+		       const struct seg_fd_check *ck, struct seg_entry *e)
 {
-	uint32_t nb = (len + CHAIN_BLK - 1) / CHAIN_BLK, n = 0, total = 0;
+	uint32_t nb = (len + CHAIN_BLK - 1) / CHAIN_BLK, n = 0;
 	struct seg_extent *x = malloc(((size_t)nb / 2 + 1) * sizeof(*x));
-	uint8_t *data = NULL;
-	int ret = 0;
+	int ret;
 
 	if (!x)
 		return -ENOMEM;
@@ -103,22 +196,10 @@ static int add_overlay(struct seg_writer *w, uint64_t ino, uint64_t c, uint64_t 
 		}
 		n = m + 1;
 	}
-	for (uint32_t i = 0; i < n; i++)
-		total += x[i].len;
-	if (!(data = malloc(total ? total : 1)))
-		ret = -ENOMEM;
-	for (uint32_t i = 0, pos = 0; ret == 0 && i < n; pos += x[i].len, i++) {
-		ssize_t r = pread(fd, data + pos, x[i].len, (off_t)(fd_off + x[i].off));
-		if (r < 0)
-			ret = -errno;
-		else if ((uint32_t)r < x[i].len)
-			ret = -ENODATA; /* truncated meanwhile */
-	}
-	if (ret == 0)
-		ret = seg_writer_add_extents(w, ino, c, gen, len, x, n, data, e);
+	/* only RAM's blocks: a read through a mapping never touches a hole */
+	ret = seg_writer_add_fd_ext(w, ino, c, gen, fd, fd_off, len, x, n, ck, e);
 	if (ret == 0)
 		seg_writer_mark_overlay(w);
-	free(data);
 	free(x);
 	return ret;
 }
@@ -158,7 +239,7 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 		return -ENOMEM;
 	/* at most: the chunk, its padding, map and footer entry (holes make it less) */
 	for (size_t i = 0; i < n; i++)
-		size_hint += v[i].len + SEG_REC_ALIGN + SEG_MAP_TAIL + 8 +
+		size_hint += v[i].len + SEG_ALIGN + SEG_MAP_TAIL + 8 +
 			     (v[i].len / SEG_BLOCK + 1) * 4 + SEG_ENTRY_SIZE;
 	ret = seg_writer_new(t->store, t->uuid, id, size_hint, &w);
 	if (ret < 0)
@@ -195,25 +276,33 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
 		}
 		chunk_set_state(in, cd->c, CHUNK_SPILLING);
 		gen = ch->gen;
+		/* its pages stay while they are read (DESIGN (a)) */
+		struct mapped mp = {.t = t, .ino = in->ino, .c = cd->c};
+		mapped_add(&mp);
 		idx_inode_unlock(in);
 
+		struct spill_ck k = {.in = in, .c = cd->c, .gen = (uint32_t)gen};
+		struct seg_fd_check ck = {.fn = spill_check, .arg = &k};
 		if (bits)
 			ret = add_overlay(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size, len,
-					  bits, &done[nd].e);
+					  bits, &ck, &done[nd].e);
 		else
 			ret = seg_writer_add_fd(w, in->ino, cd->c, gen, fd, cd->c * t->chunk_size,
-						len, &done[nd].e);
+						len, &ck, &done[nd].e);
 		idx_inode_lock(in);
+		mapped_del(&mp);
+		idx_inode_wake(in); /* a truncate or punch waiting for it */
 		ch = &in->chunks[cd->c]; /* the map may have grown (moved) meanwhile */
 		hot_fd_put_locked(t->hot, in);
 		if (ret < 0) {
 			free(bits);
-			/* truncated meanwhile (-ENODATA) or a read error: stays dirty */
+			/* truncated meanwhile (-ENODATA), written under the read
+			 * (-ESTALE: no record) or a read error: stays dirty */
 			if (ch->state == CHUNK_SPILLING)
 				chunk_set_state(in, cd->c, CHUNK_HOT_DIRTY);
 			idx_inode_wake(in); /* fsync waits for spills */
 			idx_inode_unlock(in);
-			if (ret == -ENODATA)
+			if (ret == -ENODATA || ret == -ESTALE)
 				continue;
 			goto out;
 		}

@@ -28,5 +28,11 @@ int spill_segment(struct tier *t, const struct cand *v, size_t n, int drop, int 
  * and no kernel reads its hot file (passthrough). in->lock held. Returns
  * the chunk's bytes dropped (0 if it was not). */
 uint32_t spill_drop_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
+/* Wait until no spill reads chunks [first, last] of `in` from its hot file
+ * (their pages may be mapped: a truncate or punch under them is a SIGBUS
+ * or a page allocated in a hole). One chunk's read each, not a segment.
+ * in->lock held, dropped while waiting. 1 when it waited (the caller's
+ * other waits look again), 0 when there was nothing to wait for. */
+int spill_wait_mapped_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last);
 
 #endif

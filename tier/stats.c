@@ -55,6 +55,8 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 	d->published_reads = LD(s->published_reads);
 	d->buffer_replies = LD(s->buffer_replies);
 	d->direct_reads = LD(s->direct_reads);
+	d->direct_bytes = LD(s->direct_bytes);
+	d->around_files = LD(s->around_files);
 	d->ovl_writes = LD(s->ovl_writes);
 	d->ovl_spills = LD(s->ovl_spills);
 	d->ovl_bytes = LD(s->ovl_bytes);
@@ -162,15 +164,18 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	    (unsigned long long)s->hot_reserved, (unsigned long long)s->hot_size,
 	    (unsigned long long)s->hot_min);
 	PUT("\"pressure\":{\"enabled\":%d,\"budget\":%llu,\"mem_reserve\":%llu,"
+	    "\"mem_reserve_of\":\"%s\",\"mem_limit\":%llu,\"mem_limit_of\":\"%s\","
 	    "\"mem_available\":%llu,\"cgroup\":%d,\"cgroup_limit\":%llu,\"cgroup_usage\":%llu,"
 	    "\"available\":%llu,\"psi_some_avg10\":%.2f,\"psi_full_avg10\":%.2f,"
 	    "\"psi_trigger\":%d,\"under_pressure\":%d,\"shrinks\":%llu,\"grows\":%llu,"
 	    "\"last_change_ms\":%llu},",
 	    ps->enabled, (unsigned long long)ps->budget, (unsigned long long)ps->mem_reserve,
-	    (unsigned long long)ps->mem_available, ps->cgroup, (unsigned long long)ps->cg_limit,
-	    (unsigned long long)ps->cg_usage, (unsigned long long)ps->available, ps->psi_some10,
-	    ps->psi_full10, ps->psi_trigger, ps->pressure, (unsigned long long)ps->shrinks,
-	    (unsigned long long)ps->grows, (unsigned long long)ps->last_change_ms);
+	    ps->reserve_given ? "given" : "default", (unsigned long long)ps->mem_limit,
+	    ps->limit_cgroup ? "cgroup" : "node", (unsigned long long)ps->mem_available,
+	    ps->cgroup, (unsigned long long)ps->cg_limit, (unsigned long long)ps->cg_usage,
+	    (unsigned long long)ps->available, ps->psi_some10, ps->psi_full10, ps->psi_trigger,
+	    ps->pressure, (unsigned long long)ps->shrinks, (unsigned long long)ps->grows,
+	    (unsigned long long)ps->last_change_ms);
 	PUT("\"inodes\":%llu,\"files\":%llu,", (unsigned long long)s->inodes,
 	    (unsigned long long)s->files);
 	PUT("\"segments\":{\"count\":%llu,\"bytes\":%llu,\"live_bytes\":%llu,"
@@ -215,6 +220,8 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	PUT("\"published_reads\":%llu,\"buffer_replies\":%llu,\"direct_reads\":%llu,",
 	    (unsigned long long)c->published_reads, (unsigned long long)c->buffer_replies,
 	    (unsigned long long)c->direct_reads);
+	PUT("\"admission\":{\"direct_read_bytes\":%llu,\"written_around_files\":%llu},",
+	    (unsigned long long)c->direct_bytes, (unsigned long long)c->around_files);
 	PUT("\"overlay\":{\"writes\":%llu,\"spills\":%llu,\"spilled_bytes\":%llu,\"folds\":%llu,"
 	    "\"fill_bytes\":%llu},",
 	    (unsigned long long)c->ovl_writes, (unsigned long long)c->ovl_spills,

@@ -64,6 +64,7 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	t->cfg = cfg;
 	t->idx = idx;
 	t->chunk_size = cfg->chunk_size;
+	t->admit.horizon = UINT32_MAX; /* nothing evicted yet */
 	pthread_mutex_init(&t->lock, NULL);
 	if ((ret = evict_new(t)) < 0 || (ret = segtab_new(idx, &t->segtab)) < 0) {
 		evict_free(t);

@@ -12,11 +12,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 struct spw_config;
 struct index;
 struct inode;
 struct tier;
+
+/* Chunks a read may answer from memory, piece by piece (a read of more
+ * chunks than this goes through the hot file). */
+#define TIER_IO_PIECES 4
 
 /* One read or write in flight (caller-allocated, filled by *_begin). */
 struct tier_io {
@@ -29,11 +34,18 @@ struct tier_io {
 			       * cold copy (overlay: tier/chain.c) */
 	uint64_t rest;	      /* reads: bit i: chunk first+i partly restored, the
 			       * rest follows in tier_read_end (after the reply) */
-	const void *mem;      /* reads: when set, the len bytes to answer (the
-			       * verified cold read, not in the hot file yet;
-			       * valid until tier_read_end); else read fd */
-	void *own;	      /* reads: a direct read's buffer (holds mem),
-			       * freed by tier_read_end */
+	/* reads: the answer is iov[0..niov) (niov > 0: cold pieces read
+	 * from their segments, verified, not in the hot file, and the hot
+	 * file's pieces beside them read into buffers), valid until
+	 * tier_read_end; else len bytes of fd at off */
+	struct iovec iov[TIER_IO_PIECES];
+	int niov;
+	void *own[TIER_IO_PIECES]; /* reads: buffers freed by tier_read_end */
+	int direct; /* reads: some chunk was read from its segment, not
+		     * brought into RAM (tier/admit): no read-ahead */
+	int promoted; /* reads: the admission filter let a chunk into RAM as
+		       * re-read (the caller's next reads: TIER_READ_AGAIN) */
+	unsigned flags; /* writes: tier_write_begin's */
 };
 
 /* tier_read_begin flags: the reader's pattern */
@@ -41,6 +53,12 @@ struct tier_io {
 			     * directly, not restored */
 #define TIER_READ_STREAM 2u /* it goes on from its last read: it waits for
 			     * the blocks of chunks restored ahead of it */
+#define TIER_READ_NEAR	 4u /* it starts near where the handle's last read
+			     * ended (a stream's readahead, in any order):
+			     * not a re-read for the admission filter */
+#define TIER_READ_AGAIN	 8u /* the handle re-reads (a read of it was let into
+			     * RAM: io->promoted): so does this read, of
+			     * whatever was read before */
 
 /* Page-cache invalidation, provided by the fs layer (FUSE notify). */
 typedef void (*tier_inval_fn)(void *arg, uint64_t ino, uint64_t off, uint64_t len);
@@ -117,8 +135,10 @@ void tier_refresh(struct tier *t, struct inode *in);
  * restoring anything: a random reader costs the blocks it reads, not a
  * chunk each. Without TIER_READ_STREAM, a range within a chunk that
  * another thread is restoring (restore=open's workers) is read from the
- * cold copy rather than waited for. The answer is io->mem when set (a cold range within one
- * chunk), else io->len bytes of io->fd at off. */
+ * cold copy rather than waited for. A cold chunk the admission filter
+ * (tier/admit) does not let into RAM is read from its segment into the
+ * answer. The answer is io->iov when io->niov > 0, else io->len bytes of
+ * io->fd at off. */
 int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
 		    struct tier_io *io);
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io);
@@ -126,7 +146,10 @@ void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io);
  * restoring ahead of it. *next_chunk (the caller's, per open file, start
  * at 0) is the first chunk not asked for yet. Never blocks on I/O. */
 void tier_read_ahead(struct tier *t, struct inode *in, uint64_t off, uint64_t *next_chunk);
-int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
+/* flags: TIER_WRITE_STREAM, the writer goes on from its last write: above
+ * spill_threshold the file is written around (tier/admit) */
+#define TIER_WRITE_STREAM 1u
+int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
 		     struct tier_io *io);
 /* written: bytes the copy wrote, or -errno. Returns written or -errno. */
 ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written);

@@ -63,7 +63,9 @@ struct tier_stats {
 	uint64_t readahead_chunks; /* restores queued ahead of a sequential reader */
 	uint64_t published_reads;  /* reads served from blocks of a chunk still restoring */
 	uint64_t buffer_replies;   /* cold reads answered from the verified read buffer */
-	uint64_t direct_reads;	   /* random reads of cold chunks answered without a restore */
+	uint64_t direct_reads;	   /* reads of cold chunks answered without a restore */
+	uint64_t direct_bytes;	   /* their bytes (tier/admit: read once) */
+	uint64_t around_files;	   /* files written around (tier/admit) */
 	/* overlays (chain.c): writes that went over cold data, overlay
 	 * records spilled and their bytes, chains folded, blocks read from a
 	 * chain into RAM (fills) */
@@ -113,6 +115,17 @@ struct tier {
 	 * the evictor's lock (atomic store), read by demote.c (tier_cold_full)
 	 * and stats */
 	int cold_full;
+	/* the admission room's state (tier/admit), atomics: written and read
+	 * only through admit.h's calls */
+	struct {
+		/* index-tick age of the youngest chunk the evictor let go lately */
+		uint32_t horizon;
+		/* written-around bytes dirty in RAM (a hint: the evictor sets it
+		 * to what it found each round), and whether a writer that wrote
+		 * around closed (its tail goes now, a partial segment) */
+		uint64_t around_bytes;
+		int around_flush;
+	} admit;
 	/* set once by the first of evict_stop (under the evictor's lock),
 	 * maint_stop, restore_stop; read with an atomic load by every worker */
 	int stopping;
@@ -264,8 +277,10 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
  * How is the read's plan (restore_read.c, read_plan_locked: the one place
  * that decides, at each look at the chunk): in RAM; a chain's blocks
  * filled; blocks already published by a restore in blocks; read beside
- * such a restore from the cold copy; read directly (a random reader: the
- * chunk stays COLD, RESTORING meanwhile so its segment stays); a partial
+ * such a restore from the cold copy; read directly (the
+ * chunk stays COLD, RESTORING meanwhile so its segment stays: a reader
+ * that the admission filter, tier/admit, keeps out of RAM, or a random
+ * reader with admit=always); a partial
  * restore (a COLD chunk with a v2 mapped record: the reader's blocks
  * first, the rest after the reply); or the whole chunk. The chunk's record
  * is located once per read. 0 or -errno (nothing pinned).
@@ -273,11 +288,15 @@ int restore_chunk_locked(struct tier *t, struct inode *in, uint64_t c);
 struct chunk_read {
 	uint64_t c, lo, hi;
 	int random;	  /* the reader jumps about (TIER_READ_RANDOM) */
+	int near;	  /* it starts near the handle's last read (TIER_READ_NEAR) */
+	int again;	  /* the handle re-reads (TIER_READ_AGAIN) */
 	int stream;	  /* it goes on from its last read (TIER_READ_STREAM): it
 			   * waits for a restore's blocks (next anyway) and a
 			   * COLD chain fills whole segment blocks (chain.c) */
-	int one;	  /* the read lies in this chunk alone: its bytes may be
-			   * answered from memory (mem), read beside or directly */
+	int one;	  /* this chunk's bytes may be answered from memory
+			   * (mem): read beside or directly (the read lies in
+			   * a few chunks: tier_read_begin answers it piece
+			   * by piece) */
 	int may_rest;	  /* a partial restore may leave its rest for later */
 	/* out */
 	int rest;	 /* 1: a partial restore: call restore_rest_locked() once
@@ -288,6 +307,9 @@ struct chunk_read {
 			  * restore_rest_locked, or while buf is (holes read as
 			  * zeros); NULL: read the hot file */
 	void *buf;	 /* holds mem when the reader owns it (seg_buf_free) */
+	int direct;	 /* the bytes came from the cold copy, which the chunk
+			  * keeps (not admitted into RAM: tier/admit) */
+	int promoted;	 /* the admission filter let it into RAM as re-read */
 };
 int restore_read_locked(struct tier *t, struct inode *in, struct chunk_read *r);
 /* The rest of a partial restore of chunk c (in->lock held; dropped during
@@ -332,6 +354,19 @@ void cold_locate(struct tier *t, uint64_t ino, uint64_t c, const struct chunk_lo
 int cold_read(struct tier *t, struct cold_rec *r, uint64_t off, uint64_t len,
 	      struct seg_chunk *sc);
 int cold_read_whole(struct tier *t, struct cold_rec *r, struct seg_chunk *sc);
+/*
+ * Chunk bytes [lo, hi) of r's record read and verified straight into dst
+ * (dst[0] is chunk byte lo): seg_read_into's contract (segment.h) - dst
+ * 4 KiB-aligned with room for align_up(hi - lo) bytes; no copy for the
+ * blocks wholly inside [lo, hi) of an aligned (v3) record when lo is on
+ * 4 KiB, a window and a copy for the rest; flags SEG_INTO_HOLES: holes
+ * left untouched (dst maps the hot file), else zeros; *stat (may be
+ * NULL) gets the data bytes read in place and those copied. Errors as cold_read (-EIO for a bad
+ * crc, counted); on error dst's bytes are undefined: never serve them (a
+ * mapping of the hot file: punch the range). Any thread, no lock held.
+ */
+int cold_read_into(struct tier *t, struct cold_rec *r, uint64_t lo, uint64_t hi, void *dst,
+		   unsigned flags, struct seg_into_stat *stat);
 
 /* chain.c: writes over cold data (overlays; index.h, struct chunk_chain).
  * All with in->lock held; chain_restore_locked drops it during I/O, the

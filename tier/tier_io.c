@@ -25,6 +25,8 @@
  * - Lock order: index lock, inode lock, tier lock.
  */
 #include "tier/tier_i.h"
+#include "tier/admit/admit.h"
+#include "tier/spill.h"
 #include "tier/tier.h"
 
 #include "common/clock.h"
@@ -70,15 +72,38 @@ static void wait_restoring_locked(struct inode *in, uint64_t first, uint64_t las
 }
 
 /* No write over a cold copy (overlay) in flight in chunks [first, last]:
- * what drops chains (truncate, punch) waits for them. in->lock held. */
-static void wait_chain_writers_locked(struct inode *in, uint64_t first, uint64_t last)
+ * what drops chains (truncate, punch) waits for them. in->lock held. 1
+ * when it waited. */
+static int wait_chain_writers_locked(struct inode *in, uint64_t first, uint64_t last)
 {
+	int waited = 0;
+
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
 		while (c < in->nchunks && in->chunks[c].chain && in->chunks[c].chain->wr) {
 			idx_inode_wait(in);
+			waited = 1;
 			c = first; /* the lock was dropped: look at all again */
 		}
 	}
+	return waited;
+}
+
+/* Before the hot pages of chunks [first, last] go (ftruncate, a punch):
+ * nothing may be using them, all at once - no restore (it writes them),
+ * no write over a cold copy, no spill reading them through a mapping
+ * (spill.c: a cut page is a SIGBUS to it). Each
+ * wait drops the lock, so every one looks again after any waited.
+ * in->lock held. */
+static void wait_pages_idle_locked(struct tier *t, struct inode *in, uint64_t first,
+				   uint64_t last)
+{
+	int waited;
+
+	do {
+		wait_restoring_locked(in, first, last);
+		waited = wait_chain_writers_locked(in, first, last);
+		waited |= spill_wait_mapped_locked(t, in, first, last);
+	} while (waited);
 }
 
 /* An operation that may restore (or read directly) a cold chunk of
@@ -109,15 +134,51 @@ static void read_rest_locked(struct tier *t, struct inode *in, struct tier_io *i
 	io->rest = 0;
 }
 
+/* The answer of a read some of whose chunks were answered from memory
+ * (mem[i]: chunk first+i's piece, or NULL: in the hot file): iov pieces in
+ * order, the hot file's pieces (pinned) read into buffers beside the
+ * verified cold ones. A hot piece read short (the file shrank meanwhile)
+ * ends the answer there. 0 or -errno. */
+static int read_pieces(struct tier *t, struct tier_io *io, const void *const *mem)
+{
+	uint64_t pos = io->off, end = io->off + io->len;
+
+	for (uint64_t c = io->first; pos < end && c <= io->last; c++) {
+		int i = (int)(c - io->first);
+		uint64_t ce = (c + 1) * t->chunk_size, n = (ce < end ? ce : end) - pos;
+		void *p = (void *)mem[i];
+
+		if (!p) {
+			ssize_t got;
+
+			if (!(p = io->own[i] = seg_buf_alloc(n)))
+				return -ENOMEM;
+			if ((got = pread(io->fd, p, n, (off_t)pos)) < 0)
+				return -errno;
+			if ((uint64_t)got < n) {
+				io->iov[io->niov++] = (struct iovec){p, (size_t)got};
+				io->len = pos + (uint64_t)got - io->off;
+				return 0;
+			}
+		}
+		io->iov[io->niov++] = (struct iovec){p, n};
+		pos += n;
+	}
+	return 0;
+}
+
 int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
 		    struct tier_io *io)
 {
+	const void *mem[TIER_IO_PIECES] = {0};
 	uint64_t size, t0 = clock_now_ns();
-	int ret, waited = -1;
+	int ret, waited = -1, pieces, any_mem = 0;
 
 	io->rest = 0;
-	io->mem = NULL;
-	io->own = NULL;
+	io->niov = 0;
+	io->direct = 0;
+	io->promoted = 0;
+	memset(io->own, 0, sizeof(io->own));
 	tier_chunk_range(t, off, len ? len : 1, &io->first, &io->last);
 	idx_inode_lock(in);
 	hold_wait_locked(in, io->first, io->last);
@@ -133,6 +194,9 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		tier_chunk_range(t, off, len, &io->first, &io->last);
 		if (io->last >= in->nchunks)
 			io->last = in->nchunks ? in->nchunks - 1 : 0;
+		/* a read of a few chunks may be answered from memory piece by
+		 * piece (cold pieces read from their segments) */
+		pieces = io->last - io->first < TIER_IO_PIECES;
 		/* each chunk: only the reader's blocks first when it is cold */
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++) {
 			uint64_t cs = c * t->chunk_size, lo = off > cs ? off - cs : 0;
@@ -141,8 +205,10 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 					       .lo = lo,
 					       .hi = hi,
 					       .random = (flags & TIER_READ_RANDOM) != 0,
+					       .near = (flags & TIER_READ_NEAR) != 0,
+					       .again = (flags & TIER_READ_AGAIN) != 0,
 					       .stream = (flags & TIER_READ_STREAM) != 0,
-					       .one = io->first == io->last,
+					       .one = pieces,
 					       .may_rest = c - io->first < 64};
 
 			if ((ret = restore_read_locked(t, in, &r)) < 0) {
@@ -150,14 +216,19 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 					pin(in, io->first, c - 1, -1);
 				read_rest_locked(t, in, io);
 				idx_inode_unlock(in);
+				for (int i = 0; i < TIER_IO_PIECES; i++)
+					seg_buf_free(io->own[i]);
 				return ret;
 			}
 			if (r.rest)
 				io->rest |= 1ull << (c - io->first);
-			if (r.one) { /* a cold range may be answered from memory */
-				io->mem = r.mem;
-				io->own = r.buf;
+			if (pieces) { /* a cold range may be answered from memory */
+				mem[c - io->first] = r.mem;
+				io->own[c - io->first] = r.buf;
+				any_mem |= r.mem != NULL;
 			}
+			io->direct |= r.direct;
+			io->promoted |= r.promoted;
 			if (r.tier > waited)
 				waited = r.tier;
 		}
@@ -171,13 +242,20 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 	idx_inode_unlock(in);
 	if (waited >= 0) /* a cold range: request .. bytes in RAM */
 		lhist_observe(&t->st.h_first[waited], clock_now_ns() - t0);
-	return io->fd < 0 ? -EBADF : 0;
+	if (any_mem && (ret = read_pieces(t, io, mem)) < 0) {
+		tier_read_end(t, in, io);
+		return ret;
+	}
+	return io->niov || io->fd >= 0 ? 0 : -EBADF;
 }
 
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)
 {
-	seg_buf_free(io->own);
-	io->own = NULL;
+	for (int i = 0; i < TIER_IO_PIECES; i++) {
+		seg_buf_free(io->own[i]);
+		io->own[i] = NULL;
+	}
+	io->niov = 0;
 	if (io->first > io->last)
 		return;
 	idx_inode_lock(in);
@@ -227,7 +305,8 @@ static void unpin_begun_locked(struct tier *t, struct inode *in, struct tier_io 
 	io->over = 0;
 }
 
-int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, struct tier_io *io)
+int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
+		     struct tier_io *io)
 {
 	int ret = 0;
 	int64_t r;
@@ -236,6 +315,7 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		return ret;
 	io->off = off;
 	io->len = len;
+	io->flags = flags;
 	io->reserved = 0;
 	io->claimed = 0;
 	io->over = 0;
@@ -359,9 +439,12 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 		idx_inode_wake(in);
 	}
 	hot_account_locked(t->hot, in);
+	/* a stream under pressure is written around (tier/admit) */
+	int kick = written > 0 && admit_write_locked(t, in, io->off, (uint64_t)written,
+						     (io->flags & TIER_WRITE_STREAM) != 0);
 	idx_inode_unlock(in);
 	hot_unreserve(t->hot, (uint64_t)io->reserved);
-	if (t->store && hot_used(t->hot) > t->cfg->spill_threshold * hot_limit(t->hot))
+	if (kick || (t->store && hot_used(t->hot) > t->cfg->spill_threshold * hot_limit(t->hot)))
 		evict_kick(t);
 	return written;
 }
@@ -415,7 +498,7 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 		wait_restoring_locked(in, c + 1, in->nchunks);
 	}
 	if (size < in->size)
-		wait_chain_writers_locked(in, size / t->chunk_size, in->nchunks);
+		wait_pages_idle_locked(t, in, size / t->chunk_size, in->nchunks);
 	/* marked with the lock held through the ftruncate: marked before the
 	 * waits, a spill could take the chunk while they dropped the lock,
 	 * copy the bytes past the cut with the new generation and keep them
@@ -499,8 +582,7 @@ static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t 
 			goto out_unpin;
 		}
 	}
-	wait_restoring_locked(in, first, last);
-	wait_chain_writers_locked(in, first, last);
+	wait_pages_idle_locked(t, in, first, last);
 	/* a punch through EOF takes the last partial page too (tmpfs frees
 	 * only whole pages; past EOF there is nothing to keep) */
 	if ((mode & FALLOC_FL_PUNCH_HOLE) && off + len >= in->size) {

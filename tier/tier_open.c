@@ -7,6 +7,7 @@
  * no inode lock (tier.h), but the *_locked helpers (in->lock held).
  */
 #include "tier/tier_i.h"
+#include "tier/admit/admit.h"
 #include "tier/tier.h"
 
 #include "common/log.h"
@@ -196,9 +197,44 @@ int tier_open(struct tier *t, struct inode *in, unsigned flags, void *ctx,
 	return 0;
 }
 
+/* Runs of chunks a last close drops from the kernel's cache, at most (more:
+ * the whole file) */
+#define DROP_RUNS 16
+
+/* The chunks in RAM, as runs [c0, c1) in runs (at most DROP_RUNS): the
+ * kernel's copies of them are second copies. Returns the number of runs,
+ * or -1 when there are more (drop the whole file), 0 when none. in->lock
+ * held. */
+static int hot_runs_locked(const struct inode *in, uint64_t runs[][2])
+{
+	int n = 0;
+
+	for (uint64_t c = 0; c < in->nchunks;) {
+		uint8_t s = in->chunks[c].state;
+		uint64_t e = c;
+
+		if (s != CHUNK_HOT_DIRTY && s != CHUNK_HOT_CLEAN && s != CHUNK_SPILLING) {
+			c++;
+			continue;
+		}
+		while (e < in->nchunks && (in->chunks[e].state == CHUNK_HOT_DIRTY ||
+					   in->chunks[e].state == CHUNK_HOT_CLEAN ||
+					   in->chunks[e].state == CHUNK_SPILLING))
+			e++;
+		if (n == DROP_RUNS)
+			return -1;
+		runs[n][0] = c;
+		runs[n][1] = e;
+		n++;
+		c = e;
+	}
+	return n;
+}
+
 void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *how, void *ctx)
 {
-	int drop_cache = 0;
+	uint64_t runs[DROP_RUNS][2];
+	int drop_cache = 0, nruns = 0;
 
 	idx_inode_lock(in);
 	if (how->backing_id) {
@@ -214,13 +250,19 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 		in->pt_opens--;
 		touch_all_locked(t, in);
 		__atomic_sub_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
-	} else if (in->open_count == 1 && tier_pt(t) && in->kcached) {
+	} else if (in->open_count == 1 && tier_pt(t) && in->kcached &&
+		   (nruns = hot_runs_locked(in, runs)) != 0) {
 		/* the last open served through the daemon: the kernel's copy of
-		 * the file goes, the hot file holds the bytes. Only when a read
-		 * or write put pages there: the drop takes the kernel's cached
-		 * attributes too (a create-and-close stats at cache speed) */
+		 * what the hot file holds goes. Only when a read or write put
+		 * pages there: the drop takes the kernel's cached attributes too
+		 * (a create-and-close stats at cache speed). Not the chunks RAM
+		 * does not hold: the kernel's pages of those came from cold
+		 * reads (tier/admit: read once) and are the only copy, as a plain
+		 * directory's page cache would be (a reopen that reads on, as
+		 * Ray's next object does, finds its readahead there) */
 		in->kcached = 0;
-		drop_cache = 1;
+		drop_cache = nruns < 0 || (nruns == 1 && runs[0][0] == 0 &&
+					   runs[0][1] == in->nchunks);
 	}
 	if (in->open_count == 1 && in->inval_owed) {
 		/* the evictor's drops held back while the file was open (inval.c) */
@@ -231,11 +273,20 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 		in->attr_dirty = 0;
 		idx_journal_attr_locked(t->idx, in);
 	}
+	/* a writer that wrote the file around: what it left dirty goes now */
+	int kick = (how->flags & TIER_OPEN_WRITE) && admit_close_locked(t, in);
 	in->open_count--;
 	hot_fd_put_locked(t->hot, in);
 	idx_inode_unlock(in);
+	if (kick)
+		evict_kick(t);
 	if (drop_cache) {
 		inval_async(t, in->ino, 0, 0);
+		__atomic_add_fetch(&t->st.cache_drops, 1, __ATOMIC_RELAXED);
+	} else if (nruns > 0) {
+		for (int i = 0; i < nruns; i++)
+			inval_async(t, in->ino, runs[i][0] * t->chunk_size,
+				    (runs[i][1] - runs[i][0]) * t->chunk_size);
 		__atomic_add_fetch(&t->st.cache_drops, 1, __ATOMIC_RELAXED);
 	}
 }

@@ -102,6 +102,7 @@ struct found {
 	uint32_t dev;
 	int bound; /* the copy the segment table's entry for id means (one at most) */
 	int mret; /* seg_read_manifest's result */
+	uint32_t version; /* its format version (1, 2, 3), when mret is 0 */
 	int ours; /* header uuid is the filesystem's */
 	uint8_t uuid[16];
 	struct seg_entry *ents;
@@ -159,6 +160,9 @@ struct fsck {
 	uint64_t problems, fixed, lost;
 	int oper; /* an operational error happened: exit 8 */
 	uint64_t files, dirs, chunks_checked, bytes_verified;
+	/* --verify-data: records of v3 segments not laid out as v3 places them
+	 * (readable, but read through a buffer: not counted as damage) */
+	uint64_t layout_off;
 	uint64_t segs_kept, seg_bytes_kept; /* the summary's: counted before close */
 };
 

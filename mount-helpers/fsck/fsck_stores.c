@@ -151,7 +151,7 @@ int fsck_read_manifests(struct fsck *f)
 		struct found *fd = all[i];
 		fsck_progress(f, "reading segment footers", i, n);
 		fd->mret = seg_read_manifest(f->st[fd->store], fd->id, fd->dev, fd->size, fd->uuid,
-					     NULL, &fd->ents, &fd->n);
+					     &fd->version, &fd->ents, &fd->n);
 		if (fd->mret == -ENOMEM) {
 			ret = -ENOMEM;
 			break;
@@ -239,9 +239,11 @@ struct seg_entry *fsck_entry_for(struct found *fd, uint64_t ino, uint64_t chunk,
 	return NULL;
 }
 
-/* Read a chunk record and check it all (map, every block crc; either
- * format version), once per footer entry. 0, 1 crc or map mismatch, or
- * -errno (read). */
+/* Read a chunk record and check it all (map, every block crc; any format
+ * version), once per footer entry; in a v3 segment, also where the record
+ * lies (a large record on 4 KiB, whole-page extents: counted in
+ * layout_off when not, not damage). 0, 1 crc or map mismatch, or -errno
+ * (read). */
 int fsck_verify_chunk(struct fsck *f, struct found *fd, const struct seg_entry *e)
 {
 	size_t ei = (size_t)(e - fd->ents);
@@ -250,6 +252,8 @@ int fsck_verify_chunk(struct fsck *f, struct found *fd, const struct seg_entry *
 	if (mine && fd->verified && fd->verified[ei])
 		return 0;
 	ret = seg_read_chunk(f->st[fd->store], fd->id, fd->dev, e, &sc);
+	if (ret == 0 && fd->version >= 3 && !seg_layout_v3_ok(e, &sc))
+		f->layout_off++;
 	if (ret == 0)
 		seg_chunk_free(&sc);
 	else if (ret == -EBADMSG)

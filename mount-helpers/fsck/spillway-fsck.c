@@ -408,6 +408,9 @@ static void print_summary(struct fsck *f, int code)
 		       f->problems, S(f->problems), f->fixed, f->problems - f->fixed);
 	if (f->lost)
 		printf("; %" PRIu64 " file%s lost", f->lost, S(f->lost));
+	if (f->layout_off)
+		printf("; %" PRIu64 " record%s of v3 segments off 4 KiB (read through a buffer)",
+		       f->layout_off, S(f->layout_off));
 	printf("\n");
 }
 
@@ -419,8 +422,10 @@ int main(int argc, char **argv)
 
 	if ((code = parse_args(f, argc, argv)) >= 0)
 		return code;
-	if (open_state(f, &any, &max_gen) < 0)
+	if (open_state(f, &any, &max_gen) < 0) {
+		tiers_file_free(&f->tiers); /* what read_tiers took (LeakSanitizer) */
 		return EX_OPER;
+	}
 	code = finish(f, check(f, any), max_gen);
 	if (!f->quiet)
 		print_summary(f, code);

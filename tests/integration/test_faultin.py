@@ -16,7 +16,6 @@ Run: python3 test_faultin.py --build BUILD_DIR [-k pattern]
 import errno
 import os
 import re
-import struct
 import sys
 import unittest
 
@@ -24,31 +23,31 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from lib.data import KiB, MiB, content, first_diff, open_uncached, write_content  # noqa: E402
-from lib.tier import TierCase, seg_files  # noqa: E402
+from lib.tier import TierCase, seg_files, seg_footer  # noqa: E402
+from lib.fsx import tiny_tier  # noqa: E402
 
 BLOCK = 64 * KiB
 
 
 def seg_entries(path):
-    """Footer entries of a v2 segment: [(ino, chunk, flags, off, len, chunk_len)]."""
-    with open(path, "rb") as f:
-        data = f.read()
-    count, _crc, _flen = struct.unpack_from("<III", data, len(data) - 20)
-    assert data[-8:] == b"SPWFOOT2", data[-8:]
-    base = len(data) - 20 - 44 * count
-    out = []
-    for i in range(count):
-        ino, chunk, _gen, flags, off, ln, _c, clen = struct.unpack_from(
-            "<QQIIQIII", data, base + 44 * i)
-        out.append((ino, chunk, flags, off, ln, clen))
-    return out
+    """Footer entries of a segment of today's format (v3): [(ino, chunk,
+    flags, off, len, chunk_len)]."""
+    version, _flen, ents = seg_footer(path)
+    assert version == 3, version
+    return [(ino, chunk, flags, off, ln, clen)
+            for ino, chunk, _gen, flags, off, ln, _crc, clen in ents]
 
 
 class FaultinCase(TierCase):
+    """The restore machinery (partial restores, read-ahead, publishing,
+    direct reads of random readers): admit=always, so every cold read it
+    makes goes through a restore as it did before the admission filter
+    (what the filter changes is test_admission's)."""
     timeout = 120
 
     def cold_file(self, name, tag, size, **opts):
         opts.setdefault("restore", "lazy")
+        opts.setdefault("admit", "always")
         self.tier_mount(hot_size="64M", chunk_size="4M", min_spill_size="4M", **opts)
         p = self.p(name)
         write_content(p, tag, size)
@@ -298,7 +297,7 @@ class TestPublished(FaultinCase):
 
     def big_chunk_file(self, name, tag, size, chunk="64M"):
         self.tier_mount(hot_size="512M", chunk_size=chunk, min_spill_size=chunk,
-                        restore="open")
+                        restore="open", admit="always")
         p = self.p(name)
         write_content(p, tag, size)
         self.evict(p)
@@ -371,38 +370,14 @@ class TestPublished(FaultinCase):
         self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
 
 
-def _load_fsx():
-    import lib.fsx
-    return lib.fsx
-
-
 class TestFsxTinyHot(harness.SpwTestCase):
     """spw_fsx against a tiny hot tier with a cold tier, restore=lazy and
     restore=open, so reads keep faulting partly restored chunks in."""
     timeout = 400
 
     def run_mode(self, mode):
-        fx = _load_fsx()
-        fsx = fx.find_fsx()
-        self.assertIsNotNone(fsx)
-        import shutil
-        import tempfile
-        cold = tempfile.mkdtemp(prefix="spw-fsx-cold-", dir="/var/tmp")
-        self.addCleanup(shutil.rmtree, cold, True)
-        good = tempfile.mkdtemp(prefix="spw-fsx-good-")
-        m = self.mount(hot_size="16M", opts=["chunk_size=1M", "nvme=" + cold,
-                                             "min_spill_size=2M", "restore=" + mode])
-        for i, seed in enumerate((21, 22)):
-            run = fx.FsxRun(self, fsx, m.mnt, seed, 15000, "8M", i % 2 == 1, good)
-            run.finish(150)
-        try:
-            os.rmdir(good)
-        except OSError:
-            pass
-        import json
-        st = json.loads(os.getxattr(m.mnt, "user.spillway.stats"))
-        self.assertEqual(st["errors"], {"io": 0, "crc": 0})
-        self.assertGreater(st["spilled"]["chunks"], 0)
+        st = tiny_tier(self, [(21, 15000, False, ()), (22, 15000, True, ())],
+                       ["restore=" + mode])
         sys.stderr.write("\n  [fsx %s] partial_restores %d, readahead %d, restored %d chunks\n"
                          % (mode, st["partial_restores"], st["readahead_chunks"],
                             st["restored"]["chunks"]))
@@ -429,7 +404,7 @@ if S3Case is not None:
             srv = self.s3server()
             px = self.proxy(srv)
             self.s3_mount(srv, endpoint=px.endpoint, hot_size="64M", chunk_size="4M",
-                          min_spill_size="4M", restore="lazy")
+                          min_spill_size="4M", restore="lazy", admit="always")
             p = self.p(name)
             write_content(p, tag, size)
             self.evict(p)

@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import SpwTestCase  # noqa: E402
 from lib.data import MiB, content, sha_file, write_content  # noqa: E402
-from lib.tier import file_state  # noqa: E402
+from lib.tier import file_state, seg_footer  # noqa: E402
 
 SEG_HDR = 4096
 
@@ -71,24 +71,10 @@ def seg_id_of(name):
 
 
 def seg_entries(path):
-    """Footer entries of a segment file (format v1 or v2, tier/segment.h):
+    """Footer entries of a segment file (any format version, tier/segment.h):
     [(ino, chunk, gen, len, off, crc)], len being the record's stored bytes."""
-    with open(path, "rb") as f:
-        data = f.read()
-    count, _crc, flen = struct.unpack("<III", data[-20:-8])
-    if data[-8:] not in (b"SPWFOOT1", b"SPWFOOT2") or flen > len(data):
-        raise AssertionError("%s: no segment footer" % path)
-    if data[-8:] == b"SPWFOOT1":
-        start = len(data) - 20 - 40 * count
-        return [struct.unpack("<QQQIQI", data[start + 40 * i:start + 40 * (i + 1)])
-                for i in range(count)]
-    start = len(data) - 20 - 44 * count
-    out = []
-    for i in range(count):
-        ino, chunk, gen, _flags, off, ln, crc, _clen = struct.unpack(
-            "<QQIIQIII", data[start + 44 * i:start + 44 * (i + 1)])
-        out.append((ino, chunk, gen, ln, off, crc))
-    return out
+    return [(ino, chunk, gen, ln, off, crc)
+            for ino, chunk, gen, _flags, off, ln, crc, _clen in seg_footer(path)[2]]
 
 
 def copy_segment(src, dst, new_id):

@@ -92,6 +92,9 @@ class TestBadOptions(SpwTestCase):
     def test_mem_reserve_above_ram(self):
         self.bad("mem_reserve=100000T", "mem_reserve", "100000T")
 
+    def test_io_uring_bad_word(self):
+        self.bad("io_uring=fast", "io_uring", "fast")
+
     def test_mem_pressure_bad_word(self):
         self.bad("mem_pressure=maybe", "mem_pressure", "maybe")
 
@@ -468,6 +471,70 @@ def probe(fn):
 def _probe_code(actions):
     body = "\n".join("print(probe(lambda: %s))" % a for a in actions)
     return PROBE + body + "\n"
+
+
+URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
+
+
+def libfuse_version():
+    """(major, minor) of the libfuse the built spillway runs with."""
+    out = subprocess.run([harness.SPILLWAY, "--version"], stdout=subprocess.PIPE,
+                         timeout=10).stdout.decode()
+    m = re.search(r"libfuse (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+class TestIoUring(SpwTestCase):
+    """io_uring=on (issue 35 item 4): the rings run where libfuse (3.18+) and
+    the kernel (enable_uring=Y) have them; elsewhere the mount says in one
+    log line why not and serves every request through /dev/fuse."""
+
+    timeout = 90
+
+    def uring_mount(self, tag):
+        m = self.mount(hot_size="64M", opts=["io_uring=on"], tag=tag)
+        line = harness.wait_until(
+            lambda: next((ln for ln in m.log_text(200).splitlines() if "io_uring o" in ln),
+                         None), 10, "the io_uring log line")
+        data = os.urandom(3 * MiB + 5)
+        with open(m.path("f"), "wb") as f:
+            f.write(data)
+        with open(m.path("f"), "rb") as f:
+            self.assertEqual(f.read(), data, "bytes through io_uring=on (%s)" % line)
+        rings = 0
+        for t in os.listdir("/proc/%d/task" % m.pid):
+            with open("/proc/%d/task/%s/comm" % (m.pid, t)) as f:
+                rings += f.read().startswith("fuse-ring-")
+        return line, rings
+
+    def set_param(self, value):
+        with open(URING_PARAM) as f:
+            old = f.read().strip()
+        if old != value:
+            with open(URING_PARAM, "w") as f:
+                f.write(value + "\n")
+
+            def put_back():
+                with open(URING_PARAM, "w") as f:
+                    f.write(old + "\n")
+            self.addCleanup(put_back)  # runs after the mounts registered later stop
+
+    def test_io_uring(self):
+        if libfuse_version() < (3, 18):
+            line, rings = self.uring_mount("old-libfuse")
+            self.assertIn("io_uring off (built with libfuse older than 3.18)", line)
+            self.assertEqual(rings, 0)
+            return
+        self.assertTrue(os.path.exists(URING_PARAM), "a 6.14+ kernel has " + URING_PARAM)
+        self.set_param("N")
+        line, rings = self.uring_mount("param-off")
+        self.assertIn("io_uring off (the kernel's FUSE io_uring is disabled: "
+                      "/sys/module/fuse/parameters/enable_uring is N)", line)
+        self.assertEqual(rings, 0)
+        self.set_param("Y")
+        line, rings = self.uring_mount("rings")
+        self.assertIn("io_uring on: FUSE requests over one ring per CPU", line)
+        self.assertEqual(rings, os.cpu_count(), "one fuse-ring thread per CPU")
 
 
 class TestPermissions(SpwTestCase):

@@ -117,7 +117,13 @@ class TestReads(PassthroughCase):
         before = pt(m.mnt)
         self.assertEqual(read_file(m.path("c")), data)
         self.assertEqual(pt(m.mnt)["fallback"]["cold"], before["fallback"]["cold"] + 1)
-        # restore=open brought it back: the next open is passed through
+        # read once it stays cold (admission: the kernel's pages are its
+        # only copy); read again once the kernel let them go, it comes
+        # back into RAM, and the next open is passed through
+        self.assertEqual(file_state(m.path("c"))["hot"], 0)
+        with open(m.path("c"), "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            self.assertEqual(f.read(), data)
         harness.wait_until(lambda: file_state(m.path("c"))["cold"] == 0
                            and file_state(m.path("c"))["restoring"] == 0, 30, "restored")
         opens = pt(m.mnt)["opens"]

@@ -15,8 +15,12 @@ the node gets back, and when"; issue #12).
    memory signals: the budget shrinks at once under pressure (stats,
    metrics, log), hot usage goes below the new low watermark, writers keep
    succeeding, the budget never goes below hot_min and grows back in steps
-   after the pressure is gone. And one run in a real cgroup v1 memory cgroup
-   with a limit (skipped where there is none).
+   after the pressure is gone. And runs in a real cgroup v1 memory cgroup
+   with a limit (skipped where there is none): the budget follows it, and the
+   default mem_reserve is 5 % of its limit (a given one above half is refused).
+3. The daemon's own memory: after 4x the hot tier written and read back by
+   4 writers and 4 readers, its RSS comes back under the bound of
+   docs/costs-and-waits.md (48 MiB plus the heap per file).
 
 Run: python3 test_ram_back.py --build BUILD_DIR [-k pattern]
 """
@@ -33,7 +37,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from lib.crash import CrashCase  # noqa: E402
-from lib.data import MiB, content, write_content  # noqa: E402
+from lib.data import MiB, content, content_sha, run_threads, sha_file, write_content  # noqa: E402
 from lib.tier import file_state, stats_of  # noqa: E402
 
 
@@ -427,40 +431,121 @@ class TestElastic(RamCase):
         self.assertEqual(s["pressure"]["shrinks"], 0)
 
 
+# --------------------------------------------------------------------------
+# 3. the daemon's own memory
+
+RSS_BASE = 48 * MiB  # docs/costs-and-waits.md: the daemon's RSS ...
+RSS_PER_FILE = 250   # ... plus its heap per file
+
+
+def vm_rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            if ln.startswith("VmRSS:"):
+                return int(ln.split()[1]) * 1024
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+class TestDaemonMemory(RamCase):
+    def test_rss_after_a_run(self):
+        """4 x a 64 MiB tier written by 4 writers, evicted, read back twice
+        by 4 readers (the first read from the segments, the second brought
+        into RAM; io_workers=8): what the run took in buffers (FUSE replies,
+        staging, segment reads, restores) goes back once the mount is
+        still, down to the documented bound."""
+        hot, cold, state = self.make_state()
+        opts = ["chunk_size=1M", "min_spill_size=16M", "nvme=" + cold, "state_dir=" + state]
+        m = self.cmount(hot, opts, "rss", hot_size="64M")
+        names = ["w%d" % i for i in range(4)]
+        run_threads([lambda i=i: write_content(m.path(names[i]), 80 + i, 64 * MiB)
+                     for i in range(4)])
+        for n in names:
+            os.setxattr(m.path(n), "user.spillway.evict", b"1")
+
+        def reader(i):
+            got, size = sha_file(m.path(names[i]))
+            self.assertEqual((got, size), (content_sha(80 + i, 64 * MiB), 64 * MiB), names[i])
+        for _ in range(2):
+            run_threads([lambda i=i: reader(i) for i in range(4)])
+        s = stats_of(m.mnt)
+        cold_read = s["restored"]["bytes"] + s.get("admission", {}).get("direct_read_bytes", 0)
+        self.assertGreaterEqual(cold_read, 3 * 64 * MiB, json.dumps(s))
+        bound = RSS_BASE + RSS_PER_FILE * s["files"]
+        seen = []
+        if harness.SANITIZE:  # shadow memory and quarantine: no bound to check
+            sys.stderr.write("[RSS %d MiB under %s: not checked] " % (
+                vm_rss(m.pid) >> 20, harness.SANITIZE))
+            return
+
+        def under():
+            seen.append(vm_rss(m.pid))
+            return seen[-1] <= bound
+        # the idle memory goes back within a few seconds of the mount being
+        # still (tier/pressure.c, common/heap.c); the wait is bounded, not timed
+        try:
+            harness.wait_until(under, 30, "the daemon's RSS under %.1f MiB" % (bound / MiB),
+                               interval=0.25)
+        except AssertionError as e:
+            raise AssertionError("%s; RSS seen: %s MiB (first, last 5)\n%s" % (
+                e, [seen[0] >> 20] + [x >> 20 for x in seen[-5:]], m.log_text(10)))
+        sys.stderr.write("[RSS after the run %.1f MiB, first seen %.1f MiB, bound %.1f MiB] " % (
+            seen[-1] / MiB, seen[0] / MiB, bound / MiB))
+
+
 CG_ROOT = "/sys/fs/cgroup/memory"
+
+
+def own_memory_cgroup():
+    """This process's v1 memory cgroup directory (the test runs inside one,
+    e.g. /process_api/ID), or CG_ROOT."""
+    with open("/proc/self/cgroup") as f:
+        for ln in f:
+            parts = ln.rstrip("\n").split(":", 2)
+            if len(parts) == 3 and "memory" in parts[1].split(","):
+                d = CG_ROOT + parts[2].rstrip("/")
+                if os.path.exists(os.path.join(d, "memory.limit_in_bytes")):
+                    return d
+    return CG_ROOT
 
 
 class TestRealCgroup(RamCase):
     """The machine's cgroup v1 memory controller: a child cgroup with a
     limit, the daemon in it; the budget shrinks, nothing is OOM-killed, every
-    byte reads back."""
+    byte reads back; the default mem_reserve is 5 % of the cgroup's limit."""
 
     timeout = 240
 
-    def test_cgroup_v1_limit(self):
+    def make_cgroup(self, limit):
+        """A fresh memory cgroup with `limit`, below this process's own; the
+        argv prefix that runs a program inside it. Removed at cleanup (after
+        the mounts registered later have stopped)."""
         if not os.path.exists(os.path.join(CG_ROOT, "memory.limit_in_bytes")):
             self.skipTest("no cgroup v1 memory controller here")
-        cg = os.path.join(CG_ROOT, "spw-test-%d" % os.getpid())
+        parent = own_memory_cgroup()
+        cg = os.path.join(parent, "spw-test-%d-%d" % (os.getpid(), limit >> 20))
         os.mkdir(cg)
 
         def rm_cgroup():
             # the daemon is gone by now (its mount is stopped first); move any
-            # straggler to the root cgroup, then remove ours
+            # straggler to the parent cgroup, then remove ours
             try:
                 with open(os.path.join(cg, "cgroup.procs")) as f:
                     pids = [int(x) for x in f.read().split()]
                 for pid in pids:
-                    with open(os.path.join(CG_ROOT, "cgroup.procs"), "w") as f:
+                    with open(os.path.join(parent, "cgroup.procs"), "w") as f:
                         f.write("%d\n" % pid)
             except OSError:
                 pass
             harness.wait_until(lambda: _rmdir_ok(cg), 10, "cgroup %s removed" % cg)
         self.addCleanup(rm_cgroup)  # registered first: runs after the mount stops
-        limit = 320 * MiB
         with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
             f.write(str(limit))
+        return cg, ["sh", "-c", 'echo $$ > "%s/cgroup.procs" && exec "$@"' % cg, "sh"]
+
+    def test_cgroup_v1_limit(self):
+        limit = 320 * MiB
+        cg, prefix = self.make_cgroup(limit)
         hot, cold, state = self.make_state()
-        prefix = ["sh", "-c", 'echo $$ > "%s/cgroup.procs" && exec "$@"' % cg, "sh"]
         opts = ["chunk_size=1M", "min_spill_size=8M", "nvme=" + cold, "state_dir=" + state,
                 "mem_reserve=96M", "hot_min=32M", "write_wait=30s"]
         m = self.cmount(hot, opts, "cgroup", hot_size="512M", prefix=prefix)
@@ -478,6 +563,11 @@ class TestRealCgroup(RamCase):
         self.assertLess(p["budget"], 512 * MiB)
         self.assertLessEqual(p["budget"], limit)
         self.assertEqual(s["enospc"], 0)
+        # given, and at most half of the cgroup's limit: taken as given
+        self.assertEqual(p["mem_reserve"], 96 * MiB)
+        self.assertEqual(p["mem_reserve_of"], "given")
+        self.assertIn("mem_reserve 96M (given; the memory cgroup's limit is 320M)",
+                      m.log_all())
         with open(os.path.join(cg, "memory.oom_control")) as f:
             oc = dict(ln.split() for ln in f.read().splitlines())
         self.assertEqual(int(oc.get("oom_kill", 0)), 0, oc)
@@ -487,6 +577,54 @@ class TestRealCgroup(RamCase):
             _read_int(os.path.join(cg, "memory.max_usage_in_bytes")) >> 20))
         for rel, (tag, size) in files.items():
             self.assertContent(m.path(rel), tag, size, "in a memory cgroup")
+
+    def test_reserve_follows_cgroup(self):
+        """Issue 35 item 5: a mount in a 1 GiB cgroup takes 5 % of the
+        cgroup's limit (<= 51 MiB), not of the node's RAM, says so in its
+        log and its stats; a given mem_reserve above half of the limit is
+        refused with one line, nothing mounted."""
+        limit = 1024 * MiB
+        cg, prefix = self.make_cgroup(limit)
+        hot, cold, state = self.make_state()
+        opts = ["chunk_size=1M", "min_spill_size=8M", "nvme=" + cold, "state_dir=" + state]
+        m = self.cmount(hot, opts, "reserve", hot_size="256M", prefix=prefix)
+        p = stats_of(m.mnt)["pressure"]
+        self.assertEqual(p["cgroup"], 1, json.dumps(p))
+        self.assertEqual(p["cgroup_limit"], limit, json.dumps(p))
+        self.assertLessEqual(p["mem_reserve"], 51 * MiB, json.dumps(p))
+        self.assertGreaterEqual(p["mem_reserve"], 50 * MiB, json.dumps(p))
+        self.assertEqual(p["mem_reserve_of"], "default", json.dumps(p))
+        self.assertEqual(p["mem_limit_of"], "cgroup", json.dumps(p))
+        self.assertEqual(p["mem_limit"], limit, json.dumps(p))
+        # room in the cgroup beyond the reserve: the whole hot_size
+        self.assertEqual(p["budget"], 256 * MiB, json.dumps(p))
+        log = m.log_all()
+        self.assertIn("mem_reserve 51M (5% of the memory cgroup's limit 1024M)", log)
+        write_content(m.path("r"), 5, 40 * MiB)
+        self.assertContent(m.path("r"), 5, 40 * MiB, "in a 1 GiB cgroup")
+        self.assertEqual(m.unmount_clean(), 0, m.log_text(30))
+        m.stop()
+
+        # given above half of the cgroup's limit: refused, one line
+        mnt = self.tmpdir()
+        args = prefix + [harness.SPILLWAY, "-f", "-o", "hot_dir=%s,hot_size=256M,mem_reserve=600M"
+                         % os.path.join(self.tmpdir(on_shm=True), "hot"), mnt]
+        try:
+            r = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=30)
+            mounted = harness.is_mounted(mnt)
+        finally:
+            if harness.is_mounted(mnt):
+                harness.force_unmount(mnt)
+        err = r.stderr.decode(errors="replace")
+        ctx = "rc=%r stderr=%r" % (r.returncode, err)
+        self.assertFalse(mounted, ctx)
+        self.assertEqual(r.returncode, 1, ctx)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        self.assertEqual(len(lines), 1, ctx)
+        self.assertIn("option 'mem_reserve': invalid value '600M'", lines[0])
+        self.assertIn("cgroup", lines[0])
+        self.assertIn("512M", lines[0])
 
 
 def _read_int(path):

@@ -34,7 +34,7 @@ import harness  # noqa: E402
 from lib.data import (KiB, MiB, content, content_sha, first_diff, open_uncached,  # noqa: E402
                       run_threads, sha_file, write_content)
 from lib.s3 import BUCKET, S3Case, classify, free_port, write_credentials  # noqa: E402
-from lib.tier import Tmpfs, seg_files  # noqa: E402
+from lib.tier import Tmpfs, cold_read_bytes, seg_files  # noqa: E402
 
 
 def make_files(total, first_tag, big=(40 * MiB + 12345, 17 * MiB + 1, 5 * MiB + 4097)):
@@ -110,6 +110,10 @@ class TestS3Overflow(S3Case):
 
         self.poll(lambda: self.stats()["hot"]["used"] <= 0.75 * self.HOT, 10,
                   "the evictor below spill_threshold")
+        # the written-around files' tails (tier/admit) may still be going up
+        # after their writers closed: until the server holds what the table does
+        self.poll(lambda: len(self.seg_objects()) == self.stats()["segments"]["count"], 20,
+                  "the last uploads committed")
         s = self.stats()
         limit = s["hot"]["limit"]
         spilled = s["spilled"]["bytes"]
@@ -167,7 +171,7 @@ class TestS3Overflow(S3Case):
 
         run_threads([lambda q=q: reader(q) for q in queues])
         s = self.stats()
-        self.assertGreater(s["restored"]["bytes"], 0)
+        self.assertGreater(cold_read_bytes(s), 0)
         self.assertEqual(s["errors"], {"io": 0, "crc": 0})
 
 
@@ -405,10 +409,10 @@ class TestThreeTiers(S3Case):
                 got, n = sha_file(self.p(name))
                 self.assertEqual((n, got), (size, content_sha(tag, size)), name)
 
-        r0 = self.stats()["restored"]["bytes"]
+        r0 = cold_read_bytes(self.stats())
         run_threads([lambda q=q: reader(q) for q in queues])
         s = self.stats()
-        self.assertGreater(s["restored"]["bytes"], r0)
+        self.assertGreater(cold_read_bytes(s), r0)
         self.assertEqual(s["errors"], {"io": 0, "crc": 0})
 
 

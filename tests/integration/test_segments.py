@@ -22,7 +22,7 @@ import sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from lib.tier import TierCase  # noqa: E402
+from lib.tier import TierCase, seg_footer  # noqa: E402
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -38,15 +38,9 @@ def segments(d):
     for n in sorted(os.listdir(d)):
         if not (n.startswith("seg-") and n.endswith(".spw")):
             continue
-        with open(os.path.join(d, n), "rb") as f:
-            hdr = f.read(16)
-            f.seek(-20, os.SEEK_END)
-            count, _crc, flen = struct.unpack("<III", f.read(12))
-            magic = f.read(8)
-            size = f.seek(0, os.SEEK_END)
-        if hdr[:8] != b"SPWSEG01" or magic not in (b"SPWFOOT1", b"SPWFOOT2"):
-            raise AssertionError("%s: not a segment" % n)
-        out.append((size, flen, count, struct.unpack("<I", hdr[8:12])[0]))
+        p = os.path.join(d, n)
+        version, flen, ents = seg_footer(p)
+        out.append((os.stat(p).st_size, flen, len(ents), version))
     return out
 
 
@@ -96,7 +90,7 @@ class TestSmallObjects(SegCase):
         total = sum(s[0] for s in segs)
         data_area = sum(s[0] - HDR - s[1] for s in segs)
         hdr_foot = sum(HDR + s[1] for s in segs)
-        self.assertEqual({s[3] for s in segs}, {2}, "segments of format v2 only")
+        self.assertEqual({s[3] for s in segs}, {3}, "segments of format v3 only")
         # one record per file (a spill racing the file's own write may leave one more)
         self.assertGreaterEqual(nrec, self.N)
         self.assertLessEqual(nrec, self.N * 1.01, "%d segments" % len(segs))
@@ -169,6 +163,10 @@ class TestSparse(SegCase):
                         exp[lo - off:hi - off] = b[lo - w:hi - w]
                 if got != bytes(exp):
                     self.fail("wrong bytes in [%d, %d)" % (off, off + 4 * MiB))
+            # read once: straight from the segments (admission); a warm
+            # brings it into RAM
+            self.assertEqual(self.state(p)["hot"], 0)
+            self.warm(p)
             harness.wait_until(lambda: self.state(p)["cold"] == 0, 20, "restore")
             # holes came back as holes: SEEK_DATA/SEEK_HOLE agree with the writes
             got_ranges = []

@@ -73,7 +73,9 @@ class TestCorruptSegment(FaultCase):
     timeout = 60
 
     def test_flipped_byte_is_eio(self):
-        self.tier_mount(hot_size="64M", chunk_size="1M", min_spill_size="8M")
+        # admit=always: the good chunks read come into RAM (counted below);
+        # test_admission reads a flipped byte once, from the segment
+        self.tier_mount(hot_size="64M", chunk_size="1M", min_spill_size="8M", admit="always")
         cold = self.cold[0]
         a, b = self.p("a"), self.p("b")
         write_content(a, 81, 4 * MiB)

@@ -1,14 +1,19 @@
 /*
  * spw_fsx — an fsx-style file system exerciser (libc only).
  *
- *   spw_fsx [-N ops] [-S seed] [-f nfiles] [-l maxlen] [-b boundary] [-m] [-q] [-v] [-k] DIR
+ *   spw_fsx [-N ops] [-S seed] [-f nfiles] [-l maxlen] [-b boundary] [-m] [-A] [-q] [-v] [-k] DIR
  *
  * Keeps nfiles files open in DIR, each with an in-memory model (a growable
  * zero-filled byte buffer + size), and applies a seeded random stream of
  * operations: pwrite (also past EOF, making holes), pread checked byte for
  * byte, ftruncate, fallocate (mode 0 and PUNCH_HOLE|KEEP_SIZE, when the file
  * system supports them), mmap read / mmap write + msync (-m), close+reopen
- * (sometimes with O_TRUNC), fsync/fdatasync and full-file verifies.
+ * (sometimes with O_TRUNC), fsync/fdatasync and full-file verifies. With -A
+ * (admission), also streams: a run of boundary-sized writes in a row, each
+ * going on from the last (appending, or rewriting from 0 or from a
+ * boundary), and scans: the file read front to back in 1 MiB reads through
+ * a fresh descriptor, its pages dropped first (read once, as a restore of a
+ * spilled object is).
  *
  * Everything is a pure function of the seed and the options, so a failing run
  * is replayed with the same -S/-N/-f/-l/-b/-m. On the first mismatch or
@@ -68,6 +73,8 @@ enum op_kind {
 	OP_FSYNC,
 	OP_VERIFY,
 	OP_DROPCACHE,
+	OP_STREAM, /* -A */
+	OP_SCAN,   /* -A */
 	OP_NKINDS,
 };
 
@@ -75,7 +82,8 @@ static const char *const op_names[OP_NKINDS] = {
     [OP_WRITE] = "write",	[OP_READ] = "read",	      [OP_TRUNC] = "truncate",
     [OP_PUNCH] = "punch",	[OP_FALLOC] = "fallocate",    [OP_MAPREAD] = "mapread",
     [OP_MAPWRITE] = "mapwrite", [OP_REOPEN] = "reopen",	      [OP_FSYNC] = "fsync",
-    [OP_VERIFY] = "verify",	[OP_DROPCACHE] = "dropcache",
+    [OP_VERIFY] = "verify",	[OP_DROPCACHE] = "dropcache", [OP_STREAM] = "stream",
+    [OP_SCAN] = "scan",
 };
 
 /*
@@ -86,7 +94,7 @@ static const char *const op_names[OP_NKINDS] = {
 static const unsigned op_weight[OP_NKINDS] = {
     [OP_WRITE] = 60, [OP_READ] = 52,	[OP_TRUNC] = 12,    [OP_PUNCH] = 10,
     [OP_FALLOC] = 4, [OP_MAPREAD] = 12, [OP_MAPWRITE] = 12, [OP_REOPEN] = 6,
-    [OP_FSYNC] = 4,  [OP_VERIFY] = 1,	[OP_DROPCACHE] = 8,
+    [OP_FSYNC] = 4,  [OP_VERIFY] = 1,	[OP_DROPCACHE] = 8, [OP_STREAM] = 6, [OP_SCAN] = 4,
 };
 
 struct model {
@@ -215,6 +223,7 @@ static void log_print_ent(FILE *out, const struct log_ent *e)
 	fprintf(out, "  #%-9" PRIu64 " f%-2d %-9s", e->opnum, e->file, op_names[e->kind]);
 	switch (e->kind) {
 	case OP_WRITE:
+	case OP_STREAM:
 	case OP_READ:
 	case OP_PUNCH:
 	case OP_FALLOC:
@@ -338,7 +347,7 @@ static void trace_origin(int file, uint64_t off, const unsigned char *actual, ui
 		const struct log_ent *e = &g.ring[(g.nlogged - 1 - k) % LOG_RING];
 		uint64_t i;
 
-		if (e->kind != OP_WRITE && e->kind != OP_MAPWRITE)
+		if (e->kind != OP_WRITE && e->kind != OP_MAPWRITE && e->kind != OP_STREAM)
 			continue;
 		/* same offset, same op, any file (misdirected writes) */
 		for (i = 0; i < n; i++)
@@ -362,6 +371,7 @@ static int touches(const struct log_ent *e, int file, uint64_t off)
 		return 0;
 	switch (e->kind) {
 	case OP_WRITE:
+	case OP_STREAM:
 	case OP_MAPWRITE:
 	case OP_PUNCH:
 	case OP_FALLOC:
@@ -626,6 +636,67 @@ static void do_write(int file)
 	if (off + len > m->size)
 		m->size = off + len;
 	e->size_after = m->size;
+}
+
+/* -A: a streaming writer: boundary-sized writes in a row through the
+ * file's descriptor, each going on from the last; appending, or rewriting
+ * from 0 or from a boundary. */
+static void do_stream(int file)
+{
+	struct model *m = &g.files[file];
+	uint64_t r = rnd() % 4, off, len, n, piece = g.boundary < g.maxio ? g.boundary : g.maxio;
+	struct log_ent *e;
+
+	off = r < 2 ? m->size : r < 3 ? 0 : rnd_range(0, g.maxlen / g.boundary) * g.boundary;
+	if (off + piece > g.maxlen)
+		off = 0;
+	len = rnd_range(piece, g.maxlen - off);
+	e = log_begin(file, OP_STREAM, off, len);
+	if (g.dense && off > m->size)
+		fill_zeros(m, m->size, off);
+	for (uint64_t pos = 0; pos < len; pos += n) {
+		ssize_t w;
+
+		n = len - pos < piece ? len - pos : piece;
+		fill_pattern(g.wbuf, g.opnum, off + pos, n);
+		w = pwrite(m->fd, g.wbuf, n, (off_t)(off + pos));
+		if (w < 0 || (uint64_t)w != n)
+			fail("stream pwrite %s off=0x%" PRIx64 " len=0x%" PRIx64 ": %s", m->path,
+			     off + pos, n, w < 0 ? strerror(errno) : "short");
+		model_reserve(m, off + pos + n);
+		memcpy(m->buf + off + pos, g.wbuf, n);
+		if (off + pos + n > m->size)
+			m->size = off + pos + n;
+	}
+	e->size_after = m->size;
+}
+
+/* -A: the whole file read front to back in 1 MiB reads through a fresh
+ * descriptor, its cached pages dropped first (a read once), then a read at
+ * EOF that must return nothing. */
+static void do_scan(int file)
+{
+	struct model *m = &g.files[file];
+	int fd = open(m->path, O_RDONLY);
+	uint64_t off = 0;
+	ssize_t n;
+
+	log_begin(file, OP_SCAN, 0, m->size);
+	if (fd < 0)
+		fail("scan: open %s: %s", m->path, strerror(errno));
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	while ((n = read(fd, g.rbuf, MIB)) > 0) {
+		if (off + (uint64_t)n > m->size)
+			fail("scan %s: read past EOF at 0x%" PRIx64 " (size 0x%" PRIx64 ")",
+			     m->path, off + (uint64_t)n, m->size);
+		check_bytes(file, off, g.rbuf, (uint64_t)n, "scan");
+		off += (uint64_t)n;
+	}
+	if (n < 0)
+		fail("scan read %s off=0x%" PRIx64 ": %s", m->path, off, strerror(errno));
+	if (off != m->size)
+		fail("scan %s: EOF at 0x%" PRIx64 ", expected 0x%" PRIx64, m->path, off, m->size);
+	close(fd);
 }
 
 static void do_read(int file)
@@ -993,6 +1064,12 @@ static void run_op(void)
 	case OP_DROPCACHE:
 		do_dropcache(file);
 		break;
+	case OP_STREAM:
+		do_stream(file);
+		break;
+	case OP_SCAN:
+		do_scan(file);
+		break;
 	case OP_FSYNC:
 		do_fsync(file);
 		break;
@@ -1051,7 +1128,7 @@ static int parse_u64(const char *s, uint64_t *out, int allow_suffix)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: spw_fsx [-N ops] [-S seed] [-f nfiles] [-l maxlen] [-b boundary] [-m] [-q] "
+		"usage: spw_fsx [-N ops] [-S seed] [-f nfiles] [-l maxlen] [-b boundary] [-m] [-A] [-q] "
 		"[-v] [-k] [-P] [-D] [-X ops] DIR\n"
 		"  -N ops       operations to run (default 10000)\n"
 		"  -S seed      PRNG seed (default: from time and pid; always printed)\n"
@@ -1059,6 +1136,7 @@ static void usage(void)
 		"  -l maxlen    largest file size, K/M/G suffixes (default 8M)\n"
 		"  -b boundary  chunk size to aim I/O at (default 1M)\n"
 		"  -m           also mmap MAP_SHARED reads and writes (+ msync)\n"
+		"  -A           also streams (writes in a row) and scans (reads once)\n"
 		"  -q           quiet: only the summary line and failures\n"
 		"  -v           print every operation\n"
 		"  -k           keep the files in DIR at the end (default: unlink)\n"
@@ -1066,7 +1144,7 @@ static void usage(void)
 		"  -D           dense: zeros written where a file would get holes (grow, punch)\n"
 		"  -X ops       disable operations, comma-separated: read, truncate, punch,\n"
 		"               fallocate, mapread, mapwrite, reopen, fsync, verify,\n"
-		"               dropcache, and otrunc (reopens never use O_TRUNC); to step\n"
+		"               dropcache, stream, scan, and otrunc (reopens never use O_TRUNC); to step\n"
 		"               past a known bug\n",
 		MAX_FILES);
 	exit(2);
@@ -1075,7 +1153,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	uint64_t v, progress_every;
-	int c, seed_given = 0;
+	int c, seed_given = 0, admission = 0;
 	struct timeval t0, t1;
 	double secs;
 
@@ -1085,7 +1163,7 @@ int main(int argc, char **argv)
 	g.boundary = MIB;
 	g.have_punch = -1; /* unknown until the first try */
 	g.have_falloc = -1;
-	while ((c = getopt(argc, argv, "N:S:f:l:b:mqvkPDX:h")) != -1) {
+	while ((c = getopt(argc, argv, "N:S:f:l:b:mAqvkPDX:h")) != -1) {
 		switch (c) {
 		case 'N':
 			if (parse_u64(optarg, &g.nops, 1))
@@ -1111,6 +1189,9 @@ int main(int argc, char **argv)
 			break;
 		case 'm':
 			g.use_mmap = 1;
+			break;
+		case 'A':
+			admission = 1;
 			break;
 		case 'q':
 			g.quiet = 1;
@@ -1140,6 +1221,8 @@ int main(int argc, char **argv)
 		usage();
 	if (!g.use_mmap)
 		g.disabled |= (1u << OP_MAPREAD) | (1u << OP_MAPWRITE);
+	if (!admission)
+		g.disabled |= (1u << OP_STREAM) | (1u << OP_SCAN);
 	g.dir = argv[optind];
 	if (!seed_given) {
 		struct timespec ts;

@@ -13,7 +13,7 @@ static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
 /* Gates (fake_gate_*): protected by fake_mu. */
 #define GATE_MAX 256
 static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
-static unsigned gate_armed[2];	      /* calls of each kind still to block */
+static unsigned gate_armed[3];	      /* calls of each kind still to block */
 static unsigned gate_next;	      /* tickets given */
 static uint8_t gate_blocked[GATE_MAX]; /* by ticket: at the gate now */
 static uint8_t gate_released[GATE_MAX];
@@ -80,7 +80,7 @@ void fake_gate_release(unsigned ticket, int err)
 void fake_gate_open_all(void)
 {
 	fake_lock();
-	gate_armed[0] = gate_armed[1] = 0;
+	gate_armed[0] = gate_armed[1] = gate_armed[2] = 0;
 	memset(gate_released, 1, sizeof(gate_released));
 	pthread_cond_broadcast(&gate_cond);
 	fake_unlock();
@@ -138,6 +138,11 @@ static int f_put_append(struct store_put *put, const void *buf, size_t len)
 
 	if (len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
 		return -EINVAL;
+	fake_lock();
+	int ret = gate_pass_locked(FAKE_GATE_APPEND);
+	fake_unlock();
+	if (ret < 0)
+		return ret;
 	if (p->len + len > p->cap) {
 		uint64_t cap = p->cap ? p->cap : 1 << 20;
 		uint8_t *d;
@@ -304,7 +309,7 @@ int fake_store_open(struct store **out)
 	f->base.ops = &fake_ops;
 	fake_lock();
 	fake_current = f;
-	gate_armed[0] = gate_armed[1] = 0;
+	gate_armed[0] = gate_armed[1] = gate_armed[2] = 0;
 	gate_next = 0;
 	memset(gate_blocked, 0, sizeof(gate_blocked));
 	memset(gate_released, 0, sizeof(gate_released));

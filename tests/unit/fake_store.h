@@ -57,10 +57,12 @@ unsigned fake_live_segments(void);
 /* Flip one byte of segment id at off. 0 or -ENOENT. */
 int fake_flip(uint64_t id, uint64_t off);
 
-/* Gates. The next n calls of a kind (reads, or put_finish: a segment made
- * durable) block in the store, each with a ticket numbered from 1 in the
- * order they arrive (across kinds, since the last fake_store_open). */
-enum { FAKE_GATE_READ, FAKE_GATE_PUT };
+/* Gates. The next n calls of a kind (reads, put_finish: a segment made
+ * durable, or put_append: a segment's bytes taken from the writer's memory,
+ * before they are copied) block in the store, each with a ticket numbered
+ * from 1 in the order they arrive (across kinds, since the last
+ * fake_store_open). */
+enum { FAKE_GATE_READ, FAKE_GATE_PUT, FAKE_GATE_APPEND };
 void fake_gate_arm(int kind, unsigned n);
 /* Wait until the call holding ticket is blocked at its gate: 0, or
  * -ETIMEDOUT after ms (a test failure, never a way to synchronise). */

@@ -232,6 +232,7 @@ static void test_bad_elastic(void **state)
 	expect_bad(f, "hot_size=64M,hot_min=1M", "hot_min", "1M");     /* below two chunks */
 	expect_bad(f, "hot_min=lots", "hot_min", "lots");
 	expect_bad(f, "mem_reserve=1000000T", "mem_reserve", "1000000T"); /* above RAM */
+	expect_bad(f, "mem_reserve=1000000T", "at most half", NULL);
 	expect_bad(f, "mem_reserve=-1G", "mem_reserve", "-1G");
 	expect_bad(f, "mem_pressure=maybe", "mem_pressure", "maybe");
 	expect_bad(f, "mem_pressure=", "mem_pressure", "''");
@@ -242,10 +243,15 @@ static void test_elastic_values(void **state)
 	struct fx *f = *state;
 	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 
-	/* defaults: hot_min = hot_size/8, mem_reserve = min(1G, 5% of RAM), on */
+	/* defaults: hot_min = hot_size/8, mem_reserve 5% of what the daemon may
+	 * have (this test's cgroup: see test_mem_reserve_follows_cgroup), on */
 	assert_int_equal(parse_o(f, "hot_dir=%s,hot_size=256M", f->hot), 0);
 	assert_true(f->cfg.hot_min == 32ULL << 20);
-	assert_true(f->cfg.mem_reserve == (ram / 20 < (1ULL << 30) ? ram / 20 : 1ULL << 30));
+	assert_true(f->cfg.mem_limit > 0 && f->cfg.mem_limit <= ram);
+	assert_true(f->cfg.mem_reserve == (f->cfg.mem_limit / 20 < (1ULL << 30)
+					       ? f->cfg.mem_limit / 20 >> 20 << 20
+					       : 1ULL << 30));
+	assert_int_equal(f->cfg.mem_reserve_given, 0);
 	assert_int_equal(f->cfg.mem_pressure, 1);
 	assert_int_equal(f->cfg.keep_hot, 0);
 	assert_int_equal(parse_o(f, "hot_dir=%s,hot_size=256M,hot_min=100M,mem_reserve=off,"
@@ -254,8 +260,97 @@ static void test_elastic_values(void **state)
 			 0);
 	assert_true(f->cfg.hot_min == 100ULL << 20);
 	assert_true(f->cfg.mem_reserve == 0);
+	assert_int_equal(f->cfg.mem_reserve_given, 1);
 	assert_int_equal(f->cfg.mem_pressure, 0);
 	assert_int_equal(f->cfg.keep_hot, 1);
+}
+
+/* A fake /proc and cgroup v1 tree under dir (SPW_PROC_ROOT): MemTotal 16G,
+ * the daemon in memory cgroup /job with the given limit (0: unlimited). */
+static void fake_proc(const char *dir, uint64_t limit)
+{
+	static const char *const dirs[] = {"proc", "proc/self", "sys", "sys/fs", "sys/fs/cgroup",
+					   "sys/fs/cgroup/memory", "sys/fs/cgroup/memory/job"};
+	char path[PATH_MAX];
+	FILE *fp;
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, dirs[i]);
+		mkdir(path, 0755);
+	}
+	snprintf(path, sizeof(path), "%s/proc/meminfo", dir);
+	assert_non_null(fp = fopen(path, "w"));
+	fprintf(fp, "MemTotal: 16777216 kB\nMemAvailable: 8388608 kB\n");
+	fclose(fp);
+	snprintf(path, sizeof(path), "%s/proc/self/cgroup", dir);
+	assert_non_null(fp = fopen(path, "w"));
+	fprintf(fp, "4:memory:/job\n0::/\n");
+	fclose(fp);
+	snprintf(path, sizeof(path), "%s/sys/fs/cgroup/memory/job/memory.limit_in_bytes", dir);
+	assert_non_null(fp = fopen(path, "w"));
+	fprintf(fp, "%llu\n", limit ? (unsigned long long)limit : 9223372036854771712ULL);
+	fclose(fp);
+}
+
+/* mem_reserve follows the daemon's memory cgroup (issue 35 item 5): 5% of
+ * its limit by default, of the node's RAM without one, never above 1G; a
+ * given value above half of that limit is refused with one line. */
+static void test_mem_reserve_follows_cgroup(void **state)
+{
+	struct fx *f = *state;
+	char root[] = "/tmp/spw-opt-proc-XXXXXX";
+
+	assert_non_null(mkdtemp(root));
+	setenv("SPW_PROC_ROOT", root, 1);
+	fake_proc(root, 1ULL << 30); /* a 1 GiB cgroup */
+	assert_int_equal(parse_o(f, "hot_dir=%s,hot_size=256M", f->hot), 0);
+	assert_true(f->cfg.mem_reserve == 51ULL << 20); /* 5%: 51.2M, in whole MiB */
+	assert_true(f->cfg.mem_limit == 1ULL << 30);
+	assert_int_equal(f->cfg.mem_limit_cgroup, 1);
+	assert_int_equal(f->cfg.mem_reserve_given, 0);
+	/* given: up to half of the cgroup's limit, refused above it */
+	assert_int_equal(parse_o(f, "hot_dir=%s,hot_size=256M,mem_reserve=512M", f->hot), 0);
+	assert_true(f->cfg.mem_reserve == 512ULL << 20);
+	assert_int_equal(f->cfg.mem_reserve_given, 1);
+	expect_bad(f, "hot_size=256M,mem_reserve=513M", "mem_reserve", "513M");
+	err_mentions(f, "cgroup", "512M");
+	/* no limit: 5% of the node's RAM (16G here), at most 1G */
+	fake_proc(root, 0);
+	assert_int_equal(parse_o(f, "hot_dir=%s,hot_size=256M", f->hot), 0);
+	assert_true(f->cfg.mem_reserve == (16ULL << 30) / 20 >> 20 << 20); /* 819M */
+	assert_true(f->cfg.mem_limit == 16ULL << 30);
+	assert_int_equal(f->cfg.mem_limit_cgroup, 0);
+	expect_bad(f, "hot_size=256M,mem_reserve=9G", "mem_reserve", "9G");
+	err_mentions(f, "node's RAM", "8192M");
+	/* a cgroup limit above the node's RAM: the node's is the bound */
+	fake_proc(root, 64ULL << 30);
+	assert_int_equal(parse_o(f, "hot_dir=%s,hot_size=256M", f->hot), 0);
+	assert_true(f->cfg.mem_limit == 16ULL << 30);
+	assert_int_equal(f->cfg.mem_limit_cgroup, 0);
+	unsetenv("SPW_PROC_ROOT");
+	rm_tree(root);
+}
+
+/* io_uring=on|off (bare: on), off by default; never left for libfuse as is
+ * (fs/main.c hands libfuse its own -o io_uring when the library has it) */
+static void test_io_uring_option(void **state)
+{
+	struct fx *f = *state;
+	char kept[1024];
+
+	assert_int_equal(parse_o(f, "hot_dir=%s", f->hot), 0);
+	assert_int_equal(f->cfg.io_uring, 0);
+	assert_int_equal(parse_o(f, "hot_dir=%s,io_uring=on", f->hot), 0);
+	assert_int_equal(f->cfg.io_uring, 1);
+	kept_opts(f, kept, sizeof(kept));
+	assert_null(strstr(kept, "io_uring"));
+	assert_int_equal(parse_o(f, "hot_dir=%s,io_uring", f->hot), 0);
+	assert_int_equal(f->cfg.io_uring, 1);
+	assert_int_equal(parse_o(f, "hot_dir=%s,io_uring=on,io_uring=off", f->hot), 0);
+	assert_int_equal(f->cfg.io_uring, 0);
+	expect_bad(f, "io_uring=maybe", "io_uring", "maybe");
+	expect_bad(f, "io_uring=", "io_uring", "''");
+	expect_bad(f, "io_uring_q_depth=4", "io_uring_q_depth", NULL); /* not ours, not libfuse's */
 }
 
 static void test_unknown_option(void **state)
@@ -442,7 +537,8 @@ static void test_defaults(void **state)
 	assert_true(f->cfg.min_spill_size == 64ULL << 20);
 	assert_int_equal(f->cfg.io_workers, 8);
 	assert_int_equal(f->cfg.write_wait_ms, 60000);
-	assert_int_equal(f->cfg.restore, RESTORE_OPEN);
+	assert_int_equal(f->cfg.restore, RESTORE_LAZY);
+	assert_int_equal(f->cfg.admit_reread, 1);
 	assert_int_equal(f->cfg.log_level, LOG_INFO);
 	assert_null(f->cfg.nvme);
 	assert_int_equal(f->cfg.allow_other, 0);
@@ -880,6 +976,8 @@ int main(void)
 	    T(test_bad_words),
 	    T(test_bad_elastic),
 	    T(test_elastic_values),
+	    T(test_mem_reserve_follows_cgroup),
+	    T(test_io_uring_option),
 	    T(test_unknown_option),
 	    T(test_bad_mountpoint),
 	    T(test_bad_hot_dir),

@@ -3,7 +3,12 @@
  * /proc and cgroup files (SPW_PROC_ROOT): the first decision at start, the
  * budget rule (used + available - mem_reserve, clamped to hot_min..hot_size),
  * cgroup v1 limits (hierarchical too, inactive file cache not counted),
- * mem_reserve=0 and mem_pressure=off, and growth back after the pressure.
+ * mem_reserve=0 and mem_pressure=off, and growth back after the pressure;
+ * and pressure_probe, which the default mem_reserve is taken from: 5% of the
+ * daemon's cgroup limit (v1, v1 hierarchical, v2 with its ancestors) or of
+ * the node's RAM, in whole MiB, at most 1G; and what the thread gives back
+ * of the daemon's idle memory (heap_give_back, seg_buf_trim): only after a
+ * still period, never twice the same.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,8 +17,10 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/heap.h"
 #include "tier/hot.h"
 #include "tier/pressure.h"
+#include "tier/segment.h"
 
 #include <ftw.h>
 #include <stdio.h>
@@ -250,6 +257,137 @@ static void test_grows_back_in_steps(void **state)
 	assert_true(s.grows >= 8); /* 32M to 256M in steps of at most 25.6M */
 }
 
+/* the default reserve: 5% of the cgroup's limit, whole MiB */
+static void test_probe_cgroup_v1(void **state)
+{
+	struct fx *f = *state;
+	struct pressure_mem m;
+	cg_v1(f, 1ULL << 30, 500 * MiB, 0, 9223372036854771712ULL);
+	pressure_probe(&m);
+	assert_int_equal(m.cgroup, 1);
+	assert_true(m.cg_limit == 1ULL << 30);
+	assert_int_equal(m.of_cgroup, 1);
+	assert_true(m.limit == 1ULL << 30);
+	assert_true(m.reserve == 51 * MiB); /* 51.2M: a 1 GiB cgroup logs <= 51M */
+	assert_true(m.ram == 16000000ULL * 1024);
+	/* a tighter limit higher up (hierarchical_memory_limit) */
+	cg_v1(f, 9223372036854771712ULL, 0, 0, 300 * MiB);
+	pressure_probe(&m);
+	assert_true(m.cg_limit == 300 * MiB);
+	assert_true(m.reserve == 15 * MiB);
+	/* a tiny cgroup: still at least 1 MiB (0 would mean mem_reserve=off) */
+	cg_v1(f, 8 * MiB, 0, 0, 8 * MiB);
+	pressure_probe(&m);
+	assert_true(m.reserve == 1 * MiB);
+}
+
+/* no limit: 5% of the node's RAM, at most 1G */
+static void test_probe_node(void **state)
+{
+	struct fx *f = *state;
+	struct pressure_mem m;
+	pressure_probe(&m); /* the fixture's cgroup is unlimited */
+	assert_int_equal(m.cgroup, 1);
+	assert_true(m.cg_limit == 0);
+	assert_int_equal(m.of_cgroup, 0);
+	assert_true(m.limit == 16000000ULL * 1024);
+	assert_true(m.reserve == 781 * MiB); /* 5% of 15625M */
+	/* a cgroup limit above the RAM: the RAM bounds the daemon */
+	cg_v1(f, 64ULL << 30, 0, 0, 64ULL << 30);
+	pressure_probe(&m);
+	assert_true(m.cg_limit == 64ULL << 30);
+	assert_int_equal(m.of_cgroup, 0);
+	assert_true(m.limit == m.ram);
+	/* a big node: the cap */
+	put(f, "proc/meminfo", "MemTotal: %llu kB\nMemAvailable: 1000 kB\n", 256ULL << 20);
+	pressure_probe(&m);
+	assert_true(m.reserve == 1ULL << 30);
+	/* no meminfo: the node's RAM from sysconf */
+	put(f, "proc/meminfo", "nothing\n");
+	pressure_probe(&m);
+	assert_true(m.ram > 0);
+}
+
+/* v2: the least memory.max / memory.high of the cgroup and its ancestors */
+static void test_probe_cgroup_v2(void **state)
+{
+	struct fx *f = *state;
+	struct pressure_mem m;
+	mkdirs(f, "sys/fs/cgroup/pod/ctr");
+	put(f, "proc/self/cgroup", "0::/pod/ctr\n");
+	put(f, "sys/fs/cgroup/pod/ctr/memory.current", "0\n");
+	put(f, "sys/fs/cgroup/pod/ctr/memory.max", "max\n");
+	put(f, "sys/fs/cgroup/pod/ctr/memory.high", "%llu\n", 3ULL << 30);
+	put(f, "sys/fs/cgroup/pod/memory.max", "%llu\n", 2ULL << 30);
+	put(f, "sys/fs/cgroup/pod/memory.high", "max\n");
+	pressure_probe(&m);
+	assert_int_equal(m.cgroup, 2);
+	assert_true(m.cg_limit == 2ULL << 30);
+	assert_true(m.reserve == 102 * MiB);
+	/* the running thread sees the same limit */
+	f->cfg.mem_reserve = m.reserve;
+	f->cfg.mem_reserve_given = 0;
+	f->cfg.mem_limit = m.limit;
+	f->cfg.mem_limit_cgroup = m.of_cgroup;
+	start(f);
+	struct pressure_stats s;
+	pressure_get(f->p, &s);
+	assert_int_equal(s.cgroup, 2);
+	assert_true(s.cg_limit == 2ULL << 30);
+	assert_true(s.mem_reserve == 102 * MiB);
+	assert_true(s.mem_limit == 2ULL << 30);
+	assert_int_equal(s.limit_cgroup, 1);
+	assert_int_equal(s.reserve_given, 0);
+	/* the ancestor's limit lifted: the own memory.high */
+	put(f, "sys/fs/cgroup/pod/memory.max", "max\n");
+	pressure_probe(&m);
+	assert_true(m.cg_limit == 3ULL << 30);
+}
+
+/* pooled I/O buffers go back after a call that saw no take or return */
+static void test_give_back_buffers(void **state)
+{
+	void *b[3];
+	seg_buf_trim(); /* whatever earlier tests left: from here on, ours */
+	seg_buf_trim();
+	for (int i = 0; i < 3; i++)
+		assert_non_null(b[i] = seg_buf_alloc(SEG_STAGE_SIZE));
+	for (int i = 0; i < 3; i++)
+		seg_buf_free(b[i]); /* pooled */
+	assert_int_equal(seg_buf_trim(), 0); /* the pool moved since the last call */
+	b[0] = seg_buf_alloc(SEG_STAGE_SIZE); /* still busy: stays */
+	seg_buf_free(b[0]);
+	assert_int_equal(seg_buf_trim(), 0);
+	assert_true(seg_buf_trim() >= 3 * SEG_STAGE_SIZE); /* a still period: unmapped */
+	assert_int_equal(seg_buf_trim(), 0);		     /* nothing left */
+}
+
+/* the free heap is trimmed once it is still, and not again until it moves */
+static void test_give_back_heap(void **state)
+{
+	enum { N = 64 };
+	void *v[N];
+	heap_tune();
+	for (int i = 0; i < N; i++)
+		assert_non_null(v[i] = malloc(256 << 10)); /* 16 MiB from the heap */
+	for (int i = 0; i < N; i += 2)
+		free(v[i]); /* 8 MiB free inside the heap, between live blocks */
+	if (!HEAP_GLIBC) { /* a sanitizer's allocator: nothing of glibc's to trim */
+		heap_give_back();
+		assert_int_equal(heap_give_back(), 0);
+		for (int i = 1; i < N; i += 2)
+			free(v[i]);
+		return;
+	}
+	heap_give_back(); /* records the heap as it is */
+	assert_int_equal(heap_give_back(), 1);	  /* still: trimmed */
+	assert_int_equal(heap_give_back(), 0);	  /* the same heap: not again */
+	for (int i = 1; i < N; i += 2)
+		free(v[i]);
+	assert_int_equal(heap_give_back(), 0); /* it moved: wait for a still period */
+	assert_int_equal(heap_give_back(), 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -258,6 +396,9 @@ int main(void)
 	    T(test_no_pressure_full_budget), T(test_rule_at_start), T(test_floor_is_hot_min),
 	    T(test_cgroup_v1),		     T(test_reserve_zero_and_off),
 	    T(test_grows_back_in_steps),
+	    T(test_probe_cgroup_v1),	     T(test_probe_node),
+	    T(test_probe_cgroup_v2),	     T(test_give_back_buffers),
+	    T(test_give_back_heap),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

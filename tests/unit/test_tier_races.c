@@ -5,7 +5,11 @@
  * and idx_inode_wait is wrapped (-Wl,--wrap=idx_inode_wait) so the test
  * knows when a thread has dropped the lock to wait. No sleep stands in for
  * an ordering: each step waits for the event it needs (a timeout there is a
- * failure). Also the bound for truncate against a stream of random readers.
+ * failure). Also the bound for truncate against a stream of random readers,
+ * and the spill that reads a chunk straight from the hot file's mapped
+ * pages (format v3): truncate and punch wait for it (the store holds its
+ * append), and a write landing between its crcs and the device's read
+ * never leaves a footer entry whose bytes fail their crc.
  * A real hot tier and index, the in-memory store (tier_fixture.c).
  */
 #include <setjmp.h>
@@ -19,6 +23,7 @@
 #include "fake_store.h"
 #include "index/index.h"
 #include "tier/tier.h"
+#include "tier/segment.h"
 #include "tier/tier_i.h"
 #include "tier_fixture.h"
 
@@ -160,9 +165,7 @@ static int op_read(struct op *o)
 	ret = tier_read_begin(o->f->t, o->in, o->off, o->len, o->flags, &io);
 	if (ret == 0) {
 		uint64_t n = io.len;
-		if (io.mem)
-			memcpy(buf, io.mem, n);
-		else if (n && pread(io.fd, buf, n, (off_t)o->off) != (ssize_t)n && o->data != -2)
+		if (n && fx_io_copy(&io, buf) != (ssize_t)n && o->data != -2)
 			ret = -EIO; /* short: a truncate raced it (fine when any bytes do) */
 		tier_read_end(o->f->t, o->in, &io);
 		if (o->data >= 0)
@@ -186,7 +189,7 @@ static int op_write(struct op *o)
 
 	fx_fill(buf, o->data, o->off, o->len);
 	tier_open(o->f->t, o->in, 0, NULL, &(struct tier_open_out){0});
-	ret = tier_write_begin(o->f->t, o->in, o->off, o->len, &io);
+	ret = tier_write_begin(o->f->t, o->in, o->off, o->len, 0, &io);
 	if (ret == 0) {
 		ssize_t w = pwrite(io.fd, buf, o->len, (off_t)o->off);
 		w = tier_write_end(o->f->t, o->in, &io, w);
@@ -1032,9 +1035,174 @@ static void test_truncate_is_not_starved_by_random_readers(void **state)
 	idx_put(f->idx, in);
 }
 
+
+/* ---- a spill reads a chunk straight from the hot file's pages (v3) ---- */
+
+/*
+ * An operation that removes a chunk's hot pages (truncate inside or at the
+ * start of it, a punch of it) while a spill has them mapped: it waits for
+ * that chunk's read to end. The spill is held in the store with its pages
+ * mapped (its first append); without the wait the cut pages are a SIGBUS
+ * to the spill as soon as it goes on. Then the spill's copy is dead weight
+ * (the chunk was changed) and the file reads as cut.
+ */
+static void cut_under_mapped_spill(struct fx *f, int kind, uint64_t len)
+{
+	struct inode *in;
+
+	start_durable(f); /* fsync spills */
+	in = fx_mk(f, "a", 2 * MiB, 4);
+	reset_events();
+
+	static struct op sp, cut;
+	sp = mk_op(f, in, OP_FSYNC, 1);
+	cut = mk_op(f, in, kind, 2);
+	cut.len = len;
+	cut.mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+	fake_gate_arm(FAKE_GATE_APPEND, 1);
+	op_start(&sp);
+	gate(1); /* chunk 0 SPILLING, its pages mapped, the store holding them */
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_SPILLING);
+	op_start(&cut);
+	assert_true(until(done_or_waiting, &(struct waited){&cut, 1, 0}));
+	if (op_done(&cut))
+		fail_msg("the pages a spill had mapped were cut under it (ret %d)", cut.ret);
+	fake_gate_release(1, 0);
+	assert_int_equal(op_join(&cut), 0);
+	assert_int_equal(op_join(&sp), 0);
+	assert_int_equal(tier_fsync(f->t, in), 0);
+	assert_int_equal(tier_evict_file(f->t, in), 0);
+	if (kind == OP_TRUNCATE) {
+		expect_bytes(f, in, 4, 0, len);
+		assert_int_equal(tier_truncate(f->t, in, 2 * MiB), 0);
+		expect_bytes(f, in, -1, len, 2 * MiB - len);
+	} else {
+		expect_bytes(f, in, -1, 0, len);
+		expect_bytes(f, in, 4, len, 2 * MiB - len);
+	}
+	assert_int_equal(FX_ST(f, errors_crc), 0);
+	idx_put(f->idx, in);
+}
+
+static void test_truncate_waits_for_a_mapped_spill(void **state)
+{
+	cut_under_mapped_spill(*state, OP_TRUNCATE, 100);
+}
+
+/* O_TRUNC opens truncate to 0 (fs/ops_io.c): the same path. */
+static void test_truncate_to_zero_waits_for_a_mapped_spill(void **state)
+{
+	cut_under_mapped_spill(*state, OP_TRUNCATE, 0);
+}
+
+static void test_punch_waits_for_a_mapped_spill(void **state)
+{
+	cut_under_mapped_spill(*state, OP_FALLOCATE, MiB);
+}
+
+/* Every record a footer names reads back with its crcs: a record whose
+ * bytes a racing write changed under the device's read never has one. */
+static void check_every_record(struct fx *f)
+{
+	for (uint64_t id = 1; id < FAKE_MAX_SEGS; id++) {
+		struct seg_entry *e = NULL;
+		uint64_t len;
+		uint32_t n = 0;
+		int live;
+
+		fake_lock();
+		live = fake_current->segs[id].live;
+		len = fake_current->segs[id].len;
+		fake_unlock();
+		if (!live)
+			continue;
+		assert_int_equal(seg_read_manifest(f->t->store, id, 0, len, NULL, NULL, &e, &n), 0);
+		for (uint32_t i = 0; i < n; i++) {
+			struct seg_chunk sc;
+			assert_int_equal(seg_read_chunk(f->t->store, id, 0, &e[i], &sc), 0);
+			seg_chunk_free(&sc);
+		}
+		free(e);
+	}
+}
+
+/*
+ * A write lands in a chunk's pages after the spill hashed them and before
+ * the device read them (the store holds the append that carries them).
+ * Ended before the spill looks (a new generation): the record is dropped.
+ * Still in flight (pinned, same generation): the pages are hashed again,
+ * differ, and the record is dropped. Either way no footer names bytes that
+ * do not match their crcs, and the file reads the write's bytes.
+ */
+static int op_finished(void *arg)
+{
+	return op_done(arg);
+}
+
+static void write_under_mapped_spill(struct fx *f, int end_first)
+{
+	uint8_t buf[4096];
+	struct tier_io io;
+	struct inode *in;
+
+	start_durable(f);
+	in = fx_mk(f, "a", MiB, 4);
+	reset_events();
+
+	static struct op sp;
+	sp = mk_op(f, in, OP_FSYNC, 1);
+	fake_gate_arm(FAKE_GATE_APPEND, 2);
+	op_start(&sp);
+	gate(1); /* the header's page */
+	fake_gate_release(1, 0);
+	gate(2); /* chunk 0's pages: hashed, not read by the device yet */
+	fx_fill(buf, 5, 8192, sizeof(buf));
+	assert_int_equal(tier_write_begin(f->t, in, 8192, sizeof(buf), 0, &io), 0);
+	assert_int_equal(pwrite(io.fd, buf, sizeof(buf), 8192), (ssize_t)sizeof(buf));
+	if (end_first)
+		assert_int_equal(tier_write_end(f->t, in, &io, sizeof(buf)), (ssize_t)sizeof(buf));
+	fake_gate_release(2, 0);
+	if (!end_first) {
+		/* the spill looked (and dropped its record), spilled the chunk
+		 * again (the pages stable now: kept) and fsync returned, all
+		 * before the write ends */
+		assert_true(until(op_finished, &sp));
+		assert_int_equal(tier_write_end(f->t, in, &io, sizeof(buf)), (ssize_t)sizeof(buf));
+	}
+	assert_int_equal(op_join(&sp), 0);
+	assert_int_equal(tier_fsync(f->t, in), 0);
+	check_every_record(f);
+	assert_int_equal(tier_evict_file(f->t, in), 0);
+	expect_bytes(f, in, 4, 0, 8192);
+	expect_bytes(f, in, 5, 8192, 4096);
+	expect_bytes(f, in, 4, 12288, MiB - 12288);
+	assert_int_equal(FX_ST(f, errors_crc), 0);
+	idx_put(f->idx, in);
+}
+
+static void test_write_ended_under_mapped_spill(void **state)
+{
+	write_under_mapped_spill(*state, 1);
+}
+
+static void test_write_in_flight_under_mapped_spill(void **state)
+{
+	write_under_mapped_spill(*state, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_truncate_waits_for_a_mapped_spill, fx_setup,
+					    race_teardown),
+	    cmocka_unit_test_setup_teardown(test_truncate_to_zero_waits_for_a_mapped_spill,
+					    fx_setup, race_teardown),
+	    cmocka_unit_test_setup_teardown(test_punch_waits_for_a_mapped_spill, fx_setup,
+					    race_teardown),
+	    cmocka_unit_test_setup_teardown(test_write_ended_under_mapped_spill, fx_setup,
+					    race_teardown),
+	    cmocka_unit_test_setup_teardown(test_write_in_flight_under_mapped_spill, fx_setup,
+					    race_teardown),
 	    cmocka_unit_test_setup_teardown(test_truncate_looks_again_after_each_wait, fx_setup,
 					    race_teardown),
 	    cmocka_unit_test_setup_teardown(test_truncate_waits_again_after_its_boundary_restore,

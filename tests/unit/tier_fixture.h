@@ -43,6 +43,9 @@ struct inode *fx_mk(struct fx *f, const char *name, uint64_t size, int tag);
 void fx_mk_range(struct fx *f, struct inode **in, int from, int to, uint64_t size, int tag0);
 /* Read [off, off+len) through the tier and compare with tag's bytes: 0, or
  * the -errno tier_read_begin gave. */
+/* The answer of a read begun (io: tier_read_begin) into buf: its bytes
+ * or -1 (pread's error). */
+ssize_t fx_io_copy(const struct tier_io *io, void *buf);
 int fx_check_range(struct fx *f, struct inode *in, int tag, uint64_t off, size_t len);
 /* The same with tier_read_begin flags (TIER_READ_RANDOM). */
 int fx_check_range_flags(struct fx *f, struct inode *in, int tag, uint64_t off, size_t len,

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define STORE_ALIGN 4096u /* put_append / read buffers, offsets and lengths */
 
@@ -64,6 +65,13 @@ struct store_ops {
 	 * or ENOSPC is avoided by the next put_begin.
 	 */
 	int (*put_append)(struct store_put *put, const void *buf, size_t len);
+	/*
+	 * Optional (NULL: put_append for each). Append the n buffers of iov,
+	 * one after another, as put_append would each (every one aligned, a
+	 * multiple of STORE_ALIGN long), in flight together. Errors as
+	 * put_append.
+	 */
+	int (*put_appendv)(struct store_put *put, const struct iovec *iov, int n);
 	/*
 	 * Optional (NULL: the caller appends from its own buffer). The put's
 	 * own buffer at its current end: *buf (STORE_ALIGN-aligned) gets *len
@@ -125,6 +133,18 @@ static inline int store_put_begin(struct store *st, uint64_t seg_id, uint64_t si
 static inline int store_put_append(struct store_put *put, const void *buf, size_t len)
 {
 	return put->st->ops->put_append(put, buf, len);
+}
+
+/* Append iov[0..n) in order: in flight together where the store can. */
+static inline int store_put_appendv(struct store_put *put, const struct iovec *iov, int n)
+{
+	int ret = 0;
+
+	if (put->st->ops->put_appendv)
+		return put->st->ops->put_appendv(put, iov, n);
+	for (int i = 0; i < n && ret == 0; i++)
+		ret = put->st->ops->put_append(put, iov[i].iov_base, iov[i].iov_len);
+	return ret;
 }
 
 /* The put's own buffer to fill in place (put_window), or -EOPNOTSUPP. */

@@ -324,17 +324,22 @@ static void put_free(struct nvme_put *p, int unlink_tmp)
 	free(p);
 }
 
-static int nvme_put_append(struct store_put *put, const void *buf, size_t len)
+static int nvme_put_appendv(struct store_put *put, const struct iovec *iov, int n)
 {
 	struct nvme_put *p = (struct nvme_put *)put;
 	struct nvme_store *ns = to_ns(put->st);
+	size_t len = 0;
 	int ret;
 
 	if (p->err)
 		return p->err;
-	if (len % STORE_ALIGN || (uintptr_t)buf % STORE_ALIGN)
-		return -EINVAL;
-	ret = uring_write_full(p->fd, buf, len, p->size);
+	for (int i = 0; i < n; i++) {
+		if (iov[i].iov_len % STORE_ALIGN || (uintptr_t)iov[i].iov_base % STORE_ALIGN)
+			return -EINVAL;
+		len += iov[i].iov_len;
+	}
+	ret = n == 1 ? uring_write_full(p->fd, iov[0].iov_base, len, p->size)
+		     : uring_writev_full(p->fd, iov, n, p->size);
 	if (ret < 0) {
 		p->err = ret;
 		log_err("nvme %s: writing segment %016" PRIx64 " at %" PRIu64 ": %s",
@@ -350,6 +355,13 @@ static int nvme_put_append(struct store_put *put, const void *buf, size_t len)
 		p->reserved = p->size;
 	}
 	return 0;
+}
+
+static int nvme_put_append(struct store_put *put, const void *buf, size_t len)
+{
+	struct iovec one = {.iov_base = (void *)buf, .iov_len = len};
+
+	return nvme_put_appendv(put, &one, 1);
 }
 
 static int nvme_put_finish(struct store_put *put, uint32_t *dev)
@@ -656,6 +668,7 @@ static const struct store_ops nvme_ops = {
     .tier = STORE_TIER_NVME,
     .put_begin = nvme_put_begin,
     .put_append = nvme_put_append,
+    .put_appendv = nvme_put_appendv,
     .put_finish = nvme_put_finish,
     .put_abort = nvme_put_abort,
     .read = nvme_read,

@@ -2,12 +2,17 @@
 lib.fsx - spw_fsx (tests/tools/spw_fsx.c) on a spillway mount: find_fsx()
 finds the binary in the build, FsxRun runs one seed on its own directory
 under the mount and fails the test unless it printed its ok line.
-Used by test_fsx.py and test_faultin.py.
+tiny_tier() runs seeds one after another on a mount with a 16 MiB hot tier
+and a cold tier, so every operation races the evictor. Used by
+test_fsx.py, test_faultin.py, test_overlay.py and test_admission.py.
 """
 
+import json
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
 
 import harness
@@ -74,3 +79,28 @@ class FsxRun:
         self.test.assertEqual(os.listdir(self.dir), [], "files left in %s" % self.dir)
         os.rmdir(self.dir)
         return self.ops
+
+
+def tiny_tier(test, runs, opts=(), timeout=150):
+    """spw_fsx runs, one after another, on one mount of test with a 16 MiB
+    hot tier and a cold directory (1 MiB chunks, min_spill_size 2M, extra
+    mount options opts): runs is [(seed, ops, use_mmap, extra args)]. Each
+    must print its ok line; the mount's stats afterwards (returned) must show
+    no I/O or crc error and chunks spilled."""
+    fsx = find_fsx()
+    test.assertIsNotNone(fsx)
+    cold = tempfile.mkdtemp(prefix="spw-fsx-cold-", dir="/var/tmp")
+    test.addCleanup(shutil.rmtree, cold, True)
+    good = tempfile.mkdtemp(prefix="spw-fsx-good-")
+    m = test.mount(hot_size="16M", opts=["chunk_size=" + CHUNK_SIZE, "nvme=" + cold,
+                                         "min_spill_size=2M"] + list(opts))
+    for seed, ops, use_mmap, extra in runs:
+        FsxRun(test, fsx, m.mnt, seed, ops, "8M", use_mmap, good, extra=extra).finish(timeout)
+    try:
+        os.rmdir(good)
+    except OSError:
+        pass
+    st = json.loads(os.getxattr(m.mnt, "user.spillway.stats"))
+    test.assertEqual(st["errors"], {"io": 0, "crc": 0})
+    test.assertGreater(st["spilled"]["chunks"], 0)
+    return st

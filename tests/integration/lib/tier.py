@@ -1,6 +1,7 @@
 """
 lib.tier - fixtures for mounts with a cold tier: what is in a cold directory
-(seg_files, segments_in, temps_in) and in hot_dir (hot_alloc), the virtual
+(seg_files, segments_in, temps_in, seg_footer: a segment file's footer, any
+format version; seg_layout: what segments hold) and in hot_dir (hot_alloc), the virtual
 xattrs (stats_of, file_state, and FileOps for test cases), TierCase (a mount
 with one or more NVMe cold directories) and Tmpfs (a small tmpfs, for cold
 directories that fill up).
@@ -9,6 +10,7 @@ directories that fill up).
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 
@@ -34,6 +36,62 @@ def hot_alloc(hot_dir):
     except FileNotFoundError:
         pass
     return total
+
+
+SEG_MAGIC = {b"SPWFOOT1": 1, b"SPWFOOT2": 2, b"SPWFOOT3": 3}
+
+
+def seg_footer(path):
+    """A segment file's footer (tier/segment.h, format v1, v2 or v3):
+    (version, footer_len, [(ino, chunk, gen, flags, off, len, crc,
+    chunk_len)]); AssertionError when path holds no segment."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4096 + 20 or data[:8] != b"SPWSEG01" or data[-8:] not in SEG_MAGIC:
+        raise AssertionError("%s: not a segment" % path)
+    count, _crc, flen = struct.unpack_from("<III", data, len(data) - 20)
+    version = SEG_MAGIC[data[-8:]]
+    if flen > len(data) or struct.unpack_from("<I", data, 8)[0] != version:
+        raise AssertionError("%s: not a segment" % path)
+    out = []
+    if version == 1:
+        base = len(data) - 20 - 40 * count
+        for i in range(count):
+            ino, chunk, gen, ln, off, crc = struct.unpack_from("<QQQIQI", data, base + 40 * i)
+            out.append((ino, chunk, gen, 0, off, ln, crc, ln))
+    else:
+        base = len(data) - 20 - 44 * count
+        for i in range(count):
+            out.append(struct.unpack_from("<QQIIQIII", data, base + 44 * i))
+    return version, flen, out
+
+
+def seg_layout(d, names=None):
+    """What the segments `names` (default: all) of cold directory d hold, in
+    bytes: data (the records' data extents), maps, padding (between records:
+    what format v3's 4 KiB alignment costs), header and footer; and the
+    format versions seen."""
+    if names is None:
+        names = [n for n in os.listdir(d) if n.startswith("seg-") and n.endswith(".spw")]
+    out = {"data": 0, "maps": 0, "padding": 0, "hdr_foot": 0, "versions": set()}
+    for n in names:
+        p = os.path.join(d, n)
+        version, flen, ents = seg_footer(p)
+        size = os.path.getsize(p)
+        out["versions"].add(version)
+        out["hdr_foot"] += 4096 + flen
+        recs = 0
+        with open(p, "rb") as f:
+            for _ino, _c, _g, flags, off, ln, _crc, _clen in ents:
+                recs += ln
+                dlen = ln
+                if flags & 1:  # mapped: its data length is in the map's tail
+                    f.seek(off + ln - 16)
+                    dlen = int.from_bytes(f.read(8)[4:8], "little")
+                out["data"] += dlen
+                out["maps"] += ln - dlen
+        out["padding"] += size - 4096 - flen - recs
+    return out
 
 
 def seg_files(d):
@@ -83,6 +141,13 @@ def temps_in(cold):
 def stats_of(mnt):
     """The mount's user.spillway.stats, parsed."""
     return json.loads(os.getxattr(mnt, "user.spillway.stats"))
+
+
+def cold_read_bytes(st):
+    """Bytes read back from the cold tier, from a stats dict: restored into
+    RAM, or read once from the segments straight into replies (admission,
+    tier/admit)."""
+    return st["restored"]["bytes"] + st.get("admission", {}).get("direct_read_bytes", 0)
 
 
 def file_state(path):
