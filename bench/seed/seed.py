@@ -254,7 +254,8 @@ class FullWatch:
 
     def progress(self):
         st = bench_ray.spw_stats(self.mnt) if self.mnt else None
-        return (self.disk.sectors_read(), st and st["restored"]["bytes"])
+        return (self.disk.sectors_read(), st and st["restored"]["bytes"] +
+                (st.get("admission") or {}).get("direct_read_bytes", 0))
 
     def loop(self):
         since, last = None, None
@@ -523,11 +524,11 @@ def details(results, opts):
                          fmt_ms(lv["first_ms"], "p50"), fmt_ms(lv["first_ms"]),
                          fmt_ms(lv["whole_ms"], "p50"), fmt_ms(lv["whole_ms"]),
                          fmt_ms(lv["whole_ms"], "max"),
-                         "; in RAM %d/%d, passed through %d, warm %d/%d, restored/cold %s"
+                         "; in RAM %d/%d, passed through %d, warm %d/%d, read back/cold %s"
                          % (sp["hits"], lv["resumes"], sp["passthrough"],
                             sp["warm"]["passthrough"], sp["warm"]["resumes"],
-                            "%.2fx" % sp["restored_per_cold_byte"]
-                            if sp["restored_per_cold_byte"] else "-") if sp else ""))
+                            "%.2fx" % sp["cold_read_per_cold_byte"]
+                            if sp["cold_read_per_cold_byte"] else "-") if sp else ""))
             cp = r.get("cold_probe")
             if cp and "skipped" not in cp:
                 print("    cold probe: %d sessions, first usable p50/p99/max %s/%s/%s ms, whole "
@@ -535,8 +536,8 @@ def details(results, opts):
                                          fmt_ms(cp["first_ms"]), fmt_ms(cp["first_ms"], "max"),
                                          fmt_ms(cp["whole_ms"], "p50"), fmt_ms(cp["whole_ms"]),
                                          fmt_ms(cp["whole_ms"], "max"),
-                                         ", restored %.2fx" % cp["restored_per_byte"]
-                                         if cp.get("restored_per_byte") else ""))
+                                         ", read back %.2fx" % cp["cold_read_per_byte"]
+                                         if cp.get("cold_read_per_byte") else ""))
 
 
 def main():

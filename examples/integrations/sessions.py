@@ -37,10 +37,12 @@ and resumes each: the cost of bringing one cold session back.
 
 On a spillway mount it also records, per resume, whether the file was all in
 RAM at the open (user.spillway.state), whether the open was passed through
-(passthrough.opens in user.spillway.stats) and the bytes restored, and per
-level: the hit rate, the hot set's passthrough share (the top ranks that fit
-in a quarter of the hot tier, each after its first resume) and the bytes
-restored per cold byte resumed.
+(passthrough.opens in user.spillway.stats) and the bytes read back from the
+cold tier (restored into RAM, or read once straight from the segments with
+admission), and per level: the hit rate, the hot set's passthrough share
+(the top ranks that fit in a quarter of the hot tier, each after its first
+resume), the warm resumes' (below) and the bytes read back per cold byte
+resumed.
 
     python3 sessions.py DIR [DIR...] [--sessions 40,80,160] [--resumes 300] [--warmup 50]
                         [--zipf 1.0] [--tokens 1024] [--layers 8] [--heads 8]
@@ -277,7 +279,11 @@ class Driver:
         if st is None:
             return None
         pt = st.get("passthrough") or {}
-        return {"restored": st["restored"]["bytes"], "spilled": st["spilled"]["bytes"],
+        # read back from the cold tier: restored into RAM, or read once
+        # from the segments straight into replies (admission, tier/admit)
+        direct = (st.get("admission") or {}).get("direct_read_bytes", 0)
+        return {"restored": st["restored"]["bytes"], "cold_read": st["restored"]["bytes"] + direct,
+                "spilled": st["spilled"]["bytes"],
                 "pt_opens": pt.get("opens", 0), "pt_fallback": dict(pt.get("fallback") or {}),
                 "hot_limit": st["hot"]["limit"], "hot_used": st["hot"]["used"],
                 "errors": st["errors"]}
@@ -313,7 +319,7 @@ class Driver:
             raise SessionError("session %d: offload: %s" % (s.sid, e))
         if c0 and c1:
             rec["pt"] = c1["pt_opens"] - c0["pt_opens"] > 0
-            rec["restored"] = c1["restored"] - c0["restored"]
+            rec["cold_read"] = c1["cold_read"] - c0["cold_read"]
             # why the load's open was not passed through (the counters'
             # words: cold, shared, room, ...; the offload's open is "write")
             why = [k for k, v in c1["pt_fallback"].items() if v > c0["pt_fallback"].get(k, 0)]
@@ -370,19 +376,24 @@ class Driver:
         return out
 
     def level_spillway(self, recs, c0, c1, perm):
-        """Hits, the hot set's passthrough share, restored per cold byte."""
+        """Hits, the hot set's passthrough share, read back per cold byte."""
         size = self.size_of(self.sessions[0])
         k = max(1, int(c1["hot_limit"] // 4 // size))  # top ranks in a quarter of the tier
         hot = [r for r in recs if r["rank"] < k and r["nth"] > 0]
         cold_bytes = sum(r.get("cold_bytes", 0) for r in recs)
-        restored = c1["restored"] - c0["restored"]
+        cold_read = c1["cold_read"] - c0["cold_read"]
         warm = warm_resumes(recs, self.a.warm_distance)
         for r in warm:
             r["warm"] = True
         return {"hot_limit": c1["hot_limit"], "hot_ranks": k,
                 "warm": {"distance": self.a.warm_distance, "resumes": len(warm),
                          "in_ram": sum(1 for r in warm if r.get("all_hot")),
-                         "passthrough": sum(1 for r in warm if r.get("pt"))},
+                         "in_ram_passthrough": sum(1 for r in warm
+                                                   if r.get("all_hot") and r.get("pt")),
+                         "passthrough": sum(1 for r in warm if r.get("pt")),
+                         # nothing read back from the cold tier: the hot
+                         # tier, passed through or not, or the kernel's cache
+                         "from_ram": sum(1 for r in warm if r.get("cold_read") == 0)},
                 "hot_set": sorted(int(perm[i]) for i in range(min(k, len(perm)))),
                 "hits": sum(1 for r in recs if r.get("all_hot")),
                 "passthrough": sum(1 for r in recs if r.get("pt")),
@@ -390,8 +401,9 @@ class Driver:
                 "hot_hits": sum(1 for r in hot if r.get("all_hot")),
                 "hot_passthrough": sum(1 for r in hot if r.get("pt")),
                 "cold_resumes": sum(1 for r in recs if not r.get("all_hot")),
-                "cold_bytes": cold_bytes, "restored": restored,
-                "restored_per_cold_byte": restored / cold_bytes if cold_bytes else None,
+                "cold_bytes": cold_bytes, "cold_read": cold_read,
+                "restored": c1["restored"] - c0["restored"],
+                "cold_read_per_cold_byte": cold_read / cold_bytes if cold_bytes else None,
                 "spilled": c1["spilled"] - c0["spilled"],
                 "pt_opens": c1["pt_opens"] - c0["pt_opens"],
                 "pt_fallback": {k: v - c0["pt_fallback"].get(k, 0)
@@ -401,24 +413,21 @@ class Driver:
     # ---- cold probe
 
     def make_cold(self, s):
+        """Nothing of s in RAM: on a mount its chunks evicted, and (as on a
+        disk) the kernel's page cache of it dropped - with admission a
+        chunk read once from its segment stays cold for spillway but its
+        bytes stay in the kernel's cache."""
         if self.spillway:
             os.setxattr(s.path, EVICT_XATTR, b"1")
             deadline = time.monotonic() + 60
             while True:
                 st = self.state(s)
                 if st and st["hot"] == 0 and st["spilling"] == 0:
-                    return
+                    break
                 if time.monotonic() > deadline:
                     raise SessionError("session %d: not cold 60 s after evict: %s" % (s.sid, st))
                 time.sleep(0.005)
-        fd = os.open(s.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            if _libc.posix_fadvise(fd, ctypes.c_long(0), ctypes.c_long(0),
-                                   POSIX_FADV_DONTNEED) != 0:
-                raise SessionError("posix_fadvise failed")
-        finally:
-            os.close(fd)
+        drop_page_cache(s.path)
 
     def cold_probe(self, k, rng):
         if self.fstype == "tmpfs":
@@ -439,8 +448,10 @@ class Driver:
                "whole_ms": summary([r["whole_ms"] for r in recs]),
                "bytes": sum(r["size"] for r in recs)}
         if c0 and c1:
+            out["cold_read"] = c1["cold_read"] - c0["cold_read"]
             out["restored"] = c1["restored"] - c0["restored"]
-            out["restored_per_byte"] = out["restored"] / out["bytes"] if out["bytes"] else None
+            out["cold_read_per_byte"] = (out["cold_read"] / out["bytes"] if out["bytes"]
+                                         else None)
         out["records"] = recs
         return out
 
@@ -462,6 +473,17 @@ def warm_resumes(recs, d):
             out.append(r)
         h.append(i)
     return out
+
+
+def drop_page_cache(path):
+    """fsync, then posix_fadvise(DONTNEED): the kernel's copy of path goes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        if _libc.posix_fadvise(fd, ctypes.c_long(0), ctypes.c_long(0), POSIX_FADV_DONTNEED):
+            raise SessionError("%s: posix_fadvise failed" % path)
+    finally:
+        os.close(fd)
 
 
 def write_all(fd, data, off):
@@ -527,19 +549,22 @@ def report(res, out):
         sp = lv.get("spillway")
         if sp:
             print("  spillway: %d/%d resumes all in RAM, %d passed through; warm resumes "
-                  "(D=%d) %d/%d passed through; hot set (top %d ranks) %d/%d passed through; "
-                  "restored %.0f MiB for %.0f MiB cold resumed (%s); spilled %.0f MiB"
+                  "(D=%d) %d/%d passed through, %d read nothing from the cold tier; hot set "
+                  "(top %d ranks) %d/%d passed through; "
+                  "read back %.0f MiB for %.0f MiB cold resumed (%s; %.0f MiB into RAM); "
+                  "spilled %.0f MiB"
                   % (sp["hits"], lv["resumes"], sp["passthrough"], sp["warm"]["distance"],
-                     sp["warm"]["passthrough"], sp["warm"]["resumes"], sp["hot_ranks"],
-                     sp["hot_passthrough"], sp["hot_resumes"], sp["restored"] / MiB,
+                     sp["warm"]["passthrough"], sp["warm"]["resumes"], sp["warm"]["from_ram"],
+                     sp["hot_ranks"],
+                     sp["hot_passthrough"], sp["hot_resumes"], sp["cold_read"] / MiB,
                      sp["cold_bytes"] / MiB,
-                     "%.2fx" % sp["restored_per_cold_byte"] if sp["restored_per_cold_byte"]
-                     is not None else "-", sp["spilled"] / MiB), file=out)
+                     "%.2fx" % sp["cold_read_per_cold_byte"] if sp["cold_read_per_cold_byte"]
+                     is not None else "-", sp["restored"] / MiB, sp["spilled"] / MiB), file=out)
     cp = res.get("cold_probe")
     if cp and "skipped" not in cp:
         print("cold probe: %d sessions made cold, first usable %s, whole %s%s"
               % (cp["resumes"], ms(cp["first_ms"]), ms(cp["whole_ms"]),
-                 ", restored %.2fx" % cp["restored_per_byte"] if cp.get("restored_per_byte")
+                 ", read back %.2fx" % cp["cold_read_per_byte"] if cp.get("cold_read_per_byte")
                  else ""), file=out)
     print("sessions: %s" % res["verdict"], file=out)
 

@@ -11,15 +11,19 @@ in a skewed order, the case the hot tier exists for (issue 36).
   and its generation) and appending a block, then 8 sessions evicted and
   resumed cold. Asserted: every cache verified; the sessions kept warm (the
   two previous resumes each at most 3 other sessions apart, so an LRU tier of
-  a quarter of this size holds them) are served from RAM: at least 85% of
-  them are passed through (FUSE passthrough: the kernel reads the hot file),
-  and the mount's passthrough.opens grew by at least that many; the cold tail
-  costs about one restore: bytes restored at most 1.5x the cold bytes resumed
-  (per level, and for the evicted sessions); no I/O or crc error.
+  a quarter of this size holds them) are served from RAM: at least 90% of
+  them read nothing back from the cold tier, and at least 90% of those found
+  all in RAM are passed through (FUSE passthrough: the kernel reads the hot
+  file; the mount's passthrough.opens grew as much); the cold tail
+  costs about one read from the cold tier: bytes read back (restored into
+  RAM, or read once from the segments with admission) at most 1.5x the cold
+  bytes resumed (per level, and for the evicted sessions); no I/O or crc
+  error.
 * A session whose header was rewritten while its first chunk was cold (an
   overlay over the cold chunk, as the evictor can leave it between two
-  resumes) is passed through again once a reader has brought the chunk back
-  whole: it is all in RAM, and the next open must not go through the daemon.
+  resumes) is passed through again once readers have brought it back whole
+  (read twice: admission promotes at the second read): it is all in RAM, and
+  the next open must not go through the daemon.
 
 Run: python3 test_sessions.py --build BUILD_DIR [-k pattern]
 """
@@ -50,6 +54,14 @@ def stats(mnt):
 def state(path):
     v = os.getxattr(path, "user.spillway.state").decode()
     return {k: int(x) for k, x in (f.split("=") for f in v.split())}
+
+
+def drop_kernel_cache(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 class TestSessions(SpwTestCase):
@@ -89,30 +101,40 @@ class TestSessions(SpwTestCase):
         self.assertGreater(sp["cold_resumes"], 100, text)
         self.assertGreater(s1["spilled"]["bytes"] - s0["spilled"]["bytes"], 48 * 4 * MiB - 64 * MiB)
 
-        # the sessions kept warm are served from RAM, passed through
+        # the sessions kept warm are served from RAM: nothing read back from
+        # the cold tier (the hot tier; with admission, bytes read once may
+        # stay in the kernel's cache instead), and those found all in the
+        # hot tier are passed through
         warm = sp["warm"]
         self.assertGreaterEqual(warm["resumes"], 20, text)
-        why = [rec for rec in lv["records"] if rec.get("warm") and not rec.get("pt")]
+        misses = "\n".join("  %s #%s state %s, fallback %s, read back %s"
+                           % (x["sid"], x["nth"], x.get("state"), x.get("fallback"),
+                              x.get("cold_read"))
+                           for x in lv["records"] if x.get("warm")
+                           and not (x.get("pt") and x.get("cold_read") == 0))
         self.assertGreaterEqual(
-            warm["passthrough"], 0.85 * warm["resumes"],
-            "warm sessions not passed through: %d of %d; the misses (session, resume, "
-            "state before the open, fallback):\n%s\n%s"
-            % (warm["resumes"] - warm["passthrough"], warm["resumes"],
-               "\n".join("  %s #%s %s %s" % (x["sid"], x["nth"], x.get("state"), x.get("fallback"))
-                         for x in why), text[-3000:]))
+            warm["from_ram"], 0.9 * warm["resumes"],
+            "warm sessions read back from the cold tier: %d of %d; the warm resumes not "
+            "passed through or not from RAM (session, resume, before the open):\n%s\n%s"
+            % (warm["resumes"] - warm["from_ram"], warm["resumes"], misses, text[-3000:]))
+        self.assertGreaterEqual(warm["in_ram"], 10, text)
+        self.assertGreaterEqual(
+            warm["in_ram_passthrough"], 0.9 * warm["in_ram"],
+            "warm sessions all in RAM but not passed through: %d of %d:\n%s"
+            % (warm["in_ram"] - warm["in_ram_passthrough"], warm["in_ram"], misses))
         pt_opens = s1["passthrough"]["opens"] - s0["passthrough"]["opens"]
-        self.assertGreaterEqual(pt_opens, warm["passthrough"])
+        self.assertGreater(sp["passthrough"], 0)
         self.assertGreaterEqual(pt_opens, sp["passthrough"])
 
         # the cold tail costs about one restore each
         self.assertGreater(sp["cold_bytes"], 0)
-        self.assertGreater(sp["restored"], 0)
-        self.assertLessEqual(sp["restored"], 1.5 * sp["cold_bytes"], text)
+        self.assertGreater(sp["cold_read"], 0)
+        self.assertLessEqual(sp["cold_read"], 1.5 * sp["cold_bytes"], text)
         cp = res["cold_probe"]
         self.assertEqual(cp["resumes"], 8)
         self.assertEqual(cp["bad"], [])
-        self.assertGreaterEqual(cp["restored"], 0.5 * cp["bytes"], cp)
-        self.assertLessEqual(cp["restored"], 1.5 * cp["bytes"], cp)
+        self.assertGreaterEqual(cp["cold_read"], 0.5 * cp["bytes"], cp)
+        self.assertLessEqual(cp["cold_read"], 1.5 * cp["bytes"], cp)
         self.assertEqual(s1["errors"], {"io": 0, "crc": 0})
         self.assertEqual(os.listdir(m.path("kv")), [])
         out = r.stdout.decode(errors="replace")
@@ -139,9 +161,13 @@ class TestSessions(SpwTestCase):
         finally:
             os.close(fd)
         data[:4096] = hdr
-        # the next resume reads it all back: every byte in RAM afterwards
-        with open(p, "rb") as f:
-            self.assertEqual(f.read(), bytes(data))
+        # the next resumes read it all back: every byte in RAM afterwards
+        # (admission: a first read of a cold chunk comes from its segment,
+        # the second - once the kernel's own copy is gone - brings it in)
+        for _ in range(2):
+            with open(p, "rb") as f:
+                self.assertEqual(f.read(), bytes(data))
+            drop_kernel_cache(p)
         st = state(p)
         self.assertEqual((st["cold"], st["restoring"]), (0, 0), st)
         s0 = stats(m.mnt)
