@@ -21,9 +21,12 @@ in a skewed order, the case the hot tier exists for (issue 36).
   error.
 * A session whose header was rewritten while its first chunk was cold (an
   overlay over the cold chunk, as the evictor can leave it between two
-  resumes) is passed through again once readers have brought it back whole
-  (read twice: admission promotes at the second read): it is all in RAM, and
-  the next open must not go through the daemon.
+  resumes) is passed through again once a reader has brought it back whole
+  (admit=always: a read brings what it reads into RAM): it is all in RAM,
+  and the next open must not go through the daemon.
+* Admission (the default admit=reread): a session whose first chunk is in
+  RAM and the rest cold, read whole again and again, has its cold chunks
+  promoted at their second read; then it is all in RAM and passed through.
 
 Run: python3 test_sessions.py --build BUILD_DIR [-k pattern]
 """
@@ -143,8 +146,9 @@ class TestSessions(SpwTestCase):
     def test_overlaid_chunk_passed_through_once_whole(self):
         # restore=lazy: no background restore races the write into the cold
         # chunk (with restore=open an open queues it, and a write that comes
-        # first leaves the same overlay)
-        m = self.mount(hot_size="64M", opts=["chunk_size=1M", "restore=lazy",
+        # first leaves the same overlay); admit=always: a read brings what
+        # it reads into RAM (the admission filter has its own case below)
+        m = self.mount(hot_size="64M", opts=["chunk_size=1M", "restore=lazy", "admit=always",
                                              "nvme=" + self.cold_dir()])
         p = m.path("session")
         data = bytearray(os.urandom(4 * MiB + 8192))
@@ -161,13 +165,10 @@ class TestSessions(SpwTestCase):
         finally:
             os.close(fd)
         data[:4096] = hdr
-        # the next resumes read it all back: every byte in RAM afterwards
-        # (admission: a first read of a cold chunk comes from its segment,
-        # the second - once the kernel's own copy is gone - brings it in)
-        for _ in range(2):
-            with open(p, "rb") as f:
-                self.assertEqual(f.read(), bytes(data))
-            drop_kernel_cache(p)
+        # the next resume reads it all back: every byte in RAM afterwards
+        with open(p, "rb") as f:
+            self.assertEqual(f.read(), bytes(data))
+        drop_kernel_cache(p)
         st = state(p)
         self.assertEqual((st["cold"], st["restoring"]), (0, 0), st)
         s0 = stats(m.mnt)
@@ -179,6 +180,47 @@ class TestSessions(SpwTestCase):
             "a file all in RAM (%s) was not passed through (fallbacks %s -> %s): its chunk "
             "0 still counts as held in part after a reader filled it whole"
             % (st, s0["passthrough"]["fallback"], s1["passthrough"]["fallback"]))
+        self.assertEqual(s1["errors"], {"io": 0, "crc": 0})
+
+    def test_reread_after_a_chunk_in_ram_promoted(self):
+        # admission (admit=reread, the default): a session whose first chunk
+        # is in RAM (its header, written at every offload) and the rest cold
+        # is read whole by one resume after another: the second read of each
+        # cold chunk brings it into RAM, and then the file is passed through
+        m = self.mount(hot_size="64M", opts=["chunk_size=1M", "restore=lazy",
+                                             "nvme=" + self.cold_dir()])
+        p = m.path("session")
+        data = os.urandom(4 * MiB + 8192)
+        with open(p, "wb") as f:
+            f.write(data)
+        os.setxattr(p, "user.spillway.evict", b"1")
+        harness.wait_until(lambda: state(p)["hot"] == 0 and state(p)["spilling"] == 0, 30,
+                           "%s all cold (%s)" % (p, state(p)))
+        for _ in range(2):  # its head read twice: chunk 0 into RAM
+            with open(p, "rb") as f:
+                self.assertEqual(f.read(65536), data[:65536])
+            drop_kernel_cache(p)
+        harness.wait_until(lambda: state(p)["hot"] == 1 and state(p)["restoring"] == 0, 30,
+                           "%s chunk 0 in RAM (%s)" % (p, state(p)))
+        reads = []
+        for _ in range(3):  # resumes: each reads it whole (the kernel's copy dropped)
+            s0 = stats(m.mnt)
+            with open(p, "rb") as f:
+                self.assertEqual(f.read(), data)
+            drop_kernel_cache(p)
+            s1 = stats(m.mnt)
+            direct = [(x.get("admission") or {}).get("direct_read_bytes", 0) for x in (s0, s1)]
+            reads.append((state(p)["cold"], direct[1] - direct[0]))
+        # the first whole read streams the cold chunks from their segments,
+        # the second brings them into RAM: none cold, none read directly again
+        self.assertEqual(reads[-1], (0, 0),
+                         "(chunks cold, bytes read from the segments) after each whole read: %s "
+                         "- a cold chunk after the chunk in RAM is never promoted" % reads)
+        s0 = stats(m.mnt)
+        with open(p, "rb") as f:
+            self.assertEqual(f.read(), data)
+        s1 = stats(m.mnt)
+        self.assertEqual(s1["passthrough"]["opens"] - s0["passthrough"]["opens"], 1)
         self.assertEqual(s1["errors"], {"io": 0, "crc": 0})
 
 
