@@ -12,7 +12,8 @@
  *   shrinks the budget (pressure.c), or every 200 ms, and works until usage
  *   is below low_watermark x budget (budget: hot_size, less under pressure):
  *     1. drops HOT_CLEAN chunks that were read or written since they
- *        came into RAM, least recently used first (no I/O);
+ *        came into RAM, least recently used first (no I/O), but only those
+ *        older than the oldest HOT_DIRTY chunk (not written around);
  *     2. gathers the HOT_DIRTY chunks written around (tier/admit: a
  *        streaming writer's, under pressure), all of them, then HOT_DIRTY
  *        chunks LRU-first, at least min_spill_size bytes,
@@ -23,7 +24,14 @@
  *        so it does for what a closed written-around file left. Written-
  *        around chunks are spilled once a segment's worth is dirty even
  *        below the thresholds, and the room they free is not asked of the
- *        hot data (step 1 drops less).
+ *        hot data (step 1 drops less). Then, if usage is still above
+ *        low_watermark (no spill: too little dirty and no pressure, or the
+ *        cold tier failing), the rest of the clean chunks, LRU first.
+ *        Dropping every clean chunk before any dirty one, as step 1 once
+ *        did, let the dirty chunks of files last written long ago fill the
+ *        tier while the clean chunks of the files read a moment ago went: a
+ *        session resumed twice in a row found its file cold
+ *        (examples/integrations/sessions.py, test_sessions).
  *     3. drops the HOT_CLEAN chunks restored ahead of a reader and not yet
  *        read (index.h: unread), LRU first: only what steps 1-2 left short,
  *        and only down to the spill threshold (or one chunk for a waiter).
@@ -509,8 +517,12 @@ static int evict_round(struct tier *t)
 	 * no bet on the written-around chunks alone) */
 	rest = pressure ? need : need > around ? need - around : 0;
 
-	/* 1. clean chunks used already, LRU first: no I/O */
-	progress = cs.n > nd && drop_clean(t, cs.v + nd, cs.n - nd, 0, rest, &got, &youngest);
+	/* 1. clean chunks used already, LRU first, down to the oldest dirty
+	 * one: no I/O */
+	size_t older = nd;
+	while (older < cs.n && cs.v[older].state != CHUNK_HOT_DIRTY)
+		older++;
+	progress = older > nd && drop_clean(t, cs.v + nd, older - nd, 0, rest, &got, &youngest);
 	/* 2. dirty chunks, batched into large segments: the written-around
 	 * ones, then LRU first what the rest must free */
 	dirty = around;
@@ -564,6 +576,17 @@ static int evict_round(struct tier *t)
 		}
 	}
 	admit_around_put(t, around, flush);
+	/* then the clean chunks newer than a dirty one, LRU first, if the
+	 * spill did not make the room (it dropped what it wrote: usage says).
+	 * Those step 1 dropped are met again and free nothing. */
+	uint64_t now = usage(t);
+	if (got < rest && now > low && cs.n > nd) {
+		uint64_t more = 0;
+		cand_sort_lru(cs.v + nd, cs.n - nd); /* step 2 moved some */
+		if (drop_clean(t, cs.v + nd, cs.n - nd, 0, now - low, &more, &youngest))
+			progress = 1;
+		got += more;
+	}
 	/* 3. chunks restored ahead of their readers, last, and only down to
 	 * the spill threshold (prefetch stops there too): each one dropped is
 	 * restored again when its reader gets there */

@@ -36,13 +36,18 @@ import statistics
 import sys
 import time
 
-try:
-    import torch
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-except ImportError as e:
-    sys.stderr.write("kv_offload: %s (pip install -r tests/requirements-py.txt)\n" % e)
-    sys.exit(2)
+torch = safe_open = save_file = None  # imported by main(): sessions.py uses the helpers
+
+
+def import_torch():
+    global torch, safe_open, save_file
+    try:
+        import torch
+        from safetensors import safe_open
+        from safetensors.torch import save_file
+    except ImportError as e:
+        sys.stderr.write("kv_offload: %s (pip install -r tests/requirements-py.txt)\n" % e)
+        sys.exit(2)
 
 MiB = 1 << 20
 STATS_XATTR = "user.spillway.stats"
@@ -114,6 +119,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="leave the files in DIR")
     ap.add_argument("--json", help="write the results here as JSON")
     args = ap.parse_args()
+    import_torch()
 
     d = os.path.abspath(args.dir)
     os.makedirs(d, exist_ok=True)

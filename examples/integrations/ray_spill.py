@@ -215,12 +215,14 @@ def run(args):
                 raise RuntimeError("only %d of %d producers finished in %ds"
                                    % (len(ready), len(refs), args.timeout))
             res["produce_s"] = round(time.monotonic() - t1, 2)
+            res["produce_t0"] = t1  # CLOCK_MONOTONIC: a caller's samples line up with it
             res["ray_after_produce"] = ray_store_stats()
             t2 = time.monotonic()
             # refs inside a list reach the task as refs, not values: the
             # aggregator fetches (and Ray restores) them one at a time
             out = ray.get(aggregate.remote(list(refs), size), timeout=args.timeout)
             res["aggregate_s"] = round(time.monotonic() - t2, 2)
+            res["aggregate_t0"] = t2
         res["verified"] = count - len(out["bad"])
         res["bad"] = out["bad"]
         res["read_bytes"] = out["bytes"]

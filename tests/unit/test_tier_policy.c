@@ -428,6 +428,50 @@ static void test_unread_ahead_chunks_stay_before_read_ones(void **state)
 	idx_put(f->idx, g_in);
 }
 
+static int old_head_cold(struct fx *f)
+{
+	(void)f;
+	return fx_chunk_state(g_in, 0) == CHUNK_COLD;
+}
+
+/* A file read a moment ago stays in RAM while a file written long ago and
+ * never spilled holds the rest: the evictor spills the old dirty chunks
+ * (LRU) rather than drop the clean ones just read because that costs no
+ * I/O. When every clean chunk went before any dirty one, the dirty chunks
+ * of files written long ago filled the tier and a session resumed twice
+ * in a row found its file cold (examples/integrations/sessions.py). */
+static void test_recent_clean_stays_before_old_dirty(void **state)
+{
+	struct fx *f = *state;
+
+	fx_cfg_defaults(f, 16 * MiB);
+	fx_start(f);
+	g_in = fx_mk(f, "old", 6 * MiB, 1); /* dirty, the least recently used */
+	struct inode *rd = fx_mk(f, "read", 4 * MiB, 2);
+	assert_int_equal(tier_evict_file(f->t, rd), 0);
+	/* read twice: brought back into RAM (and promoted, were a first read
+	 * served from its segment), clean, used after "old" was written */
+	assert_int_equal(fx_check_range(f, rd, 2, 0, 4 * MiB), 0);
+	assert_int_equal(fx_check_range(f, rd, 2, 0, 4 * MiB), 0);
+	for (uint64_t c = 0; c < 4; c++)
+		assert_int_equal(fx_chunk_state(rd, c), CHUNK_HOT_CLEAN);
+	/* 10 MiB in RAM; 3 more pass the threshold (12 of 16 MiB) */
+	struct inode *nw = fx_mk(f, "new", 3 * MiB, 3);
+	assert_true(fx_wait_for(old_head_cold, f, 10000));
+	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
+	for (uint64_t c = 0; c < 4; c++)
+		if (fx_chunk_state(rd, c) != CHUNK_HOT_CLEAN)
+			fail_msg("chunk %llu of the file just read was dropped (state %d) while "
+				 "older dirty chunks were still in RAM",
+				 (unsigned long long)c, fx_chunk_state(rd, c));
+	fx_check_all(f, g_in, 1, 6 * MiB);
+	fx_check_all(f, rd, 2, 4 * MiB);
+	fx_check_all(f, nw, 3, 3 * MiB);
+	idx_put(f->idx, nw);
+	idx_put(f->idx, rd);
+	idx_put(f->idx, g_in);
+}
+
 /* RAM full of pinned data: a read of a cold chunk does not wait for room
  * that cannot come; it overshoots hot_size by its chunk. */
 static void test_cold_read_never_waits_for_impossible_room(void **state)
@@ -475,6 +519,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_unread_ahead_chunks_stay_before_read_ones, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_cold_read_never_waits_for_impossible_room, fx_setup,
+					    fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_recent_clean_stays_before_old_dirty, fx_setup,
 					    fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
