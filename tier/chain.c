@@ -248,19 +248,28 @@ static int wait_writers_locked(struct inode *in, uint64_t c)
 int chain_fill_locked(struct tier *t, struct inode *in, uint64_t c, uint64_t lo, uint64_t hi)
 {
 	struct chunk_chain *k;
+	int ret = 0;
 
 	for (;;) {
 		k = in->chunks[c].chain;
 		if (!chain_partial(&in->chunks[c]))
 			return 0;
 		if (chain_all(k->have, (uint32_t)(lo / CHAIN_BLK), blk_hi(hi)))
-			return 0;
+			goto whole;
 		if (wait_writers_locked(in, c))
 			break;
 		if (in->chunks[c].state == CHUNK_COLD || in->chunks[c].state == CHUNK_RESTORING)
 			return 0; /* dropped meanwhile: the caller restores or reads it */
 	}
-	return fill_blocks_locked(t, in, c, (uint32_t)(lo / CHAIN_BLK), blk_hi(hi));
+	ret = fill_blocks_locked(t, in, c, (uint32_t)(lo / CHAIN_BLK), blk_hi(hi));
+whole:
+	/* reads filled it all: RAM holds the chunk whole again (else the file
+	 * is never all in RAM: no passthrough, tier_open.c all_hot_locked) */
+	k = in->chunks[c].chain;
+	if (ret == 0 && chain_partial(&in->chunks[c]) &&
+	    chain_all(k->have, 0, blk_hi(tier_chunk_len(t, in->size, c))))
+		k->partial = 0;
+	return ret;
 }
 
 /* A chain at CHAIN_MAX records: see DESIGN. The chunk is HOT_* or
