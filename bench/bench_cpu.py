@@ -286,8 +286,11 @@ def one_run(a, m, src, digest, srv, perfdir):
         fcpu = fio(["--filename=" + fpath, "--rw=write", "--size=%d" % a.size, "--direct=1",
                     "--ioengine=io_uring", "--iodepth=8", "--end_fsync=1"], perfdir, "spill-fio")
     res["spill"] = (c1[0] - c0[0], c1[1] - c0[1], 0.0, fcpu)
-    if not srv:
-        lay = seg_layout(m.cold, seg_names(m.cold) - segs0 - {"fio-spill"})
+    lay = None if srv else seg_layout(m.cold, seg_names(m.cold) - segs0 - {"fio-spill"})
+    if lay and not lay["data"]:  # a small hot_size: the write went around RAM already
+        print("segments of this spill: none (the files were spilled as they were written)",
+              file=sys.stderr)
+    elif lay:
         print("segments of this spill (format v%s): %d bytes of data, padding %.3f %%, "
               "maps %.3f %%, header+footer %.3f %%" % (
                   "/".join(str(v) for v in sorted(lay["versions"])), lay["data"],
