@@ -16,7 +16,12 @@
  *        older than the oldest HOT_DIRTY chunk (not written around);
  *     2. gathers the HOT_DIRTY chunks written around (tier/admit: a
  *        streaming writer's, under pressure), all of them, then HOT_DIRTY
- *        chunks LRU-first, at least min_spill_size bytes,
+ *        chunks LRU-first, at least min_spill_size bytes; in that same
+ *        walk a HOT_CLEAN chunk met before the room is covered is dropped
+ *        instead of gathering a newer dirty one, as long as more than
+ *        min_spill_size is still to free (a pressure round asks for 35 %
+ *        of the tier: gathering dirty chunks alone spilled and dropped the
+ *        ones written a moment ago while older clean ones stayed),
  *        sorts them by (inode, chunk), cuts them into segments of about
  *        min_spill_size and writes up to io_workers segments in parallel.
  *        Under pressure (above hard_watermark, or a writer waiting) it also
@@ -527,10 +532,26 @@ static int evict_round(struct tier *t)
 	 * ones, then LRU first what the rest must free */
 	dirty = around;
 	if (got < rest || (around && (around >= t->cfg->min_spill_size || flush || pressure))) {
-		uint64_t want = rest > got ? rest - got : 0;
-		if (want && want < t->cfg->min_spill_size)
-			want = t->cfg->min_spill_size;
-		for (size_t i = nd; i < cs.n && dirty - around < want; i++) {
+		int topup = got < rest; /* at least a segment's worth of dirty ones */
+		uint64_t seg = t->cfg->min_spill_size;
+		/* One walk, LRU first: dirty chunks gathered; a clean chunk met
+		 * on the way goes too, when more than a segment's worth must be
+		 * freed yet (it is older than the dirty ones still to come, and
+		 * costs no I/O). Gathering dirty chunks alone until they covered
+		 * what the rest must free spilled, and dropped, the chunks
+		 * written a moment ago while older clean ones stayed. Below a
+		 * segment's worth the dirty ones are gathered anyway: a clean one
+		 * dropped then would go for nothing. */
+		for (size_t i = nd; i < cs.n; i++) {
+			uint64_t g = dirty - around;
+			if (got + g >= rest && (!topup || g >= seg))
+				break;
+			if (cs.v[i].state == CHUNK_HOT_CLEAN && !cs.v[i].unread &&
+			    got + (g > seg ? g : seg) < rest) {
+				if (drop_clean(t, cs.v + i, 1, 0, rest, &got, &youngest))
+					progress = 1;
+				continue;
+			}
 			if (cs.v[i].state != CHUNK_HOT_DIRTY)
 				continue;
 			/* dirty ones to the front; a swap keeps every

@@ -472,6 +472,57 @@ static void test_recent_clean_stays_before_old_dirty(void **state)
 	idx_put(f->idx, g_in);
 }
 
+/* A round that must free more than a segment's worth drops the clean
+ * chunks it meets before the dirty chunks written after them: LRU over
+ * both, not every dirty chunk first. "old" (dirty) is the least recently
+ * used, "read" (clean, read back) next, "new" (dirty) last; crossing the
+ * threshold asks for about 6 MiB (low_watermark 0.4 of 16 MiB), more than
+ * min_spill_size (1 MiB). Gathering dirty chunks alone spilled and dropped
+ * the head of "new" while "read" stayed. */
+static struct inode *g_new, *g_read;
+
+static int old_spilled(struct fx *f)
+{
+	(void)f;
+	return fx_chunk_state(g_in, 0) == CHUNK_COLD;
+}
+
+static void test_clean_goes_before_newer_dirty(void **state)
+{
+	struct fx *f = *state;
+
+	fx_cfg_defaults(f, 16 * MiB);
+	f->cfg.low_watermark = 0.40;
+	f->cfg.min_spill_size = MiB;
+	fx_start(f);
+	g_in = fx_mk(f, "old", 2 * MiB, 1);
+	g_read = fx_mk(f, "read", 4 * MiB, 2);
+	assert_int_equal(tier_evict_file(f->t, g_read), 0);
+	assert_int_equal(fx_check_range(f, g_read, 2, 0, 4 * MiB), 0);
+	assert_int_equal(fx_check_range(f, g_read, 2, 0, 4 * MiB), 0);
+	for (uint64_t c = 0; c < 4; c++)
+		assert_int_equal(fx_chunk_state(g_read, c), CHUNK_HOT_CLEAN);
+	/* 6 MiB in RAM; 7 more cross the threshold (12 MiB) */
+	g_new = fx_mk(f, "new", 7 * MiB, 3);
+	assert_true(fx_wait_for(old_spilled, f, 10000));
+	assert_true(fx_wait_for(fx_below_threshold, f, 10000));
+	for (uint64_t c = 0; c < 7; c++) {
+		if (fx_chunk_state(g_new, c) != CHUNK_COLD)
+			continue;
+		for (uint64_t r = 0; r < 4; r++)
+			if (fx_chunk_state(g_read, r) == CHUNK_HOT_CLEAN)
+				fail_msg("chunk %llu of the newest file went cold while chunk %llu "
+					 "of an older clean file stayed in RAM",
+					 (unsigned long long)c, (unsigned long long)r);
+	}
+	fx_check_all(f, g_in, 1, 2 * MiB);
+	fx_check_all(f, g_read, 2, 4 * MiB);
+	fx_check_all(f, g_new, 3, 7 * MiB);
+	idx_put(f->idx, g_new);
+	idx_put(f->idx, g_read);
+	idx_put(f->idx, g_in);
+}
+
 /* RAM full of pinned data: a read of a cold chunk does not wait for room
  * that cannot come; it overshoots hot_size by its chunk. */
 static void test_cold_read_never_waits_for_impossible_room(void **state)
@@ -519,6 +570,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_unread_ahead_chunks_stay_before_read_ones, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_cold_read_never_waits_for_impossible_room, fx_setup,
+					    fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_clean_goes_before_newer_dirty, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_recent_clean_stays_before_old_dirty, fx_setup,
 					    fx_teardown),
