@@ -18,6 +18,7 @@ racing a write-around.
     python3 tests/integration/test_admission.py --build BUILD
 """
 
+import json
 import os
 import random
 import sys
@@ -65,7 +66,8 @@ class AdmitCase(TierCase):
 class TestReadOnce(AdmitCase):
 
     def test_read_once_stays_cold_read_again_comes_in(self):
-        self.tier_mount(hot_size="64M", chunk_size="4M", min_spill_size="4M")
+        self.tier_mount(hot_size="64M", chunk_size="4M", min_spill_size="4M",
+                        log_level="debug")
         size = 24 * MiB + 12345
         p = self.p("once")
         write_content(p, 3, size)
@@ -81,7 +83,13 @@ class TestReadOnce(AdmitCase):
         self.assertEqual(s1["hot"]["used"], 0, s1["hot"])
         # read again: it comes into RAM, all of it
         self.check_once(p, 3, size)
-        self.poll(lambda: self.state(p)["hot"] == nch, 20, "the re-read file in RAM")
+        try:
+            self.poll(lambda: self.state(p)["hot"] == nch, 20, "the re-read file in RAM")
+        except AssertionError as e:
+            admits = [ln for ln in self.m.log_text(400).splitlines() if "admit" in ln]
+            raise AssertionError("%s: state %s\nstats %s\nthe filter's verdicts:\n%s"
+                                 % (e, self.state(p), json.dumps(self.stats()),
+                                    "\n".join(admits[-40:])))
         self.assertGreaterEqual(self.restored() - r0, size - 4 * MiB)
         # a third open of a file all in RAM is passed through (when it can be)
         pt0 = self.stats()["passthrough"]
