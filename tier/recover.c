@@ -268,11 +268,16 @@ static int store_seen(void *arg, uint64_t id, uint32_t dev, uint64_t size)
  * crash — their chunks belong to files the index knows. A segment holding an
  * inode newer than anything the index has means the state is older than the
  * cold tier (a restored or stale state_dir): refuse rather than delete.
+ * Except when the state is the bucket's copy (adopted by a replacement
+ * node): that copy follows fsyncs, so a file created after the last one and
+ * spilled before the node died (under pressure, or written around) is in a
+ * segment the copy never heard of. Never fsync'd, it is gone, as promised;
+ * its segment goes with the other orphans.
  */
 static int remove_orphans(struct tier *t, struct seen_ctx *c, char *err, size_t errlen)
 {
 	uint64_t next_ino = idx_next_ino(t->idx);
-	for (size_t i = 0; i < c->norphans; i++) {
+	for (size_t i = 0; i < c->norphans && !t->rec.adopted; i++) {
 		struct seg_entry *ents = NULL;
 		uint32_t n = 0;
 		struct orphan *o = &c->orphans[i];

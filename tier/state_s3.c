@@ -256,6 +256,7 @@ int state_s3_adopt(struct tier *t, char *err, size_t errlen)
 	}
 	log_info("adopting filesystem %s from %s (checkpoint %llu)", a.uuid, t->cfg->s3,
 		 (unsigned long long)a.ck_gen);
+	t->rec.adopted = 1;
 	ret = 0;
 out:
 	free(buf);

@@ -31,6 +31,7 @@ struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
 	uint64_t orphan_segments, orphan_hot_files, recover_ms;
 	int fresh;
+	int adopted; /* the state is the bucket's copy (state_s3_adopt) */
 };
 
 /* Why an open that could have been passed through was not (counted). */

@@ -83,6 +83,12 @@ class TestS3State(DurS3Case):
         for i in range(3):
             p = m1.path("v%d" % i)
             volatile["v%d" % i] = self.write(p, 200 + i, 2 * MiB + i, False)
+        # never fsync'd but spilled (as a stream written around RAM is): a
+        # segment in the bucket holding an inode the bucket's copy of the
+        # journal never heard of; the replacement drops it, it does not
+        # refuse the state as older than the cold tier
+        volatile["spilled"] = self.write(m1.path("spilled"), 300, 4 * MiB + 1, False)
+        os.setxattr(m1.path("spilled"), "user.spillway.evict", b"1")
         # the fsyncs spilled (S3 alone: segments in the bucket) and copied the journal
         st = self.stats()
         self.assertGreater(st["segments"]["count"], 0, st)
