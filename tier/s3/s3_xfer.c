@@ -197,8 +197,10 @@ static void xfer_finish(struct s3_client *s, struct s3_conn *c, struct s3_xfer *
 	x->err = err;
 	x->state = XS_DONE;
 	pthread_mutex_lock(&s->lock);
-	if (err == 0)
+	if (err == 0) {
 		s->failed = 0;
+		s->ok_ms = clock_now_ms();
+	}
 	else if (x->attempt + 1 >= x->max_attempts && (x->conn_fail || err == -EIO))
 		s->failed = 1;
 	pthread_mutex_unlock(&s->lock);
@@ -290,7 +292,7 @@ void s3_xfer_submit(struct s3_conn *c, struct s3_xfer *x)
 	if (!x->body_hash[0])
 		sigv4_sha256_hex(x->body ? (const void *)x->body : "", x->body_len, x->body_hash);
 	x->attempt = 0;
-	x->due = 0;
+	x->due = x->since = 0;
 	x->err = 0;
 	x->conn_fail = 0;
 	x->why[0] = 0;
@@ -451,7 +453,8 @@ static void xfer_done(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x,
 	xfer_release(c, x);
 	x->retry_err = err;
 	x->attempt++;
-	x->due = clock_now_ms() + delay;
+	x->since = clock_now_ms();
+	x->due = x->since + delay;
 	x->state = XS_WAITING;
 }
 
@@ -475,10 +478,13 @@ static int conn_reap(struct s3_client *s, struct s3_conn *c)
 /* Start due retries, move data; with wait, block (<= 1 s) until something completes. */
 void s3_conn_step(struct s3_client *s, struct s3_conn *c, int wait)
 {
-	uint64_t now = clock_now_ms(), next_due = UINT64_MAX;
+	uint64_t now = clock_now_ms(), next_due = UINT64_MAX, ok;
 	struct s3_xfer *x, *nx;
 	int running, timeout = 1000;
 
+	pthread_mutex_lock(&s->lock);
+	ok = s->ok_ms;
+	pthread_mutex_unlock(&s->lock);
 	for (x = c->live; x; x = nx) {
 		nx = x->next;
 		if (x->state != XS_WAITING)
@@ -487,7 +493,10 @@ void s3_conn_step(struct s3_client *s, struct s3_conn *c, int wait)
 			give_up(s, c, x);
 			continue;
 		}
-		if (x->due <= now) {
+		/* a retry after a connection failure goes now once another
+		 * request got through since: the endpoint is back, and its
+		 * writer need not wait out a back-off of up to 20 s */
+		if (x->due <= now || (x->attempt && x->conn_fail && x->since < ok)) {
 			int ret = xfer_start(s, c, x);
 
 			if (ret) {

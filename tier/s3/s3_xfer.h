@@ -43,6 +43,7 @@ struct s3_xfer {
 	int state;
 	unsigned attempt;
 	uint64_t due;  /* ms, monotonic: when a waiting retry starts */
+	uint64_t since; /* ms, monotonic: when it began to wait */
 	int retry_err; /* the error of the attempt a waiting retry follows */
 	CURL *easy;
 	struct curl_slist *hdrs;
@@ -85,6 +86,7 @@ struct s3_client {
 	struct s3_conn *idle; /* protected by lock */
 	uint64_t rng;	      /* protected by lock */
 	int failed;	      /* protected by lock: the last request ran out of retries */
+	uint64_t ok_ms;	      /* protected by lock: when a request last succeeded (monotonic) */
 	int unmounting;	      /* protected by lock: no retry once failed (s3_client_unmounting) */
 };
 
