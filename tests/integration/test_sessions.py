@@ -117,9 +117,10 @@ class TestSessions(SpwTestCase):
                               x.get("cold_read"))
                            for x in lv["records"] if x.get("warm")
                            and not (x.get("pt") and x.get("cold_read") == 0))
-        # (0.8: a resume the kernel's cache served never reaches the daemon,
-        # so the tier's LRU sees that session older than it is, and under
-        # load its chunks may go first: 44-49 of 50 measured, 47-49 mostly)
+        # (0.8: bytes read once stay in the kernel's cache, not in the tier,
+        # and their re-reads never reach the daemon to be promoted; when the
+        # kernel reclaims them under load, a warm resume reads them from the
+        # cold tier: 44-49 of 50 measured, 47-49 mostly; docs/design.md)
         self.assertGreaterEqual(
             warm["from_ram"], 0.8 * warm["resumes"],
             "warm sessions read back from the cold tier: %d of %d; the warm resumes not "
