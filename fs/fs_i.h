@@ -45,7 +45,6 @@ struct spw_file {
 	struct inode *in;
 	struct tier_open_out how; /* passed through or not (tier_open) */
 	uint64_t next_off; /* where the last read ended (UINT64_MAX: none yet) */
-	uint64_t low_off;  /* the lowest offset a read started at (UINT64_MAX: none yet) */
 	uint64_t ra_next;  /* first chunk not yet asked to restore ahead */
 	uint64_t wnext;	   /* where the last write ended (UINT64_MAX: none yet) */
 	int again;	   /* a read was let into RAM as a re-read (tier/admit) */

@@ -24,7 +24,7 @@ struct spw_file *fs_file_new(struct spw *s, struct inode *in)
 	if (!f)
 		return NULL;
 	f->in = in;
-	f->next_off = f->low_off = UINT64_MAX; /* no read yet */
+	f->next_off = UINT64_MAX; /* no read yet */
 	f->wnext = UINT64_MAX;	  /* no write yet */
 	pthread_mutex_lock(&s->files_lock);
 	if ((f->next = s->files))
@@ -136,32 +136,14 @@ static int read_pattern_from(struct spw_file *f, uint64_t prev, uint64_t off, si
 	return (__atomic_add_fetch(&f->jumps, 1, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0) | near;
 }
 
-/* Whether off is below every read the handle started before (and note it). */
-static int lowest_start(struct spw_file *f, uint64_t off)
-{
-	uint64_t low = __atomic_load_n(&f->low_off, __ATOMIC_RELAXED);
-
-	while (off < low)
-		if (__atomic_compare_exchange_n(&f->low_off, &low, off, 0, __ATOMIC_RELAXED,
-						__ATOMIC_RELAXED))
-			return 1;
-	return 0;
-}
-
 static int read_pattern(struct spw_file *f, uint64_t off, size_t size)
 {
 	uint64_t prev = __atomic_exchange_n(&f->next_off, off + size, __ATOMIC_RELAXED);
-	int first = prev == UINT64_MAX, low = lowest_start(f, off);
+	int first = prev == UINT64_MAX;
 
 	if (first) /* the handle's first read: as if the last ended at 0, never near */
 		return read_pattern_from(f, 0, off, size) & ~READ_NEAR;
-	/* A read below every one before it is where the handle starts, never
-	 * near: the kernel's readahead of a new handle's first pages comes in
-	 * several requests that the daemon's threads may take in any order,
-	 * and the first one taken need not be the first one (then the stream's
-	 * start, a re-read, was judged a stream going on, and a file read
-	 * again stayed cold: seen under ThreadSanitizer in CI). */
-	return read_pattern_from(f, prev, off, size) & (low ? ~READ_NEAR : ~0);
+	return read_pattern_from(f, prev, off, size);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
