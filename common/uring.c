@@ -27,6 +27,41 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+/*
+ * liburing maps and unmaps a ring's memory with raw system calls, which
+ * ThreadSanitizer does not see: when a thread's ring is torn down (the
+ * thread exits: libfuse ends idle workers) and a later ring is mapped at
+ * the same address for another thread, the new owner's first SQE writes
+ * look like a race with the old owner's. ring_gone() before the unmap and
+ * ring_new() after the map tell it the order the kernel guarantees.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define URING_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define URING_TSAN 1
+#endif
+#endif
+#ifdef URING_TSAN
+#include <sanitizer/tsan_interface.h>
+static char ring_recycled; /* the address the two calls meet at */
+static void ring_gone(void)
+{
+	__tsan_release(&ring_recycled);
+}
+static void ring_new(void)
+{
+	__tsan_acquire(&ring_recycled);
+}
+#else
+static void ring_gone(void)
+{
+}
+static void ring_new(void)
+{
+}
+#endif
+
 enum { TL_NONE, TL_RING, TL_FALLBACK };
 
 struct uring_tl {
@@ -50,8 +85,10 @@ static void tl_destroy(void *p)
 {
 	struct uring_tl *tl = p;
 
-	if (tl->state == TL_RING)
+	if (tl->state == TL_RING) {
+		ring_gone();
 		io_uring_queue_exit(&tl->ring);
+	}
 	free(tl);
 	tl_cache = NULL; /* a later destructor may still do I/O: start afresh */
 }
@@ -81,6 +118,7 @@ static struct uring_tl *tl_get(void)
 	tl_cache = tl;
 out:
 	if (tl->state == TL_RING && atomic_load(&forced_fallback)) {
+		ring_gone();
 		io_uring_queue_exit(&tl->ring);
 		tl->state = TL_FALLBACK;
 	}
@@ -96,6 +134,7 @@ out:
 		if (atomic_exchange(&warned, 1) == 0)
 			log_warn("io_uring unavailable (%s): using pread/pwrite", strerror(-ret));
 	} else {
+		ring_new();
 		tl->state = TL_RING;
 	}
 	return tl;
@@ -104,6 +143,7 @@ out:
 /* Forget this thread's ring after a fatal submit error; next call makes a new one. */
 static void tl_drop_ring(struct uring_tl *tl)
 {
+	ring_gone();
 	io_uring_queue_exit(&tl->ring);
 	tl->state = TL_NONE;
 }

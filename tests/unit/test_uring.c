@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +259,56 @@ static void test_thread_ring_freed(void **state)
 	}
 }
 
+/*
+ * A ring torn down by a thread that exits (nobody joins it: libfuse ends its
+ * idle workers so) and one made afterwards by a thread that already ran,
+ * which may be mapped at the same address: both do their I/O, with nothing
+ * but a relaxed flag between them (no happens-before a sanitizer could
+ * see). Under ThreadSanitizer the second ring's writes must not be taken
+ * for a race with the first's.
+ */
+static atomic_int first_done;
+static int fds_before;
+
+static void *thread_io_detached(void *arg)
+{
+	void *ok = thread_io(arg);
+
+	atomic_store_explicit(&first_done, ok ? 1 : -1, memory_order_relaxed);
+	return NULL;
+}
+
+static void *thread_io_after(void *arg)
+{
+	int d;
+
+	while ((d = atomic_load_explicit(&first_done, memory_order_relaxed)) == 0)
+		sched_yield();
+	while (d > 0 && count_fds() > fds_before) /* its ring is unmapped, fd closed */
+		sched_yield();
+	return d > 0 ? thread_io(arg) : NULL;
+}
+
+static void test_ring_recycled_between_threads(void **state)
+{
+	struct fx *f = *state;
+	pthread_t a, b;
+	pthread_attr_t at;
+	void *ok;
+
+	fds_before = count_fds();
+	for (int i = 0; i < 3; i++) {
+		atomic_store(&first_done, 0);
+		assert_int_equal(pthread_create(&b, NULL, thread_io_after, f), 0);
+		assert_int_equal(pthread_attr_init(&at), 0);
+		assert_int_equal(pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED), 0);
+		assert_int_equal(pthread_create(&a, &at, thread_io_detached, f), 0);
+		pthread_attr_destroy(&at);
+		assert_int_equal(pthread_join(b, &ok), 0);
+		assert_true(ok != NULL);
+	}
+}
+
 /* ---- fallback: everything again on pread/pwrite (irreversible, so last) ---- */
 
 static void test_fallback_all(void **state)
@@ -281,6 +333,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_enospc, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_thread_ring_freed, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_ring_recycled_between_threads, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_fallback_all, setup, teardown),
 	};
 
