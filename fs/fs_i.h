@@ -44,10 +44,11 @@ struct spw_file {
 	struct spw_file *next, **pprev; /* spw.files, under spw.files_lock */
 	struct inode *in;
 	struct tier_open_out how; /* passed through or not (tier_open) */
-	uint64_t next_off; /* where the last read ended (UINT64_MAX: none yet) */
 	uint64_t ra_next;  /* first chunk not yet asked to restore ahead */
 	uint64_t wnext;	   /* where the last write ended (UINT64_MAX: none yet) */
-	int again;	   /* a read was let into RAM as a re-read (tier/admit) */
+	/* the read pattern, noted under the inode's lock (tier_read_begin_by) */
+	struct tier_reader rd;
+	uint64_t next_off; /* where the last read ended (UINT64_MAX: none yet) */
 	uint32_t seq;	   /* reads in a row that went on from the last one */
 	uint32_t jumps;	   /* reads in a row that did not */
 };

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -12,11 +13,13 @@
  * stream. */
 #define SEQ_SLACK (1u << 20)
 /* A read this close to where the handle's last one ended is part of its
- * stream for the admission filter (READ_NEAR: never a re-read): the
+ * stream for the admission filter (TIER_READ_NEAR: never a re-read): the
  * kernel's readahead has up to max_background (12) requests of up to 1 MiB
  * in flight, which the daemon's threads take in any order (measured: with
  * read_ahead_kb 8192 a dd's requests arrive more than 8 MiB apart). */
 #define NEAR_WINDOW (16u << 20)
+
+static unsigned read_pattern(struct tier_reader *rd, uint64_t off, size_t size);
 
 struct spw_file *fs_file_new(struct spw *s, struct inode *in)
 {
@@ -24,6 +27,7 @@ struct spw_file *fs_file_new(struct spw *s, struct inode *in)
 	if (!f)
 		return NULL;
 	f->in = in;
+	f->rd.pattern = read_pattern;
 	f->next_off = UINT64_MAX; /* no read yet */
 	f->wnext = UINT64_MAX;	  /* no write yet */
 	pthread_mutex_lock(&s->files_lock);
@@ -106,43 +110,42 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
-/* Note a read of [off, off + size) on f: READ_SEQ when it continues a
- * stream (two reads in a row went on from the last one), READ_RANDOM when
- * the handle jumps about (two jumps in a row, and no stream since), and
- * READ_NEAR when it starts within NEAR_WINDOW of where the handle's last
+/* Note a read of [off, off + size) on f: TIER_READ_STREAM when it
+ * continues a stream (two reads in a row went on from the last one),
+ * TIER_READ_RANDOM when the handle jumps about (two jumps in a row, and no
+ * stream since), and TIER_READ_NEAR when it starts within NEAR_WINDOW of where the handle's last
  * read ended (the kernel's readahead of one stream, in any order: never a
  * re-read for the admission filter). One jump is not a pattern: the first
  * read of a stream may start anywhere, and its chunk is restored as usual.
- * The same read again (the kernel retries a failed one) changes nothing. */
-enum { READ_SEQ = 1, READ_RANDOM = 2, READ_NEAR = 4 };
-
-static int read_pattern_from(struct spw_file *f, uint64_t prev, uint64_t off, size_t size)
+ * The same read again (the kernel retries a failed one) changes nothing.
+ * Asked by the tier under the inode's lock (struct tier_reader): the
+ * handle's reads are noted in the order they are judged. */
+static unsigned read_pattern_from(struct spw_file *f, uint64_t prev, uint64_t off, size_t size)
 {
-	int near = off + NEAR_WINDOW >= prev && off <= prev + NEAR_WINDOW ? READ_NEAR : 0;
+	unsigned near = off + NEAR_WINDOW >= prev && off <= prev + NEAR_WINDOW ? TIER_READ_NEAR : 0;
 
 	if (prev == off + size)
-		return __atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM | near
-		       : __atomic_load_n(&f->seq, __ATOMIC_RELAXED) >= 2 ? READ_SEQ | near
-									  : near;
+		return f->jumps >= 2 ? TIER_READ_RANDOM | near
+		       : f->seq >= 2 ? TIER_READ_STREAM | near
+				     : near;
 	if (off + SEQ_SLACK >= prev && off <= prev + SEQ_SLACK) {
-		if (__atomic_add_fetch(&f->seq, 1, __ATOMIC_RELAXED) < 2)
-			return near | (__atomic_load_n(&f->jumps, __ATOMIC_RELAXED) >= 2
-					   ? READ_RANDOM
-					   : 0);
-		__atomic_store_n(&f->jumps, 0, __ATOMIC_RELAXED);
-		return READ_SEQ | near;
+		if (++f->seq < 2)
+			return near | (f->jumps >= 2 ? TIER_READ_RANDOM : 0);
+		f->jumps = 0;
+		return TIER_READ_STREAM | near;
 	}
-	__atomic_store_n(&f->seq, 0, __ATOMIC_RELAXED);
-	return (__atomic_add_fetch(&f->jumps, 1, __ATOMIC_RELAXED) >= 2 ? READ_RANDOM : 0) | near;
+	f->seq = 0;
+	return (++f->jumps >= 2 ? TIER_READ_RANDOM : 0) | near;
 }
 
-static int read_pattern(struct spw_file *f, uint64_t off, size_t size)
+static unsigned read_pattern(struct tier_reader *rd, uint64_t off, size_t size)
 {
-	uint64_t prev = __atomic_exchange_n(&f->next_off, off + size, __ATOMIC_RELAXED);
-	int first = prev == UINT64_MAX;
+	struct spw_file *f = (struct spw_file *)((char *)rd - offsetof(struct spw_file, rd));
+	uint64_t prev = f->next_off;
 
-	if (first) /* the handle's first read: as if the last ended at 0, never near */
-		return read_pattern_from(f, 0, off, size) & ~READ_NEAR;
+	f->next_off = off + size;
+	if (prev == UINT64_MAX) /* the handle's first read: as if the last ended at 0, never near */
+		return read_pattern_from(f, 0, off, size) & ~TIER_READ_NEAR;
 	return read_pattern_from(f, prev, off, size);
 }
 
@@ -153,22 +156,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	struct inode *in = f->in;
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
 	struct tier_io io;
-	int pat = read_pattern(f, (uint64_t)off, size), seq = (pat & READ_SEQ) != 0;
-	int ret = tier_read_begin(s->tier, in, (uint64_t)off, size,
-				  ((pat & READ_RANDOM) ? TIER_READ_RANDOM
-				   : seq	       ? TIER_READ_STREAM
-							: 0) |
-				      ((pat & READ_NEAR) ? TIER_READ_NEAR : 0) |
-				      (__atomic_load_n(&f->again, __ATOMIC_RELAXED) ? TIER_READ_AGAIN
-										  : 0),
-				  &io);
+	int ret = tier_read_begin_by(s->tier, in, (uint64_t)off, size, &f->rd, &io);
 
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	if (io.promoted) /* this handle re-reads: so do its next reads */
-		__atomic_store_n(&f->again, 1, __ATOMIC_RELAXED);
 	if (io.len == 0) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
@@ -180,7 +173,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 	/* read-ahead only queues restores: before the reply, since the file
 	 * handle f may be released (and freed) as soon as we reply; none for
 	 * a reader the admission filter keeps out of RAM (tier/admit) */
-	if (seq && !io.direct) { /* the hint is racy between parallel reads: harmless */
+	if ((io.flags & TIER_READ_STREAM) && !io.direct) { /* the hint is racy between parallel reads: harmless */
 		uint64_t next = __atomic_load_n(&f->ra_next, __ATOMIC_RELAXED);
 		tier_read_ahead(s->tier, in, (uint64_t)off + io.len, &next);
 		__atomic_store_n(&f->ra_next, next, __ATOMIC_RELAXED);

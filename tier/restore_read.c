@@ -31,6 +31,8 @@
 #include "tier/restore_i.h"
 #include "tier/tier_i.h"
 
+#include "common/log.h"
+
 #include "tier/segment.h"
 
 #include <errno.h>
@@ -333,6 +335,11 @@ static int run_partial(struct tier *t, struct inode *in, struct chunk_read *r,
 	struct rst_part *p = rst_part_new(t, in->ino, r->c);
 	int ret;
 
+	log_debug("read: inode %llu chunk %llu [%llu, %llu) into RAM (random %d near %d again "
+		  "%d stream %d one %d queued %d promoted %d)",
+		  (unsigned long long)in->ino, (unsigned long long)r->c, (unsigned long long)r->lo,
+		  (unsigned long long)r->hi, r->random, r->near, r->again, r->stream, r->one,
+		  in->chunks[r->c].queued, r->promoted);
 	if (!p) /* no memory for its entry: the whole chunk */
 		return run_whole(t, in, r, pl);
 	chunk_set_state(in, r->c, CHUNK_RESTORING);

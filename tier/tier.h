@@ -47,7 +47,8 @@ struct tier_io {
 		       * a chunk into RAM as re-read, or a read not near the
 		       * handle's last one found its chunk in RAM (the
 		       * caller's next reads: TIER_READ_AGAIN) */
-	unsigned flags; /* writes: tier_write_begin's */
+	unsigned flags; /* writes: tier_write_begin's; reads: the TIER_READ_*
+			 * flags the read was judged with */
 };
 
 /* tier_read_begin flags: the reader's pattern */
@@ -143,6 +144,30 @@ void tier_refresh(struct tier *t, struct inode *in);
  * io->fd at off. */
 int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
 		    struct tier_io *io);
+
+/*
+ * A handle's reads as the admission filter must see them: one after the
+ * other in the order they are judged. The kernel sends a handle's
+ * readahead as several requests that the daemon's threads take in any
+ * order; a pattern noted before the inode's lock is taken (which request
+ * came first, which go on near the last) may be judged in another order,
+ * and a stream's first pages read after its next ones looked like a
+ * re-read of them. So the caller's pattern() is asked under the lock,
+ * right before the read's chunks are judged, and gives TIER_READ_* flags
+ * (RANDOM, STREAM, NEAR) for [off, off + len); again is the handle's
+ * memory that one of its reads was let into RAM as a re-read (its next
+ * reads: TIER_READ_AGAIN), set under the same lock. Both under the
+ * inode's lock: readers of one file are judged one at a time.
+ */
+struct tier_reader {
+	unsigned (*pattern)(struct tier_reader *rd, uint64_t off, size_t len);
+	int again;
+};
+
+/* tier_read_begin for rd's next read: its flags from rd->pattern (and
+ * rd->again), noted under the inode's lock; io->how gives them back. */
+int tier_read_begin_by(struct tier *t, struct inode *in, uint64_t off, size_t len,
+		       struct tier_reader *rd, struct tier_io *io);
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io);
 /* A sequential reader is at off: keep io_workers chunks after off's chunk
  * restoring ahead of it. *next_chunk (the caller's, per open file, start

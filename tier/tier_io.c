@@ -167,8 +167,8 @@ static int read_pieces(struct tier *t, struct tier_io *io, const void *const *me
 	return 0;
 }
 
-int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
-		    struct tier_io *io)
+static int read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
+		      struct tier_reader *rd, struct tier_io *io)
 {
 	const void *mem[TIER_IO_PIECES] = {0};
 	uint64_t size, t0 = clock_now_ns();
@@ -182,6 +182,9 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 	tier_chunk_range(t, off, len ? len : 1, &io->first, &io->last);
 	idx_inode_lock(in);
 	hold_wait_locked(in, io->first, io->last);
+	if (rd) /* judged in this order: under the lock (struct tier_reader) */
+		flags = rd->pattern(rd, off, len) | (rd->again ? TIER_READ_AGAIN : 0);
+	io->flags = flags;
 	in->kcached = 1;
 	size = in->size;
 	if (off >= size || len == 0) {
@@ -232,6 +235,8 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 			if (r.tier > waited)
 				waited = r.tier;
 		}
+		if (rd && io->promoted) /* this handle re-reads: so do its next reads */
+			rd->again = 1;
 		uint64_t tick = idx_tick(t->idx);
 		for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
 			chunk_touch(&in->chunks[c], (uint32_t)tick);
@@ -247,6 +252,18 @@ int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, 
 		return ret;
 	}
 	return io->niov || io->fd >= 0 ? 0 : -EBADF;
+}
+
+int tier_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
+		    struct tier_io *io)
+{
+	return read_begin(t, in, off, len, flags, NULL, io);
+}
+
+int tier_read_begin_by(struct tier *t, struct inode *in, uint64_t off, size_t len,
+		       struct tier_reader *rd, struct tier_io *io)
+{
+	return read_begin(t, in, off, len, 0, rd, io);
 }
 
 void tier_read_end(struct tier *t, struct inode *in, struct tier_io *io)

@@ -157,6 +157,73 @@ static void test_first_read_of_what_ram_holds_is_a_reread(void **state)
 	idx_put(f->idx, in);
 }
 
+/* A handle as the fs layer keeps it (struct tier_reader): its first read
+ * is never near, every later one is (they go on from each other). */
+struct handle {
+	struct tier_reader rd;
+	int reads;
+};
+
+static unsigned handle_pattern(struct tier_reader *rd, uint64_t off, size_t len)
+{
+	struct handle *h = (struct handle *)rd;
+
+	(void)off, (void)len;
+	return h->reads++ ? TIER_READ_NEAR : 0;
+}
+
+/* One read through handle h, checked; whether it was judged a re-read. */
+static int handle_read(struct fx *f, struct inode *in, struct handle *h, uint64_t off, size_t len)
+{
+	uint8_t *buf = malloc(len), *exp = malloc(len);
+	struct tier_io io;
+	int promoted;
+
+	assert_int_equal(tier_read_begin_by(f->t, in, off, len, &h->rd, &io), 0);
+	assert_int_equal(fx_io_copy(&io, buf), (ssize_t)len);
+	promoted = io.promoted;
+	tier_read_end(f->t, in, &io);
+	fx_fill(exp, 3, off, len);
+	assert_memory_equal(buf, exp, len);
+	free(buf);
+	free(exp);
+	return promoted;
+}
+
+/* The kernel sends a re-reader's first pages as several requests, and the
+ * first one judged may be a later one (its first pages still cached, or a
+ * thread took it first): a read that starts inside what was read before
+ * (a 16th of the chunk below where it reached) is a re-read wherever it
+ * starts; the handle then re-reads (rd.again, under the inode's lock), so
+ * its earlier pages, near, and its next chunks come in too. A new handle
+ * that starts where the last one's reads reached is one access with it. */
+static void test_reread_judged_from_any_of_its_requests(void **state)
+{
+	struct fx *f = *state;
+	struct inode *in = cold_file(f, 3 * MiB);
+	struct handle h1 = {.rd.pattern = handle_pattern}, h2 = {.rd.pattern = handle_pattern};
+	struct handle h3 = {.rd.pattern = handle_pattern};
+
+	assert_int_equal(tier_open(f->t, in, 0, NULL, &(struct tier_open_out){0}), 0);
+	for (uint64_t off = 0; off < 2200 << 10; off += 100 << 10) /* to 2200 KiB */
+		assert_int_equal(handle_read(f, in, &h1, off, 100 << 10), 0);
+	assert_true(all_cold(in, 3));
+	/* a new handle from where h1's reads reached: one access */
+	assert_int_equal(handle_read(f, in, &h3, 2200 << 10, 100 << 10), 0);
+	assert_int_equal(h3.rd.again, 0);
+	assert_true(all_cold(in, 3));
+	/* a re-reader whose request at 512 KiB is judged before its first */
+	assert_int_equal(handle_read(f, in, &h2, 512 << 10, 512 << 10), 1);
+	assert_int_equal(h2.rd.again, 1);
+	assert_int_equal(fx_chunk_state(in, 0), CHUNK_HOT_CLEAN);
+	assert_int_equal(handle_read(f, in, &h2, 0, 512 << 10), 0); /* in RAM now */
+	assert_int_equal(handle_read(f, in, &h2, MiB, MiB), 1);
+	assert_int_equal(fx_chunk_state(in, 1), CHUNK_HOT_CLEAN);
+	tier_close(f->t, in, &(struct tier_open_out){0}, NULL);
+	fx_check_all(f, in, 3, 3 * MiB);
+	idx_put(f->idx, in);
+}
+
 /* A random reader's reads of a chunk are answered from the segment until
  * it has read it RANDOM_AGAIN (8) times: then the chunk comes into RAM
  * (its pages read again, or a chunk it keeps coming back to). A stream the
@@ -269,6 +336,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_rereading_stream_brings_in_what_it_reads, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_first_read_of_what_ram_holds_is_a_reread, fx_setup,
+					    fx_teardown),
+	    cmocka_unit_test_setup_teardown(test_reread_judged_from_any_of_its_requests, fx_setup,
 					    fx_teardown),
 	    cmocka_unit_test_setup_teardown(test_random_rereads_promote, fx_setup,
 					    fx_teardown),

@@ -8,10 +8,17 @@
  *   tick (atime), which every read and write sets. No table, no
  *   allocation: a cold file costs what it cost before.
  * - A re-read is a read by another handle (or after a jump) that starts
- *   below hw, less a slack for what the last reader's readahead took past
- *   what it asked for, or any second read of a random reader. A stream's
- *   own reads never are (their requests arrive out of order: the fs layer
- *   says which reads go on near the handle's last one); a stream that
+ *   inside what was read before (a 16th of the chunk below hw: hw is
+ *   rounded up), or a random reader's 8th read of the chunk. No more slack
+ *   than that: the kernel keeps the pages a reader's readahead took past
+ *   what it asked for (keep_cache; a close drops only pages of chunks RAM
+ *   holds), so a new handle that reads on asks from where they end, and a
+ *   handle that asks again for what was read re-reads, whichever of its
+ *   requests is judged first (the kernel sends a re-reader's first pages
+ *   as several requests, taken by the daemon's threads in any order). A
+ *   stream's own reads never are re-reads (the fs layer says which reads
+ *   go on near the handle's last one, noted in the order they are judged:
+ *   struct tier_reader); a stream that
  *   re-reads is promoted at its first read, its later reads of chunks read
  *   before are re-reads too (the fs layer remembers it per handle: again),
  *   and read-ahead brings in such chunks ahead of it (admit_ahead_locked). So a
@@ -32,7 +39,7 @@
 
 #include <stdint.h>
 
-/* hw is in 16ths of the chunk (4 bits), rounded up */
+/* hw + 1 is how far readers went, in 16ths of the chunk (1..16), rounded up */
 #define HW_STEPS 16u
 #define HW_MAX	 (HW_STEPS - 1)
 /* a random reader's reads of a chunk (counted in hw) that bring it into
@@ -40,12 +47,6 @@
  * whose requests the kernel sent out of order, and that was taken for a
  * random reader, reads a 4 MiB chunk in no more than 4 of them. */
 #define RANDOM_AGAIN 8u
-/* a new handle's first reads may start before where the last reader
- * stopped, by what the kernel's readahead took past what that reader asked
- * for (measured: 2 MiB with read_ahead_kb 1024; allowed: 4 MiB), so a
- * re-read is a read that starts in the first 16th of what was read, or
- * that much before its end */
-#define SLACK_MAX (4u << 20)
 
 uint32_t admit_horizon(struct tier *t)
 {
@@ -143,7 +144,7 @@ enum admit_verdict admit_read_locked(struct tier *t, struct inode *in, uint64_t 
 				     uint64_t hi, int random, int near, int again)
 {
 	struct chunk *ch = &in->chunks[c];
-	uint64_t step = t->chunk_size / HW_STEPS, reached, slack, hw;
+	uint64_t step = t->chunk_size / HW_STEPS, reached, hw;
 	uint32_t age = (uint32_t)idx_tick_now(t->idx) - ch->atime;
 
 	if (!t->cfg->admit_reread || !t->store)
@@ -153,29 +154,34 @@ enum admit_verdict admit_read_locked(struct tier *t, struct inode *in, uint64_t 
 	random = random && !near;
 	if (ch->seen && age > admit_horizon(t)) {
 		ch->seen = 0; /* too long ago: this is a first access again */
-		ch->hw = 0;
 	}
-	reached = (uint64_t)ch->hw * step;
-	slack = reached <= step ? 0 : reached - step < SLACK_MAX ? reached - step : SLACK_MAX;
-	/* a random reader: hw counts its reads of the chunk */
-	if (random && ch->seen && ch->hw + 1u >= RANDOM_AGAIN) {
+	/* once seen, hw + 1 is the 16ths its readers reached, or a random
+	 * reader's reads of it */
+	reached = ((uint64_t)ch->hw + 1) * step;
+	if (random && ch->seen && ch->hw + 2u >= RANDOM_AGAIN) {
 		log_debug("admit: inode %llu chunk %llu read again (%u random reads, the last "
 			  "%u ticks ago): into RAM",
-			  (unsigned long long)in->ino, (unsigned long long)c, ch->hw + 1u, age);
+			  (unsigned long long)in->ino, (unsigned long long)c, ch->hw + 2u, age);
 		return ADMIT_PROMOTE;
 	}
-	if (!random && ch->seen && (again || (!near && lo + slack < reached))) {
+	/* hw is rounded up: the bytes below reached - step were read */
+	if (!random && ch->seen && (again || (!near && lo + step <= reached))) {
 		log_debug("admit: inode %llu chunk %llu read again (from %llu, read to %llu "
 			  "before, %u ticks ago): into RAM",
 			  (unsigned long long)in->ino, (unsigned long long)c,
 			  (unsigned long long)lo, (unsigned long long)reached, age);
 		return ADMIT_PROMOTE;
 	}
+	if (ch->seen)
+		log_debug("admit: inode %llu chunk %llu read on (from %llu, read to %llu before, "
+			  "random %d near %d)",
+			  (unsigned long long)in->ino, (unsigned long long)c, (unsigned long long)lo,
+			  (unsigned long long)reached, random, near);
 	if (random) {
-		ch->hw = (uint8_t)(!ch->seen ? 1u : ch->hw < HW_MAX ? ch->hw + 1u : HW_MAX);
+		ch->hw = (uint8_t)(!ch->seen ? 0u : ch->hw < HW_MAX ? ch->hw + 1u : HW_MAX);
 	} else {
-		hw = (hi + step - 1) / step;
-		if (hw > ch->hw)
+		hw = (hi + step - 1) / step - (hi > 0); /* 16ths reached, less one */
+		if (!ch->seen || hw > ch->hw)
 			ch->hw = (uint8_t)(hw > HW_MAX ? HW_MAX : hw);
 	}
 	ch->seen = 1;

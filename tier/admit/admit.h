@@ -36,7 +36,8 @@ enum admit_verdict {
  * handle's last read ended (near: a stream, its readahead in any order) or
  * not, and the note of this access. A stream through a chunk is one
  * access, and so is a new handle's read that starts where the chunk's
- * earlier readers stopped (hw); a read that starts well below that, a
+ * earlier readers stopped (hw); a read that starts inside what they read
+ * (a 16th of the chunk below hw: hw is rounded up), a
  * random reader's 8th read of the chunk (RANDOM_AGAIN; reads near the
  * handle's last one count as a stream's, whatever the fs layer took them
  * for), or any read of a chunk read
