@@ -133,7 +133,9 @@ static int pt_open_locked(struct tier *t, struct inode *in, int fd, unsigned fla
 		/* the kernel takes only passthrough opens of this inode now */
 		if (in->pt_opens == UINT16_MAX || in->pt_writers == UINT16_MAX)
 			return -EMFILE;
-		if ((flags & TIER_OPEN_WRITE) && in->pt_writers++ == 0)
+		/* atomic: tier_refresh and tier_io look without the lock */
+		if ((flags & TIER_OPEN_WRITE) &&
+		    __atomic_fetch_add(&in->pt_writers, 1, __ATOMIC_RELAXED) == 0)
 			tier_pt_refresh_locked(t, in, 1);
 		in->pt_opens++;
 		out->backing_id = in->backing_id;
@@ -239,7 +241,7 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 	idx_inode_lock(in);
 	if (how->backing_id) {
 		if (how->flags & TIER_OPEN_WRITE) {
-			in->pt_writers--;
+			__atomic_sub_fetch(&in->pt_writers, 1, __ATOMIC_RELAXED); /* as above */
 			tier_pt_refresh_locked(t, in, 1);
 		}
 		if (in->pt_opens == 1) {
