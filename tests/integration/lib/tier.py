@@ -21,6 +21,15 @@ from lib.data import MiB, content, first_diff, open_uncached
 # cold directories and hot_dir
 
 
+def tmpfs_used(mnt):
+    """Bytes a tmpfs holds, all its files at one instant (statvfs). A walk
+    of the files (hot_alloc) while they change may count one before the
+    evictor's punch and another after the write that took the room freed:
+    more than was ever held at once."""
+    st = os.statvfs(mnt)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
 def hot_alloc(hot_dir):
     """Bytes the hot files really allocate (independent of the daemon's count)."""
     total = 0
@@ -208,17 +217,31 @@ class TierCase(FileOps, harness.SpwTestCase):
         self.addCleanup(shutil.rmtree, d, True)
         return d
 
-    def tier_mount(self, hot_size="64M", chunk_size="1M", cold=None, **opts):
+    def tier_mount(self, hot_size="64M", chunk_size="1M", cold=None, hot_tmpfs=None, **opts):
         """Mount with cold directories `cold` (default: one fresh dir).
-        Extra options as keywords (min_spill_size="16M", restore="lazy")."""
+        Extra options as keywords (min_spill_size="16M", restore="lazy").
+        hot_tmpfs (a size): hot_dir on a tmpfs of its own, whose hot files'
+        pages hot_pages() reads at one instant."""
         if cold is None:
             cold = [self.cold_dir()]
         self.cold = list(cold)
         o = ["chunk_size=" + chunk_size, "nvme=" + ":".join(self.cold)]
         o += ["%s=%s" % (k, v) for k, v in opts.items()]
-        self.m = self.mount(hot_size=hot_size, opts=o)
+        hot_dir = None
+        if hot_tmpfs:
+            t = Tmpfs(hot_tmpfs)
+            self.addCleanup(t.stop)  # registered before the mount: unmounted after it
+            self.hot_tmpfs = t.mnt
+            hot_dir = os.path.join(t.mnt, "hot")
+        self.m = self.mount(hot_size=hot_size, opts=o, hot_dir=hot_dir)
+        if hot_tmpfs:  # the daemon's own files (its lock, the marker): not hot data
+            self.hot_base = tmpfs_used(self.hot_tmpfs)
         self.mnt = self.m.mnt
         return self.m
+
+    def hot_pages(self):
+        """Bytes of the hot files' pages, all at one instant (hot_tmpfs)."""
+        return tmpfs_used(self.hot_tmpfs) - self.hot_base
 
     def p(self, name):
         return self.m.path(name)
@@ -240,7 +263,7 @@ class TierCase(FileOps, harness.SpwTestCase):
 
 
 # --------------------------------------------------------------------------
-# small tmpfs mounts for cold directories that fill up
+# small tmpfs mounts: cold directories that fill up, a hot_dir of its own
 
 
 class Tmpfs:
