@@ -42,7 +42,7 @@
 /* hw + 1 is how far readers went, in 16ths of the chunk (1..16), rounded up */
 #define HW_STEPS 16u
 #define HW_MAX	 (HW_STEPS - 1)
-/* a random reader's reads of a chunk (counted in hw) that bring it into
+/* a random reader's reads of a chunk (hw + 1 counts them) that bring it into
  * RAM: its pages read again, or a chunk it keeps coming back to. A stream
  * whose requests the kernel sent out of order, and that was taken for a
  * random reader, reads a 4 MiB chunk in no more than 4 of them. */
@@ -152,9 +152,8 @@ enum admit_verdict admit_read_locked(struct tier *t, struct inode *in, uint64_t 
 	/* a "random" read near the handle's last one is a stream whose
 	 * requests the kernel's readahead sent out of order */
 	random = random && !near;
-	if (ch->seen && age > admit_horizon(t)) {
+	if (ch->seen && age > admit_horizon(t))
 		ch->seen = 0; /* too long ago: this is a first access again */
-	}
 	/* once seen, hw + 1 is the 16ths its readers reached, or a random
 	 * reader's reads of it */
 	reached = ((uint64_t)ch->hw + 1) * step;
