@@ -33,19 +33,12 @@ from lib.fsx import tiny_tier  # noqa: E402
 from lib.tier import TierCase  # noqa: E402
 
 
-def read_once(path, size, bs=MiB, readahead=True):
+def read_once(path, size, bs=MiB):
     """Read path front to back through one fresh open (its cached pages
-    dropped first, the kernel's readahead on): what a restore does. Without
-    readahead each read is one request, in order (the first readahead of a
-    handle comes in several requests that the daemon's threads may take in
-    any order; when the first taken is not the handle's start, the filter
-    takes the start for a stream going on and misses the re-read: a limit
-    of the filter, docs/design.md)."""
+    dropped first, the kernel's readahead on): what a restore does."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        if not readahead:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
         out, off = [], 0
         while off < size:
             b = os.read(fd, bs)
@@ -71,8 +64,8 @@ class AdmitCase(TierCase):
     def restored(self):
         return self.stats()["restored"]["bytes"]
 
-    def check_once(self, p, tag, size, readahead=True):
-        got = read_once(p, size, readahead=readahead)
+    def check_once(self, p, tag, size):
+        got = read_once(p, size)
         self.assertEqual(len(got), size)
         self.assertTrue(got == content(tag, 0, size), "%s: wrong bytes" % p)
 
@@ -96,7 +89,7 @@ class TestReadOnce(AdmitCase):
         self.assertEqual(self.state(p)["cold"], nch)
         self.assertEqual(s1["hot"]["used"], 0, s1["hot"])
         # read again: it comes into RAM, all of it
-        self.check_once(p, 3, size, readahead=False)
+        self.check_once(p, 3, size)
         try:
             self.poll(lambda: self.state(p)["hot"] == nch, 20, "the re-read file in RAM")
         except AssertionError as e:

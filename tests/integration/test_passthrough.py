@@ -125,14 +125,7 @@ class TestReads(PassthroughCase):
                                                              m.log_text(30)))
         with open(m.path("c"), "rb") as f:
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-            # one request per read, in order (test_admission.read_once says why)
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
-            got = b""
-            while len(got) < len(data):
-                b = f.read(MiB)
-                self.assertTrue(b, "short read at %d" % len(got))
-                got += b
-            self.assertEqual(got, data)
+            self.assertEqual(f.read(), data)
         harness.wait_until(lambda: file_state(m.path("c"))["cold"] == 0
                            and file_state(m.path("c"))["restoring"] == 0, 30, "restored")
         opens = pt(m.mnt)["opens"]

@@ -39,22 +39,6 @@ def small_content(i, n):
 class TestEvictFreesEverything(TierCase):
     timeout = 120
 
-    def read_in_order(self, path, tag, size):
-        """Read path once, 1 MiB requests one after the other: with the
-        kernel's readahead a handle's first requests may be taken in any
-        order by the daemon's threads, and the filter cannot tell its own
-        out-of-order reads from another reader's (docs/design.md), so a
-        read once may bring a chunk in under load."""
-        fd = open_uncached(path)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-            for off in range(0, size, MiB):
-                n = min(MiB, size - off)
-                self.assertTrue(os.pread(fd, n, off) == content(tag, off, n),
-                                "%s: wrong bytes at %d" % (path, off))
-        finally:
-            os.close(fd)
-
     def test_every_size_leaves_nothing_in_ram(self):
         cs = MiB
         sizes = [1, 100, PAGE - 1, PAGE, PAGE + 1, cs - 1, cs, cs + 1, 3 * cs + 7]
@@ -74,7 +58,7 @@ class TestEvictFreesEverything(TierCase):
         # (admission: nothing comes into RAM), then again into RAM; and
         # leave again
         for i, n in enumerate(sizes):
-            self.read_in_order(self.p("f%d" % i), 10 + i, n)
+            self.assertContent(self.p("f%d" % i), 10 + i, n, "size %d" % n)
         self.assertEqual(hot_alloc(self.m.hot_dir), 0, "read once, yet in RAM")
         for i, n in enumerate(sizes):
             self.assertContent(self.p("f%d" % i), 10 + i, n, "size %d, again" % n)
