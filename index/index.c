@@ -333,6 +333,26 @@ int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, ui
 	return n == 1 ? jrnl_append(idx->jrnl, &rs[0]) : jrnl_append_tx(idx->jrnl, rs, n);
 }
 
+int idx_journal_grow_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count)
+{
+	struct jrec rs[64];
+	int n = 0, ret = 0;
+
+	if (!idx->jrnl)
+		return 0;
+	for (uint64_t i = 0; i < count && ret == 0; i++) {
+		if (n == (int)(sizeof(rs) / sizeof(rs[0])) - 1) {
+			ret = jrnl_append_tx(idx->jrnl, rs, n);
+			n = 0;
+		}
+		idx_chunk_rec_locked(in, c + i, &rs[n++]);
+	}
+	if (ret < 0)
+		return ret;
+	idx_attr_rec_locked(in, &rs[n++]);
+	return n == 1 ? jrnl_append(idx->jrnl, &rs[0]) : jrnl_append_tx(idx->jrnl, rs, n);
+}
+
 struct inode *idx_inode_alloc(struct index *idx, const struct idx_new_node *nn)
 {
 	struct inode *in = slab_alloc(idx->slab, inode_size(nn->mode));

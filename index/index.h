@@ -156,7 +156,7 @@ struct inode {
 	/* tier.c: a truncate, fallocate or write waits for the restores in
 	 * flight in the file; no new one starts meanwhile */
 	uint32_t rst_hold : 1;
-	uint32_t mark : 2;	 /* recovery only: reachable / lost */
+	uint32_t mark : 2;	 /* recovery only: reachable / lost (IDX_MARK_*) */
 	uint32_t pinned : 1;	 /* user.spillway.pin */
 	uint32_t attr_dirty : 1; /* mtime changed since its last journal record */
 	/* hot.c's list of inodes that have a hot file: slot + 1, 0 = not
@@ -367,6 +367,13 @@ int idx_chunk_recs_locked(struct inode *in, uint64_t c, struct jrec *rs);
  * a hole — or, with count > 0, that chunks [c, c+count) are holes now.
  * Caller holds in->lock. 0 or -EIO. */
 int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count);
+/* Journal a file's growth: the residency of chunks [c, c+count) (past its
+ * old end) and then its attributes (the new size), in one transaction, so
+ * that no crash keeps a chunk without the size that covers it. A growth of
+ * more chunks than one transaction holds goes in several, the size in the
+ * last (a crash between them leaves chunks past EOF, which recovery drops).
+ * Caller holds in->lock. 0 or -EIO. */
+int idx_journal_grow_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count);
 
 /* Recovery (single-threaded, before serving): apply one record. Returns 0,
  * 1 when the record is not the index's (segments; META is both), or -errno. */
@@ -434,10 +441,18 @@ int idx_for_each_name(struct index *idx,
  * then names) for a checkpoint. Takes the index lock for the walk. */
 int idx_snapshot(struct index *idx, struct jrnl_emitter *e);
 uint64_t idx_next_ino(struct index *idx);
-/* Paths of every name of inodes with mark == 2 (one call per name), then
- * remove those names (journaled). Returns the number of names removed. */
-uint64_t idx_remove_marked(struct index *idx, void (*report)(void *arg, const char *path,
-							      struct inode *in),
+/* Recovery's verdicts (in->mark after reconciliation). */
+#define IDX_MARK_LOST 2	   /* no byte left: its names are removed */
+#define IDX_MARK_DAMAGED 3 /* some bytes left: moved to /lost+found as #<ino> */
+/* Paths of every name of inodes marked IDX_MARK_LOST or IDX_MARK_DAMAGED
+ * (one call per name; `moved`: where a damaged file went, NULL for a
+ * removed name), then: the names of lost inodes are removed, a damaged
+ * inode's first name is moved to /lost+found (made 0700 when missing) as
+ * #<ino> and its other names removed (all journaled). Returns the number
+ * of names removed or moved. */
+uint64_t idx_remove_marked(struct index *idx,
+			   void (*report)(void *arg, const char *path, struct inode *in,
+					  const char *moved),
 			   void *arg);
 
 #endif

@@ -3,7 +3,8 @@
  * checkpoint: idx_replay applies one record, idx_replay_finish fixes the
  * link counts from what / reaches and drops (or, through the anomaly hook,
  * keeps) the rest; idx_snapshot emits every reachable inode and name;
- * idx_remove_marked removes what recovery marked lost.
+ * idx_remove_marked removes what recovery marked lost (moves what it
+ * marked damaged to /lost+found).
  * Guarantees: replay never journals again (the index has no journal yet)
  * and tells the anomaly hook of every record it skips.
  * Threading: replay and finish run alone (recovery, fsck); snapshot and
@@ -397,22 +398,49 @@ static void dent_path(struct index *idx, struct dirent_node *d, char *buf, size_
 	snprintf(buf, len, "%s", tmp + pos);
 }
 
+/* /lost+found (made 0700, owned as / is, when missing): its number, or 0. */
+static uint64_t lost_found(struct index *idx)
+{
+	struct inode *root = idx_get(idx, IDX_ROOT_INO), *lf = NULL;
+	struct idx_new_node nn = {.mode = S_IFDIR | 0700};
+	uint64_t ino = 0;
+
+	if (root) {
+		nn.uid = root->uid;
+		nn.gid = root->gid;
+		idx_put(idx, root);
+	}
+	if (idx_lookup(idx, IDX_ROOT_INO, "lost+found", 0, &lf) == 0) {
+		ino = idx_dir(lf) ? lf->ino : 0;
+		idx_put(idx, lf);
+	} else if (idx_create(idx, IDX_ROOT_INO, "lost+found", &nn, &lf) == 0) {
+		ino = lf->ino;
+		idx_forget(idx, ino, 1); /* no kernel holds it yet */
+		idx_put(idx, lf);
+	}
+	return ino;
+}
+
 uint64_t idx_remove_marked(struct index *idx,
-			   void (*report)(void *arg, const char *path, struct inode *in), void *arg)
+			   void (*report)(void *arg, const char *path, struct inode *in,
+					  const char *moved),
+			   void *arg)
 {
 	struct {
-		uint64_t parent;
+		uint64_t parent, ino;
 		char *name;
+		int move;
 	} *v = NULL;
 	size_t n = 0, cap = 0;
-	uint64_t removed = 0;
-	char path[4096];
+	uint64_t removed = 0, lf = 0;
+	char path[4096], moved[64];
 
 	pthread_mutex_lock(&idx->lock);
 	for (uint64_t b = 0; b < idx->dtab_size; b++)
 		for (struct dirent_node *d = idx->dtab[b]; d; d = d->hash_next) {
 			struct inode *c = idx_ino_find(idx, d->ino);
-			if (!c || c->mark != 2)
+			int move = 0;
+			if (!c || (c->mark != IDX_MARK_LOST && c->mark != IDX_MARK_DAMAGED))
 				continue;
 			if (n == cap) {
 				void *nv = realloc(v, sizeof(*v) * (cap = cap ? cap * 2 : 16));
@@ -420,16 +448,29 @@ uint64_t idx_remove_marked(struct index *idx,
 					continue;
 				v = nv;
 			}
+			/* a damaged file's first name found moves, the others go */
+			if (c->mark == IDX_MARK_DAMAGED) {
+				move = 1;
+				for (size_t i = 0; i < n && move; i++)
+					move = v[i].ino != c->ino;
+			}
 			dent_path(idx, d, path, sizeof(path));
+			snprintf(moved, sizeof(moved), "/lost+found/#%llu", (unsigned long long)c->ino);
 			if (report)
-				report(arg, path, c);
+				report(arg, path, c, move ? moved : NULL);
 			v[n].parent = d->parent;
+			v[n].ino = c->ino;
 			v[n].name = strdup(d->name);
+			v[n].move = move;
 			n++;
 		}
 	pthread_mutex_unlock(&idx->lock);
 	for (size_t i = 0; i < n; i++) {
-		if (v[i].name && idx_unlink(idx, v[i].parent, v[i].name) == 0)
+		if (v[i].move && !lf)
+			lf = lost_found(idx);
+		snprintf(moved, sizeof(moved), "#%llu", (unsigned long long)v[i].ino);
+		if (v[i].name && (v[i].move && lf ? idx_rename(idx, v[i].parent, v[i].name, lf, moved, 0)
+						  : idx_unlink(idx, v[i].parent, v[i].name)) == 0)
 			removed++;
 		free(v[i].name);
 	}

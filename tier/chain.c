@@ -580,3 +580,27 @@ int chain_spill_commit_locked(struct tier *t, struct inode *in, uint64_t c,
 	free(bits);
 	return ret;
 }
+
+int tier_grow_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
+		     uint64_t size)
+{
+	uint64_t old = (in->size + t->chunk_size - 1) / t->chunk_size, tick = idx_tick(t->idx);
+	uint64_t from = first > old ? first : old;
+
+	if (old > first)
+		tier_mark_dirty_locked(t, in, first, old - 1 < last ? old - 1 : last);
+	for (uint64_t c = from; c <= last && c < in->nchunks; c++) {
+		struct chunk *ch = &in->chunks[c];
+		if (ch->state != CHUNK_ABSENT) {
+			/* past EOF a chunk is a hole (recovery, truncate and
+			 * fallocate keep it so): never seen, but marked as any */
+			tier_mark_dirty_locked(t, in, c, c);
+			continue;
+		}
+		chunk_set_state(in, c, CHUNK_HOT_DIRTY);
+		ch->gen++;
+		chunk_touch(ch, (uint32_t)tick);
+	}
+	in->size = size;
+	return idx_journal_grow_locked(t->idx, in, from, last >= from ? last - from + 1 : 0);
+}

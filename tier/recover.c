@@ -11,8 +11,11 @@
  *     - hot files: kept for live regular files (their size fixed, chunks with
  *       a cold copy punched: the cold copy is the authority, a half-restored
  *       RAM copy must never be served); others removed;
+ *     - chunks wholly past a file's end are dropped (no byte of it);
  *     - a file with RAM-only (dirty) chunks and no hot file is lost: logged by
  *       path, counted, its names removed (journaled) — never served as zeros;
+ *       one whose other chunks are in segments is kept instead, the lost
+ *       chunks holes, moved to /lost+found as #<ino> (logged by path);
  *     - segment live bytes recounted from the chunk maps; segments in a store
  *       that the index does not know (written, not journaled before a crash)
  *       are deleted;
@@ -160,12 +163,44 @@ static void reconcile_chain(struct tier *t, struct inode *in, uint64_t c, int fd
 		chunk_set_state(in, c, CHUNK_COLD); /* nothing written reached the hot file */
 }
 
+/* A chunk of a file, dropped (recovery: nothing is journaled yet, and no
+ * segment's live bytes are counted yet, so none are released). */
+static void drop_chunk(struct inode *in, uint64_t c)
+{
+	struct chunk *ch = &in->chunks[c];
+	idx_chain_free(ch);
+	chunk_set_state(in, c, CHUNK_ABSENT);
+	ch->loc = (struct chunk_loc){0};
+	ch->gen++;
+}
+
+/* Chunks wholly past the file's end hold no byte of it: a crash between a
+ * growth's chunk record and its size's (before both were one transaction),
+ * or a punch past EOF, left some. Dropped, or no spill takes them and the
+ * file keeps its hot file for ever, then is declared lost (issue 39). */
+static void drop_past_eof(struct tier *t, struct inode *in)
+{
+	uint64_t n = (in->size + t->chunk_size - 1) / t->chunk_size, dropped = 0;
+	for (uint64_t c = n; c < in->nchunks; c++)
+		if (in->chunks[c].state != CHUNK_ABSENT) {
+			drop_chunk(in, c);
+			dropped++;
+		}
+	if (!dropped)
+		return;
+	t->rec.past_eof_chunks += dropped;
+	log_warn("recovery: inode %llu: %llu chunks past its end (%llu bytes) dropped",
+		 (unsigned long long)in->ino, (unsigned long long)dropped,
+		 (unsigned long long)in->size);
+}
+
 /* One regular file: fix its hot file, count its cold bytes, find if lost. */
 static void reconcile_file(struct tier *t, struct inode *in)
 {
 	int dirty = 0, cold = 0, fd;
 
 	idx_inode_lock(in);
+	drop_past_eof(t, in);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		int bad = 0;
@@ -207,18 +242,45 @@ static void reconcile_file(struct tier *t, struct inode *in)
 			hot_fd_put_locked(t->hot, in);
 		}
 		in->mark = 0;
-	} else if (dirty) {
-		in->mark = 2; /* its newest bytes were only in RAM, and RAM is gone */
+	} else if (dirty && !cold) {
+		/* its bytes were only in RAM, and RAM is gone: nothing to keep */
+		in->mark = IDX_MARK_LOST;
 		t->rec.lost_files++;
+	} else if (dirty) {
+		/* some of its newest bytes were only in RAM; the rest is in
+		 * segments: kept, with holes where RAM was, in /lost+found (as
+		 * fsck keeps what it can), never removed whole */
+		in->mark = IDX_MARK_DAMAGED;
+		for (uint64_t c = 0; c < in->nchunks; c++) {
+			struct chunk_chain *k = in->chunks[c].chain;
+			if (in->chunks[c].state != CHUNK_HOT_DIRTY)
+				continue;
+			if (!k) {
+				drop_chunk(in, c);
+				continue;
+			}
+			/* written over its chain: the chain's bytes are what is left */
+			memset(k->have, 0, chain_words(t->chunk_size) * sizeof(uint64_t));
+			memset(k->dirty, 0, chain_words(t->chunk_size) * sizeof(uint64_t));
+			k->partial = 1;
+			chunk_set_state(in, c, CHUNK_COLD);
+		}
+		t->rec.damaged_files++;
 	}
 	idx_inode_unlock(in);
 }
 
-static void report_lost(void *arg, const char *path, struct inode *in)
+static void report_lost(void *arg, const char *path, struct inode *in, const char *moved)
 {
-	log_warn("recovery: lost %s (%llu bytes): its data existed only in RAM and hot_dir "
-		 "was emptied (a reboot?); it was not fsync'd or spilled. Removed.",
-		 path, (unsigned long long)in->size);
+	if (moved)
+		log_warn("recovery: damaged %s (%llu bytes): some of its data existed only in "
+			 "RAM and hot_dir was emptied (a reboot?); it was not fsync'd since. What "
+			 "its segments hold is kept, with holes where RAM was, as %s",
+			 path, (unsigned long long)in->size, moved);
+	else
+		log_warn("recovery: lost %s (%llu bytes): its data existed only in RAM and "
+			 "hot_dir was emptied (a reboot?); it was not fsync'd or spilled. Removed.",
+			 path, (unsigned long long)in->size);
 }
 
 struct orphan {
@@ -380,12 +442,15 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 	/* from here on, changes are journaled: the lost files' names go */
 	idx_set_journal(t->idx, t->jrnl);
 	segtab_set_journal(t->segtab, t->jrnl);
-	if (t->rec.lost_files)
+	if (t->rec.lost_files || t->rec.damaged_files)
 		idx_remove_marked(t->idx, report_lost, t);
 	if (t->s3st)
 		jrnl_set_on_checkpoint(t->jrnl, state_s3_on_checkpoint, t);
-	/* the group-commit thread starts in tier_start, after fuse_daemonize */
-	if ((ret = jrnl_start_appends(t->jrnl, snapshot, t)) < 0) {
+	/* the group-commit thread starts in tier_start, after fuse_daemonize;
+	 * chunks dropped above are in no record: a checkpoint says so */
+	if ((ret = jrnl_start_appends(t->jrnl, snapshot, t)) < 0 ||
+	    ((t->rec.past_eof_chunks || t->rec.damaged_files) &&
+	     (ret = jrnl_checkpoint(t->jrnl)) < 0)) {
 		snprintf(err, errlen, "option 'state_dir': '%s': cannot start the journal: %s",
 			 t->cfg->state_dir, strerror(-ret));
 		goto out;

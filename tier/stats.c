@@ -209,12 +209,13 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	    (unsigned long long)s->jrnl_checkpoints, (unsigned long long)s->jrnl_syncs);
 	PUT("\"recovery\":{\"records\":%llu,\"truncated_bytes\":%llu,\"dropped_inodes\":%llu,"
 	    "\"damaged_chunks\":%llu,\"orphan_segments\":%llu,\"orphan_hot_files\":%llu,"
-	    "\"ms\":%llu},\"lost_files\":%llu,",
+	    "\"past_eof_chunks\":%llu,\"ms\":%llu},\"lost_files\":%llu,\"damaged_files\":%llu,",
 	    (unsigned long long)s->rec.records, (unsigned long long)s->rec.truncated,
 	    (unsigned long long)s->rec.dropped_inodes, (unsigned long long)s->rec.damaged_chunks,
 	    (unsigned long long)s->rec.orphan_segments,
-	    (unsigned long long)s->rec.orphan_hot_files, (unsigned long long)s->rec.recover_ms,
-	    (unsigned long long)s->rec.lost_files);
+	    (unsigned long long)s->rec.orphan_hot_files, (unsigned long long)s->rec.past_eof_chunks,
+	    (unsigned long long)s->rec.recover_ms, (unsigned long long)s->rec.lost_files,
+	    (unsigned long long)s->rec.damaged_files);
 	PUT("\"partial_restores\":%llu,\"readahead_chunks\":%llu,",
 	    (unsigned long long)c->partial_restores, (unsigned long long)c->readahead_chunks);
 	PUT("\"published_reads\":%llu,\"buffer_replies\":%llu,\"direct_reads\":%llu,",

@@ -29,6 +29,7 @@ struct nvme_locks;
 
 struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
+	uint64_t damaged_files, past_eof_chunks;
 	uint64_t orphan_segments, orphan_hot_files, recover_ms;
 	int fresh;
 	int adopted; /* the state is the bucket's copy (state_s3_adopt) */
@@ -331,6 +332,15 @@ int restore_make_hot_locked(struct tier *t, struct inode *in, uint64_t first, ui
  * (journaled before the old cold copy is let go), recently used. in->lock
  * held. */
 void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last);
+/* chain.c: the file grows to `size` (> in->size), its bytes written in
+ * chunks [first, last]: those holding bytes of the old size are marked as
+ * by tier_mark_dirty_locked, those past the old end become dirty with the
+ * new size in one journal transaction (idx_journal_grow_locked): journaled
+ * apart, a kill -9 between the chunk's record and the size's left a dirty
+ * chunk past EOF that no spill takes (issue 39). in->lock held; 0 or -EIO
+ * (the journal failed: the size is set all the same). */
+int tier_grow_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last,
+		     uint64_t size);
 /* tier_open.c: take in what passthrough writers did behind the daemon: the
  * hot file's size, mtime and allocation, and (all_dirty) every chunk counted
  * as changed. in->lock held. */

@@ -416,21 +416,22 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 		chain_write_end_locked(t, in, c, lo, hi, done);
 	}
 	if (written > 0) {
-		uint64_t first, last;
-		int grew = io->off + (uint64_t)written > in->size;
+		uint64_t first, last, end = io->off + (uint64_t)written;
+		/* chunks past the old end: dirty with the new size, together */
+		uint64_t grow = end > in->size ? (in->size + t->chunk_size - 1) / t->chunk_size
+					       : UINT64_MAX;
 		tier_chunk_range(t, io->off, (uint64_t)written, &first, &last);
-		for (uint64_t c = first; c <= last; c++)
+		for (uint64_t c = first; c <= last && c < grow; c++)
 			if (c - io->first >= 64 || !(io->over >> (c - io->first) & 1))
 				tier_mark_dirty_locked(t, in, c, c);
-		if (grew)
-			in->size = io->off + (uint64_t)written;
 		idx_touch(&in->mtime);
 		in->ctime = in->mtime;
 		/* POSIX: a write by a non-owner clears set-user/group-ID */
 		idx_set_mode_locked(in, in->mode & ~(S_ISUID | S_ISGID));
 		/* the size before the reply; mtime alone waits for close or fsync */
-		in->attr_dirty = !grew;
-		if (grew && idx_journal_attr_locked(t->idx, in) < 0)
+		in->attr_dirty = grow == UINT64_MAX;
+		if (grow != UINT64_MAX &&
+		    tier_grow_locked(t, in, first > grow ? first : grow, last, end) < 0)
 			written = -EIO;
 	}
 	for (uint64_t c = io->first; c <= io->last && c < in->nchunks; c++)
@@ -530,8 +531,8 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 	}
 	if (ret < 0)
 		goto out_put;
-	if (size < in->size)
-		drop_chunks_past_locked(t, in, size);
+	/* whatever the old size: no chunk outlives the end (issue 39) */
+	drop_chunks_past_locked(t, in, size);
 	in->size = size;
 	idx_touch(&in->mtime);
 	in->ctime = in->mtime;
@@ -611,9 +612,16 @@ static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t 
 		ret = -errno;
 		goto out_unpin;
 	}
-	for (uint64_t c = first; c <= last; c++) {
+	/* Past the end a chunk stays a hole: a punch or a zeroing there
+	 * changes no byte of the file, and an allocation kept past it
+	 * (KEEP_SIZE) is room, not data (a chunk marked there was never
+	 * spilled: it kept its file's hot file, and the file was declared
+	 * lost after a reboot, issue 39). A growth marks the chunks past the
+	 * old end with the new size (tier_grow_locked). */
+	uint64_t grow = (in->size + t->chunk_size - 1) / t->chunk_size;
+	int grows = !(mode & FALLOC_FL_KEEP_SIZE) && off + len > in->size;
+	for (uint64_t c = first; c <= last && c < grow; c++) {
 		struct chunk *ch = &in->chunks[c];
-		uint64_t cs = c * t->chunk_size;
 		int full = covers_chunk(t, in, c, off, len);
 		if ((mode & FALLOC_FL_PUNCH_HOLE) && full) {
 			chunk_set_state(in, c, CHUNK_ABSENT);
@@ -622,13 +630,12 @@ static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t 
 			chain_forget_cold(t, ch);
 		} else if (replaces || ch->state == CHUNK_COLD) {
 			tier_mark_dirty_locked(t, in, c, c);
-		} else if (ch->state == CHUNK_ABSENT &&
-			   (cs < in->size || !(mode & FALLOC_FL_KEEP_SIZE))) {
+		} else if (ch->state == CHUNK_ABSENT) {
 			tier_mark_dirty_locked(t, in, c, c); /* allocated zeros are data now */
 		}
 	}
-	if (!(mode & FALLOC_FL_KEEP_SIZE) && off + len > in->size)
-		in->size = off + len;
+	if (grows && (ret = tier_grow_locked(t, in, first > grow ? first : grow, last, off + len)) < 0)
+		goto out_unpin;
 	idx_touch(&in->mtime);
 	in->ctime = in->mtime;
 	ret = idx_journal_attr_locked(t->idx, in);
@@ -750,6 +757,18 @@ static int other_device_left(struct store *st)
 	return n > 1 && ok > 0;
 }
 
+/* The sum of a file's chunk generations: changes with every write or
+ * punch of it (a spill keeps them). */
+static uint64_t file_gens(struct inode *in)
+{
+	uint64_t sum = 0;
+	idx_inode_lock(in);
+	for (uint64_t c = 0; c < in->nchunks; c++)
+		sum += in->chunks[c].gen;
+	idx_inode_unlock(in);
+	return sum;
+}
+
 int tier_fsync(struct tier *t, struct inode *in)
 {
 	int ret = 0;
@@ -766,9 +785,9 @@ int tier_fsync(struct tier *t, struct inode *in)
 	 * for the evictor's spills of this file in flight, and go again for
 	 * chunks a racing write re-dirtied (bounded: writes after the fsync
 	 * began are not its business) */
-	uint64_t until = clock_now_ms() + t->cfg->write_wait_ms;
+	uint64_t until = clock_now_ms() + t->cfg->write_wait_ms, gens = file_gens(in);
+	int dirty = 0;
 	for (int round = 0, failed = 0; t->store && S_ISREG(idx_type(in)) && round < 8; round++) {
-		int dirty = 0;
 		if ((ret = evict_file_waiting(t, in, 0, until)) < 0) {
 			/* a cold device failed under a segment: its chunks are
 			 * dirty again and the device is skipped now (store.h), so
@@ -793,6 +812,13 @@ int tier_fsync(struct tier *t, struct inode *in)
 		idx_inode_unlock(in);
 		if (!dirty)
 			break;
+	}
+	/* Still dirty, and nothing written since the fsync began: its bytes
+	 * cannot be made durable, and 0 would say they are */
+	if (dirty && file_gens(in) == gens) {
+		log_err("fsync: inode %llu: a chunk stays dirty after every spill: EIO",
+			(unsigned long long)in->ino);
+		return -EIO;
 	}
 	idx_inode_lock(in);
 	in->attr_dirty = 0;

@@ -94,11 +94,8 @@ void tier_pt_refresh_locked(struct tier *t, struct inode *in, int all_dirty)
 	if ((uint64_t)st.st_size > in->size) {
 		uint64_t n = ((uint64_t)st.st_size + t->chunk_size - 1) / t->chunk_size;
 		uint64_t first = in->size / t->chunk_size;
-		if (idx_chunks_reserve(in, n) == 0) {
-			in->size = (uint64_t)st.st_size;
-			tier_mark_dirty_locked(t, in, first, n - 1);
-			idx_journal_attr_locked(t->idx, in);
-		}
+		if (idx_chunks_reserve(in, n) == 0)
+			tier_grow_locked(t, in, first, n - 1, (uint64_t)st.st_size);
 	}
 	mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	if (mt > in->mtime) {

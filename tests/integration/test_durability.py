@@ -18,8 +18,13 @@ wiped).
    write, close, fsync, rename and unlink is there, byte for byte, across
    rounds.
 3. Reboot: hot_dir wiped after a keep_hot unmount or a kill -9: fsync'd and
-   spilled files come back intact, files with RAM-only data are gone and
-   reported (a warning naming each, stats "lost_files"). (A plain unmount
+   spilled files come back intact (one with a hole punched past its end
+   too), files with RAM-only data are gone and reported (a warning naming
+   each, stats "lost_files"), files with some chunks in segments and some
+   only in RAM are kept in /lost+found/#<ino> with holes where RAM was (a
+   warning naming each, stats "damaged_files"). The state of the repro in
+   ../shared/repro/dirty-chunk-past-eof (a dirty chunk past EOF, fixture
+   tests/integration/fixtures/) keeps its file across the reboot. (A plain unmount
    spills everything first: test_ram_back.py.)
 4. A second daemon on the same state_dir is refused (one line, exit 1).
 5. state_dir=none (and no cold tier at all): a remount is empty.
@@ -976,20 +981,40 @@ class TestReboot(DurCase):
             rel = "d/hot%d" % i
             write_content(p(rel), 70 + i, size)
             lost.append(rel)
+        # damaged: some bytes in segments, some only in RAM. What the
+        # segments hold is kept, in /lost+found/#<ino>, the RAM-only chunks
+        # holes: rel -> (tag, size, the lost range [lo, hi))
+        damaged = {}
         # fsync'd, then appended to: the new bytes are RAM only
         fd = os.open(p("appended"), os.O_CREAT | os.O_WRONLY, 0o644)
         os.write(fd, content(80, 0, 2 * MiB))
         os.fsync(fd)
         os.write(fd, content(80, 2 * MiB, 1000))
         os.close(fd)
-        lost.append("appended")
+        damaged["appended"] = (80, 2 * MiB + 1000, 2 * MiB, 2 * MiB + 1000)
         # spilled, then one chunk rewritten in RAM
         write_content(p("partial"), 81, 5 * MiB)
         self.evict(p("partial"))
         fd = os.open(p("partial"), os.O_WRONLY)
         os.pwrite(fd, b"new", 2 * MiB + 7)
         os.close(fd)
-        lost.append("partial")
+        # (written over its cold copy: the chain's base keeps the old bytes
+        # of the block, which is what the segments hold)
+        damaged["partial"] = (81, 5 * MiB, 2 * MiB, 2 * MiB)
+        # fsync'd with a hole punched past its end (KEEP_SIZE): no byte of
+        # the file is in RAM, so nothing is lost (issue 39: the punch marked
+        # a chunk past EOF dirty, no spill took it, and the reboot removed
+        # the whole file)
+        write_content(p("punched"), 82, 2 * MiB)
+        fd = os.open(p("punched"), os.O_WRONLY)
+        os.fsync(fd)
+        r = subprocess.run(["fallocate", "-p", "-o", str(2 * MiB + 512 * KiB), "-l", "4096",
+                            p("punched")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        os.fsync(fd)
+        os.close(fd)
+        keep["punched"] = (82, 2 * MiB)
+        inos = {rel: os.stat(p(rel)).st_ino for rel in damaged}
         os.symlink("spilled0", p("link"))
         dfd = os.open(m.mnt, os.O_RDONLY)
         os.fsync(dfd)
@@ -1013,21 +1038,35 @@ class TestReboot(DurCase):
                             % (rel, m2.log_text(30)))
             self.assertContent(m2.path(rel), tag, size, "after the reboot")
         self.assertEqual(os.readlink(m2.path("link")), "spilled0")
-        for rel in lost:
+        for rel in lost + list(damaged):
             if os.path.lexists(m2.path(rel)):
                 self.fail("%s had RAM-only data but is still there after the reboot (size %d)"
                           % (rel, os.lstat(m2.path(rel)).st_size))
         self.assertEqual(sorted(os.listdir(m2.path("d"))),
                          sorted(["synced0", "synced1", "synced2", "empty"]))
+        self.assertEqual(sorted(os.listdir(m2.path("lost+found"))),
+                         sorted("#%d" % i for i in inos.values()))
+        self.assertEqual(stat.S_IMODE(os.stat(m2.path("lost+found")).st_mode), 0o700)
+        for rel, (tag, size, lo, hi) in damaged.items():
+            lf = m2.path("lost+found/#%d" % inos[rel])
+            with open(lf, "rb") as f:
+                got = f.read()
+            self.assertEqual(len(got), size, rel)
+            want = content(tag, 0, lo) + bytes(hi - lo) + content(tag, hi, size - hi)
+            self.assertTrue(got == want, "%s kept as %s: first difference at %s"
+                            % (rel, lf, first_diff(got, want)))
         log = m2.log_all()
-        for rel in lost:
-            hits = [ln for ln in log.splitlines() if "lost" in ln and rel in ln]
-            self.assertTrue(hits, "no log line with 'lost' and %s:\n%s" % (rel, m2.log_text(40)))
+        for rel in lost + list(damaged):
+            word = "lost" if rel in lost else "damaged"
+            hits = [ln for ln in log.splitlines() if word in ln and "/" + rel + " " in ln]
+            self.assertTrue(hits, "no log line with %r and %s:\n%s"
+                            % (word, rel, m2.log_text(40)))
             self.assertTrue(any(re.search(r"warn", ln, re.I) for ln in hits),
                             "not at warning level: %s" % hits)
         s = stats_of(m2.mnt)
         self.assertEqual(s.get("lost_files"), len(lost), json.dumps(s))
-        self.assertEqual(s["files"], len(keep), json.dumps(s))
+        self.assertEqual(s.get("damaged_files"), len(damaged), json.dumps(s))
+        self.assertEqual(s["files"], len(keep) + len(damaged), json.dumps(s))
         # the lost names can be used again
         write_content(m2.path("d/hot0"), 90, 10)
         self.assertContent(m2.path("d/hot0"), 90, 10)
@@ -1036,12 +1075,59 @@ class TestReboot(DurCase):
         m2.stop()
         m3 = self.cmount(hot, opts, "again")
         self.assertEqual(stats_of(m3.mnt).get("lost_files"), 0)
+        self.assertEqual(stats_of(m3.mnt).get("damaged_files"), 0)
+        self.assertEqual(len(os.listdir(m3.path("lost+found"))), len(damaged))
         self.assertContent(m3.path("d/hot0"), 90, 10)
         for rel, (tag, size) in sorted(keep.items()):
             self.assertContent(m3.path(rel), tag, size, "after a second remount")
 
     def test_reboot_after_unmount_keep_hot(self):
         self.reboot("unmount")
+
+    def test_dirty_chunk_past_eof_state(self):
+        """The state of ../shared/repro/dirty-chunk-past-eof (kill -9
+        rounds: /d/r016_w1_0073 is 2 MiB, both chunks in a segment, and its
+        index held a third chunk, HOT_DIRTY, past its end): the chunk is
+        dropped at mount, fsync and a clean unmount leave nothing in RAM,
+        and after a reboot the file is still there. (The segments are not
+        in the fixture: reads of the data fail with EIO, as they should.)"""
+        hot, cold, _ = self.make_state()
+        fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
+                               "dirty-chunk-past-eof.tar.gz")
+        work = self.tmpdir()
+        subprocess.run(["tar", "-xzf", fixture, "-C", work], check=True)
+        state = os.path.join(cold, ".spillway")
+        shutil.copytree(os.path.join(work, "state"), state)
+        shutil.copytree(os.path.join(work, "hot"), hot)
+        os.chmod(state, 0o700)
+        os.chmod(hot, 0o700)
+        with open(os.path.join(state, "tiers"), "w") as f:
+            f.write("uuid=fea3263456e67a58154de812f8d0cadf\nchunk_size=1048576\nnvme=%s\n"
+                    % cold)
+        opts = self.opts(cold)
+        rel = "d/r016_w1_0073"
+        m = self.cmount(hot, opts, "first")
+        self.assertEqual(os.stat(m.path(rel)).st_size, 2 * MiB)
+        st = self.state(m.path(rel))
+        self.assertEqual((st["hot"], st["dirty"], st["cold"]), (0, 0, 2), st)
+        self.assertIn("chunks past its end", m.log_all())
+        self.assertEqual(stats_of(m.mnt)["recovery"]["past_eof_chunks"], 1)
+        fd = os.open(m.path(rel), os.O_RDWR)
+        os.fsync(fd)
+        os.close(fd)
+        self.assertEqual(m.unmount_clean(), 0, m.log_text(20))
+        m.stop()
+        self.assertNotIn("could not be spilled", m.log_all())
+        if os.path.exists(hot):  # removed at unmount when empty
+            self.assertEqual([n for n in os.listdir(hot) if not n.startswith(".")], [])
+            shutil.rmtree(hot)  # the reboot
+        m2 = self.cmount(hot, opts, "after")
+        self.assertTrue(os.path.exists(m2.path(rel)), m2.log_text(30))
+        self.assertEqual(os.stat(m2.path(rel)).st_size, 2 * MiB)
+        self.assertNotIn("recovery: lost", m2.log_all())
+        s = stats_of(m2.mnt)
+        self.assertEqual((s.get("lost_files"), s.get("damaged_files"),
+                          s["recovery"]["past_eof_chunks"]), (0, 0, 0), json.dumps(s))
 
     def test_reboot_after_kill9(self):
         self.reboot("kill9")
