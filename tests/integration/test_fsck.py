@@ -21,6 +21,8 @@ e. --rebuild: journals deleted and the checkpoint replaced by an older one
    current data and the newer files as /lost+found/#<ino> with theirs.
 f. fsck of a mounted filesystem: exit 8, one line on stderr. Bad arguments:
    exit 16.
+h. A dirty chunk past a file's end appended to the journal: reported by path,
+   --repair drops it, then clean.
 
 Run: python3 test_fsck.py --build BUILD_DIR [-k pattern]
 """
@@ -295,6 +297,32 @@ class TestCheck(FsckCase):
         self.assertFalse(os.path.exists(self.m.path("big")))
         self.assert_files({k: v for k, v in self.files.items() if k != "big"})
         self.stop()
+
+    def test_h_chunk_past_eof(self):
+        """A dirty chunk past a file's end (what a crash between a growth's
+        chunk record and its size's once left, issue 39): reported by path
+        (exit 4); --repair drops it (exit 1); then clean, and a mount reads
+        every file and leaves nothing in RAM at its unmount."""
+        self.make_fs()
+        gens = sorted(n for n in os.listdir(self.state_dir) if n.startswith("journal."))
+        self.assertTrue(gens, os.listdir(self.state_dir))
+        body = bytes([10]) + struct.pack("<QQ", self.inos["small"], 3)  # JR_CHUNK_DIRTY
+        ln = struct.pack("<I", len(body))
+        with open(os.path.join(self.state_dir, gens[-1]), "ab") as f:
+            f.write(ln + struct.pack("<I", crc32c(ln + body)) + body)
+        _, out, _ = self.fsck(expect=4)
+        self.assertIn("/small: 1 chunks past its end (100 bytes)", out)
+        _, out, _ = self.fsck("--repair", expect=1)
+        self.assertIn("/small: 1 chunks past its end (100 bytes) -- dropped", out)
+        self.assertClean("--verify-data")
+        hot = os.path.join(tempfile.mkdtemp(prefix="spw-fsck-hot-", dir="/dev/shm"), "hot")
+        self.addCleanup(shutil.rmtree, os.path.dirname(hot), True)
+        self.start("after", hot_dir=hot)
+        self.assert_files(self.files)
+        self.assertEqual(self.state(self.m.path("small"))["dirty"], 0)
+        self.stop()
+        self.assertEqual([n for n in os.listdir(hot) if not n.startswith(".")]
+                         if os.path.exists(hot) else [], [])
 
     def test_d_unreferenced_segment(self):
         self.make_fs()
