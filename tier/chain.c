@@ -452,6 +452,15 @@ void chain_forget_cold(struct tier *t, struct chunk *ch)
 void tier_mark_dirty_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t last)
 {
 	uint64_t tick = idx_tick(t->idx);
+#if !defined(NDEBUG) || defined(SPW_CHECK_STATES)
+	/* a chunk past EOF is a hole: none is ever written (issue 39) */
+	if (first <= last && first < in->nchunks && first * t->chunk_size >= in->size) {
+		log_err("inode %llu: chunk %llu marked dirty past EOF (size %llu)",
+			(unsigned long long)in->ino, (unsigned long long)first,
+			(unsigned long long)in->size);
+		abort();
+	}
+#endif
 	for (uint64_t c = first; c <= last && c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c], old = *ch;
 		if (ch->chain && ch->chain->wr) {
@@ -589,6 +598,7 @@ int tier_grow_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t 
 
 	if (old > first)
 		tier_mark_dirty_locked(t, in, first, old - 1 < last ? old - 1 : last);
+	in->size = size;
 	for (uint64_t c = from; c <= last && c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		if (ch->state != CHUNK_ABSENT) {
@@ -601,6 +611,5 @@ int tier_grow_locked(struct tier *t, struct inode *in, uint64_t first, uint64_t 
 		ch->gen++;
 		chunk_touch(ch, (uint32_t)tick);
 	}
-	in->size = size;
 	return idx_journal_grow_locked(t->idx, in, from, last >= from ? last - from + 1 : 0);
 }
