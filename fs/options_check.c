@@ -150,10 +150,17 @@ int opt_check_hot_dir(struct opt_ctx *c, const char *v)
 		v = buf;
 	} else if (v[0] != '/')
 		return opt_fail(c, "option 'hot_dir': invalid value '%s': must be an absolute path", v);
-	if ((ret = hot_dir_make(v)) == 0)
-		c->created = strdup(v);
-	else if (ret != -EEXIST)
-		return opt_fail(c, "option 'hot_dir': cannot create '%s': %s", v, strerror(-ret));
+	/* twice: a daemon finishing its unmount may remove the directory it
+	 * made between the two calls (tier/hot.c hot_free) */
+	for (int i = 0; i < 2 && !c->created; i++) {
+		if ((ret = hot_dir_make(v)) == 0)
+			c->created = strdup(v);
+		else if (ret != -EEXIST)
+			return opt_fail(c, "option 'hot_dir': cannot create '%s': %s", v,
+					strerror(-ret));
+		if (c->created || access(v, F_OK) == 0 || errno != ENOENT)
+			break;
+	}
 	if (v == buf && !(v = c->created ? c->created : (c->default_dir = strdup(buf))))
 		return opt_fail(c, "option 'hot_dir': %s", strerror(ENOMEM));
 	if (!realpath(v, buf))
