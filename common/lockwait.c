@@ -92,6 +92,11 @@ static int holder_finishing(int fd, long *pid, char *mnt, size_t mntlen)
 	return !fuse_mounted(mnt);
 }
 
+/* The daemon the last wait was announced for: one log line per daemon
+ * waited for, whichever of its directories is met first (the mounting
+ * thread's alone). */
+static long announced;
+
 int lockwait_take(int fd, const char *what)
 {
 	uint64_t t0 = clock_now_ns();
@@ -102,8 +107,8 @@ int lockwait_take(int fd, const char *what)
 	for (;;) {
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
 			if (logged)
-				log_info("%s: the daemon before is gone after %.1f s; mounting", what,
-					 (clock_now_ns() - t0) / 1e9);
+				log_debug("%s: the daemon before is gone after %.1f s", what,
+					  (clock_now_ns() - t0) / 1e9);
 			return 0;
 		}
 		if (errno != EWOULDBLOCK)
@@ -111,10 +116,11 @@ int lockwait_take(int fd, const char *what)
 		if (!holder_finishing(fd, &pid, mnt, sizeof(mnt)) ||
 		    clock_now_ns() - t0 > LOCKWAIT_MS * 1000000ULL)
 			return -EBUSY;
-		if (!logged++)
+		if (!logged++ && pid != announced)
 			log_info("%s is held by spillway daemon %ld, which is finishing its unmount "
 				 "of %s: waiting for it (at most %d s)",
 				 what, pid, mnt, LOCKWAIT_MS / 1000);
+		announced = pid;
 		nanosleep(&(struct timespec){.tv_nsec = 20 * 1000000}, NULL);
 	}
 }

@@ -5,9 +5,10 @@
  * pid and mountpoint into it (lockwait_stamp). A new daemon that finds the
  * lock held by a live daemon whose mountpoint is no longer mounted (it is
  * flushing after umount returned, or still starting) waits for it, at most
- * LOCKWAIT_MS, with one log line; a holder that is mounted, or that names no
+ * LOCKWAIT_MS, with one log line per daemon waited for (info; the end of the
+ * wait at debug); a holder that is mounted, or that names no
  * mountpoint (spillway-fsck) or no live process, is refused at once.
- * Threading: no shared state; the mounting thread calls it.
+ * Threading: the mounting thread alone (it keeps the last pid announced).
  */
 #ifndef SPW_LOCKWAIT_H
 #define SPW_LOCKWAIT_H
