@@ -27,7 +27,7 @@ sys.dont_write_bytecode = True  # keep the source tree clean
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from lib.crash import CrashMount, DurCase  # noqa: E402
-from lib.data import MiB, write_content  # noqa: E402
+from lib.data import MiB, content, write_content  # noqa: E402
 
 WAIT_LINE = "finishing its unmount"
 
@@ -130,6 +130,67 @@ class TestRemountAtOnce(RemountCase):
             self.assertNotIn(WAIT_LINE, err)
             self.assertLess(took, 10, "refused only after %.1fs: %s" % (took, err))
         self.assertTrue(harness.is_mounted(m.mnt))
+
+
+HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mount-helpers",
+                      "umount.fuse.spillway")
+
+
+class TestUmountHelper(RemountCase):
+    """umount(8) runs /sbin/umount.fuse.spillway for a fuse.spillway mount
+    (mount(8)- and systemd-made mounts): it returns once the daemon has
+    spilled and exited. Run here directly (installing it in /sbin would
+    change every other test's umount)."""
+
+    timeout = 180
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("umount -i of a FUSE mount needs root")
+
+    def test_helper_returns_after_the_flush(self):
+        hot, cold, state = self.make_state()
+        opts = self.opts(cold, state)
+        mnt = os.path.join(self.tmpdir(), "mnt")
+        os.mkdir(mnt)
+        m = self.mount_on(mnt, hot, opts, "helper", hot_size="16M")
+        write_content(m.path("big"), 5, 48 * MiB)
+        self.assertTrue(m.hot_files(), "nothing left in RAM for the unmount")
+        r = subprocess.run([sys.executable, HELPER, mnt, "-v"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertFalse(harness.is_mounted(mnt))
+        # the daemon is gone when umount returns: nothing for a remount to wait for
+        self.assertIsNotNone(m.proc.poll(), "umount returned while the daemon still ran\n"
+                             + m.log_text(20))
+        self.finished(m)
+        self.assertIn("unmount: spilled", m.log_all())
+        self.assertFalse(os.path.exists(hot), "the hot_dir it made is still there")
+        m2 = self.mount_on(mnt, hot, opts, "after-helper", hot_size="16M")
+        self.assertNotIn(WAIT_LINE, m2.log_all())
+        self.assertContent(m2.path("big"), 5, 48 * MiB, "after umount through the helper")
+
+    def test_helper_lazy_does_not_wait(self):
+        """umount -l: the mount leaves the namespace, the daemon spills once the
+        last open file in it is closed; the helper does not wait for that."""
+        hot, cold, state = self.make_state()
+        opts = self.opts(cold, state)
+        mnt = os.path.join(self.tmpdir(), "mnt")
+        os.mkdir(mnt)
+        m = self.mount_on(mnt, hot, opts, "lazy", hot_size="16M")
+        write_content(m.path("f"), 6, 2 * MiB)
+        fd = os.open(m.path("f"), os.O_RDONLY)
+        try:
+            r = subprocess.run([sys.executable, HELPER, mnt, "-l"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout)
+            self.assertFalse(harness.is_mounted(mnt))
+            self.assertIsNone(m.proc.poll(), "the daemon exited with a file still open")
+            self.assertEqual(os.pread(fd, 16, 0), content(6, 0, 16))
+        finally:
+            os.close(fd)
+        self.finished(m)
 
 
 class TestHotDirOwner(RemountCase):
