@@ -117,8 +117,8 @@ int lockwait_take(int fd, const char *what)
 		    clock_now_ns() - t0 > LOCKWAIT_MS * 1000000ULL)
 			return -EBUSY;
 		if (!logged++ && pid != announced)
-			log_info("%s is held by spillway daemon %ld, which is finishing its unmount "
-				 "of %s: waiting for it (at most %d s)",
+			log_info("%s is held by spillway daemon %ld, which is finishing its "
+				 "unmount of %s: waiting for it (at most %d s)",
 				 what, pid, mnt, LOCKWAIT_MS / 1000);
 		announced = pid;
 		nanosleep(&(struct timespec){.tv_nsec = 20 * 1000000}, NULL);
@@ -128,8 +128,9 @@ int lockwait_take(int fd, const char *what)
 int lockwait_stamp(int fd, const char *head, const char *mountpoint)
 {
 	char buf[4600];
-	int n = snprintf(buf, sizeof(buf), "%s%spid %ld\n", head ? head : "",
-			 head && *head && head[strlen(head) - 1] != '\n' ? "\n" : "", (long)getpid());
+	int nl = head && *head && head[strlen(head) - 1] != '\n';
+	int n = snprintf(buf, sizeof(buf), "%s%spid %ld\n", head ? head : "", nl ? "\n" : "",
+			 (long)getpid());
 
 	if (mountpoint && n < (int)sizeof(buf))
 		n += snprintf(buf + n, sizeof(buf) - (size_t)n, "mountpoint %s\n", mountpoint);

@@ -557,8 +557,9 @@ int hot_new(const char *dir, uint64_t limit, const struct hot_owner *own, struct
 	hot->limit = limit;
 	pthread_mutex_init(&hot->lock, NULL);
 	if (!own) {
-		if (getrandom(volatile_owner.id, sizeof(volatile_owner.id), 0) != sizeof(volatile_owner.id))
-			memset(volatile_owner.id, 0x5a, sizeof(volatile_owner.id));
+		uint8_t *id = volatile_owner.id;
+		if (getrandom(id, sizeof(volatile_owner.id), 0) != sizeof(volatile_owner.id))
+			memset(id, 0x5a, sizeof(volatile_owner.id));
 		own = &volatile_owner;
 	}
 	if (!(hot->dir = strdup(dir))) {
