@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from lib.crash import CrashMount, DurCase  # noqa: E402
 from lib.data import MiB, content, write_content  # noqa: E402
+from lib.tier import stats_of  # noqa: E402
 
 WAIT_LINE = "finishing its unmount"
 
@@ -170,12 +171,14 @@ class TestUmountHelper(RemountCase):
 
     def test_helper_returns_after_the_flush(self):
         hot, cold, state = self.make_state()
-        opts = self.opts(cold, state)
+        # the evictor leaves it all: the unmount spills 160 MiB (about a
+        # second here), far longer than umount(2) takes
+        opts = self.opts(cold, state, min_spill_size="128M")
         mnt = os.path.join(self.tmpdir(), "mnt")
         os.mkdir(mnt)
-        m = self.mount_on(mnt, hot, opts, "helper", hot_size="16M")
-        write_content(m.path("big"), 5, 48 * MiB)
-        self.assertTrue(m.hot_files(), "nothing left in RAM for the unmount")
+        m = self.mount_on(mnt, hot, opts, "helper", hot_size="256M")
+        write_content(m.path("big"), 5, 160 * MiB)
+        self.assertGreater(stats_of(mnt)["hot"]["used"], 100 * MiB, "spilled before the unmount")
         r = subprocess.run([sys.executable, HELPER, mnt, "-v"], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout)
@@ -184,11 +187,11 @@ class TestUmountHelper(RemountCase):
         self.assertIsNotNone(m.proc.poll(), "umount returned while the daemon still ran\n"
                              + m.log_text(20))
         self.finished(m)
-        self.assertIn("unmount: spilled", m.log_all())
+        self.assertRegex(m.log_all(), r"unmount: spilled [1-9][0-9]{2} MiB")
         self.assertFalse(os.path.exists(hot), "the hot_dir it made is still there")
-        m2 = self.mount_on(mnt, hot, opts, "after-helper", hot_size="16M")
+        m2 = self.mount_on(mnt, hot, opts, "after-helper", hot_size="256M")
         self.assertNotIn(WAIT_LINE, m2.log_all())
-        self.assertContent(m2.path("big"), 5, 48 * MiB, "after umount through the helper")
+        self.assertContent(m2.path("big"), 5, 160 * MiB, "after umount through the helper")
 
     def test_helper_lazy_does_not_wait(self):
         """umount -l: the mount leaves the namespace, the daemon spills once the
