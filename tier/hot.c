@@ -253,12 +253,14 @@ static int marker_read(int dirfd, struct marker *m)
 }
 
 /* A .lock spillway wrote: empty (an older spillway's, or one that died before
- * writing it) or headed LOCK_HEAD. */
+ * writing it) or headed LOCK_HEAD: 1; 0 not; -ENOENT gone meanwhile. */
 static int lock_is_ours(int dirfd)
 {
 	char buf[4800];
 	int n = read_small(dirfd, ".lock", buf, sizeof(buf));
 
+	if (n == -ENOENT)
+		return n;
 	return n == 0 || (n > 0 && !strncmp(buf, LOCK_HEAD "\n", sizeof(LOCK_HEAD)));
 }
 
@@ -304,18 +306,28 @@ static int dir_account(int dirfd, const struct hot_owner *own, struct marker *m,
 	rewinddir(d); /* the dup shares dirfd's offset */
 	while ((de = readdir(d)) && !ret) {
 		struct stat st;
+		int r;
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    !strcmp(de->d_name, HOT_MARKER))
 			continue;
+		/* a daemon finishing its unmount removes hot files and its lock
+		 * while this looks (without the directory's flock: hot_dir_check):
+		 * what is gone does not count */
 		if (kind == MK_NONE) {
 			*why = WHY_NOT_OURS;
 			ret = -ENOTEMPTY;
 		} else if (!strcmp(de->d_name, ".lock")) {
+			if ((r = lock_is_ours(dirfd)) == -ENOENT)
+				continue;
 			*lock = 1;
-			if (!lock_is_ours(dirfd)) {
+			if (!r) {
 				*why = WHY_FOREIGN;
 				ret = -ENOTEMPTY;
 			}
+		} else if (is_hot_name(de->d_name) &&
+			   fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 &&
+			   errno == ENOENT) {
+			continue;
 		} else if (!is_hot_name(de->d_name) ||
 			   fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 			   !S_ISREG(st.st_mode)) {
