@@ -64,13 +64,18 @@ const struct opt_spec opt_table[] = {
 	     "only if empty or spillway's)",
      .man_tag = ".BI %s= dir",
      .man = "The tmpfs directory for hot data; created with mode 0700 if missing, and\n"
-	    "locked so that two daemons never share it.\n"
-	    "An existing directory is taken only when it is empty or holds spillway's\n"
-	    "marker file\n"
-	    ".BR .spillway-hot ;\n"
+	    "locked so that two daemons never share it (a mount waits, at most 60 s,\n"
+	    "for a daemon that is still finishing its unmount of it).\n"
+	    "An existing directory is taken only when it is empty or spillway can prove\n"
+	    "it is this filesystem's: its marker file\n"
+	    ".B .spillway-hot\n"
+	    "names this filesystem's uuid (or a volatile mount's id, or is an older\n"
+	    "spillway's and the index knows every hot file in it), and it holds nothing\n"
+	    "but hot files, the marker and spillway's\n"
+	    ".BR .lock ;\n"
 	    "anything else (and\n"
 	    ".BR / )\n"
-	    "is refused untouched.\n"
+	    "is refused untouched, with one line saying why.\n"
 	    "Must not lie inside the mountpoint.\n"
 	    "The default's hash is derived from the mountpoint.\n"},
     {.name = "hot_size",

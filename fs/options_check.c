@@ -150,15 +150,22 @@ int opt_check_hot_dir(struct opt_ctx *c, const char *v)
 		v = buf;
 	} else if (v[0] != '/')
 		return opt_fail(c, "option 'hot_dir': invalid value '%s': must be an absolute path", v);
-	if ((ret = hot_dir_make(v)) == 0)
-		c->created = strdup(v);
-	else if (ret != -EEXIST)
-		return opt_fail(c, "option 'hot_dir': cannot create '%s': %s", v, strerror(-ret));
-	if (v == buf && !(v = c->created ? c->created : (c->default_dir = strdup(buf))))
+	if (v == buf && !(v = c->default_dir = strdup(buf)))
 		return opt_fail(c, "option 'hot_dir': %s", strerror(ENOMEM));
-	if (!realpath(v, buf))
-		return opt_fail(c, "option 'hot_dir': '%s': %s", v, strerror(errno));
-	if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+	/* again when it vanished: a daemon finishing its unmount removes the
+	 * directory it made (tier/hot.c hot_free) */
+	for (int i = 0;; i++) {
+		if (!c->created && (ret = hot_dir_make(v)) == 0)
+			c->created = strdup(v);
+		else if (!c->created && ret != -EEXIST)
+			return opt_fail(c, "option 'hot_dir': cannot create '%s': %s", v,
+					strerror(-ret));
+		if (realpath(v, buf) && stat(buf, &st) == 0)
+			break;
+		if (errno != ENOENT || c->created || i == 100)
+			return opt_fail(c, "option 'hot_dir': '%s': %s", v, strerror(errno));
+	}
+	if (!S_ISDIR(st.st_mode))
 		return opt_fail(c, "option 'hot_dir': '%s' is not a directory", v);
 	if (inside(buf, cfg->mountpoint))
 		return opt_fail(c, "option 'hot_dir': '%s' lies inside the mountpoint", v);

@@ -25,6 +25,7 @@
 #include "index/journal_i.h"
 
 #include "common/atomic_file.h"
+#include "common/lockwait.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -119,6 +120,7 @@ int jrnl_open(const struct jrnl_config *cfg, struct journal **out, char *err, si
 {
 	struct journal *j = calloc(1, sizeof(*j));
 	struct stat st;
+	char what[4200];
 	int ret;
 
 	if (!j)
@@ -161,13 +163,14 @@ int jrnl_open(const struct jrnl_config *cfg, struct journal **out, char *err, si
 		snprintf(err, errlen, "option 'state_dir': '%s': %s", cfg->dir, strerror(-ret));
 		goto fail;
 	}
-	if (flock(j->lockfd, LOCK_EX | LOCK_NB) < 0) {
-		ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+	snprintf(what, sizeof(what), "state_dir '%s'", cfg->dir);
+	if ((ret = lockwait_take(j->lockfd, what)) < 0) {
 		snprintf(err, errlen, "option 'state_dir': '%s': %s", cfg->dir,
 			 ret == -EBUSY ? "in use by another spillway daemon (or fsck)"
 				       : strerror(-ret));
 		goto fail;
 	}
+	lockwait_stamp(j->lockfd, NULL, cfg->mountpoint); /* only a hint for the next mount */
 	*out = j;
 	return 0;
 fail:

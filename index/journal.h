@@ -158,10 +158,12 @@ struct jrnl_config {
 	uint64_t sync_ms;	   /* group commit period; 0: sync on every append */
 	uint64_t checkpoint_bytes; /* journal size that triggers a checkpoint */
 	uint64_t chunk_size;	   /* must match a recovered state */
+	const char *mountpoint;	   /* written into the lock file (NULL: fsck) */
 };
 
-/* Open (create) state_dir and lock it. -EBUSY when another daemon holds it.
- * On failure, err gets a one-line reason. */
+/* Open (create) state_dir and lock it, waiting for a daemon that is
+ * finishing its unmount (common/lockwait.h). -EBUSY when another daemon (or
+ * fsck) holds it. On failure, err gets a one-line reason. */
 int jrnl_open(const struct jrnl_config *cfg, struct journal **out, char *err, size_t errlen);
 
 struct jrnl_recovery {

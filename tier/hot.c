@@ -1,5 +1,6 @@
 #include "tier/hot.h"
 
+#include "common/lockwait.h"
 #include "common/log.h"
 #include "index/index.h"
 
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/vfs.h>
@@ -19,8 +21,6 @@
 #include <unistd.h>
 
 #define PAGE 4096ULL
-#define NOT_OURS "it holds files and is not a spillway hot_dir (no " HOT_MARKER \
-		 " marker): name an empty or new directory"
 
 struct hot {
 	char *dir;
@@ -166,37 +166,189 @@ void hot_remove(struct hot *hot, uint64_t ino)
 	unlinkat(hot->dirfd, name, 0);
 }
 
-/* What a directory holds besides ".", "..", .lock and the marker (which
- * sets *marker): 0 nothing, 2 anything else; -errno when it cannot be listed. */
-static int dir_contents(int dirfd, int *marker)
+/* ---- whose directory it is ---- */
+
+enum { MK_NONE, MK_OLD, MK_FS, MK_VOLATILE }; /* marker kinds; MK_OLD names no one */
+#define MK_HEAD "spillway hot_dir\n"
+#define MK_HEAD_LEN 25 /* MK_HEAD plus "created\n" or "adopted\n" */
+#define LOCK_HEAD "spillway hot_dir lock"
+
+struct marker {
+	int kind;
+	int created;
+	uint8_t id[16];
+};
+
+static void hex16(const uint8_t id[16], char out[33])
 {
-	int fd = dup(dirfd), what = 0;
+	for (int i = 0; i < 16; i++)
+		snprintf(out + 2 * i, 3, "%02x", id[i]);
+}
+
+static int marker_parse(const char *b, struct marker *m)
+{
+	const char *p = b + MK_HEAD_LEN;
+
+	memset(m, 0, sizeof(*m));
+	if (!strncmp(b, MK_HEAD "created\n", MK_HEAD_LEN))
+		m->created = 1;
+	else if (strncmp(b, MK_HEAD "adopted\n", MK_HEAD_LEN))
+		return -1;
+	if (!*p) {
+		m->kind = MK_OLD;
+		return 0;
+	}
+	if (!strncmp(p, "filesystem ", 11)) {
+		m->kind = MK_FS;
+		p += 11;
+	} else if (!strncmp(p, "volatile ", 9)) {
+		m->kind = MK_VOLATILE;
+		p += 9;
+	} else
+		return -1;
+	for (int i = 0; i < 32; i++) {
+		char c = p[i];
+		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (v < 0)
+			return -1;
+		m->id[i / 2] = (uint8_t)(m->id[i / 2] << 4 | v);
+	}
+	return strcmp(p + 32, "\n") ? -1 : 0;
+}
+
+/* Read name in dirfd (a regular file, not followed) into buf: its length,
+ * -ENOENT, -EINVAL (not a regular file, or longer than buf holds), -errno. */
+static int read_small(int dirfd, const char *name, char *buf, size_t len)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), ret;
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0)
+		return errno == ELOOP ? -EINVAL : -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size >= len) {
+		close(fd);
+		return -EINVAL;
+	}
+	n = read(fd, buf, len - 1);
+	ret = n < 0 ? -errno : (int)n;
+	buf[n < 0 ? 0 : n] = 0;
+	close(fd);
+	return ret;
+}
+
+/* The marker in dirfd: MK_NONE, its kind, or -EINVAL when a file of that
+ * name is not a marker. */
+static int marker_read(int dirfd, struct marker *m)
+{
+	char buf[128];
+	int n = read_small(dirfd, HOT_MARKER, buf, sizeof(buf));
+
+	memset(m, 0, sizeof(*m));
+	if (n == -ENOENT)
+		return MK_NONE;
+	if (n < 0 || marker_parse(buf, m) < 0)
+		return -EINVAL;
+	return m->kind;
+}
+
+/* A .lock spillway wrote: empty (an older spillway's, or one that died before
+ * writing it) or headed LOCK_HEAD: 1; 0 not; -ENOENT gone meanwhile. */
+static int lock_is_ours(int dirfd)
+{
+	char buf[4800];
+	int n = read_small(dirfd, ".lock", buf, sizeof(buf));
+
+	if (n == -ENOENT)
+		return n;
+	return n == 0 || (n > 0 && !strncmp(buf, LOCK_HEAD "\n", sizeof(LOCK_HEAD)));
+}
+
+#define WHY_NOT_OURS                                                                               \
+	"it holds files and is not a spillway hot_dir (no " HOT_MARKER " marker): name an "      \
+	"empty or new directory"
+#define WHY_BAD_MARKER                                                                             \
+	"its " HOT_MARKER " is not a spillway marker (a file of someone else's?): name an empty " \
+	"or new directory"
+#define WHY_FOREIGN                                                                                \
+	"it holds a file spillway did not make (not a hot file, its marker or its .lock): name "  \
+	"an empty or new directory"
+#define WHY_OTHER_FS                                                                               \
+	"it is the hot_dir of another spillway filesystem (its " HOT_MARKER " names another "     \
+	"uuid): name another directory"
+#define WHY_UNKNOWN                                                                                \
+	"it holds hot files of an older spillway that this filesystem's index does not know: "    \
+	"remove them or name another directory"
+
+/* Can every entry of dirfd be accounted for? The marker (*m), spillway's
+ * .lock (*lock set), hot files (counted in *nhot; with an older marker only
+ * those `own` knows, when own is given). 0, or -errno with *why. */
+static int dir_account(int dirfd, const struct hot_owner *own, struct marker *m, int *lock,
+		       uint64_t *nhot, const char **why)
+{
+	int fd, ret = 0, kind = marker_read(dirfd, m);
 	DIR *d;
 	struct dirent *de;
 
-	*marker = 0;
-	if (fd < 0 || !(d = fdopendir(fd))) {
-		int e = -errno;
+	*lock = 0;
+	*nhot = 0;
+	if (kind < 0) {
+		*why = WHY_BAD_MARKER;
+		return -ENOTEMPTY;
+	}
+	if ((fd = dup(dirfd)) < 0 || !(d = fdopendir(fd))) {
+		ret = -errno;
 		if (fd >= 0)
 			close(fd);
-		return e;
+		*why = "cannot list it";
+		return ret;
 	}
 	rewinddir(d); /* the dup shares dirfd's offset */
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+	while ((de = readdir(d)) && !ret) {
+		struct stat st;
+		int r;
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    !strcmp(de->d_name, HOT_MARKER))
 			continue;
-		if (!strcmp(de->d_name, HOT_MARKER))
-			*marker = 1;
-		else if (strcmp(de->d_name, ".lock"))
-			what = 2;
+		/* a daemon finishing its unmount removes hot files and its lock
+		 * while this looks (without the directory's flock: hot_dir_check):
+		 * what is gone does not count */
+		if (kind == MK_NONE) {
+			*why = WHY_NOT_OURS;
+			ret = -ENOTEMPTY;
+		} else if (!strcmp(de->d_name, ".lock")) {
+			if ((r = lock_is_ours(dirfd)) == -ENOENT)
+				continue;
+			*lock = 1;
+			if (!r) {
+				*why = WHY_FOREIGN;
+				ret = -ENOTEMPTY;
+			}
+		} else if (is_hot_name(de->d_name) &&
+			   fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 &&
+			   errno == ENOENT) {
+			continue;
+		} else if (!is_hot_name(de->d_name) ||
+			   fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+			   !S_ISREG(st.st_mode)) {
+			*why = WHY_FOREIGN;
+			ret = -ENOTEMPTY;
+		} else if (kind == MK_OLD && own &&
+			   (!own->known || !own->known(own->arg, strtoull(de->d_name, NULL, 16)))) {
+			*why = WHY_UNKNOWN;
+			ret = -ENOTEMPTY;
+		} else
+			(*nhot)++;
 	}
 	closedir(d);
-	return what;
+	return ret;
 }
 
 int hot_dir_check(const char *dir, const char **why)
 {
-	int fd, marker, what;
+	struct marker m;
+	uint64_t nhot;
+	int fd, lock, ret;
 
 	*why = NULL;
 	if (!strcmp(dir, "/")) {
@@ -211,46 +363,53 @@ int hot_dir_check(const char *dir, const char **why)
 							  : "cannot open it";
 		return -errno;
 	}
-	what = dir_contents(fd, &marker);
+	ret = dir_account(fd, NULL, &m, &lock, &nhot, why);
 	close(fd);
-	if (what < 0) {
-		*why = "cannot list it";
-		return what;
-	}
-	if (what == 2 && !marker) {
-		*why = NOT_OURS;
-		return -ENOTEMPTY;
-	}
-	return 0;
+	return ret;
 }
 
-/* The marker records that the directory is spillway's, and whether spillway
- * created it ("created") or was given it empty ("adopted"): only the first
- * is removed at unmount. */
-static int marker_write(struct hot *hot, int created)
+/* Write the marker: created only in an empty directory (O_EXCL); `replace`
+ * rewrites the third line of one proven spillway's, in place (its first two
+ * lines stay what they were: a torn rewrite leaves an older spillway's
+ * marker). own NULL: an older spillway's two lines. */
+static int marker_write(int dirfd, int created, const uint8_t *id, int persistent, int replace)
 {
-	const char *txt = created ? "spillway hot_dir\ncreated\n" : "spillway hot_dir\nadopted\n";
-	int fd = openat(hot->dirfd, HOT_MARKER, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	ssize_t n;
+	char txt[128], hex[33];
+	int fd, n = snprintf(txt, sizeof(txt), MK_HEAD "%s\n", created ? "created" : "adopted");
+	int ret = 0;
 
+	if (id) {
+		hex16(id, hex);
+		n += snprintf(txt + n, sizeof(txt) - (size_t)n, "%s %s\n",
+			      persistent ? "filesystem" : "volatile", hex);
+	}
+	fd = openat(dirfd, HOT_MARKER,
+		    replace ? O_WRONLY | O_NOFOLLOW | O_CLOEXEC
+			    : O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		    0600);
 	if (fd < 0)
 		return -errno;
-	n = write(fd, txt, strlen(txt));
+	if (replace && ftruncate(fd, MK_HEAD_LEN) < 0)
+		ret = -errno;
+	else if (replace && pwrite(fd, txt + MK_HEAD_LEN, (size_t)n - MK_HEAD_LEN, MK_HEAD_LEN) !=
+				n - MK_HEAD_LEN)
+		ret = -EIO;
+	else if (!replace && write(fd, txt, (size_t)n) != n)
+		ret = -EIO;
 	close(fd);
-	return n == (ssize_t)strlen(txt) ? 0 : -EIO;
+	return ret;
 }
 
 int hot_dir_make(const char *dir)
 {
-	struct hot h = {.dir = (char *)dir};
-	int ret;
+	int fd, ret;
 
 	if (mkdir(dir, 0700) < 0)
 		return -errno;
-	h.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	ret = h.dirfd < 0 ? -errno : marker_write(&h, 1);
-	if (h.dirfd >= 0)
-		close(h.dirfd);
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	ret = fd < 0 ? -errno : marker_write(fd, 1, NULL, 0, 0);
+	if (fd >= 0)
+		close(fd);
 	if (ret < 0)
 		rmdir(dir);
 	return ret;
@@ -258,35 +417,150 @@ int hot_dir_make(const char *dir)
 
 void hot_dir_unmake(const char *dir)
 {
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), marker;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), lock;
+	struct marker m;
+	uint64_t nhot;
+	const char *why;
 
 	if (fd < 0)
 		return;
-	if (dir_contents(fd, &marker) == 0 && marker) { /* nothing but the marker */
+	/* only the made marker (no lock, no hot file): nothing else in it */
+	if (dir_account(fd, NULL, &m, &lock, &nhot, &why) == 0 && m.kind != MK_NONE && !lock &&
+	    !nhot) {
 		unlinkat(fd, HOT_MARKER, 0);
 		rmdir(dir);
 	}
 	close(fd);
 }
 
-static int marker_created(struct hot *hot)
+/* An existing .lock of a directory proven spillway's, with the directory
+ * flocked (claim): 0 taken (a daemon that died left it), 1 it was held by a
+ * daemon finishing its unmount, which is gone now (look again), -EBUSY. The
+ * directory's flock is let go while waiting: the daemon before needs it to
+ * clean up. */
+static int lock_existing(struct hot *hot)
 {
-	char buf[64] = {0};
-	int fd = openat(hot->dirfd, HOT_MARKER, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	char what[4200];
+	int ret;
+
+	hot->lockfd = openat(hot->dirfd, ".lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (hot->lockfd < 0)
+		return -errno;
+	if (flock(hot->lockfd, LOCK_EX | LOCK_NB) == 0)
 		return 0;
-	if (read(fd, buf, sizeof(buf) - 1) < 0)
-		buf[0] = 0;
-	close(fd);
-	return strstr(buf, "created") != NULL;
+	flock(hot->dirfd, LOCK_UN);
+	snprintf(what, sizeof(what), "hot_dir '%s'", hot->dir);
+	ret = lockwait_take(hot->lockfd, what);
+	return ret < 0 ? ret : 1;
 }
 
-int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const char **why)
+/* One attempt of hot_new at claiming hot->dir: 0, 1 (the directory changed
+ * under a daemon finishing its unmount: try again), -errno with *why. */
+static int claim(struct hot *hot, const struct hot_owner *own, const char **why)
+{
+	struct marker m;
+	struct statfs sf;
+	struct stat st;
+	uint64_t nhot;
+	int ret, made = 0, lock;
+
+	if (mkdir(hot->dir, 0700) == 0)
+		made = 1;
+	else if (errno != EEXIST) {
+		*why = "cannot create it";
+		return -errno;
+	}
+	/* O_NOFOLLOW: in a shared /dev/shm another user could plant a symlink
+	 * under the (predictable) default name and make us clean out its target */
+	hot->dirfd = open(hot->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (hot->dirfd < 0) {
+		if (errno == ENOENT)
+			return 1; /* removed by the daemon before */
+		*why = errno == ELOOP || errno == ENOTDIR ? "it is a symbolic link or not a directory"
+							  : "cannot open it";
+		return -errno;
+	}
+	if (fstat(hot->dirfd, &st) < 0 || st.st_uid != geteuid()) {
+		*why = "it exists and belongs to another user";
+		return -EPERM;
+	}
+	/* Only a directory spillway can prove is its own is ever changed: one
+	 * it made, one with its marker and nothing it cannot account for, or an
+	 * empty one it is given (which the marker then claims). Anything else
+	 * is refused untouched. The directory's flock keeps a daemon that is
+	 * cleaning up at its unmount (hot_free) and this look apart. */
+	if (flock(hot->dirfd, LOCK_EX) < 0) {
+		*why = "cannot lock it";
+		return -errno;
+	}
+	if ((ret = dir_account(hot->dirfd, own, &m, &lock, &nhot, why)) < 0)
+		return ret;
+	if (lock && (ret = lock_existing(hot)) != 0) {
+		if (ret < 0)
+			*why = "another spillway daemon is using it";
+		return ret;
+	}
+	if (m.kind == MK_FS && (!own->persistent || memcmp(m.id, own->id, 16))) {
+		*why = WHY_OTHER_FS;
+		return -ENOTEMPTY;
+	}
+	if (m.kind == MK_NONE)
+		ret = marker_write(hot->dirfd, made, own->id, own->persistent, 0);
+	else if (m.kind != MK_FS || memcmp(m.id, own->id, 16)) {
+		/* an older spillway's, a volatile mount's: this filesystem's now;
+		 * a dead volatile mount's hot files are nobody's data */
+		if (m.kind == MK_VOLATILE && nhot) {
+			log_info("hot_dir %s: removing %llu hot files of an earlier volatile mount",
+				 hot->dir, (unsigned long long)nhot);
+			scan_dir(hot, NULL, NULL, why);
+		}
+		ret = marker_write(hot->dirfd, m.created, own->id, own->persistent, 1);
+	}
+	if (ret == -ENOENT)
+		return 1; /* removed by the daemon before (dirfd is a deleted directory) */
+	if (ret < 0) {
+		*why = "cannot write its " HOT_MARKER " marker";
+		return ret;
+	}
+	hot->created = m.kind == MK_NONE ? made : m.created;
+	if ((st.st_mode & 0777) != 0700 && fchmod(hot->dirfd, 0700) < 0) {
+		*why = "cannot make it mode 0700";
+		return -errno;
+	}
+	if (fstatfs(hot->dirfd, &sf) == 0 && sf.f_type != TMPFS_MAGIC)
+		log_warn("hot_dir %s is not on tmpfs: the hot tier will run at that "
+			 "filesystem's speed, not RAM's", hot->dir);
+	if (!lock) {
+		hot->lockfd = openat(hot->dirfd, ".lock",
+				     O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (hot->lockfd < 0 && errno == ENOENT)
+			return 1;
+		if (hot->lockfd < 0) {
+			*why = "cannot create its lock file";
+			return -errno;
+		}
+		if (flock(hot->lockfd, LOCK_EX | LOCK_NB) < 0) {
+			*why = "another spillway daemon is using it";
+			return -EBUSY;
+		}
+	}
+	hot->locked = 1;
+	{
+		char head[80], hex[33];
+		hex16(own->id, hex);
+		snprintf(head, sizeof(head), LOCK_HEAD "\nid %s\n", hex);
+		lockwait_stamp(hot->lockfd, head, own->mountpoint);
+	}
+	flock(hot->dirfd, LOCK_UN);
+	return 0;
+}
+
+int hot_new(const char *dir, uint64_t limit, const struct hot_owner *own, struct hot **out,
+	    const char **why)
 {
 	struct hot *hot = calloc(1, sizeof(*hot));
-	struct stat st;
-	struct statfs sf;
-	int ret, made = 0, marker, what;
+	struct hot_owner volatile_owner = {.persistent = 0};
+	int ret, tries = 0;
 
 	*why = NULL;
 	if (!hot)
@@ -294,84 +568,38 @@ int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const c
 	hot->dirfd = hot->lockfd = -1;
 	hot->limit = limit;
 	pthread_mutex_init(&hot->lock, NULL);
+	if (!own) {
+		uint8_t *id = volatile_owner.id;
+		if (getrandom(id, sizeof(volatile_owner.id), 0) != sizeof(volatile_owner.id))
+			memset(id, 0x5a, sizeof(volatile_owner.id));
+		own = &volatile_owner;
+	}
 	if (!(hot->dir = strdup(dir))) {
 		ret = -ENOMEM;
 		goto fail;
 	}
 	if ((ret = hot_dir_check(dir, why)) < 0)
 		goto fail;
-	if (mkdir(dir, 0700) == 0)
-		made = 1;
-	else if (errno != EEXIST) {
-		ret = -errno;
-		*why = "cannot create it";
-		goto fail;
+	while ((ret = claim(hot, own, why)) == 1 && ++tries < 100) {
+		if (hot->lockfd >= 0)
+			close(hot->lockfd);
+		if (hot->dirfd >= 0)
+			close(hot->dirfd);
+		hot->lockfd = hot->dirfd = -1;
+		*why = NULL;
 	}
-	/* O_NOFOLLOW: in a shared /dev/shm another user could plant a symlink
-	 * under the (predictable) default name and make us clean out its target */
-	hot->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (hot->dirfd < 0) {
-		ret = -errno;
-		*why = ret == -ELOOP || ret == -ENOTDIR ? "it is a symbolic link or not a directory"
-							: "cannot open it";
-		goto fail;
-	}
-	if (fstat(hot->dirfd, &st) < 0 || st.st_uid != geteuid()) {
-		ret = -EPERM;
-		*why = "it exists and belongs to another user";
-		goto fail;
-	}
-	/* Only a directory spillway can prove is its own is ever changed: one
-	 * it made, one with its marker, or an empty one it is given (which the
-	 * marker then claims). Anything else is refused untouched. */
-	if ((what = dir_contents(hot->dirfd, &marker)) < 0) {
-		ret = what;
-		*why = "cannot list it";
-		goto fail;
-	}
-	if (what == 2 && !marker) {
-		ret = -ENOTEMPTY;
-		*why = NOT_OURS;
-		goto fail;
-	}
-	if (!marker && (ret = marker_write(hot, made)) < 0) {
-		*why = "cannot write its " HOT_MARKER " marker";
-		goto fail;
-	}
-	hot->created = marker ? marker_created(hot) : made;
-	if ((st.st_mode & 0777) != 0700 && fchmod(hot->dirfd, 0700) < 0) {
-		ret = -errno;
-		*why = "cannot make it mode 0700";
-		goto fail;
-	}
-	if (fstatfs(hot->dirfd, &sf) == 0 && sf.f_type != TMPFS_MAGIC)
-		log_warn("hot_dir %s is not on tmpfs: the hot tier will run at that "
-			 "filesystem's speed, not RAM's", dir);
-	hot->lockfd = openat(hot->dirfd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (hot->lockfd < 0) {
-		ret = -errno;
-		*why = "cannot create its lock file";
-		goto fail;
-	}
-	if (flock(hot->lockfd, LOCK_EX | LOCK_NB) < 0) {
+	if (ret == 1) {
 		ret = -EBUSY;
-		*why = "another spillway daemon is using it";
-		goto fail;
+		*why = "another spillway daemon keeps changing it";
 	}
-	hot->locked = 1;
-	/* keep: recovery decides file by file (recover.c); else a fresh start */
-	if (!keep && (ret = scan_dir(hot, NULL, NULL, why)) < 0)
+	if (ret < 0)
+		goto fail;
+	/* persistent: recovery decides file by file (recover.c); else a fresh start */
+	if (!own->persistent && (ret = scan_dir(hot, NULL, NULL, why)) < 0)
 		goto fail;
 	*out = hot;
 	return 0;
 fail:
-	/* a directory made here and still empty goes again (hot_free does it
-	 * once the lock is held; before that, nothing else can be in it) */
-	if (made && !hot->locked) {
-		if (hot->dirfd >= 0)
-			unlinkat(hot->dirfd, HOT_MARKER, 0);
-		rmdir(dir);
-	}
 	hot_free(hot);
 	return ret;
 }
@@ -380,20 +608,27 @@ void hot_free(struct hot *hot)
 {
 	if (!hot)
 		return;
-	/* only the instance holding the lock may remove what it made; the
-	 * marker stays while kept hot files need it */
+	/* only the instance holding the lock may remove what it made, and only
+	 * while it holds it: the marker (unless kept hot files need it), then
+	 * the lock, then the directory if spillway made it. A daemon waiting
+	 * for the lock finds the lock gone and looks again. */
 	if (hot->locked) {
-		int marker;
-		unlinkat(hot->dirfd, ".lock", 0);
-		if (dir_contents(hot->dirfd, &marker) == 0 && marker)
+		struct marker m;
+		uint64_t nhot;
+		const char *why;
+		int lock, keep;
+		flock(hot->dirfd, LOCK_EX);
+		keep = dir_account(hot->dirfd, NULL, &m, &lock, &nhot, &why) < 0 || nhot;
+		unlinkat(hot->dirfd, ".lock", 0); /* never a state with a lock and no marker */
+		if (!keep)
 			unlinkat(hot->dirfd, HOT_MARKER, 0);
+		if (hot->created)
+			rmdir(hot->dir); /* only succeeds when empty (kept files stay) */
 	}
 	if (hot->lockfd >= 0)
 		close(hot->lockfd);
 	if (hot->dirfd >= 0)
-		close(hot->dirfd);
-	if (hot->locked && hot->created && hot->dir)
-		rmdir(hot->dir); /* only succeeds when empty (kept files stay) */
+		close(hot->dirfd); /* lets go of its flock */
 	free(hot->dir);
 	free(hot->listed);
 	pthread_mutex_destroy(&hot->lock);

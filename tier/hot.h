@@ -18,10 +18,16 @@ struct hot;
 /* The file that proves a directory is spillway's hot_dir. spillway only
  * ever chmods, empties or removes a directory that it made (hot_dir_make),
  * that holds this marker, or that was empty when it was given (then the
- * marker claims it, "adopted": emptied at unmount, never removed). */
+ * marker claims it, "adopted": emptied at unmount, never removed). The
+ * marker is "spillway hot_dir\n", "created\n" or "adopted\n", then whose
+ * it is: "filesystem <uuid>\n" (a mount with a state_dir: the state's uuid)
+ * or "volatile <random id>\n"; a marker of an older spillway has no third
+ * line. Any other content is not a marker. */
 #define HOT_MARKER ".spillway-hot"
-/* Would hot_new accept dir? 0, or -errno with a static *why: "/" is
- * -EINVAL, a directory holding anything without the marker -ENOTEMPTY.
+/* Would hot_new accept dir, as far as can be told before the filesystem is
+ * open? 0, or -errno with a static *why: "/" -EINVAL; a directory holding
+ * anything without a marker, a file named HOT_MARKER that is not a marker,
+ * anything but hot files, the marker and spillway's .lock -ENOTEMPTY.
  * Touches nothing (the mount options check it before mounting). */
 int hot_dir_check(const char *dir, const char **why);
 /* mkdir(dir, 0700) and mark it as made by spillway (removed at unmount).
@@ -29,11 +35,26 @@ int hot_dir_check(const char *dir, const char **why);
 int hot_dir_make(const char *dir);
 /* Remove a directory hot_dir_make made, while it holds only the marker. */
 void hot_dir_unmake(const char *dir);
-/* Create (0700) or adopt hot_dir (the HOT_MARKER rules), lock it against a
- * second daemon and remove stale hot files (unless `keep`: recovery sorts
- * them out). Warns when dir is not on tmpfs. *why gets a static reason on
- * failure. */
-int hot_new(const char *dir, uint64_t limit, int keep, struct hot **out, const char **why);
+/* Whose hot_dir it is (hot_new). */
+struct hot_owner {
+	uint8_t id[16];	  /* the filesystem's uuid; a volatile mount's random id */
+	int persistent;	  /* the id is a state's uuid: hot files outlive the mount */
+	const char *mountpoint; /* written into .lock (lockwait.h); may be NULL */
+	/* a marker of an older spillway names no filesystem: its hot files are
+	 * adopted only when known(arg, ino) says the index has that inode */
+	int (*known)(void *arg, uint64_t ino);
+	void *arg;
+};
+/* Create (0700) or adopt hot_dir and lock it against a second daemon,
+ * waiting for one that is finishing its unmount (lockwait.h). Adopted: an
+ * empty directory, or one whose marker names this owner (or a volatile
+ * mount, or nobody, with every hot file known); refused untouched: anything
+ * hot_dir_check refuses, a marker naming another filesystem. A persistent
+ * owner's hot files stay for recovery; the rest are removed. Warns when dir
+ * is not on tmpfs. own NULL: volatile, a random id. *why gets a static
+ * reason on failure. */
+int hot_new(const char *dir, uint64_t limit, const struct hot_owner *own, struct hot **out,
+	    const char **why);
 /* Recovery: call fn with the inode number, size and allocated bytes of every
  * hot file present. */
 int hot_list(struct hot *hot, int (*fn)(void *arg, uint64_t ino, uint64_t size, uint64_t bytes),

@@ -63,7 +63,8 @@ int recover_open(struct tier *t, char *err, size_t errlen)
 	struct jrnl_config jc = {.dir = t->cfg->state_dir,
 				 .sync_ms = t->cfg->journal_sync_ms,
 				 .checkpoint_bytes = t->cfg->checkpoint_size,
-				 .chunk_size = t->chunk_size};
+				 .chunk_size = t->chunk_size,
+				 .mountpoint = t->cfg->mountpoint};
 	struct jrnl_recovery info;
 	uint64_t t0 = clock_now_ns();
 	int ret;

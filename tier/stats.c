@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
@@ -176,8 +177,8 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	    (unsigned long long)ps->available, ps->psi_some10, ps->psi_full10, ps->psi_trigger,
 	    ps->pressure, (unsigned long long)ps->shrinks, (unsigned long long)ps->grows,
 	    (unsigned long long)ps->last_change_ms);
-	PUT("\"inodes\":%llu,\"files\":%llu,", (unsigned long long)s->inodes,
-	    (unsigned long long)s->files);
+	PUT("\"pid\":%ld,\"inodes\":%llu,\"files\":%llu,", (long)getpid(),
+	    (unsigned long long)s->inodes, (unsigned long long)s->files);
 	PUT("\"segments\":{\"count\":%llu,\"bytes\":%llu,\"live_bytes\":%llu,"
 	    "\"live_ratio\":%.3f,\"written\":%llu,\"deleted\":%llu,"
 	    "\"compacted\":%llu,\"demoted\":%llu},",

@@ -7,6 +7,7 @@
  */
 #include "tier/tier_i.h"
 
+#include "common/lockwait.h"
 #include "common/log.h"
 #include "tier/store/store.h"
 #include "tier/store/store_s3.h"
@@ -80,6 +81,7 @@ int stores_open_nvme(struct tier *t, char *err, size_t errlen)
 			goto out;
 		}
 		t->nvme_locks->n = i + 1;
+		lockwait_stamp(t->nvme_locks->fd[i], NULL, t->cfg->mountpoint);
 	}
 	/* partial segments of a put a crash interrupted: never listed, never
 	 * referenced; the directory lock makes them ours to remove */

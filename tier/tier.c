@@ -45,6 +45,18 @@ static void drop_inode(void *arg, struct inode *in)
 	evict_room_freed(t);
 }
 
+/* hot_new: a hot file under an older spillway's marker is adopted only when
+ * the index has its inode (as a file). */
+static int idx_has_file(void *arg, uint64_t ino)
+{
+	struct inode *in = idx_get(arg, ino);
+	int ret = in && S_ISREG(idx_type(in));
+
+	if (in)
+		idx_put(arg, in);
+	return ret;
+}
+
 /* The budget moved (pressure thread): the evictor spills down to it, and
  * writers waiting for room look again. */
 static void budget_changed(void *arg, uint64_t old_budget, uint64_t new_budget)
@@ -56,6 +68,7 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	     size_t errlen)
 {
 	struct tier *t = calloc(1, sizeof(*t));
+	struct hot_owner own = {.mountpoint = cfg->mountpoint, .known = idx_has_file, .arg = idx};
 	const char *why;
 	int ret;
 
@@ -91,7 +104,9 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 		free(t);
 		return ret;
 	}
-	ret = hot_new(cfg->hot_dir, cfg->hot_size, t->jrnl != NULL, &t->hot, &why);
+	own.persistent = t->jrnl != NULL;
+	memcpy(own.id, t->uuid, sizeof(own.id));
+	ret = hot_new(cfg->hot_dir, cfg->hot_size, &own, &t->hot, &why);
 	if (ret < 0) {
 		snprintf(err, errlen, "option 'hot_dir': '%s': %s%s%s", cfg->hot_dir,
 			 why ? why : "", why ? ": " : "", strerror(-ret));

@@ -118,6 +118,43 @@ class TestBadOptions(SpwTestCase):
         self.assertFalse(os.path.exists("/.spillway-hot"))
         self.assertFalse(os.path.exists("/.lock"))
 
+    def test_hot_dir_user_lock_refused_untouched(self):
+        """A hot_dir holding only a user's file named .lock was adopted, made
+        0700, and the user's .lock unlinked at unmount (issue 39)."""
+        for extra in ("", ",state_dir=" + os.path.join(self.tmpdir(), "state")):
+            hot = os.path.join(self.tmpdir(on_shm=True), "mine")
+            os.mkdir(hot)
+            os.chmod(hot, 0o755)
+            with open(os.path.join(hot, ".lock"), "wb") as f:
+                f.write(b"my own lock\n")
+            err = self.bad("hot_dir=" + hot + extra, "hot_dir", hot, hot=False)
+            self.assertIn("not a spillway hot_dir", err)
+            self.assertEqual(os.listdir(hot), [".lock"])
+            with open(os.path.join(hot, ".lock"), "rb") as f:
+                self.assertEqual(f.read(), b"my own lock\n")
+            self.assertEqual(os.stat(hot).st_mode & 0o777, 0o755)
+
+    def test_hot_dir_user_marker_refused_untouched(self):
+        """A user's file named .spillway-hot made any directory spillway's:
+        a user file named like a hot file in it was deleted at mount, with
+        no log line (issue 39)."""
+        for extra in ("", ",state_dir=" + os.path.join(self.tmpdir(), "state")):
+            hot = os.path.join(self.tmpdir(on_shm=True), "mine")
+            os.mkdir(hot)
+            os.chmod(hot, 0o755)
+            names = {".spillway-hot": b"my notes about spillway\n",
+                     "0000000000000002": b"precious"}
+            for n, data in names.items():
+                with open(os.path.join(hot, n), "wb") as f:
+                    f.write(data)
+            err = self.bad("hot_dir=" + hot + extra, "hot_dir", hot, hot=False)
+            self.assertIn("not a spillway marker", err)
+            self.assertEqual(sorted(os.listdir(hot)), sorted(names))
+            for n, data in names.items():
+                with open(os.path.join(hot, n), "rb") as f:
+                    self.assertEqual(f.read(), data)
+            self.assertEqual(os.stat(hot).st_mode & 0o777, 0o755)
+
     def test_hot_dir_not_spillways_untouched(self):
         """A given hot_dir holding files that look like hot files lost them
         silently (with or without a journal): now refused, nothing changed."""

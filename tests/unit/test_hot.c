@@ -1,8 +1,10 @@
 /*
  * test_hot — the RAM tier's directory and accounting (tier/hot.c):
- * hot_new creates hot_dir 0700, adopts it only when it holds nothing but
- * spillway's 16-hex-digit files (which it removes), and locks it against a
- * second instance; reservations add up to the limit and fail with -ENOSPC
+ * hot_new creates hot_dir 0700, adopts it only when it is empty or its
+ * marker names this filesystem (or a volatile mount, or an older spillway
+ * whose hot files the index knows) and it holds nothing but spillway's
+ * 16-hex-digit files, marker and lock, and locks it against a second
+ * instance; reservations add up to the limit and fail with -ENOSPC
  * past it, except overwrites of allocated pages; hot_account_locked follows
  * st_blocks. Runs on a tmpfs under /dev/shm like the real hot tier.
  */
@@ -212,13 +214,48 @@ static void test_refuses_foreign_files(void **state)
 	}
 }
 
+static void put_text(const char *dir, const char *name, const char *text)
+{
+	char path[256];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
+
+static void get_text(const char *dir, const char *name, char *buf, size_t len)
+{
+	char path[256];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	n = read(fd, buf, len - 1);
+	assert_true(n >= 0);
+	buf[n] = 0;
+	close(fd);
+}
+
+#define FS_A "filesystem 0101010101010101010101010101010a\n"
+static const struct hot_owner owner_a = {
+    .id = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0x0a}, .persistent = 1};
+static const struct hot_owner owner_b = {
+    .id = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0x0b}, .persistent = 1};
+
 static void test_removes_stale_hot_files(void **state)
 {
 	struct fx *f = *state;
 	const char *why;
 
 	assert_int_equal(mkdir(f->dir, 0700), 0);
-	touch(f->dir, HOT_MARKER, 10); /* a spillway hot_dir (kill -9 left files) */
+	/* a volatile mount's hot_dir (kill -9 left files) */
+	put_text(f->dir, HOT_MARKER,
+		 "spillway hot_dir\nadopted\nvolatile 0123456789abcdef0123456789abcdef\n");
 	touch(f->dir, "0000000000000002", 8192);
 	touch(f->dir, "00000000000000ff", 0);
 	touch(f->dir, "ffffffffffffffff", 100);
@@ -247,7 +284,7 @@ static void test_unmarked_dir_with_hot_names_untouched(void **state)
 	assert_int_equal(hot_dir_check(f->dir, &why), -ENOTEMPTY);
 	assert_non_null(why);
 	assert_int_equal(hot_new(f->dir, 1 << 20, 0, &h, &why), -ENOTEMPTY);
-	assert_int_equal(hot_new(f->dir, 1 << 20, 1, &h, &why), -ENOTEMPTY); /* keep too */
+	assert_int_equal(hot_new(f->dir, 1 << 20, &owner_a, &h, &why), -ENOTEMPTY); /* keep too */
 	assert_null(h);
 	assert_true(exists_in(f->dir, "0000000000000002"));
 	assert_true(exists_in(f->dir, "00000000000000ff"));
@@ -358,6 +395,136 @@ static void test_refused_instance_leaves_lock_alone(void **state)
 	open_hot(f, f->hot, &f->a);
 	assert_true(exists_in(f->dir, "000000000000002a"));
 	put_hot(f->hot, &f->a);
+}
+
+/* Issue 39: a user's file named .lock made a directory count as empty: it
+ * was adopted, chmodded 0700 and the user's .lock unlinked at unmount. */
+static void test_user_lock_file_refused_untouched(void **state)
+{
+	struct fx *f = *state;
+	const char *why = NULL;
+	struct hot *h = NULL;
+	struct stat st;
+	char buf[64];
+
+	assert_int_equal(mkdir(f->dir, 0755), 0);
+	assert_int_equal(chmod(f->dir, 0755), 0);
+	put_text(f->dir, ".lock", "my lock\n");
+	assert_int_equal(hot_dir_check(f->dir, &why), -ENOTEMPTY);
+	assert_non_null(why);
+	assert_int_equal(hot_new(f->dir, 1 << 20, NULL, &h, &why), -ENOTEMPTY);
+	assert_int_equal(hot_new(f->dir, 1 << 20, &owner_a, &h, &why), -ENOTEMPTY);
+	assert_null(h);
+	get_text(f->dir, ".lock", buf, sizeof(buf));
+	assert_string_equal(buf, "my lock\n");
+	assert_false(exists_in(f->dir, HOT_MARKER));
+	assert_int_equal(stat(f->dir, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0755);
+	/* beside a real marker, a .lock spillway did not write is refused too */
+	put_text(f->dir, HOT_MARKER, "spillway hot_dir\nadopted\n" FS_A);
+	assert_int_equal(hot_dir_check(f->dir, &why), -ENOTEMPTY);
+	assert_int_equal(hot_new(f->dir, 1 << 20, &owner_a, &h, &why), -ENOTEMPTY);
+	get_text(f->dir, ".lock", buf, sizeof(buf));
+	assert_string_equal(buf, "my lock\n");
+}
+
+/* Issue 39: a user's file named .spillway-hot made any directory spillway's:
+ * a user file named like a hot file was deleted at mount. */
+static void test_user_marker_refused_untouched(void **state)
+{
+	struct fx *f = *state;
+	const char *why = NULL;
+	struct hot *h = NULL;
+	char buf[64];
+	static const char *const fakes[] = {"", "hello\n", "spillway hot_dir\n",
+					    "spillway hot_dir\ncreated\nfilesystem 12\n",
+					    "spillway hot_dir\ncreated\nvolatile x\n"};
+
+	for (size_t i = 0; i < sizeof(fakes) / sizeof(fakes[0]); i++) {
+		assert_int_equal(mkdir(f->dir, 0755), 0);
+		put_text(f->dir, HOT_MARKER, fakes[i]);
+		put_text(f->dir, "0000000000000002", "precious");
+		assert_int_equal(hot_dir_check(f->dir, &why), -ENOTEMPTY);
+		assert_int_equal(hot_new(f->dir, 1 << 20, NULL, &h, &why), -ENOTEMPTY);
+		assert_int_equal(hot_new(f->dir, 1 << 20, &owner_a, &h, &why), -ENOTEMPTY);
+		assert_null(h);
+		assert_non_null(strstr(why, HOT_MARKER));
+		get_text(f->dir, "0000000000000002", buf, sizeof(buf));
+		assert_string_equal(buf, "precious");
+		get_text(f->dir, HOT_MARKER, buf, sizeof(buf));
+		assert_string_equal(buf, fakes[i]);
+		assert_false(exists_in(f->dir, ".lock"));
+		nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	}
+}
+
+/* The marker names the filesystem: its own hot_dir is adopted again with the
+ * hot files it kept (recovery's), another filesystem's is refused. */
+static void test_marker_names_filesystem(void **state)
+{
+	struct fx *f = *state;
+	const char *why = NULL;
+	struct hot *h = NULL;
+	char buf[128];
+
+	assert_int_equal(hot_new(f->dir, 1 << 20, &owner_a, &f->hot, &why), 0);
+	get_text(f->dir, HOT_MARKER, buf, sizeof(buf));
+	assert_string_equal(buf, "spillway hot_dir\ncreated\n" FS_A);
+	get_text(f->dir, ".lock", buf, sizeof(buf));
+	assert_non_null(strstr(buf, "id 0101010101010101010101010101010a\n"));
+	touch(f->dir, "000000000000002a", 100); /* a hot file kept for the next mount */
+	hot_free(f->hot);
+	f->hot = NULL;
+	assert_true(exists_in(f->dir, HOT_MARKER));
+	assert_false(exists_in(f->dir, ".lock"));
+	assert_int_equal(hot_new(f->dir, 1 << 20, &owner_b, &h, &why), -ENOTEMPTY);
+	assert_non_null(strstr(why, "another spillway filesystem"));
+	assert_int_equal(hot_new(f->dir, 1 << 20, NULL, &h, &why), -ENOTEMPTY);
+	assert_null(h);
+	assert_true(exists_in(f->dir, "000000000000002a"));
+	assert_int_equal(hot_new(f->dir, 1 << 20, &owner_a, &f->hot, &why), 0);
+	assert_true(exists_in(f->dir, "000000000000002a")); /* recovery's to decide */
+}
+
+static int knows_2a(void *arg, uint64_t ino)
+{
+	return ino == *(uint64_t *)arg;
+}
+
+/* An older spillway's marker names no filesystem: its hot_dir is adopted
+ * when the index knows every hot file in it, and then names this one. */
+static void test_older_marker_adopted_when_known(void **state)
+{
+	struct fx *f = *state;
+	const char *why = NULL;
+	struct hot *h = NULL;
+	uint64_t known = 0x2a;
+	struct hot_owner own = owner_a;
+	char buf[128];
+
+	own.known = knows_2a;
+	own.arg = &known;
+	assert_int_equal(mkdir(f->dir, 0700), 0);
+	put_text(f->dir, HOT_MARKER, "spillway hot_dir\ncreated\n");
+	touch(f->dir, ".lock", 0); /* an older spillway's lock: empty */
+	touch(f->dir, "000000000000002a", 100);
+	touch(f->dir, "000000000000002b", 100);
+	assert_int_equal(hot_dir_check(f->dir, &why), 0);
+	assert_int_equal(hot_new(f->dir, 1 << 20, &own, &h, &why), -ENOTEMPTY);
+	assert_non_null(strstr(why, "index"));
+	assert_int_equal(hot_new(f->dir, 1 << 20, NULL, &h, &why), -ENOTEMPTY);
+	assert_true(exists_in(f->dir, "000000000000002b"));
+	get_text(f->dir, HOT_MARKER, buf, sizeof(buf));
+	assert_string_equal(buf, "spillway hot_dir\ncreated\n");
+	{
+		char p[256];
+		snprintf(p, sizeof(p), "%s/000000000000002b", f->dir);
+		assert_int_equal(unlink(p), 0);
+	}
+	assert_int_equal(hot_new(f->dir, 1 << 20, &own, &f->hot, &why), 0);
+	get_text(f->dir, HOT_MARKER, buf, sizeof(buf));
+	assert_string_equal(buf, "spillway hot_dir\ncreated\n" FS_A);
+	assert_true(exists_in(f->dir, "000000000000002a"));
 }
 
 /* ---- hot files ---- */
@@ -649,6 +816,10 @@ int main(void)
 	    T(test_made_removed_given_kept),
 	    T(test_refuses_foreign_files),
 	    T(test_removes_stale_hot_files),
+	    T(test_user_lock_file_refused_untouched),
+	    T(test_user_marker_refused_untouched),
+	    T(test_marker_names_filesystem),
+	    T(test_older_marker_adopted_when_known),
 	    T(test_refuses_other_owner),
 	    T(test_second_instance_refused),
 	    T(test_refused_instance_leaves_lock_alone),

@@ -212,8 +212,10 @@ int store_nvme_open(const char *const *dirs, int ndirs, struct store **out);
 /*
  * One user per cold directory (a mount, or spillway-fsck): take
  * <dir>/.spillway.lock (created 0600 if missing) with an exclusive flock,
- * not waiting. *fd gets its descriptor; closing it lets go (the file stays:
- * unlinking it would race). 0, -EBUSY (another process holds it), -errno.
+ * waiting only for a daemon that is finishing its unmount (common/lockwait.h;
+ * the caller stamps the file with lockwait_stamp). *fd gets its descriptor;
+ * closing it lets go (the file stays: unlinking it would race). 0, -EBUSY
+ * (another process holds it), -errno.
  */
 int store_nvme_lock(const char *dir, int *fd);
 

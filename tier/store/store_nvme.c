@@ -27,6 +27,7 @@
 
 #include "common/segname.h"
 #include "common/clock.h"
+#include "common/lockwait.h"
 #include "common/log.h"
 #include "common/uring.h"
 
@@ -754,8 +755,8 @@ int store_nvme_lock(const char *dir, int *fd)
 	lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (lfd < 0)
 		return -errno;
-	if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
-		ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+	snprintf(lock, sizeof(lock), "nvme '%s'", dir);
+	if ((ret = lockwait_take(lfd, lock)) < 0) {
 		close(lfd);
 		return ret;
 	}
