@@ -806,7 +806,7 @@ def check_between(got, before, after):
 
 
 class TestCrash(DurCase):
-    timeout = 420
+    timeout = 21 * max(20, CRASH_ROUNDS)  # 420 s for the default 20 rounds
 
     def test_kill9_rounds(self):
         t_start = time.monotonic()
