@@ -15,13 +15,14 @@ wiped).
    renames and deletes files in the mount and logs to a manifest outside the
    mount what each call returned; the daemon is killed with SIGKILL at a
    seeded random moment (or as a spill, a checkpoint or a GC is seen on
-   disk), the dead mount is lazily unmounted, in a seeded share of the rounds
-   hot_dir is wiped (a reboot), and the filesystem remounted with the same
-   options: every acknowledged call is there, byte for byte, across rounds;
-   after a reboot, every file whose content was fsync'd or seen wholly
-   spilled, and the files with RAM-only bytes are intact, or reported lost or
-   damaged (in /lost+found) by path, as the stats count them. No file keeps a
-   chunk past its end.
+   disk, or as a write grows a file into a new chunk), the dead mount is
+   lazily unmounted, in a seeded share of the rounds hot_dir is wiped (a
+   reboot), and the filesystem remounted with the same options: every
+   acknowledged call is there, byte for byte, across rounds. After a
+   reboot, every file whose content was fsync'd or seen wholly spilled is
+   there byte for byte, and any other is too, or is reported lost, or moved
+   to /lost+found (damaged), by path, as the stats count them. No file
+   keeps a chunk past its end.
 3. Reboot: hot_dir wiped after a keep_hot unmount or a kill -9: fsync'd and
    spilled files come back intact (one with a hole punched past its end
    too), files with RAM-only data are gone and reported (a warning naming
@@ -381,8 +382,9 @@ class TestRemount(DurCase):
 #   W path tag               about to create path (O_EXCL)
 #   P path                   about to reopen path O_WRONLY (changes nothing)
 #   O path                   open returned (create or reopen)
-#   X path off n tag / x path    pwrite of content(tag, off, n) at off (past
-#                            EOF too: a hole between)
+#   X path off n tag [g] / x path    pwrite of content(tag, off, n) at off
+#                            (past EOF too: a hole between; g: it reaches a
+#                            chunk past the file's last one)
 #   T path size / t path     truncate to size: ftruncate of an open file, or
 #                            truncate(2) of a closed one (shrink or grow)
 #   H path off n / h path    fallocate(PUNCH_HOLE | KEEP_SIZE) (past EOF too)
@@ -442,32 +444,37 @@ def crash_writer(argv):
             os.close(dfd)
         M("S", rel)
 
-    def write_range(rel, fd, tag, start, end):
-        """[start, end) of stream tag, in writes of one random size."""
+    def write_range(rel, fd, tag, start, end, size):
+        """[start, end) of stream tag, in writes of one random size, to a
+        file of size bytes; its new size."""
         sizes = [MiB, MiB, 256 * KiB, MAX_BS, 128 * KiB - 1]
         bs = rng.choice(sizes + [4096] if end - start <= 2 * MiB else sizes)
         off = start
         while off < end:
             n = min(bs, end - off)
-            M("X", rel, off, n, tag)
+            # "g": it reaches a chunk past the file's last one (the kill
+            # mode "grow" waits for one)
+            grow = (off + n - 1) // MiB >= -(-size // MiB)
+            M("X", rel, off, n, tag, *(["g"] if grow else []))
             w = os.pwrite(fd, content(tag, off, n), off)
             if w != n:
                 raise OSError(errno.EIO, "short write %d of %d" % (w, n))
             M("x", rel)
             off += n
-        return end
+            size = max(size, off)
+        return size
 
     def change(rel, fd, size):
         """One change of an open file; its new size."""
         r = rng.random()
         if r < 0.2 or (r < 0.5 and size == 0):  # append
-            return write_range(rel, fd, new_tag(), size, size + rng.randint(1, 3 * MiB))
+            return write_range(rel, fd, new_tag(), size, size + rng.randint(1, 3 * MiB), size)
         if r < 0.4:  # past EOF, leaving a hole (a few bytes to chunks wide)
             off = size + rng.choice([rng.randint(1, 4096), rng.randint(1, 3 * MiB)])
-            return write_range(rel, fd, new_tag(), off, off + rng.randint(1, MAX_BS))
+            return write_range(rel, fd, new_tag(), off, off + rng.randint(1, MAX_BS), size)
         if r < 0.5:  # over the middle, maybe past the end
             off = rng.randrange(size)
-            return max(size, write_range(rel, fd, new_tag(), off, off + rng.randint(1, MAX_BS)))
+            return write_range(rel, fd, new_tag(), off, off + rng.randint(1, MAX_BS), size)
         if r < 0.75:  # shrink or grow
             new = rng.randint(0, size) if rng.random() < 0.5 else size + rng.randint(1, 3 * MiB)
             M("T", rel, new)
@@ -541,7 +548,7 @@ def crash_writer(argv):
                 M("W", path, tag)
                 fd = os.open(P(path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
                 M("O", path)
-                size = write_range(path, fd, tag, 0, pick_size())
+                size = write_range(path, fd, tag, 0, pick_size(), 0)
                 session(path, fd, size, 0 if rng.random() < 0.7 else rng.randint(1, 2))
             elif op == "modify":
                 path = rng.choice(sorted(files))
@@ -887,7 +894,7 @@ class TestCrash(DurCase):
         state_dir = os.path.join(cold, ".spillway")
         segs0 = segments_in(cold)
         state0 = set(os.listdir(state_dir))
-        mode = rng.choice(["timer", "timer", "spill", "spill", "checkpoint", "gc"])
+        mode = rng.choice(["timer", "timer", "spill", "spill", "checkpoint", "gc", "grow"])
         wipe = rng.random() < CRASH_WIPE
         # files looked at while the writer runs (a wipe round): those wholly
         # spilled must survive the reboot (unless changed after the look)
@@ -915,6 +922,12 @@ class TestCrash(DurCase):
                           "--- writer log ---\n%s\n--- daemon log ---\n%s"
                           % (self.ctx, self.writer.returncode, manifest_lines()[-3:],
                              harness.log_tail(wlog.name, 20), m.log_text(30)))
+
+        def last_line():
+            with open(manifest, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 512))
+                tail = f.read().decode(errors="replace").split("\n")
+            return tail[-2] if len(tail) > 1 else ""
 
         def look():
             # the manifest's length first: a call on the file after it
@@ -955,7 +968,17 @@ class TestCrash(DurCase):
                 time.sleep(0.01)
             deadline = time.monotonic() + 8
             prev = segments_in(cold)
-            while time.monotonic() < deadline and event is None:
+            while mode == "grow" and time.monotonic() < deadline and event is None:
+                # a write into a new chunk past the end is under way (the
+                # chunk's record and the size's were apart once, issue 39)
+                ln = last_line()
+                if ln.startswith("X ") and ln.endswith(" g"):
+                    event = "grow"
+                    time.sleep(rng.uniform(0, 0.002))
+                else:
+                    writer_check()
+                    time.sleep(0.0002)
+            while mode != "grow" and time.monotonic() < deadline and event is None:
                 cur = cold_scan(cold)
                 snames = set(os.listdir(state_dir))
                 state_seen |= snames
