@@ -333,6 +333,21 @@ int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, ui
 	return n == 1 ? jrnl_append(idx->jrnl, &rs[0]) : jrnl_append_tx(idx->jrnl, rs, n);
 }
 
+int idx_journal_cut_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count)
+{
+	struct jrec rs[2];
+	int n = 0;
+	if (!idx->jrnl)
+		return 0;
+	if (count > 0) {
+		idx_chunk_rec_locked(in, c, &rs[n]);
+		rs[n].type = JR_CHUNK_ABSENT;
+		rs[n++].count = count;
+	}
+	idx_attr_rec_locked(in, &rs[n++]);
+	return n == 1 ? jrnl_append(idx->jrnl, &rs[0]) : jrnl_append_tx(idx->jrnl, rs, n);
+}
+
 int idx_journal_grow_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count)
 {
 	struct jrec rs[64];

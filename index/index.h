@@ -367,6 +367,11 @@ int idx_chunk_recs_locked(struct inode *in, uint64_t c, struct jrec *rs);
  * a hole — or, with count > 0, that chunks [c, c+count) are holes now.
  * Caller holds in->lock. 0 or -EIO. */
 int idx_journal_chunk_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count);
+/* Journal a file's cut: chunks [c, c+count) are holes now (count 0: none)
+ * and then its attributes (the new size), in one transaction, so that no
+ * crash keeps the old size with the chunks past the new end gone.
+ * Caller holds in->lock. 0 or -EIO. */
+int idx_journal_cut_locked(struct index *idx, struct inode *in, uint64_t c, uint64_t count);
 /* Journal a file's growth: the residency of chunks [c, c+count) (past its
  * old end) and then its attributes (the new size), in one transaction, so
  * that no crash keeps a chunk without the size that covers it. A growth of

@@ -467,16 +467,25 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 	return written;
 }
 
-/* Drop chunks wholly past `size`; the boundary chunk stays. in->lock held. */
-static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t size)
+/* The file's size becomes `size`, chunks wholly past it holes (the boundary
+ * chunk stays), journaled in one transaction. in->lock held. 0, or -EIO with
+ * the size and the chunks as they were. */
+static int cut_locked(struct tier *t, struct inode *in, uint64_t size)
 {
-	uint64_t keep = (size + t->chunk_size - 1) / t->chunk_size;
-	int any = 0;
+	uint64_t keep = (size + t->chunk_size - 1) / t->chunk_size, old = in->size;
+	int any = 0, ret;
 	for (uint64_t c = keep; c < in->nchunks && !any; c++)
 		any = in->chunks[c].state != CHUNK_ABSENT;
-	/* journaled before the cold copies are let go (GC may delete them) */
-	if (any)
-		idx_journal_chunk_locked(t->idx, in, keep, in->nchunks - keep);
+	/* the holes and the size in one transaction, journaled before the
+	 * cold copies are let go (GC may delete them) and before the hot file
+	 * is cut: a kill between the hot file's ftruncate and these records
+	 * kept the old size with zeros where RAM-only bytes were (the kill -9
+	 * loop of test_durability, a truncate under way) */
+	in->size = size;
+	if ((ret = idx_journal_cut_locked(t->idx, in, keep, any ? in->nchunks - keep : 0)) < 0) {
+		in->size = old;
+		return ret;
+	}
 	for (uint64_t c = keep; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		if (ch->state == CHUNK_ABSENT)
@@ -485,6 +494,7 @@ static void drop_chunks_past_locked(struct tier *t, struct inode *in, uint64_t s
 		chunk_set_state(in, c, CHUNK_ABSENT);
 		ch->gen++;
 	}
+	return 0;
 }
 
 int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
@@ -524,16 +534,16 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 	 * (the soak's fsx, bench/soak) */
 	if (bc != UINT64_MAX && in->chunks[bc].state != CHUNK_ABSENT)
 		tier_mark_dirty_locked(t, in, bc, bc);
-	ret = ftruncate(fd, (off_t)size) < 0 ? -errno : 0;
+	/* whatever the old size: no chunk outlives the end (issue 39); the
+	 * cut journaled first, then the hot file cut */
+	if ((ret = cut_locked(t, in, size)) == 0 && ftruncate(fd, (off_t)size) < 0)
+		ret = -errno;
 	if (bc != UINT64_MAX) {
 		pin(in, bc, bc, -1);
 		idx_inode_wake(in);
 	}
 	if (ret < 0)
 		goto out_put;
-	/* whatever the old size: no chunk outlives the end (issue 39) */
-	drop_chunks_past_locked(t, in, size);
-	in->size = size;
 	idx_touch(&in->mtime);
 	in->ctime = in->mtime;
 	ret = idx_journal_attr_locked(t->idx, in);
