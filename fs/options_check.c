@@ -11,7 +11,7 @@
  */
 #include "fs/options_i.h"
 
-#include "tier/hot.h"
+#include "tier/hot/hot.h"
 #include "tier/store/store_s3.h"
 
 #include <dirent.h>

@@ -14,7 +14,7 @@
  * reserved bytes are zero.
  */
 #include "fuzz.h"
-#include "tier/segment.h"
+#include "tier/segment/segment.h"
 
 #include <errno.h>
 #include <string.h>

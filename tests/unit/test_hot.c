@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "index/index.h"
-#include "tier/hot.h"
+#include "tier/hot/hot.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,7 +14,7 @@
 
 #include "common/clock.h"
 #include "fake_store.h"
-#include "tier/maint.h"
+#include "tier/spill/maint.h"
 #include "tier/store/store_s3.h"
 #include "tier/tier_i.h"
 #include "tier_fixture.h"

@@ -18,9 +18,9 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/heap.h"
-#include "tier/hot.h"
-#include "tier/pressure.h"
-#include "tier/segment.h"
+#include "tier/hot/hot.h"
+#include "tier/hot/pressure.h"
+#include "tier/segment/segment.h"
 
 #include <ftw.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "tier/workq.h"
+#include "common/workq.h"
 
 #include <errno.h>
 #include <pthread.h>
