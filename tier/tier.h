@@ -1,4 +1,12 @@
 /*
+ * THE HANDLE, tier/'s top: tier.c (tier_new/start/stop/free, unmount),
+ * tier_io.c (reads, writes, truncate, fallocate, fsync, evict/warm/pin),
+ * tier_open.c (opens, closes, passthrough); tier.h is what fs/ calls,
+ * tier_i.h is struct tier and the rooms' internal calls. It uses every
+ * room below it (the folders of tier/: README, "Architecture"); no room
+ * uses it.
+ */
+/*
  * tier — the data path the fs layer calls: open/close, read and write
  * bracketing, truncate, fallocate, SEEK_DATA/HOLE, statfs, stats. It owns the
  * hot tier and (when configured) the evictor, cold stores and restore.

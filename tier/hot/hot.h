@@ -1,4 +1,11 @@
 /*
+ * ROOM tier/hot/: the RAM tier: the hot files (hot.h), the elastic budget
+ * from memory pressure (pressure.h) and the page-cache invalidations
+ * (inval.c, its calls in tier_i.h). Uses segment/ below it; every room
+ * above reserves, counts and drops RAM through it. Guarantees and
+ * threading: per file, below and in pressure.h and inval.c.
+ */
+/*
  * hot — the RAM tier: one sparse file per inode in hot_dir (a tmpfs),
  * named by inode number, never by user path. Usage is what those files
  * allocate (st_blocks), tracked incrementally; reservations keep concurrent

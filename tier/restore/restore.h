@@ -1,4 +1,12 @@
 /*
+ * ROOM tier/restore/: cold chunks back into RAM: the read's plan and its
+ * executors (restore_read.c), whole and partial restores (restore.c), the
+ * prefetch and read-ahead workers (restore_workers.c; shared state in
+ * restore_i.h). Uses spill/ (room for a restore), chain/, admit/, hot/,
+ * segment/. Guarantees: a chunk is never served from unverified bytes.
+ * Threading: below.
+ */
+/*
  * restore — the restore room's lifecycle: the workers that fault cold
  * chunks back ahead of readers (restore=open prefetch, read-ahead) and the
  * table of chunks restored in two steps (new, free: restore.c; start, stop

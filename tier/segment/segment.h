@@ -1,4 +1,12 @@
 /*
+ * ROOM tier/segment/ (library spw_segment): the segment format and what
+ * reads it without a tier: segment.c (header, footer, map cache, buffers),
+ * segment_write.c, segment_fd.c, segment_read.c, segment_into.c, the
+ * segment table (segtab.h) and STATE_DIR/tiers (tiers_file.h). Uses only
+ * store/, index/ and common/: spillway-fsck and the fuzzers link it alone.
+ * Guarantees: every byte a reader returns is verified. Threading: below.
+ */
+/*
  * segment — the self-describing segment format, its writer and its readers.
  * A writer streams header, chunk records and footer to a store, through a
  * 4 MiB aligned staging buffer for what is small or unaligned and straight

@@ -1,4 +1,13 @@
 /*
+ * ROOM tier/spill/: chunks out of RAM: the evictor's candidates (cand.h),
+ * one segment written (spill.h) and committed (seg_commit.h), the evictor
+ * thread and its spill pool (evict.c), GC and demotion (gc.c, demote.c)
+ * and the maintenance worker that runs them (maint.h). Uses hot/, admit/,
+ * chain/, state/, segment/ and store/. Guarantees: a hot copy goes only
+ * once its segment is durable. Threading: per file (below, maint.h,
+ * evict.c's DESIGN block).
+ */
+/*
  * spill — writing one segment of dirty chunks (whole, or only their dirty
  * blocks as an overlay record over a cold copy), and dropping the hot copy
  * of a chunk a durable segment holds. The evictor, fsync, the evict xattr

@@ -1,4 +1,10 @@
 /*
+ * ROOM tier/stats/: what the daemon reports: one snapshot of the counters
+ * (stats.c), rendered as the stats xattr's JSON and as the Prometheus file
+ * by the metrics thread (metrics.c). Reads every room below it, writes
+ * none. Threading: below.
+ */
+/*
  * stats — one snapshot of what the daemon reports, rendered twice: as the
  * JSON of the user.spillway.stats xattr (tier_stats_json, tier.h) and as
  * the Prometheus text file (metrics.c). Each counter is read once per
