@@ -36,7 +36,7 @@ struct chunk {
 	uint8_t queued : 1; /* restore queued/in flight */
 	/* restored ahead of its reader (prefetch, read-ahead) and not read or
 	 * written since: the evictor drops it after the chunks used already
-	 * (tier/evict.c), or a slow reader would restore it twice */
+	 * (tier/spill/evict.c), or a slow reader would restore it twice */
 	uint8_t unread : 1;
 	/* admission (tier/admit): read since it last went cold (or a re-read
 	 * promoted it), and how far its readers went, in 16ths of the chunk:
@@ -99,7 +99,7 @@ struct chunk_chain {
 	uint32_t nbits;	 /* blocks of a whole chunk */
 	uint16_t nrec;	 /* records over the base */
 	uint8_t partial; /* RAM holds only `have` */
-	uint16_t wr;	 /* writes in flight into the chunk (tier/chain.c) */
+	uint16_t wr;	 /* writes in flight into the chunk (tier/chain/chain.c) */
 	uint64_t *have, *dirty;
 	struct chain_rec rec[CHAIN_MAX];
 	uint64_t bm[]; /* the bitmaps: have, dirty, one per record */
@@ -135,7 +135,7 @@ struct inode {
 		char *symlink_;		/* symlinks: the target, immutable; idx_symlink() */
 		uint32_t rdev_;		/* devices: FUSE carries 32 bits; idx_rdev() */
 	};
-	/* hot tier state, owned by tier/hot.c */
+	/* hot tier state, owned by tier/hot/hot.c */
 	uint64_t hot_bytes; /* allocated bytes of the hot file, last accounted */
 	int hot_fd;	    /* -1 when closed */
 	uint32_t hot_users; /* opens + internal users of hot_fd */

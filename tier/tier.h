@@ -39,7 +39,7 @@ struct tier_io {
 	int64_t reserved;     /* hot bytes reserved (writes) */
 	uint64_t claimed;     /* bit i: chunk first+i was COLD, wholly overwritten */
 	uint64_t over;	      /* writes: bit i: chunk first+i is written over its
-			       * cold copy (overlay: tier/chain.c) */
+			       * cold copy (overlay: tier/chain/chain.c) */
 	uint64_t rest;	      /* reads: bit i: chunk first+i partly restored, the
 			       * rest follows in tier_read_end (after the reply) */
 	/* reads: the answer is iov[0..niov) (niov > 0: cold pieces read

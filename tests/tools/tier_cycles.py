@@ -25,7 +25,7 @@ over every file of tier/ (a file in a room is a module of its own, except
 in s3/ and store/, libraries checked alone).
 
 What counts as a dependency (the definition this tool checks):
-- A module is a file stem directly under tier/ (tier/evict.c + tier/evict.h
+- A module is a file stem directly under tier/ (tier/spill/evict.c + tier/spill/evict.h
   are "evict"). A subfolder (tier/s3/, tier/store/) is one module: it is a
   room built as its own library, and cycles inside it are not looked for.
 - A depends on B when A's .c or .h

@@ -1,5 +1,5 @@
 /*
- * test_maint — the maintenance worker (tier/maint.c) beside the evictor and
+ * test_maint — the maintenance worker (tier/spill/maint.c) beside the evictor and
  * its spill pool, against the in-memory fake store (tier_fixture.c): a slow
  * compaction or demotion does not hold up a spill, and chunks rewritten,
  * truncated or unlinked while their segment is compacted end up with the

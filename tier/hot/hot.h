@@ -90,7 +90,7 @@ uint64_t hot_used(const struct hot *hot);
 uint64_t hot_reserved(const struct hot *hot);
 uint64_t hot_limit(const struct hot *hot);
 /* The effective budget (memory pressure moves it between hot_min and
- * hot_size; tier/pressure.c). Reservations see it at once; bytes already
+ * hot_size; tier/hot/pressure.c). Reservations see it at once; bytes already
  * allocated above it are the evictor's to spill. Thread-safe. */
 void hot_set_limit(struct hot *hot, uint64_t limit);
 const char *hot_dir(const struct hot *hot);

@@ -242,7 +242,7 @@ static int restore_end_locked(struct tier *t, struct inode *in, uint64_t c, int 
 	return ret;
 }
 
-/* restore_chunk_locked of a chunk with a chain (tier/chain.c): the whole
+/* restore_chunk_locked of a chunk with a chain (tier/chain/chain.c): the whole
  * chain, each block from the newest record that has it; blocks of zeros
  * stay holes. */
 static int chain_restore_locked(struct tier *t, struct inode *in, uint64_t c)

@@ -133,7 +133,7 @@
 
 /* entry flags: LOC_F_MAP (index/chunk_loc.h), the record is data + extent
  * map (v2), the same bit in a footer, the index and the journal; and
- * SEG_F_OVL, an overlay (tier/chain.c): the record holds only the blocks
+ * SEG_F_OVL, an overlay (tier/chain/chain.c): the record holds only the blocks
  * its chunk's journal names, over older records; not a copy of the chunk */
 #define SEG_F_OVL 2u
 #define SEG_F_ALL (LOC_F_MAP | SEG_F_OVL)
@@ -293,7 +293,7 @@ struct seg_fd_check {
 int seg_writer_add_fd(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen, int fd,
 		      uint64_t fd_off, uint32_t len, const struct seg_fd_check *check,
 		      struct seg_entry *entry_out);
-/* The same with the extents given (an overlay's dirty blocks, tier/chain.c)
+/* The same with the extents given (an overlay's dirty blocks, tier/chain/chain.c)
  * instead of found: ext as for seg_writer_add_extents, relative to fd_off. */
 int seg_writer_add_fd_ext(struct seg_writer *w, uint64_t ino, uint64_t chunk, uint64_t gen,
 			  int fd, uint64_t fd_off, uint32_t chunk_len, const struct seg_extent *ext,
