@@ -30,9 +30,9 @@
  *   SEGSPILL_V2 (-DSEGSPILL_V2): the v2 calls only.
  */
 #define _GNU_SOURCE
-#include "tier/segment.h"
+#include "tier/segment/segment.h"
 #ifndef SEGSPILL_V2
-#include "tier/segment_i.h"
+#include "tier/segment/segment_i.h"
 #endif
 #include "tier/store/store.h"
 #include "common/uring.h"

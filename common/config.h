@@ -48,7 +48,7 @@ struct spw_config {
 	int cold_writes;	  /* 1: writes go over cold data (overlays), 0: restore first */
 	int admit_reread;	  /* admit=reread: cold data enters RAM when read again
 				   * (tier/admit); 0: admit=always */
-	/* elastic hot tier (tier/pressure.c) */
+	/* elastic hot tier (tier/hot/pressure.c) */
 	uint64_t hot_min;     /* the budget never shrinks below this */
 	uint64_t mem_reserve; /* keep this much of the node's/cgroup's memory available */
 	int mem_reserve_given; /* 1: the option; 0: 5% of mem_limit, at most 1G */

@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "fs/fs_i.h"
 #include "fs/options.h"
-#include "tier/hot.h"
+#include "tier/hot/hot.h"
 
 #include <errno.h>
 #include <fcntl.h>

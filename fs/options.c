@@ -24,8 +24,8 @@
 
 #include "common/log.h"
 #include "common/size.h"
-#include "tier/hot.h"
-#include "tier/pressure.h"
+#include "tier/hot/hot.h"
+#include "tier/hot/pressure.h"
 #include "tier/store/store_s3.h"
 
 #include <errno.h>

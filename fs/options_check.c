@@ -11,7 +11,7 @@
  */
 #include "fs/options_i.h"
 
-#include "tier/hot.h"
+#include "tier/hot/hot.h"
 #include "tier/store/store_s3.h"
 
 #include <dirent.h>
@@ -58,7 +58,7 @@ static int inside(const char *path, const char *dir)
 }
 
 /* The cold directory of a live spillway mount that dir lies inside (its
- * .spillway.lock is held, tier/stores.c), malloc'ed; NULL when none. */
+ * .spillway.lock is held, tier/state/stores.c), malloc'ed; NULL when none. */
 static char *live_cold_dir_above(const char *dir)
 {
 	char *up = strdup(dir), *slash;
@@ -135,7 +135,7 @@ int opt_check_mountpoint(struct opt_ctx *c, const char *mountpoint)
 /* ---- the checks that look at the world, in table order ---- */
 
 /* hot_dir: absolute; created 0700 if missing; an existing directory only
- * when it is spillway's or empty (tier/hot.h, HOT_MARKER). */
+ * when it is spillway's or empty (tier/hot/hot.h, HOT_MARKER). */
 int opt_check_hot_dir(struct opt_ctx *c, const char *v)
 {
 	struct spw_config *cfg = c->cfg;

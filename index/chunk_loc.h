@@ -5,7 +5,7 @@
  * Plain data, no functions and no lock of its own: whoever holds one guards
  * it (a chunk's: its inode lock). The wire formats are the codecs' business:
  * journal_codec.c and, for a segment's footer entries, seg_entry_loc() /
- * seg_loc_entry() (tier/segment.h) translate to and from it.
+ * seg_loc_entry() (tier/segment/segment.h) translate to and from it.
  */
 #ifndef SPW_CHUNK_LOC_H
 #define SPW_CHUNK_LOC_H

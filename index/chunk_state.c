@@ -6,6 +6,7 @@
  * the table does not list, naming the inode, the chunk and both states. Threading: the caller holds the chunk's inode lock.
  */
 #include "index/index_i.h"
+#include "index/index.h"
 
 #include "common/log.h"
 

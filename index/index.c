@@ -24,6 +24,7 @@
  *   share stripes. Debug builds assert a thread holds one inode lock at most.
  */
 #include "index/index_i.h"
+#include "index/index.h"
 
 #include "common/slab.h"
 

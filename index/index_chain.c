@@ -2,7 +2,7 @@
  * index_chain — a chunk's overlay chain (index.h, struct chunk_chain): its
  * memory, its bitmaps and its journal records (with the residency record
  * of the chunk it is over, idx_chunk_rec_locked). What the chain means for
- * reads, writes and spills is tier/chain.c's; this file only keeps it.
+ * reads, writes and spills is tier/chain/chain.c's; this file only keeps it.
  * Threading: the caller holds the chunk's inode lock.
  */
 #include "index/index_i.h"

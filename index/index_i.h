@@ -10,11 +10,14 @@
 #ifndef SPW_INDEX_I_H
 #define SPW_INDEX_I_H
 
-#include "index/index.h"
+#include "index/index_types.h"
 #include "index/journal.h"
 
 #include <stddef.h>
 #include <stdint.h>
+
+struct idx_new_node;
+struct slab;
 
 struct dirent_node {
 	struct dirent_node *hash_next;

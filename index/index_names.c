@@ -7,6 +7,7 @@
  * Threading: each takes idx->lock, and under it one inode lock at a time.
  */
 #include "index/index_i.h"
+#include "index/index.h"
 
 #include <errno.h>
 #include <linux/fs.h>

@@ -11,6 +11,7 @@
  * remove_marked take idx->lock as the namespace operations do.
  */
 #include "index/index_i.h"
+#include "index/index.h"
 
 #include <errno.h>
 #include <stdio.h>

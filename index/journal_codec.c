@@ -6,7 +6,7 @@
  * Guarantees: what jrnl_encode writes jrnl_decode returns unchanged.
  * Threading: none needed: pure functions over the caller's buffers.
  */
-#include "index/journal.h"
+#include "index/journal_codec.h"
 
 #include "common/crc32c.h"
 #include "common/le.h"

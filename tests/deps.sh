@@ -90,11 +90,14 @@ spw_build_asan() {
 	fuse=$(spw_libfuse "$top") || return 1
 	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
 		-DCMAKE_PREFIX_PATH="$fuse" -DSPW_SANITIZE=address,undefined -DSPW_FUZZ=ON \
-		-DSPW_CHECK_STATES=ON >/dev/null &&
+		-DSPW_CHECKS=ON >/dev/null &&
 		cmake --build "$build" -j"$(nproc)" >/dev/null
 }
 
-# The build users get: linked to libfuse 3.17+ (spw_libfuse).
+# The build users get: linked to libfuse 3.17+ (spw_libfuse). Further
+# arguments go to cmake after the defaults: tests/run_all.sh builds with
+# -DSPW_CHECKS=ON (the debug-only checks: CMakeLists.txt), anyone else
+# gets them off again.
 spw_build() {
 	local top=$1 build=$2 fuse
 	fuse=$(spw_libfuse "$top") || return 1
@@ -103,7 +106,8 @@ spw_build() {
 	if [ -n "$fuse" ] && [ -f "$build/CMakeCache.txt" ] && ! grep -q "^FUSE3_LIBDIR:INTERNAL=$fuse/lib$" "$build/CMakeCache.txt"; then
 		rm -f "$build/CMakeCache.txt"
 	fi
-	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$fuse" >/dev/null &&
+	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$fuse" \
+		-DSPW_CHECKS=OFF "${@:3}" >/dev/null &&
 		cmake --build "$build" -j"$(nproc)" >/dev/null
 }
 
@@ -122,6 +126,6 @@ spw_build_uring() {
 # and running its unit tests.
 spw_build_oldfuse() {
 	local top=$1 build=$2
-	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+	cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPW_CHECKS=ON >/dev/null &&
 		cmake --build "$build" -j"$(nproc)" >/dev/null
 }

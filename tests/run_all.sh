@@ -10,7 +10,9 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 spw_deps
 spw_s3_deps "$top"
 build="$top/build"
-spw_build "$top" "$build"
+# the debug-only checks on (CMakeLists.txt, SPW_CHECKS): every test runs
+# with the chunk state moves, the one-inode-lock rule and assert() checked
+spw_build "$top" "$build" -DSPW_CHECKS=ON
 # Python clients of the tests (Ray, PyTorch, safetensors, NumPy): a venv under
 # the build tree, made once from tests/requirements-py.txt
 . "$top/tests/pydeps.sh"

@@ -9,8 +9,9 @@
 #      (SPW_CRASH_ROUNDS=4), a short fsx and writes over cold data
 #      (overlays: random writes, folds, kill -9, S3), admission both ways
 #      (reads once, re-reads, write-around, its kill -9, fsx -A). The
-#      builds abort on an illegal chunk state move (SPW_CHECK_STATES). The harness
-#      fails a test when any program it started wrote a sanitizer report.
+#      builds abort on an illegal chunk state move, a second inode lock
+#      or a failed assert() (SPW_CHECKS). The harness fails a test when
+#      any program it started wrote a sanitizer report.
 # Usage: tests/sanitize.sh [BUILD_DIR]   (deps as for tests/run_all.sh)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)

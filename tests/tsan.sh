@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The ThreadSanitizer run of tests/run_all.sh (after tests/sanitize.sh), on
 # its own build dir (build-tsan: clang, -DSPW_SANITIZE=thread, and
-# -DSPW_CHECK_STATES=ON: an illegal chunk state move aborts; never
-# installed):
+# -DSPW_CHECKS=ON: an illegal chunk state move, a second inode lock or a
+# failed assert() aborts; never installed):
 #   1. every unit test (ctest -L unit; the cmocka binaries are instrumented
 #      too: test_tier_races, test_maint, test_tier_policy run the evictor,
 #      spill pool, restore workers and maint against a fake store; a report
@@ -50,7 +50,7 @@ build="$top/build-tsan"
 t0=$SECONDS
 fuse=$(spw_libfuse "$top") # the libfuse users get: passthrough opens in play
 cmake -S "$top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-	-DCMAKE_PREFIX_PATH="$fuse" -DSPW_SANITIZE=thread -DSPW_CHECK_STATES=ON >/dev/null
+	-DCMAKE_PREFIX_PATH="$fuse" -DSPW_SANITIZE=thread -DSPW_CHECKS=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 echo "tsan: build $((SECONDS - t0))s"
 fail=0

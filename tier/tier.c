@@ -10,10 +10,10 @@
  * lock, then one leaf: the tier lock (slow_op) or a room's own.
  */
 #include "tier/tier_i.h"
-#include "tier/maint.h"
-#include "tier/metrics.h"
-#include "tier/restore.h"
-#include "tier/stats.h"
+#include "tier/spill/maint.h"
+#include "tier/stats/metrics.h"
+#include "tier/restore/restore.h"
+#include "tier/stats/stats.h"
 #include "tier/tier.h"
 
 #include "index/journal.h"
@@ -22,7 +22,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "tier/store/store.h"
-#include "tier/pressure.h"
+#include "tier/hot/pressure.h"
 
 #include <errno.h>
 #include <fcntl.h>

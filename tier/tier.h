@@ -1,4 +1,12 @@
 /*
+ * THE HANDLE, tier/'s top: tier.c (tier_new/start/stop/free, unmount),
+ * tier_io.c (reads, writes, truncate, fallocate, fsync, evict/warm/pin),
+ * tier_open.c (opens, closes, passthrough); tier.h is what fs/ calls,
+ * tier_i.h is struct tier and the rooms' internal calls. It uses every
+ * room below it (the folders of tier/: README, "Architecture"); no room
+ * uses it.
+ */
+/*
  * tier — the data path the fs layer calls: open/close, read and write
  * bracketing, truncate, fallocate, SEEK_DATA/HOLE, statfs, stats. It owns the
  * hot tier and (when configured) the evictor, cold stores and restore.
@@ -31,7 +39,7 @@ struct tier_io {
 	int64_t reserved;     /* hot bytes reserved (writes) */
 	uint64_t claimed;     /* bit i: chunk first+i was COLD, wholly overwritten */
 	uint64_t over;	      /* writes: bit i: chunk first+i is written over its
-			       * cold copy (overlay: tier/chain.c) */
+			       * cold copy (overlay: tier/chain/chain.c) */
 	uint64_t rest;	      /* reads: bit i: chunk first+i partly restored, the
 			       * rest follows in tier_read_end (after the reply) */
 	/* reads: the answer is iov[0..niov) (niov > 0: cold pieces read

@@ -9,10 +9,10 @@
 
 #include "common/config.h"
 #include "index/index.h"
-#include "tier/hot.h"
-#include "tier/segtab.h"
+#include "tier/hot/hot.h"
+#include "tier/segment/segtab.h"
 #include "common/hist.h"
-#include "tier/segment.h"
+#include "tier/segment/segment.h"
 
 #include <pthread.h>
 

@@ -26,13 +26,13 @@
  */
 #include "tier/tier_i.h"
 #include "tier/admit/admit.h"
-#include "tier/spill.h"
+#include "tier/spill/spill.h"
 #include "tier/tier.h"
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "index/journal.h"
-#include "tier/segment.h"
+#include "tier/segment/segment.h"
 #include "tier/store/store.h"
 
 #include <errno.h>

@@ -18,9 +18,9 @@
 
 #include "index/index.h"
 #include "index/journal.h"
-#include "tier/tiers_file.h"
-#include "tier/segment.h"
-#include "tier/segtab.h"
+#include "tier/segment/tiers_file.h"
+#include "tier/segment/segment.h"
+#include "tier/segment/segtab.h"
 #include "tier/store/store.h"
 
 #include <stddef.h>

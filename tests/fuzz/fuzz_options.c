@@ -8,7 +8,7 @@
  * a rejected one gives a one-line reason and removes the hot_dir it made.
  */
 #include "fuzz.h"
-#include "tier/hot.h"
+#include "tier/hot/hot.h"
 #include "fs/options.h"
 
 #include <math.h>

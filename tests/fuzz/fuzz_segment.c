@@ -1,5 +1,5 @@
 /*
- * fuzz_segment — the segment decoders (tier/segment.h): the input is a
+ * fuzz_segment — the segment decoders (tier/segment/segment.h): the input is a
  * whole segment. Written against the public seg_header_decode,
  * seg_trailer_decode and seg_footer_decode only, so format changes behind
  * them are fuzzed as they land.
@@ -14,7 +14,7 @@
  * reserved bytes are zero.
  */
 #include "fuzz.h"
-#include "tier/segment.h"
+#include "tier/segment/segment.h"
 
 #include <errno.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  */
 #include "fuzz.h"
 #include "index/journal.h"
-#include "tier/segment.h"
+#include "tier/segment/segment.h"
 
 #include <errno.h>
 #include <inttypes.h>

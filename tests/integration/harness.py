@@ -77,7 +77,7 @@ def request_bound(opts):
 
 
 # daemon-private files allowed in hot_dir besides the inode-numbered hot files
-DAEMON_FILES = {".lock", ".spillway-hot"}  # the lock; the marker (tier/hot.h HOT_MARKER)
+DAEMON_FILES = {".lock", ".spillway-hot"}  # the lock; the marker (tier/hot/hot.h HOT_MARKER)
 
 _live = []  # Mount / Spawned objects not yet cleaned up
 _tmp_dirs = set()  # test temp dirs not yet removed (see make_tmpdir)

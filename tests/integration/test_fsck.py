@@ -46,7 +46,7 @@ from lib.tier import file_state, seg_footer  # noqa: E402
 SEG_HDR = 4096
 
 # --------------------------------------------------------------------------
-# segment files (tier/segment.h)
+# segment files (tier/segment/segment.h)
 
 _CRC_TABLE = []
 for _i in range(256):
@@ -73,7 +73,7 @@ def seg_id_of(name):
 
 
 def seg_entries(path):
-    """Footer entries of a segment file (any format version, tier/segment.h):
+    """Footer entries of a segment file (any format version, tier/segment/segment.h):
     [(ino, chunk, gen, len, off, crc)], len being the record's stored bytes."""
     return [(ino, chunk, gen, ln, off, crc)
             for ino, chunk, gen, _flags, off, ln, crc, _clen in seg_footer(path)[2]]

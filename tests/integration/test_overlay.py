@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes over cold data without restoring it (overlays, tier/chain.c).
+"""Writes over cold data without restoring it (overlays, tier/chain/chain.c).
 
 A file bigger than the hot tier is written, spilled, and then written into
 at random (4 KiB pages, odd sizes, unaligned) while the evictor spills and

@@ -481,7 +481,7 @@ class TestDaemonMemory(RamCase):
             seen.append(vm_rss(m.pid))
             return seen[-1] <= bound
         # the idle memory goes back within a few seconds of the mount being
-        # still (tier/pressure.c, common/heap.c); the wait is bounded, not timed
+        # still (tier/hot/pressure.c, common/heap.c); the wait is bounded, not timed
         try:
             harness.wait_until(under, 30, "the daemon's RSS under %.1f MiB" % (bound / MiB),
                                interval=0.25)

@@ -9,7 +9,7 @@ no per-record overhead below 64 KiB): the segments' data areas are at most
 A sparse 1 GiB file with a few scattered writes takes about what was written
 in the cold tier, reads back equal, and keeps its holes after the restore
 (SEEK_DATA/SEEK_HOLE through the mount, and the hot file's allocation).
-Segments are parsed here from the wire format in tier/segment.h.
+Segments are parsed here from the wire format in tier/segment/segment.h.
 
 Run: python3 test_segments.py --build BUILD_DIR [-k pattern]
 """

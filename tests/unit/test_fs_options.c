@@ -79,7 +79,7 @@ static int teardown(void **state)
 	rm_tree(f->nv1);
 	rm_tree(f->nv2);
 	if (f->default_hot[0])
-		rm_tree(f->default_hot); /* it holds the marker (tier/hot.h) */
+		rm_tree(f->default_hot); /* it holds the marker (tier/hot/hot.h) */
 	free(f);
 	return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * test_hot — the RAM tier's directory and accounting (tier/hot.c):
+ * test_hot — the RAM tier's directory and accounting (tier/hot/hot.c):
  * hot_new creates hot_dir 0700, adopts it only when it is empty or its
  * marker names this filesystem (or a volatile mount, or an older spillway
  * whose hot files the index knows) and it holds nothing but spillway's
@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "index/index.h"
-#include "tier/hot.h"
+#include "tier/hot/hot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -365,7 +365,7 @@ static void test_second_instance_refused(void **state)
 }
 
 /*
- * BUG (tier/hot.c hot_new/hot_free): a refused second hot_new tears down the
+ * BUG (tier/hot/hot.c hot_new/hot_free): a refused second hot_new tears down the
  * first instance's directory. Its failure path calls hot_free(), which
  * unlinks ".lock" (the live instance's lock file) whenever lockfd >= 0, and
  * then rmdir()s hot_dir, which succeeds while the first instance has no hot

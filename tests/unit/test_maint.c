@@ -1,5 +1,5 @@
 /*
- * test_maint — the maintenance worker (tier/maint.c) beside the evictor and
+ * test_maint — the maintenance worker (tier/spill/maint.c) beside the evictor and
  * its spill pool, against the in-memory fake store (tier_fixture.c): a slow
  * compaction or demotion does not hold up a spill, and chunks rewritten,
  * truncated or unlinked while their segment is compacted end up with the
@@ -14,7 +14,7 @@
 
 #include "common/clock.h"
 #include "fake_store.h"
-#include "tier/maint.h"
+#include "tier/spill/maint.h"
 #include "tier/store/store_s3.h"
 #include "tier/tier_i.h"
 #include "tier_fixture.h"

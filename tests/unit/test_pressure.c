@@ -1,5 +1,5 @@
 /*
- * test_pressure — the elastic hot budget (tier/pressure.c) against fake
+ * test_pressure — the elastic hot budget (tier/hot/pressure.c) against fake
  * /proc and cgroup files (SPW_PROC_ROOT): the first decision at start, the
  * budget rule (used + available - mem_reserve, clamped to hot_min..hot_size),
  * cgroup v1 limits (hierarchical too, inactive file cache not counted),
@@ -18,9 +18,9 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/heap.h"
-#include "tier/hot.h"
-#include "tier/pressure.h"
-#include "tier/segment.h"
+#include "tier/hot/hot.h"
+#include "tier/hot/pressure.h"
+#include "tier/segment/segment.h"
 
 #include <ftw.h>
 #include <stdio.h>

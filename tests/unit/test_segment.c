@@ -14,8 +14,8 @@
 
 #include "common/crc32c.h"
 #include "common/log.h"
-#include "tier/segment.h"
-#include "tier/segment_i.h"
+#include "tier/segment/segment.h"
+#include "tier/segment/segment_i.h"
 #include "tier/store/store.h"
 
 #include <errno.h>

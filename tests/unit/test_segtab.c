@@ -1,7 +1,7 @@
 /* test_segtab — tier/segtab: ids, registration, live-byte accounting,
  * totals, replay and checkpoint records, the GC and demotion picks (no
  * journal, no store). */
-#include "tier/segtab.h"
+#include "tier/segment/segtab.h"
 
 #include "index/index.h"
 #include "index/journal.h"

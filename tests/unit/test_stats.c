@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "tier/stats.h"
+#include "tier/stats/stats.h"
 
 static struct tier_snapshot *sample(void)
 {

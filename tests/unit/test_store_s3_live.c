@@ -421,7 +421,7 @@ struct writer {
 	int ret;
 };
 
-/* One segment writer: 4 MiB appends, as tier/segment.c stages them. */
+/* One segment writer: 4 MiB appends, as tier/segment/segment.c stages them. */
 static void *write_thread(void *arg)
 {
 	struct writer *w = arg;

@@ -23,7 +23,7 @@
 #include "fake_store.h"
 #include "index/index.h"
 #include "tier/tier.h"
-#include "tier/segment.h"
+#include "tier/segment/segment.h"
 #include "tier/tier_i.h"
 #include "tier_fixture.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_workq — the work queue (tier/workq.c): its threads run jobs side by
+ * test_workq — the work queue (common/workq.c): its threads run jobs side by
  * side, a level never holds more than its bound, a lower level goes first,
  * stop drains the queue (runs it, or cancels it with a cancel op) and
  * refuses later pushes.
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "tier/workq.h"
+#include "common/workq.h"
 
 #include <errno.h>
 #include <pthread.h>

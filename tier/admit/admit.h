@@ -1,4 +1,8 @@
 /*
+ * ROOM tier/admit/: the admission filter. Uses hot/ and segment/; spill/,
+ * restore/ and the handle ask it.
+ */
+/*
  * admit — what deserves RAM (DESIGN section 15): the hot tier's admission
  * filter, both ways. Reads: a cold chunk read for the first time is
  * answered from its segment and stays cold (read once: a Ray restore, a

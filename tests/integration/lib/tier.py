@@ -51,7 +51,7 @@ SEG_MAGIC = {b"SPWFOOT1": 1, b"SPWFOOT2": 2, b"SPWFOOT3": 3}
 
 
 def seg_footer(path):
-    """A segment file's footer (tier/segment.h, format v1, v2 or v3):
+    """A segment file's footer (tier/segment/segment.h, format v1, v2 or v3):
     (version, footer_len, [(ino, chunk, gen, flags, off, len, crc,
     chunk_len)]); AssertionError when path holds no segment."""
     with open(path, "rb") as f:
