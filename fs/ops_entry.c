@@ -79,6 +79,34 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_attr(req, &st, s->attr_timeout);
 }
 
+/* Is the caller of req in group gid (its primary or a supplementary group)? */
+static int req_in_group(fuse_req_t req, gid_t gid)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	gid_t groups[64];
+	int n;
+
+	if (ctx->gid == gid)
+		return 1;
+	n = fuse_req_getgroups(req, 64, groups);
+	for (int i = 0; i < n && i < 64; i++)
+		if (groups[i] == gid)
+			return 1;
+	return 0;
+}
+
+/* A mode set by a caller outside the file's group and without CAP_FSETID
+ * (taken as root) loses set-group-ID, as the VFS's setattr_copy does: the
+ * kernel leaves that to us for the mode it sets when a write or truncate
+ * kills set-user-ID (xfstests generic/683, 684). */
+static int mode_keeps_sgid(fuse_req_t req, struct inode *in, struct stat *attr, int valid)
+{
+	gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : in->gid;
+	if (!(valid & FUSE_SET_ATTR_MODE) || !(attr->st_mode & S_ISGID))
+		return 1;
+	return fuse_req_ctx(req)->uid == 0 || req_in_group(req, gid);
+}
+
 static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int valid)
 {
 	int64_t now;
@@ -136,6 +164,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
+	if (!mode_keeps_sgid(req, in, attr, valid))
+		attr->st_mode &= ~S_ISGID;
 	ret = do_setattr(s, in, attr, valid);
 	if (ret == 0)
 		fs_stat(s, in, &st);

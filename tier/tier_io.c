@@ -426,8 +426,9 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 			in->size = io->off + (uint64_t)written;
 		idx_touch(&in->mtime);
 		in->ctime = in->mtime;
-		/* POSIX: a write by a non-owner clears set-user/group-ID */
-		idx_set_mode_locked(in, in->mode & ~(S_ISUID | S_ISGID));
+		/* set-user/group-ID: the kernel clears them before the write
+		 * (file_remove_privs, a SETATTR of the mode), by the VFS's rules:
+		 * not for CAP_FSETID, set-group-ID only with group-execute */
 		/* the size before the reply; mtime alone waits for close or fsync */
 		in->attr_dirty = !grew;
 		if (grew && idx_journal_attr_locked(t->idx, in) < 0)

@@ -974,6 +974,76 @@ class TestAppendTruncate(MountedTestCase):
         self.assertIn(("zeros", ("val", True)), log)
 
 
+def write_as_nobody(fd, data):
+    """Write data to fd from a child that dropped to nobody (no CAP_FSETID);
+    returns what the write returned, or -errno."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                res = os.write(fd, data)
+            except OSError as e:
+                res = -e.errno
+            os.write(w, b"%d" % res)
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        out = os.read(r, 64)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    return int(out)
+
+
+class TestSetid(MountedTestCase):
+    """A write clears set-user-ID and set-group-ID as the VFS decides: never
+    for a caller with CAP_FSETID (the owner here is root), set-group-ID only
+    with group-execute (xfstests generic/193, 355). With passthrough on and
+    off: the daemon used to clear both on every write. A caller outside the
+    file's group loses set-group-ID on the mode the kernel sets (683, 684)."""
+
+    mount_kw = {"opts": ("allow_other", "default_permissions")}
+
+    def scenario(self, t):
+        for mode in (0o2644, 0o6755, 0o2666, 0o4666, 0o6777, 0o6766):
+            t.call("create", write_file, t.p("f%o" % mode), b"x")
+            t.do("chmod %o" % mode, os.chmod, t.p("f%o" % mode), mode)
+            t.call("root appends", append_file, t.p("f%o" % mode), b"y")
+            t.stat("f%o" % mode)
+            if mode & 0o4000 == 0:
+                # set-group-ID alone, a writer outside the group: the VFS
+                # clears it, FUSE's kernel side never asks (docs/testing.md)
+                continue
+            fd = t.open("f%o" % mode, os.O_WRONLY | os.O_APPEND)
+            t.do("nobody writes", write_as_nobody, fd, b"z")
+            t.do("fstat", lambda fd: stat.S_IMODE(os.fstat(fd).st_mode), fd)
+            t.close(fd)
+            t.stat("f%o" % mode)
+
+    def test_write_keeps_or_clears_setid(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root (a write by another user)")
+        log = self.assertParity(self.scenario)
+        self.assertIn(("stat f2644", ("ok", {"type": "reg", "mode": "0o2644", "nlink": 1,
+                                              "uid": 0, "gid": 0, "size": 2})), log)
+        self.assertIn(("fstat", ("ok", 0o777)), log)  # nobody's write: both cleared
+        self.assertIn(("fstat", ("ok", 0o766)), log)  # and without group-execute
+
+    def test_write_keeps_or_clears_setid_no_passthrough(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root (a write by another user)")
+        self.m.stop()
+        self.m = self.mount(opts=("passthrough=off", "allow_other", "default_permissions"))
+        self.mnt = self.m.mnt
+        self.assertParity(self.scenario)
+
+
 class TestBlocksAndTimes(MountedTestCase):
     def test_st_blocks(self):
         p = self.m.path("f")
