@@ -556,6 +556,20 @@ static int covers_chunk(const struct tier *t, const struct inode *in, uint64_t c
 	return off <= cs && off + len >= ce;
 }
 
+/* fallocate(2) on the hot file. tmpfs has no FALLOC_FL_ZERO_RANGE: there a
+ * zeroing is a punch of the range and an allocation of it. */
+static int hot_fallocate(int fd, int mode, uint64_t off, uint64_t len)
+{
+	if (fallocate(fd, mode, (off_t)off, (off_t)len) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP || !(mode & FALLOC_FL_ZERO_RANGE))
+		return -errno;
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) < 0)
+		return -errno;
+	mode &= FALLOC_FL_KEEP_SIZE;
+	return fallocate(fd, mode, (off_t)off, (off_t)len) < 0 ? -errno : 0;
+}
+
 /* One piece of a fallocate (tier_fallocate): its chunks are made hot and
  * pinned together, so it must fit in RAM. */
 static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
@@ -608,10 +622,8 @@ static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t 
 		if (end > off + len)
 			punch_len = end - off;
 	}
-	if (fallocate(fd, mode, (off_t)off, (off_t)punch_len) < 0) {
-		ret = -errno;
+	if ((ret = hot_fallocate(fd, mode, off, punch_len)) < 0)
 		goto out_unpin;
-	}
 	for (uint64_t c = first; c <= last; c++) {
 		struct chunk *ch = &in->chunks[c];
 		uint64_t cs = c * t->chunk_size;
