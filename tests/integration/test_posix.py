@@ -750,6 +750,61 @@ class TestFallocate(MountedTestCase):
         self.assertEqual(data[3 * MiB:], ref[3 * MiB:])
 
 
+    def test_zero_range(self):
+        """FALLOC_FL_ZERO_RANGE, with and without KEEP_SIZE, across EOF (tmpfs,
+        the hot tier, has none: spillway punches and allocates; no parity
+        with tmpfs then: the expected bytes are built here)."""
+        ZERO = 0x10
+        fd = os.open(self.m.path("f"), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.pwrite(fd, b"\xab" * (3 * MiB), 0)
+            harness.fallocate(fd, ZERO, MiB + 5, MiB + 2)
+            want = bytearray(b"\xab" * (3 * MiB))
+            want[MiB + 5:2 * MiB + 7] = bytes(MiB + 2)
+            self.assertEqual(os.fstat(fd).st_size, 3 * MiB)
+            self.assertEqual(os.pread(fd, 4 * MiB, 0), bytes(want))
+            harness.fallocate(fd, ZERO | harness.FALLOC_FL_KEEP_SIZE, 3 * MiB - 10, 100)
+            want[3 * MiB - 10:] = bytes(10)
+            self.assertEqual(os.fstat(fd).st_size, 3 * MiB)
+            self.assertGreaterEqual(os.fstat(fd).st_blocks * 512, 3 * MiB)
+            harness.fallocate(fd, ZERO, 3 * MiB - 10, 4096)
+            want += bytes(4096 - 10)
+            self.assertEqual(os.fstat(fd).st_size, 3 * MiB - 10 + 4096)
+            self.assertEqual(os.pread(fd, 4 * MiB, 0), bytes(want))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_all(self.m.path("f")), bytes(want))
+
+    def test_enospc_up_front(self):
+        """An allocation far larger than every tier's free room fails at once
+        with ENOSPC and allocates nothing (xfstests generic/213)."""
+        sv = os.statvfs(self.mnt)
+        room = sv.f_bavail * sv.f_frsize
+        p = self.m.path("big")
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.pwrite(fd, b"x" * 4096, 0)
+            t0 = time.monotonic()
+            with self.assertRaises(OSError) as cm:
+                os.posix_fallocate(fd, 0, 2 * room + (1 << 30))
+            took = time.monotonic() - t0
+            self.assertEqual(cm.exception.errno, errno.ENOSPC)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        self.assertEqual(st.st_size, 4096)
+        self.assertLess(st.st_blocks * 512, MiB)
+        self.assertLess(took, 5.0 * harness.TIME_SCALE)
+        # what fits is still allocated
+        fd = os.open(p, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, 2 * MiB)
+            self.assertEqual(os.fstat(fd).st_size, 2 * MiB)
+        finally:
+            os.close(fd)
+
+
 class TestSeekHoles(MountedTestCase):
     def test_seek_data_hole(self):
         p = self.m.path("sparse")
