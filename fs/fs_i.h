@@ -70,10 +70,20 @@ static inline struct inode *fh_inode(struct fuse_file_info *fi)
 	return fh_file(fi)->in;
 }
 
-/* The inode behind an open directory handle (an internal ref it owns). */
-static inline struct inode *fh_dir(struct fuse_file_info *fi)
+/* An open directory: fi->fh. Owns an internal ref on in. Its listing ends
+ * before `end`, the directory's next cookie when it was opened or rewound:
+ * an entry renamed away and back gets a new cookie past it, so a reader
+ * that renames what it reads still comes to the end, each entry seen at
+ * most once (POSIX leaves entries added after opendir unspecified;
+ * xfstests generic/736). */
+struct spw_dir {
+	struct inode *in;
+	uint64_t end; /* relaxed atomic: readdirs of one handle may race */
+};
+
+static inline struct spw_dir *fh_dir(struct fuse_file_info *fi)
 {
-	return (struct inode *)(uintptr_t)fi->fh;
+	return (struct spw_dir *)(uintptr_t)fi->fh;
 }
 
 /* Fill a fuse_entry_param for `in` (takes in->lock). */

@@ -283,6 +283,9 @@ void idx_get_locked(struct inode *in);
 /* Inside an idx_readdir callback: add a kernel lookup ref to child. */
 void idx_kernel_ref_locked(struct inode *child);
 uint64_t idx_dir_entries(struct index *idx, uint64_t dir);
+/* The cookie the next entry made in dir will get: every entry there now has
+ * a smaller one (a rename into dir makes a new entry). 0 if dir is gone. */
+uint64_t idx_dir_next_cookie(struct index *idx, uint64_t dir);
 
 /* Attributes. idx_stat fills st from the inode (takes its lock). */
 void idx_stat(struct index *idx, struct inode *ino, struct stat *st);

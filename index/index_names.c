@@ -440,6 +440,18 @@ out:
 	return ret;
 }
 
+uint64_t idx_dir_next_cookie(struct index *idx, uint64_t dir)
+{
+	struct inode *p;
+	uint64_t n = 0;
+	pthread_mutex_lock(&idx->lock);
+	p = idx_ino_find(idx, dir);
+	if (p && idx_dir(p))
+		n = idx_dir(p)->next_cookie;
+	pthread_mutex_unlock(&idx->lock);
+	return n;
+}
+
 uint64_t idx_dir_entries(struct index *idx, uint64_t dir)
 {
 	struct inode *p;

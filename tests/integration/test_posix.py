@@ -589,6 +589,27 @@ class TestReaddir(MountedTestCase):
         self.assertTrue(set(seen) <= set(names))
         self.assertEqual(os.listdir(d), [])
 
+    def test_renames_while_reading(self):
+        """Each entry read is renamed away and back (a new cookie, past the
+        end): the listing still ends, with each name once and every name
+        that was there at opendir (xfstests generic/736 looped)."""
+        d = self.m.path("d")
+        os.mkdir(d)
+        names = {str(i) for i in range(1, 2001)}
+        for n in names:
+            os.close(os.open(os.path.join(d, n), os.O_CREAT | os.O_WRONLY, 0o644))
+        seen = []
+        with os.scandir(d) as it:
+            for e in it:
+                seen.append(e.name)
+                self.assertLessEqual(len(seen), 3 * len(names), "readdir does not end")
+                os.rename(os.path.join(d, e.name), os.path.join(d, "TEMPFILE"))
+                os.rename(os.path.join(d, "TEMPFILE"), os.path.join(d, e.name))
+        self.assertEqual(len(seen), len(set(seen)))
+        self.assertEqual(set(seen), names)
+        # a new listing (a new opendir) sees them all again
+        self.assertEqual(set(os.listdir(d)), names)
+
     def test_readdir_offsets_restart(self):
         """Two interleaved readers of one directory each see every entry once."""
         d = self.m.path("d")
