@@ -226,6 +226,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	/* all changes pass through us: no need to compare mtimes */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	/* file handles (open_by_handle_at, NFS export) name the inode number,
+	 * which the index keeps for the file's life and never reuses, across
+	 * remounts too: the kernel looks up "." of it, and ".." of a
+	 * directory (idx_lookup) */
+	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
+		conn->want |= FUSE_CAP_EXPORT_SUPPORT;
 	init_passthrough(s, conn);
 	init_uring(s, conn);
 	if (pthread_create(&th, NULL, tune_readahead, s) == 0)

@@ -249,7 +249,8 @@ void idx_ref(struct index *idx, struct inode *ino);
 void idx_forget(struct index *idx, uint64_t ino, uint64_t n);
 
 /* Lookup: on success *out has one internal ref and nlookup was incremented
- * when `kernel_ref` is set. */
+ * when `kernel_ref` is set. "." is parent itself, of any type; ".." the
+ * parent of directory parent. */
 int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_ref,
 	       struct inode **out);
 

@@ -26,6 +26,12 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 		ret = -ENOENT;
 		goto out;
 	}
+	/* "." of any inode: a lookup by inode number (FUSE export support:
+	 * the kernel opening a file handle whose inode it no longer holds) */
+	if (strcmp(name, ".") == 0) {
+		in = p;
+		goto found;
+	}
 	if (!idx_dir(p)) {
 		ret = -ENOTDIR;
 		goto out;
@@ -34,9 +40,7 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 		ret = -ENAMETOOLONG;
 		goto out;
 	}
-	if (strcmp(name, ".") == 0)
-		in = p;
-	else if (strcmp(name, "..") == 0)
+	if (strcmp(name, "..") == 0)
 		in = idx_ino_find(idx, idx_dir(p)->parent);
 	else if ((d = idx_dent_find(idx, parent, name)))
 		in = idx_ino_find(idx, d->ino);
@@ -44,6 +48,7 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 		ret = -ENOENT;
 		goto out;
 	}
+found:
 	in->refs++;
 	if (kernel_ref)
 		in->nlookup++;
