@@ -84,8 +84,10 @@ fi
 
 # One run's mounts and tiers. The hot tiers on /dev/shm (tmpfs); the cold
 # directories and state under the build tree. The helper's name is this
-# build's, so runs from two work trees do not share one.
+# build's, so runs from two work trees do not share one; the mounts' source
+# names are this run's (xfstests finds its mounts by them).
 work=$(mktemp -d "$xroot/run.XXXXXX")
+chmod 755 "$work" # the test users reach the mounts
 shm=$(mktemp -d /dev/shm/spw-xfs.XXXXXX)
 sub="spwxfs$(printf %s "$build" | md5sum | cut -c1-8)"
 helper="/sbin/mount.fuse.$sub"
@@ -123,9 +125,9 @@ tier_opts() { # NAME
 cat >"$work/local.config" <<EOF
 export FSTYP=fuse
 export FUSE_SUBTYP=.$sub
-export TEST_DEV=spw_xfs_test
+export TEST_DEV=spw_${work##*.}_test
 export TEST_DIR=$work/test
-export SCRATCH_DEV=spw_xfs_scratch
+export SCRATCH_DEV=spw_${work##*.}_scratch
 export SCRATCH_MNT=$work/scratch
 export TEST_FS_MOUNT_OPTS="-o $(tier_opts test)"
 export MOUNT_OPTIONS="-o $(tier_opts scratch)"
