@@ -5,6 +5,7 @@
 #
 #   tests/xfstests/run.sh [--build DIR] [--subset | -g GROUP | TEST...]
 #
+# --source: only say where the source is, or how to get it (exit 77).
 # --subset (what tests/run_all.sh runs, through ctest): the tests named in
 # tests/xfstests/subset. -g generic/quick: the whole quick group (about an
 # hour on 2 cores). Tests named in tests/xfstests/exclude are never run
@@ -18,24 +19,31 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build="$top/build"
 args=()
+want_source=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--build) build=$(cd "$2" && pwd); shift 2 ;;
+	--source) want_source=1; shift ;;
 	--subset) mapfile -t sub < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$here/subset"); args+=("${sub[@]}"); shift ;;
 	*) args+=("$1"); shift ;;
 	esac
 done
-[ ${#args[@]} -gt 0 ] || { echo "usage: $0 [--build DIR] [--subset | -g GROUP | TEST...]" >&2; exit 2; }
+[ ${#args[@]} -gt 0 ] || [ $want_source = 1 ] ||
+	{ echo "usage: $0 [--build DIR] [--source | --subset | -g GROUP | TEST...]" >&2; exit 2; }
 
 # The source: an environment variable, else the pinned snapshot beside the
 # repository (never copied into it).
 src=${XFSTESTS_SRC:-}
 if [ -z "$src" ]; then
-	src=$(ls -1 "$top"/../shared/third_party/xfstests-*.tar.gz 2>/dev/null | head -n1 || true)
+	src=$(ls -1 "$(dirname "$top")"/shared/third_party/xfstests-*.tar.gz 2>/dev/null | head -n1 || true)
 fi
 if [ -z "$src" ] || [ ! -e "$src" ]; then
 	echo "xfstests: SKIPPED, no source: set XFSTESTS_SRC to an xfstests checkout or tarball (git clone https://github.com/kdave/xfstests), or put xfstests-<rev>.tar.gz in ../shared/third_party/"
 	exit 77
+fi
+if [ $want_source = 1 ]; then
+	echo "xfstests: source $src"
+	exit 0
 fi
 [ -e /dev/fuse ] || { echo "xfstests: SKIPPED, no /dev/fuse"; exit 77; }
 [ "$(id -u)" = 0 ] || { echo "xfstests: needs root (mount, its test users)" >&2; exit 1; }
@@ -112,7 +120,8 @@ state=\$(printf %s "\$opts" | tr , '\n' | sed -n 's/^state_dir=//p')
 if [ -n "\$state" ] && [ -e "\$state/lock" ]; then
 	flock -w 120 "\$state/lock" true || { echo "mount.fuse.$sub: \$state still locked" >&2; exit 32; }
 fi
-exec "$build/spillway" "\$mnt" -o "fsname=\$src,\$opts"
+# as mount.fuse3 does for root: dev and suid unless the options say no
+exec "$build/spillway" "\$mnt" -o "fsname=\$src,dev,suid,\$opts"
 EOF
 chmod 755 "$helper"
 
