@@ -108,6 +108,9 @@ void op_rename(fuse_req_t, fuse_ino_t, const char *, fuse_ino_t, const char *, u
 void op_link(fuse_req_t, fuse_ino_t, fuse_ino_t, const char *);
 void op_access(fuse_req_t, fuse_ino_t, int);
 void op_create(fuse_req_t, fuse_ino_t, const char *, mode_t, struct fuse_file_info *);
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 15)
+void op_tmpfile(fuse_req_t, fuse_ino_t, mode_t, struct fuse_file_info *);
+#endif
 /* ops_dir.c */
 void op_opendir(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 void op_readdir(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);

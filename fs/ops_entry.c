@@ -300,13 +300,12 @@ void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 	fuse_reply_err(req, -ret);
 }
 
-void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-	       struct fuse_file_info *fi)
+/* Open the new inode `in` (a create's, or a tmpfile's: ret is how making
+ * it went) and send the one reply. */
+static void open_new_reply(fuse_req_t req, struct inode *in, int ret, struct fuse_file_info *fi)
 {
 	struct spw *s = spw_of(req);
 	struct fuse_entry_param e;
-	struct inode *in;
-	int ret = do_make(s, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &in);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -315,7 +314,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	/* a new file is written through the daemon (tier.h) */
 	ret = f ? tier_open(s->tier, in, TIER_OPEN_WRITE, req, &f->how) : -ENOMEM;
 	if (ret < 0) {
-		/* the name exists; the kernel holds a lookup ref we must return */
+		/* the inode exists; the kernel holds a lookup ref we must return */
 		fs_file_free(s, f);
 		idx_forget(s->idx, in->ino, 1);
 		idx_put(s->idx, in);
@@ -331,3 +330,30 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		fs_file_free(s, f);
 	}
 }
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+	       struct fuse_file_info *fi)
+{
+	struct inode *in = NULL;
+	int ret = do_make(spw_of(req), req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &in);
+	open_new_reply(req, in, ret, fi);
+}
+
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 15)
+/* O_TMPFILE: an open regular file with no name; linkat gives it one. */
+void op_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode, struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct idx_new_node nn = {.mode = S_IFREG | (mode & 07777), .uid = ctx->uid, .gid = ctx->gid};
+	struct inode *p = idx_get(s->idx, parent), *in = NULL;
+	if (p) {
+		idx_inode_lock(p);
+		if (p->mode & S_ISGID)
+			nn.gid = p->gid;
+		idx_inode_unlock(p);
+		idx_put(s->idx, p);
+	}
+	open_new_reply(req, in, idx_tmpfile(s->idx, parent, &nn, &in), fi);
+}
+#endif

@@ -269,6 +269,10 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 	     struct inode **out);
 int idx_unlink(struct index *idx, uint64_t parent, const char *name);
 int idx_rmdir(struct index *idx, uint64_t parent, const char *name);
+/* O_TMPFILE: a regular file with no name (nlink 0) on parent's filesystem,
+ * one internal ref and one kernel ref as idx_create; idx_link names it. */
+int idx_tmpfile(struct index *idx, uint64_t parent, const struct idx_new_node *nn,
+		struct inode **out);
 /* flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (linux/fs.h values). */
 int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t newparent,
 	       const char *newname, unsigned flags);

@@ -148,6 +148,38 @@ out:
 	return ret;
 }
 
+int idx_tmpfile(struct index *idx, uint64_t parent, const struct idx_new_node *nn,
+		struct inode **out)
+{
+	struct inode *p, *in;
+	int ret = 0;
+
+	pthread_mutex_lock(&idx->lock);
+	if ((ret = idx_jcheck(idx)) < 0 || !(p = dir_of(idx, parent, &ret)))
+		goto out;
+	if (!(in = idx_inode_alloc(idx, nn))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if ((ret = idx_inode_insert(idx, in)) < 0) {
+		idx_inode_destroy(idx, in);
+		goto out;
+	}
+	in->nlink = 0; /* no name: gone with its last reference, or linked */
+	in->refs = 1;
+	in->nlookup = 1;
+	*out = in;
+	if (idx->jrnl) {
+		/* unreachable until a link: a replay drops it like an orphan */
+		struct jrec r;
+		idx_attr_rec(in, &r);
+		ret = idx_jlog(idx, &r, 1);
+	}
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return ret;
+}
+
 int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *newname,
 	     struct inode **out)
 {

@@ -1083,6 +1083,45 @@ class TestMmap(MountedTestCase):
                 mm.close()
 
 
+class TestTmpfile(MountedTestCase):
+    """O_TMPFILE: a file with no name, gone at close unless linkat names it
+    (xfstests generic/004 and others)."""
+
+    def test_tmpfile_parity(self):
+        def sc(t):
+            t.do("mkdir d", os.mkdir, t.p("d"))
+            fd = t.open("d", os.O_TMPFILE | os.O_RDWR, 0o640)
+            t.do("write", os.pwrite, fd, b"tmp data", 0)
+            t.do("fstat", os.fstat, fd)
+            t.do("listdir", sorted, os.listdir(t.p("d")))
+            t.do("link", os.link, "/proc/self/fd/%d" % fd, t.p("d", "named"))
+            t.do("listdir", sorted, os.listdir(t.p("d")))
+            t.do("fstat", os.fstat, fd)
+            t.close(fd)
+            t.do("read", read_all, t.p("d", "named"))
+            ex = t.open("d", os.O_TMPFILE | os.O_RDWR | os.O_EXCL, 0o600)
+            t.do("link of O_EXCL", os.link, "/proc/self/fd/%d" % ex, t.p("d", "x"))
+            t.close(ex)
+            t.do("on a file", os.open, t.p("d", "named"), os.O_TMPFILE | os.O_RDWR)
+            t.do("listdir", sorted, os.listdir(t.p("d")))
+
+        self.assertParity(sc)
+
+    def test_unlinked_tmpfile_leaves_nothing(self):
+        fd = os.open(self.mnt, os.O_TMPFILE | os.O_RDWR, 0o600)
+        try:
+            os.pwrite(fd, pattern(3 * MiB), 0)
+            self.assertEqual(os.pread(fd, 3 * MiB, 0), pattern(3 * MiB))
+            self.assertEqual(os.fstat(fd).st_nlink, 0)
+            self.assertTrue(self.m.hot_files(), "the tmpfile's data is in no hot file")
+        finally:
+            os.close(fd)
+        self.assertEqual(os.listdir(self.mnt), [])
+        # the kernel sends the release after close returns
+        harness.wait_until(lambda: not self.m.hot_files(), 5 * harness.TIME_SCALE,
+                           "the tmpfile's hot file to be removed at its last close")
+
+
 class TestAppendTruncate(MountedTestCase):
     def test_o_append(self):
         def sc(t):
