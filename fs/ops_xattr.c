@@ -1,7 +1,9 @@
 /*
- * ops_xattr.c — user.* xattrs kept in the index, plus the virtual
- * user.spillway.* names (the CephFS convention): per file "state" and "pin",
- * on the root "stats" (JSON); writing "evict" or "warm" acts on a file.
+ * ops_xattr.c — user.*, trusted.* and security.* xattrs kept in the index,
+ * plus the virtual user.spillway.* names (the CephFS convention): per file
+ * "state" and "pin", on the root "stats" (JSON); writing "evict" or "warm"
+ * acts on a file. trusted.* is root's only (the kernel checks
+ * CAP_SYS_ADMIN on get and set; a listing leaves them out for others).
  */
 #include "fs/fs_i.h"
 
@@ -17,6 +19,29 @@
 static int is_user(const char *name)
 {
 	return strncmp(name, "user.", 5) == 0;
+}
+
+static int is_trusted(const char *name)
+{
+	return strncmp(name, "trusted.", 8) == 0;
+}
+
+/* A namespace spillway keeps: 1; with no name after it: -EINVAL; else 0. */
+static int kept_ns(const char *name)
+{
+	static const char *const ns[] = {"user.", "trusted.", "security."};
+	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		size_t l = strlen(ns[i]);
+		if (!strncmp(name, ns[i], l))
+			return name[l] ? 1 : -EINVAL;
+	}
+	return 0;
+}
+
+/* May the caller of req see trusted.* names? (CAP_SYS_ADMIN: taken as root) */
+static int sees_trusted(fuse_req_t req)
+{
+	return fuse_req_ctx(req)->uid == 0;
 }
 
 /* "0" or "1", as setfattr, echo -n or echo (one '\n') send it; else -1 */
@@ -95,9 +120,9 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 {
 	struct spw *s = spw_of(req);
 	struct inode *in;
-	int ret;
-	if (!is_user(name)) {
-		fuse_reply_err(req, EOPNOTSUPP);
+	int ret = kept_ns(name);
+	if (ret <= 0 || (is_trusted(name) && !sees_trusted(req))) {
+		fuse_reply_err(req, ret < 0 ? EINVAL : ret == 0 ? EOPNOTSUPP : EPERM);
 		return;
 	}
 	if (!(in = idx_get(s->idx, ino))) {
@@ -106,7 +131,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 	}
 	if (!strncmp(name, VPREFIX, strlen(VPREFIX)))
 		ret = vx_set(s, in, name + strlen(VPREFIX), value, size);
-	else if (!S_ISREG(idx_type(in)) && !idx_dir(in))
+	else if (is_user(name) && !S_ISREG(idx_type(in)) && !idx_dir(in))
 		ret = -EPERM; /* as on Linux: user.* only on files and directories */
 	else
 		ret = idx_xattr_set(s->idx, in, name, value, size, flags);
@@ -122,7 +147,7 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	char *buf = NULL;
 
 	/* ENODATA, never EOPNOTSUPP: the kernel would stop asking for all names */
-	if (!is_user(name)) {
+	if (kept_ns(name) <= 0 || (is_trusted(name) && !sees_trusted(req))) {
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
@@ -148,6 +173,41 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	reply_xattr(req, size, ret, buf);
 }
 
+/* The names of in without trusted.*, into a malloc'ed *buf (size 0: only
+ * their length); the length, or -errno. */
+static ssize_t list_untrusted(struct inode *in, size_t size, char **buf)
+{
+	ssize_t all, n = 0;
+	char *names = NULL;
+	/* a name set between the two calls: ask again */
+	for (int tries = 0; tries < 8; tries++) {
+		if ((all = idx_xattr_list(in, NULL, 0)) < 0)
+			return all;
+		free(names);
+		if (!(names = malloc((size_t)all + 1)))
+			return -ENOMEM;
+		if ((all = idx_xattr_list(in, names, (size_t)all)) != -ERANGE)
+			break;
+	}
+	if (all < 0) {
+		free(names);
+		return all;
+	}
+	for (ssize_t i = 0, l; i < all; i += l) {
+		l = (ssize_t)strlen(names + i) + 1;
+		if (!is_trusted(names + i)) {
+			memmove(names + n, names + i, (size_t)l);
+			n += l;
+		}
+	}
+	if (size && (size_t)n > size) {
+		free(names);
+		return -ERANGE;
+	}
+	*buf = names;
+	return n;
+}
+
 void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct spw *s = spw_of(req);
@@ -158,10 +218,14 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (size && !(buf = malloc(size)))
-		ret = -ENOMEM;
-	else
-		ret = idx_xattr_list(in, buf, size);
+	if (sees_trusted(req)) {
+		if (size && !(buf = malloc(size)))
+			ret = -ENOMEM;
+		else
+			ret = idx_xattr_list(in, buf, size);
+	} else {
+		ret = list_untrusted(in, size, &buf);
+	}
 	idx_put(s->idx, in);
 	reply_xattr(req, size, ret, buf);
 }
@@ -170,9 +234,9 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct spw *s = spw_of(req);
 	struct inode *in;
-	int ret;
-	if (!is_user(name)) {
-		fuse_reply_err(req, EOPNOTSUPP);
+	int ret = kept_ns(name);
+	if (ret <= 0 || (is_trusted(name) && !sees_trusted(req))) {
+		fuse_reply_err(req, ret < 0 ? EINVAL : ret == 0 ? EOPNOTSUPP : EPERM);
 		return;
 	}
 	if (!(in = idx_get(s->idx, ino))) {

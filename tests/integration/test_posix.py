@@ -708,6 +708,46 @@ class TestXattr(MountedTestCase):
 
         self.assertParity(sc)
 
+    def test_trusted_and_security_xattrs(self):
+        """trusted.* (root's only: hidden from others' listings, EPERM to
+        set) and security.*, on files, directories and symlinks themselves."""
+        if os.geteuid() != 0:
+            self.skipTest("needs root (trusted.*, and a caller without it)")
+        self.m.stop()
+        self.m = self.mount(opts=("allow_other", "default_permissions"))
+        self.mnt = self.m.mnt
+
+        def sc(t):
+            f = t.p("f")
+            t.call("create f", write_file, f, b"x")
+            t.do("set trusted", os.setxattr, f, "trusted.t", b"tv")
+            t.do("set security", os.setxattr, f, "security.s", b"sv")
+            t.do("set user", os.setxattr, f, "user.u", b"uv")
+            t.do("get trusted", os.getxattr, f, "trusted.t")
+            t.do("get security", os.getxattr, f, "security.s")
+            t.do("list", lambda: sorted(os.listxattr(f)))
+            t.do("set trusted empty name", os.setxattr, f, "trusted.", b"v")
+            t.do("symlink", os.symlink, "f", t.p("l"))
+            t.do("trusted on the symlink", os.setxattr, t.p("l"), "trusted.l", b"lv",
+                 follow_symlinks=False)
+            t.do("list symlink", lambda: sorted(os.listxattr(t.p("l"), follow_symlinks=False)))
+            t.do("mkdir", os.mkdir, t.p("d"))
+            t.do("security on dir", os.setxattr, t.p("d"), "security.d", b"dv")
+            fd = t.open("f", os.O_RDWR)
+            t.do("nobody lists", as_nobody, lambda: sorted(os.listxattr(fd)))
+            t.do("nobody gets trusted", as_nobody, os.getxattr, fd, "trusted.t")
+            t.do("nobody sets trusted", as_nobody, os.setxattr, fd, "trusted.n", b"n")
+            t.do("nobody removes trusted", as_nobody, os.removexattr, fd, "trusted.t")
+            t.do("nobody gets security", as_nobody, os.getxattr, fd, "security.s")
+            t.close(fd)
+            t.do("remove trusted", os.removexattr, f, "trusted.t")
+            t.do("remove security", os.removexattr, f, "security.s")
+            t.do("list after", lambda: sorted(os.listxattr(f)))
+
+        log = self.assertParity(sc)
+        self.assertIn(("nobody lists", ("ok", "['security.s', 'user.u']")), log)
+        self.assertIn(("list", ("ok", ["security.s", "trusted.t", "user.u"])), log)
+
     def test_xattr_survives_reopen_and_many(self):
         f = self.m.path("f")
         write_file(f, b"x")
@@ -1167,9 +1207,9 @@ class TestAppendTruncate(MountedTestCase):
         self.assertIn(("zeros", ("val", True)), log)
 
 
-def write_as_nobody(fd, data):
-    """Write data to fd from a child that dropped to nobody (no CAP_FSETID);
-    returns what the write returned, or -errno."""
+def as_nobody(fn, *args):
+    """fn(*args) in a child that dropped to nobody (no capabilities); returns
+    repr() of what fn returned, or of the OSError's errno name."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -1179,19 +1219,29 @@ def write_as_nobody(fd, data):
             os.setgid(65534)
             os.setuid(65534)
             try:
-                res = os.write(fd, data)
+                res = repr(fn(*args))
             except OSError as e:
-                res = -e.errno
-            os.write(w, b"%d" % res)
+                res = errno.errorcode.get(e.errno, str(e.errno))
+            os.write(w, res.encode())
         finally:
             os._exit(0)
     os.close(w)
     try:
-        out = os.read(r, 64)
+        out = b""
+        while True:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            out += b
     finally:
         os.close(r)
         os.waitpid(pid, 0)
-    return int(out)
+    return out.decode()
+
+
+def write_as_nobody(fd, data):
+    """Write data to fd as nobody (no CAP_FSETID)."""
+    return as_nobody(os.write, fd, data)
 
 
 class TestSetid(MountedTestCase):
