@@ -2,8 +2,10 @@
 #include "fs/fs_i.h"
 
 #include <errno.h>
+#include <linux/fs.h> /* RENAME_* */
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 void fs_fill_entry(struct spw *s, struct inode *in, struct fuse_entry_param *e)
 {
@@ -258,10 +260,38 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_err(req, -idx_rmdir(spw_of(req)->idx, parent, name));
 }
 
+/* RENAME_WHITEOUT (overlayfs's upper directories): the rename, then a
+ * whiteout (a character device 0/0, as the VFS makes it) at the old name.
+ * Two index steps: a crash between them leaves the name without its
+ * whiteout. */
+static int do_rename_whiteout(fuse_req_t req, fuse_ino_t parent, const char *name,
+			      fuse_ino_t newparent, const char *newname, unsigned int flags)
+{
+	struct spw *s = spw_of(req);
+	struct inode *wh;
+	int ret;
+
+	if (flags & RENAME_EXCHANGE)
+		return -EINVAL;
+	ret = idx_rename(s->idx, parent, name, newparent, newname, flags & ~RENAME_WHITEOUT);
+	if (ret < 0)
+		return ret;
+	if ((ret = do_make(s, req, parent, name, S_IFCHR, makedev(0, 0), NULL, &wh)) < 0)
+		return ret;
+	/* the kernel makes its own entry for the whiteout: no lookup ref */
+	idx_forget(s->idx, wh->ino, 1);
+	idx_put(s->idx, wh);
+	return 0;
+}
+
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 	       const char *newname, unsigned int flags)
 {
-	fuse_reply_err(req, -idx_rename(spw_of(req)->idx, parent, name, newparent, newname, flags));
+	if (flags & RENAME_WHITEOUT)
+		fuse_reply_err(req, -do_rename_whiteout(req, parent, name, newparent, newname, flags));
+	else
+		fuse_reply_err(req,
+			       -idx_rename(spw_of(req)->idx, parent, name, newparent, newname, flags));
 }
 
 void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)

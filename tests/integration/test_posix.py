@@ -451,6 +451,39 @@ class TestRename(MountedTestCase):
 
         self.assertParity(sc)
 
+    def test_rename_whiteout(self):
+        """RENAME_WHITEOUT (overlayfs needs it of an upper directory): the
+        old name becomes a character device 0/0."""
+        WHITEOUT = 4
+
+        def wh(t, a, b, flags):
+            harness.renameat2(t.p(a), t.p(b), flags)
+
+        def dev(p):
+            st = os.lstat(p)
+            return (stat.S_ISCHR(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev))
+
+        def sc(t):
+            t.call("create a", write_file, t.p("a"), b"aaa")
+            t.do("whiteout a -> b", wh, t, "a", "b", WHITEOUT)
+            t.do("a is a whiteout", dev, t.p("a"))
+            t.stat("a")
+            t.do("read b", read_all, t.p("b"))
+            t.do("mkdir d", os.mkdir, t.p("d"))
+            t.call("create d/c", write_file, t.p("d", "c"), b"c")
+            t.do("whiteout over an existing name", wh, t, "b", "d/c", WHITEOUT)
+            t.do("b is a whiteout", dev, t.p("b"))
+            t.do("read d/c", read_all, t.p("d", "c"))
+            t.do("whiteout with noreplace onto a name", wh, t, "d/c", "a",
+                 WHITEOUT | harness.RENAME_NOREPLACE)
+            t.do("whiteout with exchange", wh, t, "d/c", "a", WHITEOUT | harness.RENAME_EXCHANGE)
+            t.do("whiteout of a directory", wh, t, "d", "e", WHITEOUT)
+            t.do("d is a whiteout", dev, t.p("d"))
+            t.do("listdir", sorted, os.listdir(t.root))
+            t.do("whiteout of a missing name", wh, t, "nope", "x", WHITEOUT)
+
+        self.assertParity(sc)
+
     def test_rename_over_open_file(self):
         a, b = self.m.path("a"), self.m.path("b")
         write_file(a, b"old content")
