@@ -26,6 +26,7 @@ struct spw {
 	double entry_timeout, attr_timeout;
 	unsigned max_read; /* the max_read mount option (0: none) */
 	int passthrough;   /* opens may be passed through (op_init decided) */
+	int acl;	   /* POSIX ACLs on (op_init: default_permissions given) */
 	/* every open file handle, so that those the kernel never released (the
 	 * session ended first: SIGTERM, a lazy unmount) are freed at exit */
 	pthread_mutex_t files_lock;
@@ -134,6 +135,15 @@ void op_setxattr(fuse_req_t, fuse_ino_t, const char *, const char *, size_t, int
 void op_getxattr(fuse_req_t, fuse_ino_t, const char *, size_t);
 void op_listxattr(fuse_req_t, fuse_ino_t, size_t);
 void op_removexattr(fuse_req_t, fuse_ino_t, const char *);
+/* POSIX ACLs (s->acl), on the index's xattrs. A new node's mode (umask:
+ * the creator's, applied only without a default ACL) and the ACLs it gets
+ * from parent: *acc and *def malloc'ed (NULL: none), caller frees. */
+int fs_acl_inherit(struct spw *s, fuse_ino_t parent, mode_t umask, mode_t *mode, void **acc,
+		   size_t *acc_len, void **def, size_t *def_len);
+/* A chmod of in to mode: its access ACL follows. in->lock not held. */
+int fs_acl_chmod(struct spw *s, struct inode *in, mode_t mode);
+/* Is the caller of req in group gid (its primary or a supplementary one)? */
+int fs_req_in_group(fuse_req_t req, gid_t gid);
 /* What writing value to user.spillway.<what> asks for: VX_*, or -EINVAL.
  * Pure (fuzzed by tests/fuzz/fuzz_xattr.c). */
 enum { VX_PIN, VX_UNPIN, VX_EVICT, VX_WARM };

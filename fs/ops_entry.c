@@ -1,8 +1,10 @@
 /* ops_entry.c — FUSE ops on names and attributes: thin wrappers over index/. */
+#include "fs/acl.h"
 #include "fs/fs_i.h"
 
 #include <errno.h>
 #include <linux/fs.h> /* RENAME_* */
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -81,8 +83,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_attr(req, &st, s->attr_timeout);
 }
 
-/* Is the caller of req in group gid (its primary or a supplementary group)? */
-static int req_in_group(fuse_req_t req, gid_t gid)
+int fs_req_in_group(fuse_req_t req, gid_t gid)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	gid_t groups[64];
@@ -106,7 +107,7 @@ static int mode_keeps_sgid(fuse_req_t req, struct inode *in, struct stat *attr, 
 	gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : in->gid;
 	if (!(valid & FUSE_SET_ATTR_MODE) || !(attr->st_mode & S_ISGID))
 		return 1;
-	return fuse_req_ctx(req)->uid == 0 || req_in_group(req, gid);
+	return fuse_req_ctx(req)->uid == 0 || fs_req_in_group(req, gid);
 }
 
 static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int valid)
@@ -152,6 +153,8 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 		in->ctime = now;
 	ret = idx_journal_attr_locked(s->idx, in);
 	idx_inode_unlock(in);
+	if (ret == 0 && s->acl && (valid & FUSE_SET_ATTR_MODE))
+		ret = fs_acl_chmod(s, in, attr->st_mode);
 	return ret;
 }
 
@@ -200,6 +203,9 @@ static int do_make(struct spw *s, fuse_req_t req, fuse_ino_t parent, const char 
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct idx_new_node nn = {
 	    .mode = mode, .uid = ctx->uid, .gid = ctx->gid, .rdev = rdev, .symlink = link};
+	void *acc = NULL, *def = NULL;
+	size_t acc_len = 0, def_len = 0;
+	int ret;
 	struct inode *p = idx_get(s->idx, parent);
 	if (p) {
 		idx_inode_lock(p);
@@ -211,7 +217,20 @@ static int do_make(struct spw *s, fuse_req_t req, fuse_ino_t parent, const char 
 		idx_inode_unlock(p);
 		idx_put(s->idx, p);
 	}
-	return idx_create(s->idx, parent, name, &nn, out);
+	if (s->acl && !S_ISLNK(mode) &&
+	    (ret = fs_acl_inherit(s, parent, ctx->umask, &nn.mode, &acc, &acc_len,
+				  S_ISDIR(mode) ? &def : NULL, &def_len)) < 0)
+		return ret;
+	ret = idx_create(s->idx, parent, name, &nn, out);
+	/* the node exists: an ACL that cannot be kept leaves it its mode,
+	 * which the ACL already narrowed (no access is added by the loss) */
+	if (ret == 0 && acc)
+		idx_xattr_set(s->idx, *out, ACL_XATTR_ACCESS, acc, acc_len, 0);
+	if (ret == 0 && def)
+		idx_xattr_set(s->idx, *out, ACL_XATTR_DEFAULT, def, def_len, 0);
+	free(acc);
+	free(def);
+	return ret;
 }
 
 static void make_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev,
@@ -377,6 +396,9 @@ void op_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode, struct fuse_file
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct idx_new_node nn = {.mode = S_IFREG | (mode & 07777), .uid = ctx->uid, .gid = ctx->gid};
 	struct inode *p = idx_get(s->idx, parent), *in = NULL;
+	void *acc = NULL;
+	size_t acc_len = 0;
+	int ret = 0;
 	if (p) {
 		idx_inode_lock(p);
 		if (p->mode & S_ISGID)
@@ -384,6 +406,13 @@ void op_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode, struct fuse_file
 		idx_inode_unlock(p);
 		idx_put(s->idx, p);
 	}
-	open_new_reply(req, in, idx_tmpfile(s->idx, parent, &nn, &in), fi);
+	if (s->acl)
+		ret = fs_acl_inherit(s, parent, ctx->umask, &nn.mode, &acc, &acc_len, NULL, NULL);
+	if (ret == 0)
+		ret = idx_tmpfile(s->idx, parent, &nn, &in);
+	if (ret == 0 && acc) /* as in do_make */
+		idx_xattr_set(s->idx, in, ACL_XATTR_ACCESS, acc, acc_len, 0);
+	free(acc);
+	open_new_reply(req, in, ret, fi);
 }
 #endif

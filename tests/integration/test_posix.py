@@ -14,8 +14,10 @@ import hashlib
 import mmap
 import os
 import re
+import shutil
 import stat
 import struct
+import subprocess
 import sys
 import time
 
@@ -1193,6 +1195,81 @@ class TestTmpfile(MountedTestCase):
         # the kernel sends the release after close returns
         harness.wait_until(lambda: not self.m.hot_files(), 5 * harness.TIME_SCALE,
                            "the tmpfile's hot file to be removed at its last close")
+
+
+def facl(*argv):
+    """Run setfacl/getfacl; their output, or the error's first line."""
+    r = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    out = r.stdout.decode(errors="replace")
+    return out if r.returncode == 0 else "exit %d" % r.returncode
+
+
+class TestAcl(MountedTestCase):
+    """POSIX ACLs (FUSE_CAP_POSIX_ACL, with default_permissions): setfacl and
+    getfacl, the mode kept in step (and a chmod keeping the ACL in step),
+    default ACLs inherited by new files and directories in place of the
+    umask; the kernel enforces them."""
+
+    mount_kw = {"opts": ("allow_other", "default_permissions")}
+
+    def test_acl_parity(self):
+        if not shutil.which("setfacl"):
+            self.skipTest("no setfacl (apt-get install acl)")
+        old = os.umask(0o022)
+        self.addCleanup(os.umask, old)
+
+        def sc(t):
+            f, d = t.p("f"), t.p("d")
+            t.call("create f", write_file, f, b"x")
+            t.do("setfacl u:nobody:rw", facl, "setfacl", "-m", "u:nobody:rw", f)
+            t.do("getfacl", facl, "getfacl", "-cp", f)
+            t.stat("f")
+            t.do("chmod 640", os.chmod, f, 0o640)
+            t.do("getfacl after chmod", facl, "getfacl", "-cp", f)
+            t.do("setfacl equal to the mode", facl, "setfacl", "-b", f)
+            t.do("getfacl after -b", facl, "getfacl", "-cp", f)
+            t.stat("f")
+            t.do("mkdir d", os.mkdir, d)
+            t.do("default acl", facl, "setfacl", "-d", "-m", "u:nobody:rwx,o::-", d)
+            t.do("default on a file", facl, "setfacl", "-d", "-m", "u:nobody:r", f)
+            t.call("create d/g", write_file, t.p("d", "g"), b"g", 0o666)
+            t.do("mkdir d/e", os.mkdir, t.p("d", "e"), 0o777)
+            t.do("mknod d/p", os.mkfifo, t.p("d", "p"), 0o644)
+            for n in ("g", "e", "p"):
+                t.stat("d/" + n)
+                t.do("getfacl d/" + n, facl, "getfacl", "-cp", t.p("d", n))
+            t.call("create d/e/h", write_file, t.p("d", "e", "h"), b"h", 0o600)
+            t.do("getfacl d/e/h", facl, "getfacl", "-cp", t.p("d", "e", "h"))
+            t.do("remove the default", facl, "setfacl", "-k", d)
+            t.call("create d/u", write_file, t.p("d", "u"), b"u", 0o666)
+            t.stat("d/u")
+            t.do("getfacl d/u", facl, "getfacl", "-cp", t.p("d", "u"))
+            t.do("setfacl bad", facl, "setfacl", "-m", "u:nobody:rw,u:nobody:r", f)
+
+        log = self.assertParity(sc)
+        self.assertIn(("getfacl d/g", ("ok", "user::rw-\nuser:nobody:rwx\t#effective:rw-\n"
+                                               "group::r-x\t#effective:r--\nmask::rw-\n"
+                                               "other::---\n\n")), log)
+
+    def test_acl_enforced_and_kept(self):
+        """The kernel enforces what the daemon stores: nobody cannot write a
+        0600 file until a named entry for nobody lets it."""
+        if not shutil.which("setfacl"):
+            self.skipTest("no setfacl (apt-get install acl)")
+        os.chmod(self.m.base, 0o755)
+        os.chmod(self.mnt, 0o755)
+        f = self.m.path("f")
+        write_file(f, b"x", 0o600)
+
+        def nobody_appends():
+            with open(f, "ab") as fh:
+                return fh.write(b"n")
+
+        self.assertEqual(as_nobody(nobody_appends), "EACCES")
+        self.assertNotEqual(facl("setfacl", "-m", "u:nobody:rw", f)[:4], "exit")
+        self.assertEqual(as_nobody(nobody_appends), "1")
+        self.assertEqual(read_all(f), b"xn")
+        self.assertIn("user:nobody:rw-", facl("getfacl", "-cp", f))
 
 
 class TestAppendTruncate(MountedTestCase):
