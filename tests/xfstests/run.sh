@@ -37,6 +37,7 @@ src=${XFSTESTS_SRC:-}
 if [ -z "$src" ]; then
 	src=$(ls -1 "$(dirname "$top")"/shared/third_party/xfstests-*.tar.gz 2>/dev/null | head -n1 || true)
 fi
+[ -z "$src" ] || [ ! -e "$src" ] || src=$(realpath "$src") # the build stamp names it
 if [ -z "$src" ] || [ ! -e "$src" ]; then
 	echo "xfstests: SKIPPED, no source: set XFSTESTS_SRC to an xfstests checkout or tarball (git clone https://github.com/kdave/xfstests), or put xfstests-<rev>.tar.gz in ../shared/third_party/"
 	exit 77
