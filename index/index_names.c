@@ -180,9 +180,43 @@ out:
 	return ret;
 }
 
+/* Every record of in (attributes, xattrs, chunks), journaled before an
+ * O_TMPFILE file gets its first name: a checkpoint taken while it had none
+ * left it out (idx_snapshot keeps what a name reaches), and its name would
+ * otherwise point at nothing after a replay from that checkpoint.
+ * idx->lock held. */
+static int jlog_whole_inode(struct index *idx, struct inode *in)
+{
+	struct jrec r;
+	int ret;
+	idx_inode_lock(in);
+	idx_attr_rec_locked(in, &r);
+	ret = idx_jlog(idx, &r, 1);
+	for (struct xattr *x = in->xattrs; x && !ret; x = x->next) {
+		struct jrec xr = {.type = JR_XATTR_SET,
+				  .ino = in->ino,
+				  .name = x->name,
+				  .name_len = (uint32_t)strlen(x->name),
+				  .value = x->value,
+				  .value_len = (uint32_t)x->size};
+		ret = idx_jlog(idx, &xr, 1);
+	}
+	for (uint64_t c = 0; c < in->nchunks && !ret; c++) {
+		struct jrec cr[CHAIN_MAX + 2];
+		int n;
+		if (in->chunks[c].state == CHUNK_ABSENT)
+			continue;
+		n = idx_chunk_recs_locked(in, c, cr);
+		ret = idx_jlog(idx, cr, n);
+	}
+	idx_inode_unlock(in);
+	return ret;
+}
+
 int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *newname,
 	     struct inode **out)
 {
+	int first_name;
 	struct inode *p, *in;
 	int ret = 0;
 
@@ -205,6 +239,7 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 	}
 	if ((ret = idx_dent_add(idx, p, newname, ino)) < 0)
 		goto out;
+	first_name = in->nlink == 0;
 	nlink_add(in, 1);
 	parent_changed(p);
 	in->refs++;
@@ -213,6 +248,8 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 	if (idx->jrnl) {
 		struct jrec r;
 		idx_name_rec(&r, JR_LINK, newparent, newname, ino);
+		if (first_name && (ret = jlog_whole_inode(idx, in)) < 0)
+			goto out;
 		if ((ret = idx_jlog(idx, &r, 1)) == 0 && (ret = idx_journal_attr(idx, in)) == 0)
 			ret = idx_journal_attr(idx, p);
 	}
