@@ -169,6 +169,12 @@ rc=0
 (cd "$xsrc" && HOST_OPTIONS="$work/local.config" ./check -E "$here/exclude" "${args[@]}") \
 	>"$work/check.out" 2>&1 || rc=$?
 cat "$work/check.out"
+# the tests not run, counted by the reason xfstests gave
+if grep -q '\[not run\]' "$work/check.out"; then
+	echo "xfstests: not run, by reason:"
+	sed -n 's/^[^ ]*  *\[not run\] //p' "$work/check.out" |
+		sed -e "s/spw_[A-Za-z0-9]*_\(test\|scratch\)/DEV/g" | sort | uniq -c | sort -rn
+fi
 # the verdict, one line: counted from check's own summary
 # ("Ran" names the tests not run too)
 tried=$(sed -n 's/^Ran: //p' "$work/check.out" | tail -n1 | wc -w)
