@@ -115,6 +115,14 @@ while [ \$# -gt 0 ]; do
 	*) shift ;;
 	esac
 done
+# a remount (-o remount,ro) changes the mount's flags, no daemon starts:
+# mount(2) itself, with the flags alone (the kernel knows no spillway option)
+case ",\$opts," in
+*,remount,*)
+	flags=\$(printf %s "\$opts" | tr , '\n' | grep -xE 'remount|ro|rw|(no)?(suid|dev|exec|atime|diratime|relatime|strictatime|lazytime)|sync|async|dirsync' | paste -sd, -)
+	exec mount -i -o "\$flags" "\$mnt"
+	;;
+esac
 # the daemon of the last unmount of these directories may still be
 # flushing: wait (bounded) until it lets go of their locks (opened, never
 # created, here)
