@@ -15,6 +15,9 @@
 # Needs root (mount, users fsgqa...). Exit: 0 all passed, 1 a failure,
 # 77 when the source or /dev/fuse is missing (nothing was run).
 set -euo pipefail
+# one compound command: bash reads it whole before running it, so an edit of
+# this file during a run (an hour for generic/quick) cannot break that run
+{
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build="$top/build"
@@ -200,3 +203,5 @@ if [ "$nfail" -gt 0 ] || [ "$rc" -ne 0 ]; then
 fi
 echo "xfstests: PASS, $ran of $ran passed, $notrun not run"
 rm -rf "$work"
+exit 0
+}
