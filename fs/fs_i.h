@@ -26,6 +26,7 @@ struct spw {
 	double entry_timeout, attr_timeout;
 	unsigned max_read; /* the max_read mount option (0: none) */
 	int passthrough;   /* opens may be passed through (op_init decided) */
+	int acl;	   /* POSIX ACLs on (op_init: default_permissions given) */
 	/* every open file handle, so that those the kernel never released (the
 	 * session ended first: SIGTERM, a lazy unmount) are freed at exit */
 	pthread_mutex_t files_lock;
@@ -70,10 +71,20 @@ static inline struct inode *fh_inode(struct fuse_file_info *fi)
 	return fh_file(fi)->in;
 }
 
-/* The inode behind an open directory handle (an internal ref it owns). */
-static inline struct inode *fh_dir(struct fuse_file_info *fi)
+/* An open directory: fi->fh. Owns an internal ref on in. Its listing ends
+ * before `end`, the directory's next cookie when it was opened or rewound:
+ * an entry renamed away and back gets a new cookie past it, so a reader
+ * that renames what it reads still comes to the end, each entry seen at
+ * most once (POSIX leaves entries added after opendir unspecified;
+ * xfstests generic/736). */
+struct spw_dir {
+	struct inode *in;
+	uint64_t end; /* relaxed atomic: readdirs of one handle may race */
+};
+
+static inline struct spw_dir *fh_dir(struct fuse_file_info *fi)
 {
-	return (struct inode *)(uintptr_t)fi->fh;
+	return (struct spw_dir *)(uintptr_t)fi->fh;
 }
 
 /* Fill a fuse_entry_param for `in` (takes in->lock). */
@@ -98,6 +109,9 @@ void op_rename(fuse_req_t, fuse_ino_t, const char *, fuse_ino_t, const char *, u
 void op_link(fuse_req_t, fuse_ino_t, fuse_ino_t, const char *);
 void op_access(fuse_req_t, fuse_ino_t, int);
 void op_create(fuse_req_t, fuse_ino_t, const char *, mode_t, struct fuse_file_info *);
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 15)
+void op_tmpfile(fuse_req_t, fuse_ino_t, mode_t, struct fuse_file_info *);
+#endif
 /* ops_dir.c */
 void op_opendir(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 void op_readdir(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
@@ -121,6 +135,15 @@ void op_setxattr(fuse_req_t, fuse_ino_t, const char *, const char *, size_t, int
 void op_getxattr(fuse_req_t, fuse_ino_t, const char *, size_t);
 void op_listxattr(fuse_req_t, fuse_ino_t, size_t);
 void op_removexattr(fuse_req_t, fuse_ino_t, const char *);
+/* POSIX ACLs (s->acl), on the index's xattrs. A new node's mode (umask:
+ * the creator's, applied only without a default ACL) and the ACLs it gets
+ * from parent: *acc and *def malloc'ed (NULL: none), caller frees. */
+int fs_acl_inherit(struct spw *s, fuse_ino_t parent, mode_t umask, mode_t *mode, void **acc,
+		   size_t *acc_len, void **def, size_t *def_len);
+/* A chmod of in to mode: its access ACL follows. in->lock not held. */
+int fs_acl_chmod(struct spw *s, struct inode *in, mode_t mode);
+/* Is the caller of req in group gid (its primary or a supplementary one)? */
+int fs_req_in_group(fuse_req_t req, gid_t gid);
 /* What writing value to user.spillway.<what> asks for: VX_*, or -EINVAL.
  * Pure (fuzzed by tests/fuzz/fuzz_xattr.c). */
 enum { VX_PIN, VX_UNPIN, VX_EVICT, VX_WARM };

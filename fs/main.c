@@ -226,6 +226,20 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	/* all changes pass through us: no need to compare mtimes */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	/* file handles (open_by_handle_at, NFS export) name the inode number,
+	 * which the index keeps for the file's life and never reuses, across
+	 * remounts too: the kernel looks up "." of it, and ".." of a
+	 * directory (idx_lookup) */
+	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
+		conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+	/* POSIX ACLs: the kernel enforces them (it needs default_permissions,
+	 * so only when that was asked for); the daemon stores them and
+	 * applies the umask itself, which a default ACL replaces */
+	if (s->cfg.default_permissions && (conn->capable & FUSE_CAP_POSIX_ACL) &&
+	    (conn->capable & FUSE_CAP_DONT_MASK)) {
+		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+		s->acl = 1;
+	}
 	init_passthrough(s, conn);
 	init_uring(s, conn);
 	if (pthread_create(&th, NULL, tune_readahead, s) == 0)

@@ -10,6 +10,7 @@ struct dir_fill {
 	fuse_req_t req;
 	char *buf;
 	size_t size, pos;
+	uint64_t end; /* no entry from this cookie on (struct spw_dir) */
 	int plus;
 };
 
@@ -18,6 +19,8 @@ static int fill_one(void *arg, const char *name, struct inode *child, uint64_t c
 	struct dir_fill *f = arg;
 	size_t need;
 
+	if (cookie >= f->end)
+		return 1;
 	if (f->plus) {
 		struct fuse_entry_param e;
 		int dots = !strcmp(name, ".") || !strcmp(name, "..");
@@ -40,10 +43,15 @@ static int fill_one(void *arg, const char *name, struct inode *child, uint64_t c
 	return 0;
 }
 
-static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus,
+		       struct spw_dir *d)
 {
 	struct dir_fill f = {.s = spw_of(req), .req = req, .size = size, .plus = plus};
 	int ret;
+
+	if (off == 0) /* opened or rewound: what is there now */
+		__atomic_store_n(&d->end, idx_dir_next_cookie(f.s->idx, ino), __ATOMIC_RELAXED);
+	f.end = __atomic_load_n(&d->end, __ATOMIC_RELAXED);
 
 	f.buf = malloc(size);
 	if (!f.buf) {
@@ -62,34 +70,42 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct spw *s = spw_of(req);
 	struct inode *in = idx_get(s->idx, ino);
+	struct spw_dir *d;
 	if (!in) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (!idx_dir(in)) {
+	if (!idx_dir(in) || !(d = malloc(sizeof(*d)))) {
+		fuse_reply_err(req, idx_dir(in) ? ENOMEM : ENOTDIR);
 		idx_put(s->idx, in);
-		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	fi->fh = (uintptr_t)in;
+	d->in = in;
+	d->end = idx_dir_next_cookie(s->idx, ino);
+	fi->fh = (uintptr_t)d;
 	fi->cache_readdir = 0;
-	fuse_reply_open(req, fi);
+	if (fuse_reply_open(req, fi) != 0) { /* interrupted: no releasedir */
+		idx_put(s->idx, in);
+		free(d);
+	}
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, 0);
+	do_readdir(req, ino, size, off, 0, fh_dir(fi));
 }
 
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, 1);
+	do_readdir(req, ino, size, off, 1, fh_dir(fi));
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	idx_put(spw_of(req)->idx, fh_dir(fi));
+	struct spw_dir *d = fh_dir(fi);
+	idx_put(spw_of(req)->idx, d->in);
+	free(d);
 	fuse_reply_err(req, 0);
 }
 

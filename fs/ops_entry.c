@@ -1,9 +1,13 @@
 /* ops_entry.c — FUSE ops on names and attributes: thin wrappers over index/. */
+#include "fs/acl.h"
 #include "fs/fs_i.h"
 
 #include <errno.h>
+#include <linux/fs.h> /* RENAME_* */
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 void fs_fill_entry(struct spw *s, struct inode *in, struct fuse_entry_param *e)
 {
@@ -79,6 +83,33 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_attr(req, &st, s->attr_timeout);
 }
 
+int fs_req_in_group(fuse_req_t req, gid_t gid)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	gid_t groups[64];
+	int n;
+
+	if (ctx->gid == gid)
+		return 1;
+	n = fuse_req_getgroups(req, 64, groups);
+	for (int i = 0; i < n && i < 64; i++)
+		if (groups[i] == gid)
+			return 1;
+	return 0;
+}
+
+/* A mode set by a caller outside the file's group and without CAP_FSETID
+ * (taken as root) loses set-group-ID, as the VFS's setattr_copy does: the
+ * kernel leaves that to us for the mode it sets when a write or truncate
+ * kills set-user-ID (xfstests generic/683, 684). */
+static int mode_keeps_sgid(fuse_req_t req, struct inode *in, struct stat *attr, int valid)
+{
+	gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : in->gid;
+	if (!(valid & FUSE_SET_ATTR_MODE) || !(attr->st_mode & S_ISGID))
+		return 1;
+	return fuse_req_ctx(req)->uid == 0 || fs_req_in_group(req, gid);
+}
+
 static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int valid)
 {
 	int64_t now;
@@ -122,6 +153,8 @@ static int do_setattr(struct spw *s, struct inode *in, struct stat *attr, int va
 		in->ctime = now;
 	ret = idx_journal_attr_locked(s->idx, in);
 	idx_inode_unlock(in);
+	if (ret == 0 && s->acl && (valid & FUSE_SET_ATTR_MODE))
+		ret = fs_acl_chmod(s, in, attr->st_mode);
 	return ret;
 }
 
@@ -136,6 +169,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
+	if (!mode_keeps_sgid(req, in, attr, valid))
+		attr->st_mode &= ~S_ISGID;
 	ret = do_setattr(s, in, attr, valid);
 	if (ret == 0)
 		fs_stat(s, in, &st);
@@ -168,6 +203,9 @@ static int do_make(struct spw *s, fuse_req_t req, fuse_ino_t parent, const char 
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct idx_new_node nn = {
 	    .mode = mode, .uid = ctx->uid, .gid = ctx->gid, .rdev = rdev, .symlink = link};
+	void *acc = NULL, *def = NULL;
+	size_t acc_len = 0, def_len = 0;
+	int ret;
 	struct inode *p = idx_get(s->idx, parent);
 	if (p) {
 		idx_inode_lock(p);
@@ -179,7 +217,20 @@ static int do_make(struct spw *s, fuse_req_t req, fuse_ino_t parent, const char 
 		idx_inode_unlock(p);
 		idx_put(s->idx, p);
 	}
-	return idx_create(s->idx, parent, name, &nn, out);
+	if (s->acl && !S_ISLNK(mode) &&
+	    (ret = fs_acl_inherit(s, parent, ctx->umask, &nn.mode, &acc, &acc_len,
+				  S_ISDIR(mode) ? &def : NULL, &def_len)) < 0)
+		return ret;
+	ret = idx_create(s->idx, parent, name, &nn, out);
+	/* the node exists: an ACL that cannot be kept leaves it its mode,
+	 * which the ACL already narrowed (no access is added by the loss) */
+	if (ret == 0 && acc)
+		idx_xattr_set(s->idx, *out, ACL_XATTR_ACCESS, acc, acc_len, 0);
+	if (ret == 0 && def)
+		idx_xattr_set(s->idx, *out, ACL_XATTR_DEFAULT, def, def_len, 0);
+	free(acc);
+	free(def);
+	return ret;
 }
 
 static void make_reply(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev,
@@ -228,10 +279,38 @@ void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_err(req, -idx_rmdir(spw_of(req)->idx, parent, name));
 }
 
+/* RENAME_WHITEOUT (overlayfs's upper directories): the rename, then a
+ * whiteout (a character device 0/0, as the VFS makes it) at the old name.
+ * Two index steps: a crash between them leaves the name without its
+ * whiteout. */
+static int do_rename_whiteout(fuse_req_t req, fuse_ino_t parent, const char *name,
+			      fuse_ino_t newparent, const char *newname, unsigned int flags)
+{
+	struct spw *s = spw_of(req);
+	struct inode *wh;
+	int ret;
+
+	if (flags & RENAME_EXCHANGE)
+		return -EINVAL;
+	ret = idx_rename(s->idx, parent, name, newparent, newname, flags & ~RENAME_WHITEOUT);
+	if (ret < 0)
+		return ret;
+	if ((ret = do_make(s, req, parent, name, S_IFCHR, makedev(0, 0), NULL, &wh)) < 0)
+		return ret;
+	/* the kernel makes its own entry for the whiteout: no lookup ref */
+	idx_forget(s->idx, wh->ino, 1);
+	idx_put(s->idx, wh);
+	return 0;
+}
+
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 	       const char *newname, unsigned int flags)
 {
-	fuse_reply_err(req, -idx_rename(spw_of(req)->idx, parent, name, newparent, newname, flags));
+	if (flags & RENAME_WHITEOUT)
+		fuse_reply_err(req, -do_rename_whiteout(req, parent, name, newparent, newname, flags));
+	else
+		fuse_reply_err(req,
+			       -idx_rename(spw_of(req)->idx, parent, name, newparent, newname, flags));
 }
 
 void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
@@ -270,13 +349,12 @@ void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 	fuse_reply_err(req, -ret);
 }
 
-void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-	       struct fuse_file_info *fi)
+/* Open the new inode `in` (a create's, or a tmpfile's: ret is how making
+ * it went) and send the one reply. */
+static void open_new_reply(fuse_req_t req, struct inode *in, int ret, struct fuse_file_info *fi)
 {
 	struct spw *s = spw_of(req);
 	struct fuse_entry_param e;
-	struct inode *in;
-	int ret = do_make(s, req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &in);
 	if (ret < 0) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -285,7 +363,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	/* a new file is written through the daemon (tier.h) */
 	ret = f ? tier_open(s->tier, in, TIER_OPEN_WRITE, req, &f->how) : -ENOMEM;
 	if (ret < 0) {
-		/* the name exists; the kernel holds a lookup ref we must return */
+		/* the inode exists; the kernel holds a lookup ref we must return */
 		fs_file_free(s, f);
 		idx_forget(s->idx, in->ino, 1);
 		idx_put(s->idx, in);
@@ -301,3 +379,40 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		fs_file_free(s, f);
 	}
 }
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+	       struct fuse_file_info *fi)
+{
+	struct inode *in = NULL;
+	int ret = do_make(spw_of(req), req, parent, name, S_IFREG | (mode & 07777), 0, NULL, &in);
+	open_new_reply(req, in, ret, fi);
+}
+
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 15)
+/* O_TMPFILE: an open regular file with no name; linkat gives it one. */
+void op_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode, struct fuse_file_info *fi)
+{
+	struct spw *s = spw_of(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct idx_new_node nn = {.mode = S_IFREG | (mode & 07777), .uid = ctx->uid, .gid = ctx->gid};
+	struct inode *p = idx_get(s->idx, parent), *in = NULL;
+	void *acc = NULL;
+	size_t acc_len = 0;
+	int ret = 0;
+	if (p) {
+		idx_inode_lock(p);
+		if (p->mode & S_ISGID)
+			nn.gid = p->gid;
+		idx_inode_unlock(p);
+		idx_put(s->idx, p);
+	}
+	if (s->acl)
+		ret = fs_acl_inherit(s, parent, ctx->umask, &nn.mode, &acc, &acc_len, NULL, NULL);
+	if (ret == 0)
+		ret = idx_tmpfile(s->idx, parent, &nn, &in);
+	if (ret == 0 && acc) /* as in do_make */
+		idx_xattr_set(s->idx, in, ACL_XATTR_ACCESS, acc, acc_len, 0);
+	free(acc);
+	open_new_reply(req, in, ret, fi);
+}
+#endif

@@ -55,6 +55,10 @@ TIMED(removexattr, (fuse_req_t req, fuse_ino_t i, const char *n), (req, i, n))
 TIMED(access, (fuse_req_t req, fuse_ino_t i, int m), (req, i, m))
 TIMED(create, (fuse_req_t req, fuse_ino_t p, const char *n, mode_t m, struct fuse_file_info *fi),
       (req, p, n, m, fi))
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 15)
+TIMED(tmpfile, (fuse_req_t req, fuse_ino_t p, mode_t m, struct fuse_file_info *fi),
+      (req, p, m, fi))
+#endif
 TIMED(fallocate,
       (fuse_req_t req, fuse_ino_t i, int m, off_t o, off_t l, struct fuse_file_info *fi),
       (req, i, m, o, l, fi))
@@ -96,4 +100,7 @@ void fs_fill_ops(struct fuse_lowlevel_ops *ops)
 	ops->create = timed_create;
 	ops->fallocate = timed_fallocate;
 	ops->lseek = timed_lseek;
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 15)
+	ops->tmpfile = timed_tmpfile;
+#endif
 }

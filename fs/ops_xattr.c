@@ -1,8 +1,11 @@
 /*
- * ops_xattr.c — user.* xattrs kept in the index, plus the virtual
- * user.spillway.* names (the CephFS convention): per file "state" and "pin",
- * on the root "stats" (JSON); writing "evict" or "warm" acts on a file.
+ * ops_xattr.c — user.*, trusted.* and security.* xattrs kept in the index,
+ * plus the virtual user.spillway.* names (the CephFS convention): per file
+ * "state" and "pin", on the root "stats" (JSON); writing "evict" or "warm"
+ * acts on a file. trusted.* is root's only (the kernel checks
+ * CAP_SYS_ADMIN on get and set; a listing leaves them out for others).
  */
+#include "fs/acl.h"
 #include "fs/fs_i.h"
 
 #include <errno.h>
@@ -17,6 +20,148 @@
 static int is_user(const char *name)
 {
 	return strncmp(name, "user.", 5) == 0;
+}
+
+static int is_trusted(const char *name)
+{
+	return strncmp(name, "trusted.", 8) == 0;
+}
+
+/* A namespace spillway keeps: 1; with no name after it: -EINVAL; else 0. */
+static int kept_ns(const char *name)
+{
+	static const char *const ns[] = {"user.", "trusted.", "security."};
+	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		size_t l = strlen(ns[i]);
+		if (!strncmp(name, ns[i], l))
+			return name[l] ? 1 : -EINVAL;
+	}
+	return 0;
+}
+
+static int is_acl(struct spw *s, const char *name)
+{
+	return s->acl && (!strcmp(name, ACL_XATTR_ACCESS) || !strcmp(name, ACL_XATTR_DEFAULT));
+}
+
+/* An xattr of in, malloc'ed into *out (NULL and 0 when there is none). */
+static ssize_t xattr_dup(struct inode *in, const char *name, void **out)
+{
+	ssize_t n;
+	*out = NULL;
+	for (int tries = 0; tries < 8; tries++) {
+		if ((n = idx_xattr_get(in, name, NULL, 0)) < 0)
+			return n == -ENODATA ? 0 : n;
+		free(*out);
+		if (!(*out = malloc((size_t)n + 1)))
+			return -ENOMEM;
+		if ((n = idx_xattr_get(in, name, *out, (size_t)n)) != -ERANGE)
+			break;
+	}
+	if (n <= 0) {
+		free(*out);
+		*out = NULL;
+	}
+	return n == -ENODATA ? 0 : n;
+}
+
+int fs_acl_inherit(struct spw *s, fuse_ino_t parent, mode_t umask, mode_t *mode, void **acc,
+		   size_t *acc_len, void **def, size_t *def_len)
+{
+	struct inode *p = idx_get(s->idx, parent);
+	void *d = NULL;
+	ssize_t n = 0;
+	int ret = 0;
+
+	*acc = NULL;
+	if (def)
+		*def = NULL;
+	if (p) {
+		n = xattr_dup(p, ACL_XATTR_DEFAULT, &d);
+		idx_put(s->idx, p);
+	}
+	if (n < 0)
+		return (int)n;
+	if (n == 0 || acl_entries(d, (size_t)n) <= 0) {
+		free(d);
+		*mode &= ~(umask & 0777);
+		return 0;
+	}
+	if (def) {
+		if (!(*def = malloc((size_t)n))) {
+			free(d);
+			return -ENOMEM;
+		}
+		memcpy(*def, d, (size_t)n);
+		*def_len = (size_t)n;
+	}
+	if ((ret = acl_create(d, (size_t)n, mode)) > 0) {
+		*acc = d;
+		*acc_len = (size_t)n;
+		return 0;
+	}
+	free(d); /* the mode says it all (or malformed: the mode alone) */
+	return 0;
+}
+
+int fs_acl_chmod(struct spw *s, struct inode *in, mode_t mode)
+{
+	void *v;
+	ssize_t n = xattr_dup(in, ACL_XATTR_ACCESS, &v);
+	int ret = (int)n;
+	if (n > 0 && (ret = acl_chmod(v, (size_t)n, mode)) == 0)
+		ret = idx_xattr_set(s->idx, in, ACL_XATTR_ACCESS, v, (size_t)n, 0);
+	free(v);
+	return ret < 0 ? ret : 0;
+}
+
+/* setfacl: the access ACL sets the mode's permission bits (and is not kept
+ * when they say it all; a caller outside the file's group and not root
+ * drops set-group-ID, as the VFS does); a default ACL only on a
+ * directory. */
+static int acl_set(struct spw *s, fuse_req_t req, struct inode *in, const char *name,
+		   const char *value, size_t size, int flags)
+{
+	int n = acl_entries(value, size), ret;
+	mode_t mode;
+
+	if (n < 0)
+		return n;
+	if (!strcmp(name, ACL_XATTR_DEFAULT)) {
+		if (!idx_dir(in))
+			return n ? -EACCES : 0;
+		if (n == 0) {
+			ret = idx_xattr_remove(s->idx, in, name);
+			return ret == -ENODATA ? 0 : ret;
+		}
+		return idx_xattr_set(s->idx, in, name, value, size, flags);
+	}
+	idx_inode_lock(in);
+	mode = in->mode;
+	idx_inode_unlock(in);
+	if ((ret = acl_equiv_mode(value, size, &mode)) < 0)
+		return ret;
+	if (ret == 0) {
+		ret = idx_xattr_remove(s->idx, in, name);
+		if (ret < 0 && ret != -ENODATA)
+			return ret;
+	} else if ((ret = idx_xattr_set(s->idx, in, name, value, size, flags)) < 0) {
+		return ret;
+	}
+	idx_inode_lock(in);
+	if (fuse_req_ctx(req)->uid != 0 && !fs_req_in_group(req, in->gid))
+		mode &= ~(mode_t)S_ISGID;
+	idx_set_mode_locked(in, (in->mode & S_IFMT) | (mode & 07777));
+	idx_touch(&in->ctime);
+	ret = idx_journal_attr_locked(s->idx, in);
+	idx_inode_unlock(in);
+	return ret;
+}
+
+/* May the caller of req see trusted.* names? (CAP_SYS_ADMIN: taken as root) */
+static int sees_trusted(fuse_req_t req)
+{
+	return fuse_req_ctx(req)->uid == 0;
 }
 
 /* "0" or "1", as setfattr, echo -n or echo (one '\n') send it; else -1 */
@@ -95,18 +240,20 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 {
 	struct spw *s = spw_of(req);
 	struct inode *in;
-	int ret;
-	if (!is_user(name)) {
-		fuse_reply_err(req, EOPNOTSUPP);
+	int ret = is_acl(s, name) ? 1 : kept_ns(name);
+	if (ret <= 0 || (is_trusted(name) && !sees_trusted(req))) {
+		fuse_reply_err(req, ret < 0 ? EINVAL : ret == 0 ? EOPNOTSUPP : EPERM);
 		return;
 	}
 	if (!(in = idx_get(s->idx, ino))) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (!strncmp(name, VPREFIX, strlen(VPREFIX)))
+	if (is_acl(s, name))
+		ret = acl_set(s, req, in, name, value, size, flags);
+	else if (!strncmp(name, VPREFIX, strlen(VPREFIX)))
 		ret = vx_set(s, in, name + strlen(VPREFIX), value, size);
-	else if (!S_ISREG(idx_type(in)) && !idx_dir(in))
+	else if (is_user(name) && !S_ISREG(idx_type(in)) && !idx_dir(in))
 		ret = -EPERM; /* as on Linux: user.* only on files and directories */
 	else
 		ret = idx_xattr_set(s->idx, in, name, value, size, flags);
@@ -122,7 +269,8 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	char *buf = NULL;
 
 	/* ENODATA, never EOPNOTSUPP: the kernel would stop asking for all names */
-	if (!is_user(name)) {
+	if ((!is_acl(spw_of(req), name) && kept_ns(name) <= 0) ||
+	    (is_trusted(name) && !sees_trusted(req))) {
 		fuse_reply_err(req, ENODATA);
 		return;
 	}
@@ -148,6 +296,41 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 	reply_xattr(req, size, ret, buf);
 }
 
+/* The names of in without trusted.*, into a malloc'ed *buf (size 0: only
+ * their length); the length, or -errno. */
+static ssize_t list_untrusted(struct inode *in, size_t size, char **buf)
+{
+	ssize_t all, n = 0;
+	char *names = NULL;
+	/* a name set between the two calls: ask again */
+	for (int tries = 0; tries < 8; tries++) {
+		if ((all = idx_xattr_list(in, NULL, 0)) < 0)
+			return all;
+		free(names);
+		if (!(names = malloc((size_t)all + 1)))
+			return -ENOMEM;
+		if ((all = idx_xattr_list(in, names, (size_t)all)) != -ERANGE)
+			break;
+	}
+	if (all < 0) {
+		free(names);
+		return all;
+	}
+	for (ssize_t i = 0, l; i < all; i += l) {
+		l = (ssize_t)strlen(names + i) + 1;
+		if (!is_trusted(names + i)) {
+			memmove(names + n, names + i, (size_t)l);
+			n += l;
+		}
+	}
+	if (size && (size_t)n > size) {
+		free(names);
+		return -ERANGE;
+	}
+	*buf = names;
+	return n;
+}
+
 void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct spw *s = spw_of(req);
@@ -158,10 +341,14 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	if (size && !(buf = malloc(size)))
-		ret = -ENOMEM;
-	else
-		ret = idx_xattr_list(in, buf, size);
+	if (sees_trusted(req)) {
+		if (size && !(buf = malloc(size)))
+			ret = -ENOMEM;
+		else
+			ret = idx_xattr_list(in, buf, size);
+	} else {
+		ret = list_untrusted(in, size, &buf);
+	}
 	idx_put(s->idx, in);
 	reply_xattr(req, size, ret, buf);
 }
@@ -170,9 +357,9 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct spw *s = spw_of(req);
 	struct inode *in;
-	int ret;
-	if (!is_user(name)) {
-		fuse_reply_err(req, EOPNOTSUPP);
+	int ret = is_acl(s, name) ? 1 : kept_ns(name);
+	if (ret <= 0 || (is_trusted(name) && !sees_trusted(req))) {
+		fuse_reply_err(req, ret < 0 ? EINVAL : ret == 0 ? EOPNOTSUPP : EPERM);
 		return;
 	}
 	if (!(in = idx_get(s->idx, ino))) {

@@ -57,7 +57,8 @@ void idx_ref(struct index *idx, struct inode *ino);
 void idx_forget(struct index *idx, uint64_t ino, uint64_t n);
 
 /* Lookup: on success *out has one internal ref and nlookup was incremented
- * when `kernel_ref` is set. */
+ * when `kernel_ref` is set. "." is parent itself, of any type; ".." the
+ * parent of directory parent. */
 int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_ref,
 	       struct inode **out);
 
@@ -76,6 +77,10 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 	     struct inode **out);
 int idx_unlink(struct index *idx, uint64_t parent, const char *name);
 int idx_rmdir(struct index *idx, uint64_t parent, const char *name);
+/* O_TMPFILE: a regular file with no name (nlink 0) on parent's filesystem,
+ * one internal ref and one kernel ref as idx_create; idx_link names it. */
+int idx_tmpfile(struct index *idx, uint64_t parent, const struct idx_new_node *nn,
+		struct inode **out);
 /* flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (linux/fs.h values). */
 int idx_rename(struct index *idx, uint64_t parent, const char *name, uint64_t newparent,
 	       const char *newname, unsigned flags);
@@ -91,6 +96,9 @@ void idx_get_locked(struct inode *in);
 /* Inside an idx_readdir callback: add a kernel lookup ref to child. */
 void idx_kernel_ref_locked(struct inode *child);
 uint64_t idx_dir_entries(struct index *idx, uint64_t dir);
+/* The cookie the next entry made in dir will get: every entry there now has
+ * a smaller one (a rename into dir makes a new entry). 0 if dir is gone. */
+uint64_t idx_dir_next_cookie(struct index *idx, uint64_t dir);
 
 /* Attributes. idx_stat fills st from the inode (takes its lock). */
 void idx_stat(struct index *idx, struct inode *ino, struct stat *st);

@@ -27,6 +27,12 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 		ret = -ENOENT;
 		goto out;
 	}
+	/* "." of any inode: a lookup by inode number (FUSE export support:
+	 * the kernel opening a file handle whose inode it no longer holds) */
+	if (strcmp(name, ".") == 0) {
+		in = p;
+		goto found;
+	}
 	if (!idx_dir(p)) {
 		ret = -ENOTDIR;
 		goto out;
@@ -35,9 +41,7 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 		ret = -ENAMETOOLONG;
 		goto out;
 	}
-	if (strcmp(name, ".") == 0)
-		in = p;
-	else if (strcmp(name, "..") == 0)
+	if (strcmp(name, "..") == 0)
 		in = idx_ino_find(idx, idx_dir(p)->parent);
 	else if ((d = idx_dent_find(idx, parent, name)))
 		in = idx_ino_find(idx, d->ino);
@@ -45,6 +49,7 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 		ret = -ENOENT;
 		goto out;
 	}
+found:
 	in->refs++;
 	if (kernel_ref)
 		in->nlookup++;
@@ -144,9 +149,75 @@ out:
 	return ret;
 }
 
+int idx_tmpfile(struct index *idx, uint64_t parent, const struct idx_new_node *nn,
+		struct inode **out)
+{
+	struct inode *p, *in;
+	int ret = 0;
+
+	pthread_mutex_lock(&idx->lock);
+	if ((ret = idx_jcheck(idx)) < 0 || !(p = dir_of(idx, parent, &ret)))
+		goto out;
+	if (!(in = idx_inode_alloc(idx, nn))) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if ((ret = idx_inode_insert(idx, in)) < 0) {
+		idx_inode_destroy(idx, in);
+		goto out;
+	}
+	in->nlink = 0; /* no name: gone with its last reference, or linked */
+	in->refs = 1;
+	in->nlookup = 1;
+	*out = in;
+	if (idx->jrnl) {
+		/* unreachable until a link: a replay drops it like an orphan */
+		struct jrec r;
+		idx_attr_rec(in, &r);
+		ret = idx_jlog(idx, &r, 1);
+	}
+out:
+	pthread_mutex_unlock(&idx->lock);
+	return ret;
+}
+
+/* Every record of in (attributes, xattrs, chunks), journaled before an
+ * O_TMPFILE file gets its first name: a checkpoint taken while it had none
+ * left it out (idx_snapshot keeps what a name reaches), and its name would
+ * otherwise point at nothing after a replay from that checkpoint.
+ * idx->lock held. */
+static int jlog_whole_inode(struct index *idx, struct inode *in)
+{
+	struct jrec r;
+	int ret;
+	idx_inode_lock(in);
+	idx_attr_rec_locked(in, &r);
+	ret = idx_jlog(idx, &r, 1);
+	for (struct xattr *x = in->xattrs; x && !ret; x = x->next) {
+		struct jrec xr = {.type = JR_XATTR_SET,
+				  .ino = in->ino,
+				  .name = x->name,
+				  .name_len = (uint32_t)strlen(x->name),
+				  .value = x->value,
+				  .value_len = (uint32_t)x->size};
+		ret = idx_jlog(idx, &xr, 1);
+	}
+	for (uint64_t c = 0; c < in->nchunks && !ret; c++) {
+		struct jrec cr[CHAIN_MAX + 2];
+		int n;
+		if (in->chunks[c].state == CHUNK_ABSENT)
+			continue;
+		n = idx_chunk_recs_locked(in, c, cr);
+		ret = idx_jlog(idx, cr, n);
+	}
+	idx_inode_unlock(in);
+	return ret;
+}
+
 int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *newname,
 	     struct inode **out)
 {
+	int first_name;
 	struct inode *p, *in;
 	int ret = 0;
 
@@ -169,6 +240,7 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 	}
 	if ((ret = idx_dent_add(idx, p, newname, ino)) < 0)
 		goto out;
+	first_name = in->nlink == 0;
 	nlink_add(in, 1);
 	parent_changed(p);
 	in->refs++;
@@ -177,6 +249,8 @@ int idx_link(struct index *idx, uint64_t ino, uint64_t newparent, const char *ne
 	if (idx->jrnl) {
 		struct jrec r;
 		idx_name_rec(&r, JR_LINK, newparent, newname, ino);
+		if (first_name && (ret = jlog_whole_inode(idx, in)) < 0)
+			goto out;
 		if ((ret = idx_jlog(idx, &r, 1)) == 0 && (ret = idx_journal_attr(idx, in)) == 0)
 			ret = idx_journal_attr(idx, p);
 	}
@@ -439,6 +513,18 @@ int idx_readdir(struct index *idx, uint64_t dir, uint64_t off, idx_dirent_fn fn,
 out:
 	pthread_mutex_unlock(&idx->lock);
 	return ret;
+}
+
+uint64_t idx_dir_next_cookie(struct index *idx, uint64_t dir)
+{
+	struct inode *p;
+	uint64_t n = 0;
+	pthread_mutex_lock(&idx->lock);
+	p = idx_ino_find(idx, dir);
+	if (p && idx_dir(p))
+		n = idx_dir(p)->next_cookie;
+	pthread_mutex_unlock(&idx->lock);
+	return n;
 }
 
 uint64_t idx_dir_entries(struct index *idx, uint64_t dir)

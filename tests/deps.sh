@@ -3,7 +3,7 @@
 # Sourced by examples/demo.sh and tests/run_all.sh; needs root on Debian 12.
 spw_deps() {
 	local pkgs=(build-essential cmake pkg-config libfuse3-dev fuse3 liburing-dev
-		libcurl4-openssl-dev libssl-dev libxml2-dev libcmocka-dev python3 python3-numpy fio attr man-db groff-base fiu-utils
+		libcurl4-openssl-dev libssl-dev libxml2-dev libcmocka-dev python3 python3-numpy fio attr acl man-db groff-base fiu-utils
 		rclone mergerfs s3fs clang libclang-rt-dev meson ninja-build dpkg-dev)
 	local missing=()
 	for p in "${pkgs[@]}"; do

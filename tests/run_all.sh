@@ -20,6 +20,9 @@ spw_py_deps "$top" "$build"
 # mount -t fuse.spillway (tested) finds the program on the default PATH
 cmake --install "$build" >/dev/null
 (cd "$build" && ctest --output-on-failure --timeout 900 -j"$(nproc)" "$@")
+# ctest ran xfstests' subset (xfstests_subset) when its source is there;
+# else this says how to get it
+bash "$top/tests/xfstests/run.sh" --source || true
 # The same sources still build against the system's libfuse when it is older
 # than 3.17 (Debian 12's 3.14: passthrough compiled out); its unit tests run.
 if ! pkg-config --atleast-version=3.17 fuse3; then

@@ -426,8 +426,9 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 				tier_mark_dirty_locked(t, in, c, c);
 		idx_touch(&in->mtime);
 		in->ctime = in->mtime;
-		/* POSIX: a write by a non-owner clears set-user/group-ID */
-		idx_set_mode_locked(in, in->mode & ~(S_ISUID | S_ISGID));
+		/* set-user/group-ID: the kernel clears them before the write
+		 * (file_remove_privs, a SETATTR of the mode), by the VFS's rules:
+		 * not for CAP_FSETID, set-group-ID only with group-execute */
 		/* the size before the reply; mtime alone waits for close or fsync */
 		in->attr_dirty = grow == UINT64_MAX;
 		if (grow != UINT64_MAX &&
@@ -566,6 +567,20 @@ static int covers_chunk(const struct tier *t, const struct inode *in, uint64_t c
 	return off <= cs && off + len >= ce;
 }
 
+/* fallocate(2) on the hot file. tmpfs has no FALLOC_FL_ZERO_RANGE: there a
+ * zeroing is a punch of the range and an allocation of it. */
+static int hot_fallocate(int fd, int mode, uint64_t off, uint64_t len)
+{
+	if (fallocate(fd, mode, (off_t)off, (off_t)len) == 0)
+		return 0;
+	if (errno != EOPNOTSUPP || !(mode & FALLOC_FL_ZERO_RANGE))
+		return -errno;
+	if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) < 0)
+		return -errno;
+	mode &= FALLOC_FL_KEEP_SIZE;
+	return fallocate(fd, mode, (off_t)off, (off_t)len) < 0 ? -errno : 0;
+}
+
 /* One piece of a fallocate (tier_fallocate): its chunks are made hot and
  * pinned together, so it must fit in RAM. */
 static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
@@ -618,10 +633,8 @@ static int fallocate_piece(struct tier *t, struct inode *in, int mode, uint64_t 
 		if (end > off + len)
 			punch_len = end - off;
 	}
-	if (fallocate(fd, mode, (off_t)off, (off_t)punch_len) < 0) {
-		ret = -errno;
+	if ((ret = hot_fallocate(fd, mode, off, punch_len)) < 0)
 		goto out_unpin;
-	}
 	/* Past the end a chunk stays a hole: a punch or a zeroing there
 	 * changes no byte of the file, and an allocation kept past it
 	 * (KEEP_SIZE) is room, not data (a chunk marked there was never

@@ -44,6 +44,7 @@ Knobs (environment):
 Run: python3 test_durability.py --build BUILD_DIR [-k pattern]
 """
 
+import ctypes
 import errno
 import hashlib
 import json
@@ -659,6 +660,54 @@ class FileRec:
     def __init__(self, c, durable=None):
         self.c = c
         self.durable = durable
+
+
+def link_fd(fd, path):
+    """linkat(2) of an open file to path (AT_SYMLINK_FOLLOW on /proc's link)."""
+    libc = harness.libc
+    libc.linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                            ctypes.c_int]
+    if libc.linkat(-100, b"/proc/self/fd/%d" % fd, -100, os.fsencode(path), 0x400) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+
+
+class TestTmpfileLinked(DurCase):
+    """An O_TMPFILE file spilled, then a checkpoint while it has no name
+    (it leaves such files out), then linkat and fsync, then kill -9: the
+    file is back whole. Its name once pointed at nothing after the replay."""
+
+    def test_linked_after_checkpoint_survives_kill(self):
+        hot, cold, state = self.make_state()
+        opts = self.opts(cold, state, checkpoint_size="64K")
+        m = self.cmount(hot, opts, "first")
+        data = os.urandom(3 * MiB)
+        fd = os.open(m.mnt, os.O_TMPFILE | os.O_RDWR, 0o640)
+        try:
+            os.pwrite(fd, data, 0)
+            os.setxattr(fd, "user.spillway.evict", b"1")
+            ckpts = {n for n in os.listdir(state) if n.startswith("checkpoint.")}
+            # journal records past checkpoint_size: a checkpoint follows
+            os.mkdir(m.path("many"))
+            for i in range(2000):
+                os.mkdir(m.path("many", "d%04d" % i))
+                if {n for n in os.listdir(state) if n.startswith("checkpoint.")} - ckpts:
+                    break
+            self.assertTrue({n for n in os.listdir(state) if n.startswith("checkpoint.")} - ckpts,
+                            "no checkpoint while the tmpfile had no name")
+            link_fd(fd, m.path("named"))
+            os.fsync(fd)
+            dfd = os.open(m.mnt, os.O_RDONLY)
+            os.fsync(dfd)
+            os.close(dfd)
+        finally:
+            os.close(fd)
+        m.kill9()
+        m.stop()
+        m2 = self.cmount(hot, opts, "second")
+        with open(m2.path("named"), "rb") as f:
+            self.assertTrue(f.read() == data, "named differs after kill -9 + remount")
+        self.assertEqual(stat.S_IMODE(os.stat(m2.path("named")).st_mode), 0o640)
 
 
 class Model:

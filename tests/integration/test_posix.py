@@ -8,12 +8,16 @@ spillway-specific promises (hot_dir layout, open-file lifetimes, mmap).
 Run: python3 test_posix.py --build BUILD_DIR [-k pattern]
 """
 
+import ctypes
 import errno
 import hashlib
 import mmap
 import os
 import re
+import shutil
 import stat
+import struct
+import subprocess
 import sys
 import time
 
@@ -449,6 +453,39 @@ class TestRename(MountedTestCase):
 
         self.assertParity(sc)
 
+    def test_rename_whiteout(self):
+        """RENAME_WHITEOUT (overlayfs needs it of an upper directory): the
+        old name becomes a character device 0/0."""
+        WHITEOUT = 4
+
+        def wh(t, a, b, flags):
+            harness.renameat2(t.p(a), t.p(b), flags)
+
+        def dev(p):
+            st = os.lstat(p)
+            return (stat.S_ISCHR(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev))
+
+        def sc(t):
+            t.call("create a", write_file, t.p("a"), b"aaa")
+            t.do("whiteout a -> b", wh, t, "a", "b", WHITEOUT)
+            t.do("a is a whiteout", dev, t.p("a"))
+            t.stat("a")
+            t.do("read b", read_all, t.p("b"))
+            t.do("mkdir d", os.mkdir, t.p("d"))
+            t.call("create d/c", write_file, t.p("d", "c"), b"c")
+            t.do("whiteout over an existing name", wh, t, "b", "d/c", WHITEOUT)
+            t.do("b is a whiteout", dev, t.p("b"))
+            t.do("read d/c", read_all, t.p("d", "c"))
+            t.do("whiteout with noreplace onto a name", wh, t, "d/c", "a",
+                 WHITEOUT | harness.RENAME_NOREPLACE)
+            t.do("whiteout with exchange", wh, t, "d/c", "a", WHITEOUT | harness.RENAME_EXCHANGE)
+            t.do("whiteout of a directory", wh, t, "d", "e", WHITEOUT)
+            t.do("d is a whiteout", dev, t.p("d"))
+            t.do("listdir", sorted, os.listdir(t.root))
+            t.do("whiteout of a missing name", wh, t, "nope", "x", WHITEOUT)
+
+        self.assertParity(sc)
+
     def test_rename_over_open_file(self):
         a, b = self.m.path("a"), self.m.path("b")
         write_file(a, b"old content")
@@ -589,6 +626,27 @@ class TestReaddir(MountedTestCase):
         self.assertTrue(set(seen) <= set(names))
         self.assertEqual(os.listdir(d), [])
 
+    def test_renames_while_reading(self):
+        """Each entry read is renamed away and back (a new cookie, past the
+        end): the listing still ends, with each name once and every name
+        that was there at opendir (xfstests generic/736 looped)."""
+        d = self.m.path("d")
+        os.mkdir(d)
+        names = {str(i) for i in range(1, 2001)}
+        for n in names:
+            os.close(os.open(os.path.join(d, n), os.O_CREAT | os.O_WRONLY, 0o644))
+        seen = []
+        with os.scandir(d) as it:
+            for e in it:
+                seen.append(e.name)
+                self.assertLessEqual(len(seen), 3 * len(names), "readdir does not end")
+                os.rename(os.path.join(d, e.name), os.path.join(d, "TEMPFILE"))
+                os.rename(os.path.join(d, "TEMPFILE"), os.path.join(d, e.name))
+        self.assertEqual(len(seen), len(set(seen)))
+        self.assertEqual(set(seen), names)
+        # a new listing (a new opendir) sees them all again
+        self.assertEqual(set(os.listdir(d)), names)
+
     def test_readdir_offsets_restart(self):
         """Two interleaved readers of one directory each see every entry once."""
         d = self.m.path("d")
@@ -685,6 +743,46 @@ class TestXattr(MountedTestCase):
 
         self.assertParity(sc)
 
+    def test_trusted_and_security_xattrs(self):
+        """trusted.* (root's only: hidden from others' listings, EPERM to
+        set) and security.*, on files, directories and symlinks themselves."""
+        if os.geteuid() != 0:
+            self.skipTest("needs root (trusted.*, and a caller without it)")
+        self.m.stop()
+        self.m = self.mount(opts=("allow_other", "default_permissions"))
+        self.mnt = self.m.mnt
+
+        def sc(t):
+            f = t.p("f")
+            t.call("create f", write_file, f, b"x")
+            t.do("set trusted", os.setxattr, f, "trusted.t", b"tv")
+            t.do("set security", os.setxattr, f, "security.s", b"sv")
+            t.do("set user", os.setxattr, f, "user.u", b"uv")
+            t.do("get trusted", os.getxattr, f, "trusted.t")
+            t.do("get security", os.getxattr, f, "security.s")
+            t.do("list", lambda: sorted(os.listxattr(f)))
+            t.do("set trusted empty name", os.setxattr, f, "trusted.", b"v")
+            t.do("symlink", os.symlink, "f", t.p("l"))
+            t.do("trusted on the symlink", os.setxattr, t.p("l"), "trusted.l", b"lv",
+                 follow_symlinks=False)
+            t.do("list symlink", lambda: sorted(os.listxattr(t.p("l"), follow_symlinks=False)))
+            t.do("mkdir", os.mkdir, t.p("d"))
+            t.do("security on dir", os.setxattr, t.p("d"), "security.d", b"dv")
+            fd = t.open("f", os.O_RDWR)
+            t.do("nobody lists", as_nobody, lambda: sorted(os.listxattr(fd)))
+            t.do("nobody gets trusted", as_nobody, os.getxattr, fd, "trusted.t")
+            t.do("nobody sets trusted", as_nobody, os.setxattr, fd, "trusted.n", b"n")
+            t.do("nobody removes trusted", as_nobody, os.removexattr, fd, "trusted.t")
+            t.do("nobody gets security", as_nobody, os.getxattr, fd, "security.s")
+            t.close(fd)
+            t.do("remove trusted", os.removexattr, f, "trusted.t")
+            t.do("remove security", os.removexattr, f, "security.s")
+            t.do("list after", lambda: sorted(os.listxattr(f)))
+
+        log = self.assertParity(sc)
+        self.assertIn(("nobody lists", ("ok", "['security.s', 'user.u']")), log)
+        self.assertIn(("list", ("ok", ["security.s", "trusted.t", "user.u"])), log)
+
     def test_xattr_survives_reopen_and_many(self):
         f = self.m.path("f")
         write_file(f, b"x")
@@ -748,6 +846,137 @@ class TestFallocate(MountedTestCase):
         ref = pattern(4 * MiB)
         self.assertEqual(data[:MiB], ref[:MiB])
         self.assertEqual(data[3 * MiB:], ref[3 * MiB:])
+
+
+    def test_zero_range(self):
+        """FALLOC_FL_ZERO_RANGE, with and without KEEP_SIZE, across EOF (tmpfs,
+        the hot tier, has none: spillway punches and allocates; no parity
+        with tmpfs then: the expected bytes are built here)."""
+        ZERO = 0x10
+        fd = os.open(self.m.path("f"), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.pwrite(fd, b"\xab" * (3 * MiB), 0)
+            harness.fallocate(fd, ZERO, MiB + 5, MiB + 2)
+            want = bytearray(b"\xab" * (3 * MiB))
+            want[MiB + 5:2 * MiB + 7] = bytes(MiB + 2)
+            self.assertEqual(os.fstat(fd).st_size, 3 * MiB)
+            self.assertEqual(os.pread(fd, 4 * MiB, 0), bytes(want))
+            harness.fallocate(fd, ZERO | harness.FALLOC_FL_KEEP_SIZE, 3 * MiB - 10, 100)
+            want[3 * MiB - 10:] = bytes(10)
+            self.assertEqual(os.fstat(fd).st_size, 3 * MiB)
+            self.assertGreaterEqual(os.fstat(fd).st_blocks * 512, 3 * MiB)
+            harness.fallocate(fd, ZERO, 3 * MiB - 10, 4096)
+            want += bytes(4096 - 10)
+            self.assertEqual(os.fstat(fd).st_size, 3 * MiB - 10 + 4096)
+            self.assertEqual(os.pread(fd, 4 * MiB, 0), bytes(want))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_all(self.m.path("f")), bytes(want))
+
+    def test_enospc_up_front(self):
+        """An allocation far larger than every tier's free room fails at once
+        with ENOSPC and allocates nothing (xfstests generic/213)."""
+        sv = os.statvfs(self.mnt)
+        room = sv.f_bavail * sv.f_frsize
+        p = self.m.path("big")
+        fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.pwrite(fd, b"x" * 4096, 0)
+            t0 = time.monotonic()
+            with self.assertRaises(OSError) as cm:
+                os.posix_fallocate(fd, 0, 2 * room + (1 << 30))
+            took = time.monotonic() - t0
+            self.assertEqual(cm.exception.errno, errno.ENOSPC)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        self.assertEqual(st.st_size, 4096)
+        self.assertLess(st.st_blocks * 512, MiB)
+        self.assertLess(took, 5.0 * harness.TIME_SCALE)
+        # what fits is still allocated
+        fd = os.open(p, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, 2 * MiB)
+            self.assertEqual(os.fstat(fd).st_size, 2 * MiB)
+        finally:
+            os.close(fd)
+
+
+def name_to_handle(path):
+    """The file handle of path (name_to_handle_at), as bytes."""
+    buf = ctypes.create_string_buffer(8 + 128)
+    struct.pack_into("Ii", buf, 0, 128, 0)
+    mount_id = ctypes.c_int()
+    if harness.libc.name_to_handle_at(-100, os.fsencode(path), buf, ctypes.byref(mount_id),
+                                      0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+    n = struct.unpack_from("I", buf, 0)[0]
+    return buf.raw[:8 + n]
+
+
+def open_by_handle(mount_path, handle, flags):
+    """open_by_handle_at on the mount at mount_path; returns the fd."""
+    mfd = os.open(mount_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = harness.libc.open_by_handle_at(mfd, ctypes.create_string_buffer(handle, len(handle)),
+                                            flags)
+        if fd < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        return fd
+    finally:
+        os.close(mfd)
+
+
+class TestExport(harness.SpwTestCase):
+    """File handles (FUSE export support): open_by_handle_at finds a file and
+    a directory by inode number, also once the kernel forgot them and after
+    a remount; a removed file's handle is stale (xfstests generic/426, 467,
+    477, 756, 777)."""
+
+    def test_handles_survive_remount(self):
+        base = self.tmpdir()
+        cold, state = os.path.join(base, "cold"), os.path.join(base, "state")
+        os.mkdir(cold)
+        hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+        opts = ("nvme=" + cold, "state_dir=" + state)
+        m = self.mount(hot_dir=hot, opts=opts)
+        os.makedirs(m.path("d/e"))
+        write_file(m.path("d/e/f"), b"handle me")
+        write_file(m.path("gone"), b"x")
+        hf, hd, hg = (name_to_handle(m.path(r)) for r in ("d/e/f", "d/e", "gone"))
+        fd = open_by_handle(m.mnt, hf, os.O_RDONLY)
+        try:
+            self.assertEqual(os.pread(fd, 100, 0), b"handle me")
+        finally:
+            os.close(fd)
+        os.unlink(m.path("gone"))
+        with self.assertRaises(OSError) as cm:
+            os.close(open_by_handle(m.mnt, hg, os.O_RDONLY))
+        self.assertEqual(cm.exception.errno, errno.ESTALE)
+        m.stop()
+
+        m2 = self.mount(hot_dir=hot, opts=opts)
+        # a new connection: the kernel knows none of these inodes
+        fd = open_by_handle(m2.mnt, hf, os.O_RDWR)
+        try:
+            self.assertEqual(os.pread(fd, 100, 0), b"handle me")
+            os.pwrite(fd, b"H", 0)
+        finally:
+            os.close(fd)
+        self.assertEqual(read_all(m2.path("d/e/f")), b"Handle me")
+        # a directory handle is connected through its ".." lookups
+        fd = open_by_handle(m2.mnt, hd, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self.assertEqual(os.listdir(fd), ["f"])
+            self.assertEqual(os.stat("..", dir_fd=fd).st_ino, os.stat(m2.path("d")).st_ino)
+        finally:
+            os.close(fd)
+        with self.assertRaises(OSError) as cm:
+            os.close(open_by_handle(m2.mnt, hg, os.O_RDONLY))
+        self.assertEqual(cm.exception.errno, errno.ESTALE)
 
 
 class TestSeekHoles(MountedTestCase):
@@ -929,6 +1158,132 @@ class TestMmap(MountedTestCase):
                 mm.close()
 
 
+def link_fd(fd, path):
+    """linkat(2) of an open file to path (what names an O_TMPFILE file;
+    os.link would link /proc's symlink itself)."""
+    harness.libc.linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                                    ctypes.c_char_p, ctypes.c_int]
+    if harness.libc.linkat(-100, b"/proc/self/fd/%d" % fd, -100, os.fsencode(path),
+                           0x400) != 0:  # AT_SYMLINK_FOLLOW
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+
+
+class TestTmpfile(MountedTestCase):
+    """O_TMPFILE: a file with no name, gone at close unless linkat names it
+    (xfstests generic/004 and others)."""
+
+    def test_tmpfile_parity(self):
+        def sc(t):
+            t.do("mkdir d", os.mkdir, t.p("d"))
+            fd = t.open("d", os.O_TMPFILE | os.O_RDWR, 0o640)
+            t.do("write", os.pwrite, fd, b"tmp data", 0)
+            t.do("fstat", os.fstat, fd)
+            t.do("listdir", sorted, os.listdir(t.p("d")))
+            t.do("link", link_fd, fd, t.p("d", "named"))
+            t.do("listdir", sorted, os.listdir(t.p("d")))
+            t.do("fstat", os.fstat, fd)
+            t.close(fd)
+            t.do("read", read_all, t.p("d", "named"))
+            ex = t.open("d", os.O_TMPFILE | os.O_RDWR | os.O_EXCL, 0o600)
+            t.do("link of O_EXCL", link_fd, ex, t.p("d", "x"))
+            t.close(ex)
+            t.do("on a file", os.open, t.p("d", "named"), os.O_TMPFILE | os.O_RDWR)
+            t.do("listdir", sorted, os.listdir(t.p("d")))
+
+        log = self.assertParity(sc)
+        self.assertIn(("read", ("ok", b"tmp data")), log)
+
+    def test_unlinked_tmpfile_leaves_nothing(self):
+        fd = os.open(self.mnt, os.O_TMPFILE | os.O_RDWR, 0o600)
+        try:
+            os.pwrite(fd, pattern(3 * MiB), 0)
+            self.assertEqual(os.pread(fd, 3 * MiB, 0), pattern(3 * MiB))
+            self.assertEqual(os.fstat(fd).st_nlink, 0)
+            self.assertTrue(self.m.hot_files(), "the tmpfile's data is in no hot file")
+        finally:
+            os.close(fd)
+        self.assertEqual(os.listdir(self.mnt), [])
+        # the kernel sends the release after close returns
+        harness.wait_until(lambda: not self.m.hot_files(), 5 * harness.TIME_SCALE,
+                           "the tmpfile's hot file to be removed at its last close")
+
+
+def facl(*argv):
+    """Run setfacl/getfacl; their output, or the error's first line."""
+    r = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    out = r.stdout.decode(errors="replace")
+    return out if r.returncode == 0 else "exit %d" % r.returncode
+
+
+class TestAcl(MountedTestCase):
+    """POSIX ACLs (FUSE_CAP_POSIX_ACL, with default_permissions): setfacl and
+    getfacl, the mode kept in step (and a chmod keeping the ACL in step),
+    default ACLs inherited by new files and directories in place of the
+    umask; the kernel enforces them."""
+
+    mount_kw = {"opts": ("allow_other", "default_permissions")}
+
+    def test_acl_parity(self):
+        if not shutil.which("setfacl"):
+            self.skipTest("no setfacl (apt-get install acl)")
+        old = os.umask(0o022)
+        self.addCleanup(os.umask, old)
+
+        def sc(t):
+            f, d = t.p("f"), t.p("d")
+            t.call("create f", write_file, f, b"x")
+            t.do("setfacl u:nobody:rw", facl, "setfacl", "-m", "u:nobody:rw", f)
+            t.do("getfacl", facl, "getfacl", "-cp", f)
+            t.stat("f")
+            t.do("chmod 640", os.chmod, f, 0o640)
+            t.do("getfacl after chmod", facl, "getfacl", "-cp", f)
+            t.do("setfacl equal to the mode", facl, "setfacl", "-b", f)
+            t.do("getfacl after -b", facl, "getfacl", "-cp", f)
+            t.stat("f")
+            t.do("mkdir d", os.mkdir, d)
+            t.do("default acl", facl, "setfacl", "-d", "-m", "u:nobody:rwx,o::-", d)
+            t.do("default on a file", facl, "setfacl", "-d", "-m", "u:nobody:r", f)
+            t.call("create d/g", write_file, t.p("d", "g"), b"g", 0o666)
+            t.do("mkdir d/e", os.mkdir, t.p("d", "e"), 0o777)
+            t.do("mknod d/p", os.mkfifo, t.p("d", "p"), 0o644)
+            for n in ("g", "e", "p"):
+                t.stat("d/" + n)
+                t.do("getfacl d/" + n, facl, "getfacl", "-cp", t.p("d", n))
+            t.call("create d/e/h", write_file, t.p("d", "e", "h"), b"h", 0o600)
+            t.do("getfacl d/e/h", facl, "getfacl", "-cp", t.p("d", "e", "h"))
+            t.do("remove the default", facl, "setfacl", "-k", d)
+            t.call("create d/u", write_file, t.p("d", "u"), b"u", 0o666)
+            t.stat("d/u")
+            t.do("getfacl d/u", facl, "getfacl", "-cp", t.p("d", "u"))
+            t.do("setfacl bad", facl, "setfacl", "-m", "u:nobody:rw,u:nobody:r", f)
+
+        log = self.assertParity(sc)
+        self.assertIn(("getfacl d/g", ("ok", "user::rw-\nuser:nobody:rwx\t#effective:rw-\n"
+                                               "group::r-x\t#effective:r--\nmask::rw-\n"
+                                               "other::---\n\n")), log)
+
+    def test_acl_enforced_and_kept(self):
+        """The kernel enforces what the daemon stores: nobody cannot write a
+        0600 file until a named entry for nobody lets it."""
+        if not shutil.which("setfacl"):
+            self.skipTest("no setfacl (apt-get install acl)")
+        os.chmod(self.m.base, 0o755)
+        os.chmod(self.mnt, 0o755)
+        f = self.m.path("f")
+        write_file(f, b"x", 0o600)
+
+        def nobody_appends():
+            with open(f, "ab") as fh:
+                return fh.write(b"n")
+
+        self.assertEqual(as_nobody(nobody_appends), "EACCES")
+        self.assertNotEqual(facl("setfacl", "-m", "u:nobody:rw", f)[:4], "exit")
+        self.assertEqual(as_nobody(nobody_appends), "1")
+        self.assertEqual(read_all(f), b"xn")
+        self.assertIn("user:nobody:rw-", facl("getfacl", "-cp", f))
+
+
 class TestAppendTruncate(MountedTestCase):
     def test_o_append(self):
         def sc(t):
@@ -972,6 +1327,86 @@ class TestAppendTruncate(MountedTestCase):
 
         log = self.assertParity(sc)
         self.assertIn(("zeros", ("val", True)), log)
+
+
+def as_nobody(fn, *args):
+    """fn(*args) in a child that dropped to nobody (no capabilities); returns
+    repr() of what fn returned, or of the OSError's errno name."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                res = repr(fn(*args))
+            except OSError as e:
+                res = errno.errorcode.get(e.errno, str(e.errno))
+            os.write(w, res.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        out = b""
+        while True:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            out += b
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    return out.decode()
+
+
+def write_as_nobody(fd, data):
+    """Write data to fd as nobody (no CAP_FSETID)."""
+    return as_nobody(os.write, fd, data)
+
+
+class TestSetid(MountedTestCase):
+    """A write clears set-user-ID and set-group-ID as the VFS decides: never
+    for a caller with CAP_FSETID (the owner here is root), set-group-ID only
+    with group-execute (xfstests generic/193, 355). With passthrough on and
+    off: the daemon used to clear both on every write. A caller outside the
+    file's group loses set-group-ID on the mode the kernel sets (683, 684)."""
+
+    mount_kw = {"opts": ("allow_other", "default_permissions")}
+
+    def scenario(self, t):
+        for mode in (0o2644, 0o6755, 0o2666, 0o4666, 0o6777, 0o6766):
+            t.call("create", write_file, t.p("f%o" % mode), b"x")
+            t.do("chmod %o" % mode, os.chmod, t.p("f%o" % mode), mode)
+            t.call("root appends", append_file, t.p("f%o" % mode), b"y")
+            t.stat("f%o" % mode)
+            if mode & 0o4000 == 0:
+                # set-group-ID alone, a writer outside the group: the VFS
+                # clears it, FUSE's kernel side never asks (docs/testing.md)
+                continue
+            fd = t.open("f%o" % mode, os.O_WRONLY | os.O_APPEND)
+            t.do("nobody writes", write_as_nobody, fd, b"z")
+            t.do("fstat", lambda fd: stat.S_IMODE(os.fstat(fd).st_mode), fd)
+            t.close(fd)
+            t.stat("f%o" % mode)
+
+    def test_write_keeps_or_clears_setid(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root (a write by another user)")
+        log = self.assertParity(self.scenario)
+        self.assertIn(("stat f2644", ("ok", {"type": "reg", "mode": "0o2644", "nlink": 1,
+                                              "uid": 0, "gid": 0, "size": 2})), log)
+        self.assertIn(("fstat", ("ok", 0o777)), log)  # nobody's write: both cleared
+        self.assertIn(("fstat", ("ok", 0o766)), log)  # and without group-execute
+
+    def test_write_keeps_or_clears_setid_no_passthrough(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root (a write by another user)")
+        self.m.stop()
+        self.m = self.mount(opts=("passthrough=off", "allow_other", "default_permissions"))
+        self.mnt = self.m.mnt
+        self.assertParity(self.scenario)
 
 
 class TestBlocksAndTimes(MountedTestCase):
