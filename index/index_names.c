@@ -30,6 +30,13 @@ int idx_lookup(struct index *idx, uint64_t parent, const char *name, int kernel_
 	/* "." of any inode: a lookup by inode number (FUSE export support:
 	 * the kernel opening a file handle whose inode it no longer holds) */
 	if (strcmp(name, ".") == 0) {
+		/* a removed file or directory has no handle: the kernel may
+		 * not have sent its FORGET yet, so it is still here (ENOENT
+		 * is the kernel's ESTALE, as a local filesystem answers) */
+		if (p->nlink == 0 && p->ino != IDX_ROOT_INO) {
+			ret = -ENOENT;
+			goto out;
+		}
 		in = p;
 		goto found;
 	}

@@ -112,9 +112,21 @@ class TestS3Overflow(S3Case):
                   "the evictor below spill_threshold")
         # the written-around files' tails (tier/admit) may still be going up
         # after their writers closed: until the server holds what the table does
-        self.poll(lambda: len(self.seg_objects()) == self.stats()["segments"]["count"], 20,
-                  "the last uploads committed")
-        s = self.stats()
+        # judged on one snapshot: the objects listed before and after the
+        # stats are the same and are the table's (an upload that landed
+        # between a poll and a later listing made them differ: 15 != 14)
+        snap = {}
+
+        def settled():
+            o1 = self.seg_objects()
+            st = self.stats()
+            o2 = self.seg_objects()
+            if o1 != o2 or len(o1) != st["segments"]["count"]:
+                return False
+            snap.update(objs=o1, s=st)
+            return True
+        self.poll(settled, 20, "the last uploads committed")
+        s = snap["s"]
         limit = s["hot"]["limit"]
         spilled = s["spilled"]["bytes"]
         written = s["segments"]["written"]
@@ -125,7 +137,7 @@ class TestS3Overflow(S3Case):
                              % (written, spilled, json.dumps(s)))
         self.assertGreaterEqual(written, est // 4, json.dumps(s))
         # the server holds exactly the live segments, byte for byte
-        objs = self.seg_objects()
+        objs = snap["objs"]
         self.assertEqual(len(objs), s["segments"]["count"], (sorted(objs), json.dumps(s)))
         self.assertEqual(sum(objs.values()), s["tiers"]["s3"], json.dumps(s))
         self.assertEqual(s["tiers"]["nvme"], 0)
