@@ -424,6 +424,14 @@ int main(int argc, char *argv[])
 		log_info("signal %d: unmounting as umount does", ret);
 		ret = 0;
 	}
+	/* the kernel aborts the connection when the last reference to a
+	 * lazily unmounted mount goes (fuse_sb_destroy): the read then fails
+	 * with ECONNABORTED instead of ENODEV, as it happens to race; the
+	 * same unmount either way (the flush below is the same) */
+	if (ret == -ECONNABORTED) {
+		log_info("the kernel ended the connection: unmounting");
+		ret = 0;
+	}
 	ret = ret != 0;
 	log_info("unmounting %s", s.cfg.mountpoint);
 	tier_stop(s.tier); /* before the session goes: workers send notifications */
