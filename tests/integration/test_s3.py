@@ -538,15 +538,24 @@ class TestColdTierOut(S3Case):
         self.assertEqual(cm.exception.errno, errno.EIO)
         ps = px.stats()
         self.assertGreater(ps["injected"], 8, ps)  # more than one request's retries
-        # S3 back: the evictor spills again once its requests in their
-        # back-off (up to 20 s) try again (writers wait only write_wait, 3 s
-        # here, for it); RAM full of the dirty files goes down by its spills
+        self.assertEqual(self.stats()["cold_failing"], 1)
+        # S3 back: the evictor spills again once a probe (one waiting retry
+        # a second) finds the endpoint and the requests in their back-off (up
+        # to 20 s) go (writers wait only write_wait, 3 s here, for it): its
+        # spills work again and RAM full of the dirty files goes down
         px.configure(0)
 
         def evictor_back():
-            h = self.stats()["hot"]
-            return h["used"] < 0.8 * h["limit"]
+            s = self.stats()
+            return not s["cold_failing"] and s["hot"]["used"] < 0.8 * s["hot"]["limit"]
         harness.wait_until(evictor_back, 90, "the evictor spilling again", interval=0.5)
+        # what stayed in RAM goes to S3 now (each evict spills and drops
+        # it, or fails with its error); then the writes below fit in RAM
+        # and do not race the evictor against write_wait (3 s: a loaded
+        # machine's s3rver took longer for a segment once)
+        for name, size, tag in acked:
+            self.evict(self.p(name))
+        self.assertLess(self.stats()["hot"]["used"], 4 * MiB)
         name, size, tag = acked[-1]
         fd = os.open(self.p(name), os.O_WRONLY)
         try:
@@ -556,6 +565,7 @@ class TestColdTierOut(S3Case):
         finally:
             os.close(fd)
         acked[-1] = (name, 8 * MiB, tag)
+        self.evict(self.p(name))
         try:
             write_fsynced(self.p("after"), 830, 24 * MiB)
         except OSError as e:

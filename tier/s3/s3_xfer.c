@@ -432,6 +432,17 @@ static void xfer_done(struct s3_client *s, struct s3_conn *c, struct s3_xfer *x,
 		}
 	}
 	x->conn_fail = conn;
+	if (x->probe && retry && conn) {
+		/* a probe that found the endpoint still gone: the retry it went
+		 * ahead of keeps its place and its due time, its attempt not
+		 * spent (a dead endpoint is probed, not given up on, faster) */
+		xfer_release(c, x);
+		x->probe = 0;
+		x->since = clock_now_ms();
+		x->state = XS_WAITING;
+		return;
+	}
+	x->probe = 0;
 	if (retry && x->attempt + 1 < x->max_attempts && no_retry(s, x)) {
 		x->retry_err = err;
 		give_up(s, c, x);
@@ -475,6 +486,25 @@ static int conn_reap(struct s3_client *s, struct s3_conn *c)
 	return n;
 }
 
+/* May x, a retry waiting after a connection failure with no request
+ * through since, go now as the client's probe (one per S3_PROBE_MS for all
+ * its conns)? Its back-off (up to 20 s) is for a dead endpoint's sake; when
+ * the endpoint comes back, the probe finds it and every waiting retry goes
+ * (s3_conn_step): the puts in back-off hold the part buffers, so no new
+ * request would find it for them. */
+static int probe_claim(struct s3_client *s, uint64_t now)
+{
+	int go = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (now >= s->probe_ms + S3_PROBE_MS) {
+		s->probe_ms = now;
+		go = 1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return go;
+}
+
 /* Start due retries, move data; with wait, block (<= 1 s) until something completes. */
 void s3_conn_step(struct s3_client *s, struct s3_conn *c, int wait)
 {
@@ -493,10 +523,14 @@ void s3_conn_step(struct s3_client *s, struct s3_conn *c, int wait)
 			give_up(s, c, x);
 			continue;
 		}
+		int after_conn_fail = x->attempt && x->conn_fail;
 		/* a retry after a connection failure goes now once another
 		 * request got through since: the endpoint is back, and its
 		 * writer need not wait out a back-off of up to 20 s */
-		if (x->due <= now || (x->attempt && x->conn_fail && x->since < ok)) {
+		if (after_conn_fail && x->due > now && x->since >= ok &&
+		    now >= x->since + S3_PROBE_MS && probe_claim(s, now))
+			x->probe = 1;
+		if (x->due <= now || x->probe || (after_conn_fail && x->since < ok)) {
 			int ret = xfer_start(s, c, x);
 
 			if (ret) {

@@ -45,6 +45,7 @@ struct s3_xfer {
 	uint64_t due;  /* ms, monotonic: when a waiting retry starts */
 	uint64_t since; /* ms, monotonic: when it began to wait */
 	int retry_err; /* the error of the attempt a waiting retry follows */
+	int probe;     /* this attempt went before its due as the client's probe */
 	CURL *easy;
 	struct curl_slist *hdrs;
 	size_t up_pos;
@@ -87,6 +88,8 @@ struct s3_client {
 	uint64_t rng;	      /* protected by lock */
 	int failed;	      /* protected by lock: the last request ran out of retries */
 	uint64_t ok_ms;	      /* protected by lock: when a request last succeeded (monotonic) */
+	uint64_t probe_ms;    /* protected by lock: when a waiting retry last went early as a
+			       * probe of a failing endpoint (S3_PROBE_MS apart) */
 	int unmounting;	      /* protected by lock: no retry once failed (s3_client_unmounting) */
 };
 

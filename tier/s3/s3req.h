@@ -25,6 +25,10 @@
 #define S3_BACKOFF_BASE_MS     100u
 #define S3_BACKOFF_THROTTLE_MS 500u /* 503 SlowDown, 429 */
 #define S3_BACKOFF_CAP_MS      20000u
+/* While requests wait out back-offs after connection failures and none got
+ * through since, one of them goes early as a probe this often (per client;
+ * a failed probe spends no attempt): an endpoint back is found within it */
+#define S3_PROBE_MS 1000u
 
 struct s3_creds {
 	char *access_key;

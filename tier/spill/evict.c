@@ -335,14 +335,30 @@ struct spill_job {
  */
 #define SPILL_RING_PER_WORKER 4
 
+/* A segment was committed: the cold tier works, whoever spilled (an fsync
+ * or evict_file as well as the evictor), so a failing one is over and its
+ * backoff with it. e->lock held. */
+static void cold_works_locked(struct evictor *e)
+{
+	if (e->cold_failing)
+		log_info("evict: the cold tier works again");
+	e->cold_failing = 0;
+	e->backoff_until = 0;
+}
+
 /* One segment of the job's candidates; waiters learn of the room it made. */
 static void spill_job_write(struct spill_job *job)
 {
+	struct evictor *e = job->t->ev;
 	int committed = 0;
 
 	job->ret = spill_segment(job->t, job->v, job->n, job->drop, &committed);
-	if (committed)
+	if (committed) {
+		pthread_mutex_lock(&e->lock);
+		cold_works_locked(e);
+		pthread_mutex_unlock(&e->lock);
 		evict_room_freed(job->t);
+	}
 }
 
 /* A pool thread: one segment, then its batch learns how it went. */
@@ -583,9 +599,8 @@ static int evict_round(struct tier *t)
 						 strerror(-ret));
 				e->cold_failing = 1;
 				e->backoff_until = clock_now_ns() + 1000000000ull;
-			} else if (ret == 0 && e->cold_failing) {
-				log_info("evict: the cold tier works again");
-				e->cold_failing = 0;
+			} else if (ret == 0) {
+				cold_works_locked(e);
 			}
 			pthread_mutex_unlock(&e->lock);
 			progress = ret == 0;

@@ -112,6 +112,7 @@ void tier_snapshot(struct tier *t, struct tier_snapshot *s, int flags)
 	segtab_tier_bytes(t->segtab, s->tier_bytes);
 	read_counters(&s->c, &t->st);
 	s->writers_waiting = evict_waiters(t, &s->cold_full);
+	s->cold_failing = evict_cold_failing(t);
 	pthread_mutex_lock(&t->lock);
 	s->pt_on = tier_pt(t) != NULL;
 	s->slow_op = t->st.slow_op ? t->st.slow_op : "";
@@ -202,8 +203,8 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	    (unsigned long long)c->restore_waits, (unsigned long long)c->restore_overshoots);
 	PUT("\"slow_request\":{\"op\":\"%s\",\"ms\":%llu},", s->slow_op,
 	    (unsigned long long)(c->slow_op_ns / 1000000));
-	PUT("\"cold_full\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},", s->cold_full,
-	    (unsigned long long)c->errors_io, (unsigned long long)c->errors_crc);
+	PUT("\"cold_full\":%d,\"cold_failing\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},", s->cold_full,
+	    s->cold_failing, (unsigned long long)c->errors_io, (unsigned long long)c->errors_crc);
 	PUT("\"journal\":{\"enabled\":%d,\"failed\":%d,\"bytes\":%llu,\"checkpoints\":%llu,"
 	    "\"syncs\":%llu},",
 	    s->jrnl_on, s->jrnl_failed, (unsigned long long)s->jrnl_bytes,

@@ -40,6 +40,7 @@ struct tier_snapshot {
 	/* read together under the evictor's lock (evict_waiters) */
 	unsigned writers_waiting;
 	int cold_full;
+	int cold_failing; /* the evictor's last spill failed (evict_cold_failing) */
 	const char *slow_op; /* "" when none (read under t->lock) */
 	/* journal */
 	int jrnl_on, jrnl_failed;
