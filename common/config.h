@@ -45,6 +45,7 @@ struct spw_config {
 	int io_uring;		  /* FUSE requests over io_uring (libfuse 3.18+, fs/main.c) */
 	int keep_hot;		  /* unmount keeps the hot files (fast remount) */
 	int passthrough;	  /* hand hot files to the kernel (FUSE passthrough) */
+	int extents;		  /* streams under pressure go to extents (tier/extent) */
 	int cold_writes;	  /* 1: writes go over cold data (overlays), 0: restore first */
 	int admit_reread;	  /* admit=reread: cold data enters RAM when read again
 				   * (tier/admit); 0: admit=always */

@@ -360,8 +360,13 @@ static void open_new_reply(fuse_req_t req, struct inode *in, int ret, struct fus
 		return;
 	}
 	struct spw_file *f = fs_file_new(s, in);
-	/* a new file is written through the daemon (tier.h) */
-	ret = f ? tier_open(s->tier, in, TIER_OPEN_WRITE, req, &f->how) : -ENOMEM;
+	/* a new file is written through the daemon (tier.h), or by the kernel
+	 * into the extent it gets under pressure (tier/extent) */
+	ret = f ? tier_open(s->tier, in,
+			    TIER_OPEN_WRITE | TIER_OPEN_CREATE |
+				(s->passthrough ? TIER_OPEN_PASSTHROUGH : 0),
+			    req, &f->how)
+		: -ENOMEM;
 	if (ret < 0) {
 		/* the inode exists; the kernel holds a lookup ref we must return */
 		fs_file_free(s, f);
@@ -371,7 +376,10 @@ static void open_new_reply(fuse_req_t req, struct inode *in, int ret, struct fus
 		return;
 	}
 	fi->fh = (uintptr_t)f; /* the create's internal ref now belongs to fh */
-	fi->keep_cache = 1;
+	fi->keep_cache = !f->how.backing_id;
+#ifdef SPW_PASSTHROUGH
+	fi->backing_id = f->how.backing_id;
+#endif
 	fs_fill_entry(s, in, &e);
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		tier_close(s->tier, in, &f->how, req);

@@ -153,6 +153,30 @@ const struct opt_spec opt_table[] = {
 	    "or with\n"
 	    ".BR off ,\n"
 	    "every read goes through the daemon (said once at mount).\n"},
+    {.name = "extents",
+     .kind = OPT_ENUM,
+     FIELD(extents),
+     WORDS({"on", 1, 0}, {"off", 0, 0}),
+     .def = "on",
+     .meta = "on|off",
+     .help = "on: a file written while RAM is full goes to one file on a cold directory, served by the kernel",
+     .man_tag = ".BR %s= on | off",
+     .man = "A file opened for writing while empty and while the hot tier is above\n"
+	    ".B low_watermark\n"
+	    "gets an extent: one file in\n"
+	    ".IB nvme /extents/\n"
+	    "holding its bytes at their own offsets, which the kernel reads and writes\n"
+	    "itself (FUSE passthrough), as for a plain directory on that disk. Needs\n"
+	    ".B nvme\n"
+	    "and passthrough; granted only on a directory with room beyond 1 GiB and 10%\n"
+	    "of its size (and, with\n"
+	    ".B s3\n"
+	    "below, under\n"
+	    ".BR nvme_threshold ).\n"
+	    "Sealed with a crc32c per 64 KiB at the last writer's close; reads the daemon\n"
+	    "serves are verified. Existing extents are served with\n"
+	    ".B off\n"
+	    "too.\n"},
     {.name = "cold_writes",
      .kind = OPT_ENUM,
      FIELD(cold_writes),

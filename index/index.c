@@ -427,6 +427,7 @@ void idx_inode_destroy(struct index *idx, struct inode *in)
 		idx_chain_free(&in->chunks[c]);
 	if (S_ISREG(idx_type(in)) && in->chunks != inline_chunk(in))
 		free(in->chunks);
+	idx_ext_free(in);
 	if (S_ISLNK(idx_type(in)))
 		free(in->symlink_);
 	slab_free(idx->slab, in, inode_size(in->mode));

@@ -160,6 +160,23 @@ uint32_t chain_count(const uint64_t *bm, uint32_t nbits);
  * (valid under the lock). Returns the count. Caller holds the inode lock. */
 int idx_chunk_recs_locked(struct inode *in, uint64_t c, struct jrec *rs);
 
+/* Extents (index_ext.c; struct idx_ext: index_types.h). Caller holds the
+ * inode lock. */
+/* in->ext, made (id 0, fd -1) when it has none; NULL without memory. */
+struct idx_ext *idx_ext_new_locked(struct inode *in);
+/* Free in->ext (its fd is the tier's to close first); NULL after. */
+void idx_ext_free(struct inode *in);
+/* Crc blocks (JRNL_EXT_BLOCK) of size bytes. */
+uint32_t idx_ext_blocks(uint64_t size);
+/* Every record of in's extent (none without one), in replay order, to fn;
+ * stops at and returns fn's nonzero return. */
+int idx_ext_recs_locked(const struct inode *in, int (*fn)(void *arg, const struct jrec *r),
+			void *arg);
+/* Journal in's extent as it is now (idx_ext_recs_locked), or, without one,
+ * that it has none (gone_id: the one it had; 0 journals nothing then).
+ * 0 or -EIO. */
+int idx_journal_ext_locked(struct index *idx, struct inode *in, uint64_t gone_id);
+
 /* Journal the residency of chunk c — its cold location, RAM-only (dirty) or
  * a hole — or, with count > 0, that chunks [c, c+count) are holes now.
  * Caller holds in->lock. 0 or -EIO. */

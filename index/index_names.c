@@ -217,6 +217,8 @@ static int jlog_whole_inode(struct index *idx, struct inode *in)
 		n = idx_chunk_recs_locked(in, c, cr);
 		ret = idx_jlog(idx, cr, n);
 	}
+	if (!ret)
+		ret = idx_journal_ext_locked(idx, in, 0);
 	idx_inode_unlock(in);
 	return ret;
 }

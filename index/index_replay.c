@@ -57,6 +57,62 @@ static int anomaly(struct index *idx, enum idx_anomaly_kind kind, const struct j
 	return idx->anomaly(idx->anomaly_arg, &a);
 }
 
+/* JR_EXTENT and JR_EXTENT_CRC. A record of an inode that is not a regular
+ * file, or crcs out of order, is an anomaly: the extent stays unsealed
+ * (recovered by its size). */
+static int replay_ext(struct index *idx, const struct jrec *r)
+{
+	struct inode *in = idx_ino_find(idx, r->ino);
+	struct idx_ext *x;
+
+	if (!in) {
+		anomaly(idx, IDX_AN_NO_INODE, r, r->ino, 0, NULL);
+		return 0;
+	}
+	if (!S_ISREG(idx_type(in))) {
+		anomaly(idx, IDX_AN_NOT_FILE, r, r->ino, 0, NULL);
+		return 0;
+	}
+	if (r->type == JR_EXTENT && (r->ext.flags & JEXT_GONE)) {
+		idx_ext_free(in);
+		return 0;
+	}
+	if (r->type == JR_EXTENT_CRC) {
+		uint32_t n = r->value_len / 4;
+		uint32_t *nc;
+		if (!(x = in->ext) || x->sealed || r->chunk != x->ncrc) {
+			anomaly(idx, IDX_AN_CHUNK_RANGE, r, r->ino, 0, NULL);
+			return 0;
+		}
+		if (!(nc = realloc(x->crc, ((size_t)x->ncrc + n) * 4)))
+			return -ENOMEM;
+		x->crc = nc;
+		memcpy(x->crc + x->ncrc, r->value, (size_t)n * 4);
+		x->ncrc += n;
+		return 0;
+	}
+	if (!(x = idx_ext_new_locked(in)))
+		return -ENOMEM;
+	if (!(r->ext.flags & JEXT_SEALED) || x->id != r->ext.id || x->sealed ||
+	    x->ncrc != idx_ext_blocks(r->ext.size)) {
+		/* a new extent, or one being sealed again: its crcs follow */
+		free(x->crc);
+		x->crc = NULL;
+		x->ncrc = 0;
+		x->sealed = 0;
+		x->size = 0;
+		x->id = r->ext.id;
+		x->dev = r->ext.dev;
+		if (r->ext.flags & JEXT_SEALED)
+			anomaly(idx, IDX_AN_CHUNK_RANGE, r, r->ino, 0, NULL);
+		return 0;
+	}
+	x->dev = r->ext.dev;
+	x->size = r->ext.size;
+	x->sealed = 1;
+	return 0;
+}
+
 /* JR_CHUNK_OVL (a record pushed on the chain over the base a JR_CHUNK_LOC
  * set) or JR_CHUNK_PART (blocks written over the chain, only in RAM). A
  * chunk without a base, a chain past CHAIN_MAX or a bitmap of another
@@ -201,6 +257,9 @@ int idx_replay(struct index *idx, const struct jrec *r)
 		}
 		return 0;
 	}
+	case JR_EXTENT:
+	case JR_EXTENT_CRC:
+		return replay_ext(idx, r);
 	default:
 		return 1;
 	}
@@ -316,6 +375,11 @@ uint64_t idx_replay_finish(struct index *idx)
 	return dropped;
 }
 
+static int emit_one(void *e, const struct jrec *r)
+{
+	return jrnl_emit(e, r);
+}
+
 static int snap_inode(struct jrnl_emitter *e, struct inode *in)
 {
 	struct jrec r;
@@ -341,6 +405,8 @@ static int snap_inode(struct jrnl_emitter *e, struct inode *in)
 		for (int i = 0; i < n && !ret; i++)
 			ret = jrnl_emit(e, &cr[i]);
 	}
+	if (!ret)
+		ret = idx_ext_recs_locked(in, emit_one, e);
 	idx_inode_unlock(in);
 	return ret;
 }

@@ -114,6 +114,26 @@ struct xattr {
 
 struct idx_dir;
 
+/*
+ * An extent (tier/extent, DESIGN section 16): all of a regular file's bytes
+ * in one file of a cold directory, at their own offsets. A file with one has
+ * no chunks (nchunks 0); its size is the extent's. Journaled (JR_EXTENT,
+ * JR_EXTENT_CRC) as id, dev, size and, once sealed, one crc32c per
+ * JRNL_EXT_BLOCK; fd and wgen are the tier's. Under the inode lock.
+ */
+struct idx_ext {
+	uint64_t id;	 /* with the inode, names its file: extents/<ino>-<id> */
+	uint64_t size;	 /* sealed: the bytes the crcs cover */
+	uint32_t dev;	 /* the cold directory (its place in nvme=) */
+	uint32_t sealed; /* crc[0..ncrc) cover size bytes */
+	uint32_t ncrc;	 /* crcs held (replay: set so far) */
+	uint32_t *crc;
+	int fd;		 /* tier/extent: the open file, -1 none */
+	uint32_t wgen;	 /* tier/extent: bumped by every change (a seal compares) */
+	uint32_t opens;	 /* tier/extent: opens now, and writers among them */
+	uint32_t writers;
+};
+
 struct inode {
 	uint64_t ino; /* immutable */
 	/* idx_inode_lock(in) guards everything below unless noted */
@@ -165,6 +185,7 @@ struct inode {
 	 * any (0: none) */
 	uint16_t pt_opens, pt_writers;
 	int32_t backing_id;
+	struct idx_ext *ext; /* regular files: the extent holding all its bytes, or NULL */
 	/* namespace bookkeeping, guarded by the index lock */
 	uint32_t refs;		 /* internal references (idx_get/idx_put) */
 	uint64_t nlookup;	 /* kernel references */

@@ -70,6 +70,10 @@ static size_t payload_size(const struct jrec *r)
 		return 24 + 4 + 1;
 	case JR_SEG_DEL:
 		return 8;
+	case JR_EXTENT:
+		return 32;
+	case JR_EXTENT_CRC:
+		return 16 + r->value_len;
 	}
 	return 0;
 }
@@ -154,6 +158,18 @@ static void encode_payload(const struct jrec *r, uint8_t *p)
 		break;
 	case JR_SEG_DEL:
 		put64(&p, r->seg.id);
+		break;
+	case JR_EXTENT:
+		put64(&p, r->ino);
+		put64(&p, r->ext.id);
+		put64(&p, r->ext.size);
+		put32(&p, r->ext.dev);
+		put32(&p, r->ext.flags);
+		break;
+	case JR_EXTENT_CRC:
+		put64(&p, r->ino);
+		put64(&p, r->chunk);
+		putb(&p, r->value, r->value_len);
 		break;
 	}
 }
@@ -298,6 +314,28 @@ static int decode_payload(uint8_t type, const uint8_t *p, size_t n, struct jrec 
 			return -EBADMSG;
 		r->seg.id = le_get64(p);
 		if (r->seg.id == 0 || r->seg.id > JRNL_MAX_SEG_ID)
+			return -EBADMSG;
+		break;
+	case JR_EXTENT:
+		if (n != fixed)
+			return -EBADMSG;
+		r->ino = le_get64(p);
+		r->ext.id = le_get64(p + 8);
+		r->ext.size = le_get64(p + 16);
+		r->ext.dev = le_get32(p + 24);
+		r->ext.flags = le_get32(p + 28);
+		if (r->ino == 0 || r->ext.id == 0 || r->ext.size > JRNL_MAX_FILE_SIZE ||
+		    r->ext.dev >= 64 || (r->ext.flags & ~JEXT_ALL))
+			return -EBADMSG;
+		break;
+	case JR_EXTENT_CRC:
+		r->ino = le_get64(p);
+		r->chunk = le_get64(p + 8);
+		r->value = p + fixed;
+		r->value_len = (uint32_t)(n - fixed);
+		if (r->ino == 0 || r->value_len == 0 || r->value_len % 4 ||
+		    r->value_len > 4 * JRNL_EXT_CRCS_MAX ||
+		    r->chunk >= JRNL_MAX_FILE_SIZE / JRNL_EXT_BLOCK)
 			return -EBADMSG;
 		break;
 	}

@@ -34,7 +34,11 @@ enum jrec_type {
 	/* version 2: overlays (index.h, struct chunk_chain) */
 	JR_CHUNK_OVL = 15, /* ino, chunk, loc, value = block bitmap: a record over the chunk's chain */
 	JR_CHUNK_PART = 16, /* ino, chunk: blocks written over the chain only in RAM (chain kept) */
-	JR_TYPE_MAX = 16,
+	/* version 3: extents (tier/extent: the file's bytes in one file of a
+	 * cold directory) */
+	JR_EXTENT = 17,	    /* ino, ext: the file's extent (or none: JEXT_GONE) */
+	JR_EXTENT_CRC = 18, /* ino, chunk = first block, value = u32 crc32c per JRNL_EXT_BLOCK */
+	JR_TYPE_MAX = 18,
 };
 
 #define JRNL_KIND_JOURNAL 1
@@ -69,6 +73,19 @@ struct jrec_seg {
 	uint8_t store; /* 0: first cold tier, 1: s3 below nvme */
 };
 
+/* JR_EXTENT: extent `id` of the inode on cold directory `dev`; sealed
+ * (JEXT_SEALED): the JR_EXTENT_CRC records before it hold the crc of each
+ * JRNL_EXT_BLOCK of its `size` bytes; JEXT_GONE: the file has none now */
+struct jrec_ext {
+	uint64_t id, size;
+	uint32_t dev, flags;
+};
+#define JEXT_SEALED 1u
+#define JEXT_GONE 2u
+#define JEXT_ALL (JEXT_SEALED | JEXT_GONE)
+#define JRNL_EXT_BLOCK (64u << 10)
+#define JRNL_EXT_CRCS_MAX 16384u /* crcs per JR_EXTENT_CRC record (64 KiB) */
+
 struct jrec_hdr {
 	uint32_t version; /* JRNL_VERSION */
 	uint32_t kind;	  /* JRNL_KIND_* */
@@ -89,13 +106,15 @@ struct jrec {
 	struct jrec_attr attr;
 	struct chunk_loc loc; /* on the wire: seg_id u64, dev | flags << 16 */
 	struct jrec_seg seg;
+	struct jrec_ext ext;
 	struct jrec_hdr hdr;
 	uint64_t next_ino, next_seg;
 };
 
-/* 2: JR_CHUNK_OVL and JR_CHUNK_PART. Files of version 1 are read as they
- * are (a subset); new files are written as 2, which older daemons refuse. */
-#define JRNL_VERSION 2
+/* 2: JR_CHUNK_OVL and JR_CHUNK_PART; 3: JR_EXTENT and JR_EXTENT_CRC.
+ * Files of versions 1 and 2 are read as they are (a subset); new files are
+ * written as 3, which older daemons refuse. */
+#define JRNL_VERSION 3
 #define JRNL_VERSION_MIN 1
 /* An overlay's bitmap: one bit per JRNL_OVL_BLOCK bytes of its chunk. */
 #define JRNL_OVL_BLOCK 4096u

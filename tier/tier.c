@@ -15,6 +15,7 @@
 #include "tier/restore/restore.h"
 #include "tier/stats/stats.h"
 #include "tier/tier.h"
+#include "tier/extent/extent.h"
 
 #include "index/journal.h"
 #include "common/uring.h"
@@ -41,6 +42,7 @@ static void drop_inode(void *arg, struct inode *in)
 	for (uint64_t c = 0; c < in->nchunks; c++)
 		chain_forget_cold(t, &in->chunks[c]);
 	idx_inode_unlock(in);
+	ext_drop(t, in);
 	hot_drop(t->hot, in);
 	evict_room_freed(t);
 }
@@ -118,7 +120,7 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	}
 	if ((cfg->nvme && (ret = stores_open_nvme(t, err, errlen)) < 0) ||
 	    (cfg->s3 && (ret = stores_open_s3(t, 1, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) ||
-	    (ret = recover_finish(t, err, errlen)) < 0)
+	    (ret = ext_room_new(t, err, errlen)) < 0 || (ret = recover_finish(t, err, errlen)) < 0)
 		goto fail;
 	idx_set_release_hook(idx, drop_inode, t);
 	*out = t;
@@ -131,6 +133,7 @@ fail:
 	if (t->s3)
 		store_close(t->s3);
 	stores_unlock_nvme(t);
+	ext_room_free(t);
 	state_s3_free(t);
 	pressure_free(t->pressure);
 	hot_free(t->hot);
@@ -342,6 +345,7 @@ void tier_free(struct tier *t)
 	if (t->s3)
 		store_close(t->s3);
 	stores_unlock_nvme(t);
+	ext_room_free(t);
 	state_s3_free(t);
 	segtab_free(t->segtab);
 	pressure_free(t->pressure);

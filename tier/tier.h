@@ -57,6 +57,7 @@ struct tier_io {
 		       * caller's next reads: TIER_READ_AGAIN) */
 	unsigned flags; /* writes: tier_write_begin's; reads: the TIER_READ_*
 			 * flags the read was judged with */
+	int ext;	/* the file's extent served it (tier/extent): nothing pinned */
 };
 
 /* tier_read_begin flags: the reader's pattern */
@@ -112,6 +113,8 @@ void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg);
 /* tier_open flags */
 #define TIER_OPEN_WRITE 1u	 /* the open may write */
 #define TIER_OPEN_PASSTHROUGH 2u /* the caller can pass the hot file to the kernel */
+#define TIER_OPEN_CREATE 4u	 /* a create: passed through only to an extent it
+				  * gets (tier/extent), else through the daemon */
 
 /* How tier_open served an open: passthrough (backing_id > 0, the id the
  * kernel knows the hot file by) or through the daemon (backing_id 0). */

@@ -26,10 +26,12 @@ struct maint;
 struct tier_pt_ops;
 struct state_s3;
 struct nvme_locks;
+struct extents;
 
 struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
 	uint64_t damaged_files, past_eof_chunks;
+	uint64_t ext_resealed; /* extents sealed at mount (a checkpoint follows) */
 	uint64_t orphan_segments, orphan_hot_files, recover_ms;
 	int fresh;
 	int adopted; /* the state is the bucket's copy (state_s3_adopt) */
@@ -79,6 +81,11 @@ struct tier_stats {
 	/* inval.c: drops of the kernel's pages sent, and held back for the
 	 * last close because the file was open */
 	uint64_t kdrops_sent, kdrops_owed;
+	/* extents (tier/extent): files that have one now, granted, opens
+	 * passed through to one, seals and their bytes, blocks that failed
+	 * their crc, extents no file named (removed at mount) */
+	uint64_t ext_files, ext_created, ext_opens, ext_seals, ext_sealed_bytes;
+	uint64_t ext_crc_errors, ext_orphans;
 };
 
 /*
@@ -107,6 +114,7 @@ struct tier {
 	struct evictor *ev;	 /* the evictor: thread, room handshake, spill pool (evict.c) */
 	struct maint *maint;	 /* delete, compact, demote jobs (maint.h); NULL: not running */
 	struct restore *rst;	 /* restore workers and partial restores (restore.h) */
+	struct extents *extr;	 /* extents' directories (tier/extent); NULL: no nvme */
 	struct state_s3 *s3st;	 /* s3 alone: the bucket's copy of the state (state_s3.c); NULL: none */
 
 	/* any thread */
@@ -127,6 +135,9 @@ struct tier {
 		 * around closed (its tail goes now, a partial segment) */
 		uint64_t around_bytes;
 		int around_flush;
+		/* clock_now_ms of the last file written around: streams are
+		 * under pressure (tier/extent grants extents meanwhile) */
+		uint64_t around_ms;
 	} admit;
 	/* set once by the first of evict_stop (under the evictor's lock),
 	 * maint_stop, restore_stop; read with an atomic load by every worker */

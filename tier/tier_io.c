@@ -25,6 +25,7 @@
  * - Lock order: index lock, inode lock, tier lock.
  */
 #include "tier/tier_i.h"
+#include "tier/extent/extent.h"
 #include "tier/admit/admit.h"
 #include "tier/spill/spill.h"
 #include "tier/tier.h"
@@ -167,6 +168,38 @@ static int read_pieces(struct tier *t, struct tier_io *io, const void *const *me
 	return 0;
 }
 
+/* A read of a file with an extent (tier/extent): io as its answer, nothing
+ * pinned, no read-ahead. 1 when in has none. */
+static int ext_read(struct tier *t, struct inode *in, uint64_t off, size_t len,
+		    struct tier_io *io)
+{
+	struct ext_read r;
+	int ret = ext_read_begin(t, in, off, len, &r);
+
+	io->ext = 0;
+	if (ret == 1)
+		return 1;
+	memset(io->own, 0, sizeof(io->own));
+	io->ext = 1;
+	io->fd = r.fd;
+	io->off = off;
+	io->len = r.len;
+	io->first = 1;
+	io->last = 0;
+	io->niov = 0;
+	io->rest = 0;
+	io->direct = 1;
+	io->promoted = 0;
+	io->flags = 0;
+	if (r.buf) {
+		io->iov[0].iov_base = (char *)r.buf + r.skip;
+		io->iov[0].iov_len = r.len;
+		io->own[0] = r.buf;
+		io->niov = 1;
+	}
+	return ret;
+}
+
 static int read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len, unsigned flags,
 		      struct tier_reader *rd, struct tier_io *io)
 {
@@ -174,6 +207,9 @@ static int read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len
 	uint64_t size, t0 = clock_now_ns();
 	int ret, waited = -1, pieces, any_mem = 0;
 
+	if ((ret = ext_read(t, in, off, len, io)) != 1)
+		return ret;
+	ret = 0;
 	io->rest = 0;
 	io->niov = 0;
 	io->direct = 0;
@@ -330,9 +366,19 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 
 	if ((ret = idx_check_writable(t->idx)) < 0)
 		return ret;
+	io->ext = 0;
 	io->off = off;
 	io->len = len;
 	io->flags = flags;
+	if ((ret = ext_write_begin(t, in, &io->fd)) != 1) {
+		/* into its extent: nothing pinned, nothing reserved */
+		io->ext = 1;
+		io->first = 1;
+		io->last = 0;
+		io->reserved = io->claimed = io->over = 0;
+		return ret;
+	}
+	ret = 0;
 	io->reserved = 0;
 	io->claimed = 0;
 	io->over = 0;
@@ -395,6 +441,10 @@ out_unclaim:
 
 ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written)
 {
+	if (io->ext) {
+		ext_write_end(t, in, io->off, (long)written);
+		return written;
+	}
 	idx_inode_lock(in);
 	/* A claimed (cold, wholly overwritten) chunk the copy did not finish
 	 * keeps its cold copy: acknowledge only the bytes before it. */
@@ -507,6 +557,9 @@ int tier_truncate(struct tier *t, struct inode *in, uint64_t size)
 
 	if ((ret = idx_check_writable(t->idx)) < 0)
 		return ret;
+	if ((ret = ext_truncate(t, in, size)) != 1)
+		return ret;
+	ret = 0;
 	idx_inode_lock(in);
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd < 0) {
@@ -695,6 +748,9 @@ int tier_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uin
 		return -EOPNOTSUPP;
 	if (len == 0)
 		return -EINVAL;
+	if ((ret = ext_fallocate(t, in, mode, off, len)) != 1)
+		return ret;
+	ret = 0;
 	if ((mode & FALLOC_FL_PUNCH_HOLE) || !t->store)
 		return fallocate_piece(t, in, mode, off, len);
 	piece = hot_limit(t->hot) / 4 / t->chunk_size * t->chunk_size;
@@ -718,6 +774,8 @@ int64_t tier_lseek(struct tier *t, struct inode *in, uint64_t off, int whence)
 
 	tier_refresh(t, in); /* passthrough writers' size first */
 
+	if (ext_lseek(t, in, off, whence, &ret) == 0)
+		return ret;
 	idx_inode_lock(in);
 	if (off >= in->size) {
 		ret = -ENXIO;
@@ -797,6 +855,9 @@ int tier_fsync(struct tier *t, struct inode *in)
 	int ret = 0;
 	if (!t->jrnl)
 		return 0; /* nothing outlives the mount: nothing to make durable */
+	if ((ret = ext_fsync(t, in)) != 1)
+		return ret < 0 ? ret : state_s3_push(t);
+	ret = 0;
 	/* passthrough writers: what they wrote so far is dirty now */
 	if (__atomic_load_n(&in->pt_writers, __ATOMIC_RELAXED)) {
 		idx_inode_lock(in);
@@ -861,7 +922,9 @@ int tier_sync(struct tier *t)
 int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)
 {
 	uint64_t n[CHUNK_RESTORING + 1] = {0}, segs = 0, last = 0;
-	int pinned;
+	int pinned, ret;
+	if ((ret = ext_state(t, in, buf, len)) != 1)
+		return ret;
 	idx_inode_lock(in);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
@@ -902,6 +965,9 @@ int tier_evict_file(struct tier *t, struct inode *in)
 	struct timespec dl;
 	int ret;
 
+	if ((ret = ext_evict(t, in, 0)) != 1)
+		return ret;
+	ret = 0;
 	idx_inode_lock(in);
 	wait_restoring_locked(in, 0, in->nchunks);
 	idx_inode_unlock(in);
@@ -933,6 +999,9 @@ int tier_warm_file(struct tier *t, struct inode *in)
 	int ret;
 	if (!t->store)
 		return 0;
+	if ((ret = ext_evict(t, in, 1)) != 1)
+		return ret;
+	ret = 0;
 	/* the restore workers fetch in parallel; this thread takes what is left
 	 * and waits for the rest */
 	restore_file_async(t, in);

@@ -8,6 +8,7 @@
  */
 #include "tier/tier_i.h"
 #include "tier/admit/admit.h"
+#include "tier/extent/extent.h"
 #include "tier/tier.h"
 
 #include "common/log.h"
@@ -89,6 +90,10 @@ void tier_pt_refresh_locked(struct tier *t, struct inode *in, int all_dirty)
 	struct stat st;
 	int64_t mt;
 
+	if (in->ext) {
+		ext_refresh_locked(t, in);
+		return;
+	}
 	if (in->hot_fd < 0 || fstat(in->hot_fd, &st) < 0)
 		return;
 	if ((uint64_t)st.st_size > in->size) {
@@ -181,6 +186,15 @@ int tier_open(struct tier *t, struct inode *in, unsigned flags, void *ctx,
 	out->backing_id = 0;
 	out->flags = flags;
 	idx_inode_lock(in);
+	/* a file with an extent (or a stream that gets one now) */
+	if ((ret = ext_open_locked(t, in, !!(flags & TIER_OPEN_WRITE),
+				   !!(flags & TIER_OPEN_PASSTHROUGH), tier_pt(t) ? tier_pt(t)->open : NULL,
+				   ctx, &out->backing_id)) != 0) {
+		idx_inode_unlock(in);
+		return ret < 0 ? ret : 0;
+	}
+	if (flags & TIER_OPEN_CREATE)
+		flags &= ~TIER_OPEN_PASSTHROUGH;
 	fd = hot_fd_get_locked(t->hot, in);
 	if (fd >= 0 && tier_pt(t) && (flags & TIER_OPEN_PASSTHROUGH))
 		ret = pt_open_locked(t, in, fd, flags, ctx, out);
@@ -235,6 +249,9 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 	uint64_t runs[DROP_RUNS][2];
 	int drop_cache = 0, nruns = 0;
 
+	if (ext_close(t, in, !!(how->flags & TIER_OPEN_WRITE), how->backing_id,
+		      tier_pt(t) ? tier_pt(t)->close : NULL, ctx))
+		return;
 	idx_inode_lock(in);
 	if (how->backing_id) {
 		if (how->flags & TIER_OPEN_WRITE) {

@@ -92,6 +92,7 @@ ROOMS = [
     ["store"],                    # the store_ops backends (spw_store)
     ["segment"],                  # the format, segment table, tiers file (spw_segment)
     ["hot"],                      # hot files, budget, invalidations
+    ["extent"],                   # extents: a file's bytes in one file of a cold directory
     ["admit", "chain", "state"],  # admission; cold records and overlays; stores, recovery, S3 state
     ["spill"],                    # candidates, spill, commit, evictor, GC, demotion, maint
     ["restore"],                  # restores, the read's plan, workers

@@ -39,6 +39,8 @@
 
 #include <stdint.h>
 
+#include "common/clock.h"
+
 /* hw + 1 is how far readers went, in 16ths of the chunk (1..16), rounded up */
 #define HW_STEPS 16u
 #define HW_MAX	 (HW_STEPS - 1)
@@ -78,6 +80,7 @@ int admit_write_locked(struct tier *t, struct inode *in, uint64_t off, uint64_t 
 		/* from now on; and the stream's chunks behind it go first too */
 		in->around = 1;
 		__atomic_add_fetch(&t->st.around_files, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&t->admit.around_ms, clock_now_ms(), __ATOMIC_RELAXED);
 		for (uint64_t c = 0; c < first && c < in->nchunks; c++)
 			if (in->chunks[c].state == CHUNK_HOT_DIRTY && !in->chunks[c].around) {
 				in->chunks[c].around = 1;

@@ -25,6 +25,7 @@
  * nothing here runs (segment records are journaled by segtab_log).
  */
 #include "tier/tier_i.h"
+#include "tier/extent/extent.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -201,6 +202,23 @@ static void reconcile_file(struct tier *t, struct inode *in)
 	int dirty = 0, cold = 0, fd;
 
 	idx_inode_lock(in);
+	if (in->ext) {
+		/* its bytes are its extent's (tier/extent): no chunk, no hot file */
+		int hot = in->mark != 0;
+		for (uint64_t c = 0; c < in->nchunks; c++)
+			if (in->chunks[c].state != CHUNK_ABSENT)
+				drop_chunk(in, c);
+		in->hot_bytes = 0;
+		in->mark = 0;
+		if (ext_recover_locked(t, in)) {
+			in->mark = IDX_MARK_LOST;
+			t->rec.lost_files++;
+		}
+		idx_inode_unlock(in);
+		if (hot)
+			hot_remove(t->hot, in->ino);
+		return;
+	}
 	drop_past_eof(t, in);
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
@@ -450,7 +468,7 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 	/* the group-commit thread starts in tier_start, after fuse_daemonize;
 	 * chunks dropped above are in no record: a checkpoint says so */
 	if ((ret = jrnl_start_appends(t->jrnl, snapshot, t)) < 0 ||
-	    ((t->rec.past_eof_chunks || t->rec.damaged_files) &&
+	    ((t->rec.past_eof_chunks || t->rec.damaged_files || t->rec.ext_resealed) &&
 	     (ret = jrnl_checkpoint(t->jrnl)) < 0)) {
 		snprintf(err, errlen, "option 'state_dir': '%s': cannot start the journal: %s",
 			 t->cfg->state_dir, strerror(-ret));

@@ -1,0 +1,712 @@
+/*
+ * extent.c — extents (extent.h): granting one, opens and closes passed
+ * through to it, sealing, the daemon's I/O on it, recovery and removal.
+ */
+#include "tier/extent/extent.h"
+#include "tier/tier_i.h"
+
+#include "common/clock.h"
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "index/journal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXT_DIRS 64
+#define B JRNL_EXT_BLOCK
+
+/* The room: each cold directory's extents/ folder. Read-only after
+ * ext_room_new but next_id (atomic). */
+struct extents {
+	int n;
+	int dirfd[EXT_DIRS];
+	uint64_t next_id;
+};
+
+static void ext_name(char *buf, size_t len, uint64_t ino, uint64_t id)
+{
+	snprintf(buf, len, "%016" PRIx64 "-%016" PRIx64, ino, id);
+}
+
+static int parse_name(const char *name, uint64_t *ino, uint64_t *id)
+{
+	char tail;
+	return strlen(name) == 33 && name[16] == '-' &&
+	       sscanf(name, "%16" SCNx64 "-%16" SCNx64 "%c", ino, id, &tail) == 2;
+}
+
+#define ST_ADD(f, v) __atomic_add_fetch(&t->st.f, (v), __ATOMIC_RELAXED)
+
+/* ---- the room ---- */
+
+static int sweep_dir(struct tier *t, int dfd)
+{
+	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *de;
+	uint64_t ino, id;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		struct inode *in;
+		int keep = 0;
+		if (de->d_name[0] == '.')
+			continue;
+		if (parse_name(de->d_name, &ino, &id) && (in = idx_get(t->idx, ino))) {
+			idx_inode_lock(in);
+			keep = in->ext && in->ext->id == id;
+			idx_inode_unlock(in);
+			idx_put(t->idx, in);
+		}
+		if (!keep && unlinkat(dfd, de->d_name, 0) == 0)
+			ST_ADD(ext_orphans, 1);
+	}
+	closedir(d);
+	return 0;
+}
+
+int ext_room_new(struct tier *t, char *err, size_t errlen)
+{
+	char *copy, *save = NULL, *d;
+	struct extents *e;
+	struct timespec ts;
+
+	if (!t->cfg->nvme)
+		return 0;
+	if (!(e = calloc(1, sizeof(*e))) || !(copy = strdup(t->cfg->nvme))) {
+		free(e);
+		return -ENOMEM;
+	}
+	for (d = strtok_r(copy, ":", &save); d && e->n < EXT_DIRS; d = strtok_r(NULL, ":", &save)) {
+		char p[4200];
+		snprintf(p, sizeof(p), "%s/extents", d);
+		if ((mkdir(p, 0700) < 0 && errno != EEXIST) ||
+		    (e->dirfd[e->n] = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+			snprintf(err, errlen, "option 'nvme': '%s': %s", p, strerror(errno));
+			int ret = -errno;
+			while (e->n > 0)
+				close(e->dirfd[--e->n]);
+			free(copy);
+			free(e);
+			return ret;
+		}
+		fchmod(e->dirfd[e->n], 0700);
+		e->n++;
+	}
+	free(copy);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	e->next_id = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	t->extr = e;
+	/* extents no file names: a crash between granting one and journaling
+	 * it, or a file removed while its extent's unlink was lost */
+	for (int i = 0; i < e->n; i++)
+		sweep_dir(t, e->dirfd[i]);
+	if (t->st.ext_orphans)
+		log_info("extents: removed %llu that no file names",
+			 (unsigned long long)t->st.ext_orphans);
+	return 0;
+}
+
+void ext_room_free(struct tier *t)
+{
+	struct extents *e = t->extr;
+
+	if (!e)
+		return;
+	for (int i = 0; i < e->n; i++)
+		close(e->dirfd[i]);
+	free(e);
+	t->extr = NULL;
+}
+
+/* ---- crcs and seals ---- */
+
+/* crc32c of every block of fd's first size bytes (from the page cache:
+ * mapped, not copied). NULL on error (*err). */
+static uint32_t *crc_blocks(int fd, uint64_t size, uint32_t *n, int *err)
+{
+	uint32_t nb = idx_ext_blocks(size);
+	uint32_t *crc = malloc(nb ? (size_t)nb * 4 : 4);
+	const uint64_t win = 64ull << 20;
+
+	*n = nb;
+	if (!crc) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	for (uint64_t w = 0; w < size; w += win) {
+		uint64_t wl = size - w < win ? size - w : win;
+		uint8_t *p = mmap(NULL, wl, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)w);
+		if (p == MAP_FAILED) {
+			*err = -errno;
+			free(crc);
+			return NULL;
+		}
+		for (uint64_t o = 0; o < wl; o += B)
+			crc[(w + o) / B] = crc32c(0, p + o, wl - o < B ? wl - o : B);
+		munmap(p, wl);
+	}
+	return crc;
+}
+
+/* Seal in's extent: crcs of its size bytes, journaled with the size. The
+ * lock stays held (no writer can open meanwhile, nothing truncates it). */
+static void seal_locked(struct tier *t, struct inode *in)
+{
+	struct idx_ext *x = in->ext;
+	uint32_t n, *crc;
+	int err = 0;
+
+	ext_refresh_locked(t, in);
+	if (!(crc = crc_blocks(x->fd, in->size, &n, &err))) {
+		log_warn("extent of inode %llu: cannot seal it: %s (its reads are not verified "
+			 "until it is)",
+			 (unsigned long long)in->ino, strerror(-err));
+		return;
+	}
+	free(x->crc);
+	x->crc = crc;
+	x->ncrc = n;
+	x->size = in->size;
+	x->sealed = 1;
+	in->attr_dirty = 0;
+	if (idx_journal_attr_locked(t->idx, in) == 0)
+		idx_journal_ext_locked(t->idx, in, 0);
+	ST_ADD(ext_seals, 1);
+	ST_ADD(ext_sealed_bytes, in->size);
+}
+
+/* A change: a seal in flight or done no longer holds. 0 or -EIO. */
+static int unseal_locked(struct tier *t, struct inode *in)
+{
+	struct idx_ext *x = in->ext;
+
+	x->wgen++;
+	if (!x->sealed)
+		return 0;
+	x->sealed = 0;
+	free(x->crc);
+	x->crc = NULL;
+	x->ncrc = 0;
+	return idx_journal_ext_locked(t->idx, in, 0);
+}
+
+void ext_refresh_locked(struct tier *t, struct inode *in)
+{
+	struct stat st;
+	int64_t mt, ct;
+
+	if (!in->ext || in->ext->fd < 0 || fstat(in->ext->fd, &st) < 0)
+		return;
+	mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	ct = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+	if ((uint64_t)st.st_size != in->size) {
+		in->size = (uint64_t)st.st_size;
+		in->attr_dirty = 1;
+	}
+	if (mt > in->mtime) {
+		in->mtime = mt;
+		in->attr_dirty = 1;
+	}
+	if (ct > in->ctime) {
+		in->ctime = ct;
+		in->attr_dirty = 1;
+	}
+}
+
+/* ---- granting one, opens and closes ---- */
+
+/* The cold directory with the most room that keeps its margin, or -ENOSPC. */
+static int choose_dir(struct tier *t)
+{
+	struct extents *e = t->extr;
+	uint64_t best = 0;
+	int dev = -ENOSPC;
+
+	for (int i = 0; i < e->n; i++) {
+		struct statvfs sv;
+		uint64_t total, avail, margin;
+		if (fstatvfs(e->dirfd[i], &sv) < 0)
+			continue;
+		total = (uint64_t)sv.f_blocks * sv.f_frsize;
+		avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+		margin = total / 10 > EXT_MARGIN_MIN ? total / 10 : EXT_MARGIN_MIN;
+		if (avail < margin)
+			continue;
+		/* with s3 below, demotion keeps the directory under the
+		 * threshold: an extent (never demoted yet) must not eat that */
+		if (t->s3 && (double)(total - avail) > (t->cfg->nvme_threshold - 0.05) * (double)total)
+			continue;
+		if (avail > best) {
+			best = avail;
+			dev = i;
+		}
+	}
+	return dev;
+}
+
+/* Should this open get an extent? An empty file opened to write while RAM
+ * is above low_watermark, or while streams are written around (one was in
+ * the last EXT_RECENT_MS: the evictor may have brought RAM down already),
+ * no other open, passthrough at hand. */
+static int wanted_locked(struct tier *t, struct inode *in, int write, int pt)
+{
+	if (!t->extr || !t->cfg->extents || !tier_pt(t) || !pt || !write || in->size || in->open_count || in->pt_opens ||
+	    in->pinned || in->nlink == 0 || idx_check_writable(t->idx) < 0)
+		return 0;
+	for (uint64_t c = 0; c < in->nchunks; c++)
+		if (in->chunks[c].state != CHUNK_ABSENT)
+			return 0;
+	uint64_t around = __atomic_load_n(&t->admit.around_ms, __ATOMIC_RELAXED);
+	return (around && clock_now_ms() - around < EXT_RECENT_MS) ||
+	       hot_used(t->hot) + hot_reserved(t->hot) >
+		   (uint64_t)(t->cfg->low_watermark * (double)hot_limit(t->hot));
+}
+
+static int grant_locked(struct tier *t, struct inode *in)
+{
+	struct extents *e = t->extr;
+	char name[40];
+	int dev = choose_dir(t), fd;
+	uint64_t id;
+	struct idx_ext *x;
+
+	if (dev < 0)
+		return dev;
+	id = __atomic_add_fetch(&e->next_id, 1, __ATOMIC_RELAXED);
+	ext_name(name, sizeof(name), in->ino, id);
+	fd = openat(e->dirfd[dev], name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (!(x = idx_ext_new_locked(in))) {
+		close(fd);
+		unlinkat(e->dirfd[dev], name, 0);
+		return -ENOMEM;
+	}
+	x->id = id;
+	x->dev = (uint32_t)dev;
+	x->fd = fd;
+	if (idx_journal_ext_locked(t->idx, in, 0) < 0) {
+		close(fd);
+		unlinkat(e->dirfd[dev], name, 0);
+		idx_ext_free(in);
+		return -EIO;
+	}
+	ST_ADD(ext_created, 1);
+	ST_ADD(ext_files, 1);
+	return 0;
+}
+
+int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
+		    int (*pt_open)(void *ctx, int fd), void *ctx, int32_t *backing_id)
+{
+	struct idx_ext *x = in->ext;
+	int ret;
+
+	if (!x) {
+		if (!wanted_locked(t, in, write, pt && pt_open) || grant_locked(t, in) < 0)
+			return 0;
+		x = in->ext;
+	}
+	if (x->fd < 0)
+		return -EIO; /* recovery could not open it */
+	if (in->pt_opens == UINT16_MAX || x->opens == UINT32_MAX)
+		return -EMFILE;
+	if (write && (ret = unseal_locked(t, in)) < 0)
+		return ret;
+	/* one mode per inode: passed through while it has such opens (or
+	 * none), through the daemon while it has daemon opens */
+	pt = pt_open && pt && (x->opens == 0 || in->pt_opens);
+	if (pt && !in->pt_opens) {
+		int id = pt_open(ctx, x->fd);
+		if (id > 0)
+			in->backing_id = id;
+		else
+			pt = 0;
+	}
+	if (pt) {
+		in->pt_opens++;
+		if (write)
+			__atomic_add_fetch(&in->pt_writers, 1, __ATOMIC_RELAXED);
+		*backing_id = in->backing_id;
+		ST_ADD(ext_opens, 1);
+	}
+	x->opens++;
+	if (write)
+		x->writers++;
+	in->open_count++;
+	return 1;
+}
+
+int ext_close(struct tier *t, struct inode *in, int write, int32_t backing_id,
+	      void (*pt_close)(void *ctx, int32_t id), void *ctx)
+{
+	struct idx_ext *x;
+
+	if (!__atomic_load_n(&in->ext, __ATOMIC_RELAXED))
+		return 0;
+	idx_inode_lock(in);
+	if (!(x = in->ext)) {
+		idx_inode_unlock(in);
+		return 0;
+	}
+	ext_refresh_locked(t, in);
+	if (backing_id) {
+		if (in->pt_opens == 1) {
+			if (pt_close)
+				pt_close(ctx, in->backing_id);
+			in->backing_id = 0;
+		}
+		in->pt_opens--;
+		if (write)
+			__atomic_sub_fetch(&in->pt_writers, 1, __ATOMIC_RELAXED);
+	}
+	if (write)
+		x->writers--;
+	x->opens--;
+	/* the last writer's close seals it (an unlinked file is going) */
+	if (!x->writers && !x->sealed && in->nlink > 0)
+		seal_locked(t, in);
+	if (in->attr_dirty) {
+		in->attr_dirty = 0;
+		idx_journal_attr_locked(t->idx, in);
+	}
+	in->open_count--;
+	idx_inode_unlock(in);
+	return 1;
+}
+
+/* ---- the daemon's I/O ---- */
+
+/* in->ext, locked, or NULL (unlocked) when it has none. */
+static struct idx_ext *ext_lock(struct inode *in)
+{
+	if (!__atomic_load_n(&in->ext, __ATOMIC_RELAXED))
+		return NULL;
+	idx_inode_lock(in);
+	if (!in->ext)
+		idx_inode_unlock(in);
+	return in->ext;
+}
+
+/* pread all of len bytes at off. 0 or -errno (-EIO short). */
+static int pread_full(int fd, uint8_t *p, uint64_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t r = pread(fd, p, len, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		p += r;
+		off += (uint64_t)r;
+		len -= (uint64_t)r;
+	}
+	return 0;
+}
+
+int ext_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
+		   struct ext_read *r)
+{
+	struct idx_ext *x = ext_lock(in);
+	uint64_t b0, b1, end, size;
+	uint32_t *crc, g;
+	uint8_t *buf;
+	int ret, fd;
+
+	if (!x)
+		return 1;
+	if (in->pt_writers)
+		ext_refresh_locked(t, in);
+	r->fd = x->fd;
+	r->len = 0;
+	r->buf = NULL;
+	r->skip = 0;
+	size = in->size;
+	if (off >= size || len == 0) {
+		idx_inode_unlock(in);
+		return 0;
+	}
+	r->len = off + len > size ? size - off : len;
+	if (!x->sealed) {
+		idx_inode_unlock(in);
+		return 0;
+	}
+	/* sealed: whole blocks, verified */
+	b0 = off / B;
+	b1 = (off + r->len + B - 1) / B;
+	end = b1 * B < x->size ? b1 * B : x->size;
+	g = x->wgen;
+	fd = x->fd;
+	crc = malloc((size_t)(b1 - b0) * 4);
+	if (crc)
+		memcpy(crc, x->crc + b0, (size_t)(b1 - b0) * 4);
+	idx_inode_unlock(in);
+	if (!crc || !(buf = seg_buf_alloc((size_t)(b1 - b0) * B))) {
+		free(crc);
+		return -ENOMEM;
+	}
+	ret = pread_full(fd, buf, end - b0 * B, b0 * B);
+	for (uint64_t b = b0; ret == 0 && b < b1; b++) {
+		uint64_t bl = end - b * B < B ? end - b * B : B;
+		if (crc32c(0, buf + (b - b0) * B, bl) == crc[b - b0])
+			continue;
+		idx_inode_lock(in);
+		ret = in->ext == x && x->wgen == g ? -EIO : -EAGAIN;
+		idx_inode_unlock(in);
+		if (ret == -EIO) {
+			ST_ADD(ext_crc_errors, 1);
+			ST_ADD(errors_crc, 1);
+			log_err("extent of inode %llu: block %llu (bytes %llu..) fails its crc: EIO",
+				(unsigned long long)in->ino, (unsigned long long)b,
+				(unsigned long long)(b * B));
+		}
+	}
+	free(crc);
+	if (ret == -EAGAIN) /* written since: not sealed any more, read as it is */
+		ret = 0, seg_buf_free(buf);
+	else if (ret < 0)
+		seg_buf_free(buf);
+	else {
+		r->buf = buf;
+		r->skip = off - b0 * B;
+	}
+	return ret;
+}
+
+int ext_write_begin(struct tier *t, struct inode *in, int *fd)
+{
+	struct idx_ext *x = ext_lock(in);
+	int ret;
+
+	if (!x)
+		return 1;
+	*fd = x->fd;
+	ret = unseal_locked(t, in);
+	idx_inode_unlock(in);
+	return ret;
+}
+
+void ext_write_end(struct tier *t, struct inode *in, uint64_t off, long written)
+{
+	idx_inode_lock(in);
+	if (in->ext && written > 0) {
+		in->ext->wgen++;
+		if (off + (uint64_t)written > in->size)
+			in->size = off + (uint64_t)written;
+		idx_touch(&in->mtime);
+		in->ctime = in->mtime;
+		in->attr_dirty = 1;
+	}
+	idx_inode_unlock(in);
+}
+
+int ext_truncate(struct tier *t, struct inode *in, uint64_t size)
+{
+	struct idx_ext *x = ext_lock(in);
+	int ret = 0;
+
+	if (!x)
+		return 1;
+	if (size == 0 && x->opens == 0) {
+		/* emptied and closed: it goes, the file is an empty hot file
+		 * again (its next writer under pressure gets a new extent) */
+		char name[40];
+		uint64_t id = x->id;
+		ext_name(name, sizeof(name), in->ino, id);
+		if (x->fd >= 0)
+			close(x->fd);
+		unlinkat(t->extr ? t->extr->dirfd[x->dev] : AT_FDCWD, name, 0);
+		idx_ext_free(in);
+		ST_ADD(ext_files, -1);
+		in->size = 0;
+		idx_touch(&in->mtime);
+		in->ctime = in->mtime;
+		if ((ret = idx_journal_ext_locked(t->idx, in, id)) == 0)
+			ret = idx_journal_attr_locked(t->idx, in);
+		idx_inode_unlock(in);
+		return ret;
+	}
+	if (ftruncate(x->fd, (off_t)size) < 0)
+		ret = -errno;
+	else if ((ret = unseal_locked(t, in)) == 0) {
+		in->size = size;
+		idx_touch(&in->mtime);
+		in->ctime = in->mtime;
+		in->attr_dirty = 0;
+		ret = idx_journal_attr_locked(t->idx, in);
+	}
+	idx_inode_unlock(in);
+	return ret;
+}
+
+int ext_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len)
+{
+	struct idx_ext *x = ext_lock(in);
+	int ret = 0;
+
+	if (!x)
+		return 1;
+	if (fallocate(x->fd, mode, (off_t)off, (off_t)len) < 0)
+		ret = -errno;
+	else if ((ret = unseal_locked(t, in)) == 0) {
+		ext_refresh_locked(t, in);
+		in->attr_dirty = 0;
+		ret = idx_journal_attr_locked(t->idx, in);
+	}
+	idx_inode_unlock(in);
+	return ret;
+}
+
+int ext_lseek(struct tier *t, struct inode *in, uint64_t off, int whence, int64_t *res)
+{
+	struct idx_ext *x = ext_lock(in);
+	off_t r;
+
+	if (!x)
+		return 1;
+	ext_refresh_locked(t, in);
+	if (off >= in->size) {
+		*res = -ENXIO;
+	} else if ((r = lseek(x->fd, (off_t)off, whence)) < 0) {
+		*res = -errno;
+	} else {
+		*res = (uint64_t)r > in->size ? (int64_t)in->size : (int64_t)r;
+	}
+	idx_inode_unlock(in);
+	return 0;
+}
+
+int ext_fsync(struct tier *t, struct inode *in)
+{
+	struct idx_ext *x = ext_lock(in);
+	int fd, dfd, ret = 0;
+
+	if (!x)
+		return 1;
+	fd = x->fd;
+	dfd = t->extr ? t->extr->dirfd[x->dev] : -1;
+	idx_inode_unlock(in);
+	/* the kernel's pages of the extent, then its name, then the journal;
+	 * the open handle keeps the extent (and fd) while this runs */
+	if (fdatasync(fd) < 0 || (dfd >= 0 && fsync(dfd) < 0))
+		ret = -errno;
+	idx_inode_lock(in);
+	if (ret == 0 && in->ext) {
+		ext_refresh_locked(t, in);
+		in->attr_dirty = 0;
+		ret = idx_journal_attr_locked(t->idx, in);
+	}
+	idx_inode_unlock(in);
+	if (ret == 0 && t->jrnl)
+		ret = jrnl_sync(t->jrnl);
+	return ret;
+}
+
+int ext_evict(struct tier *t, struct inode *in, int warm)
+{
+	struct idx_ext *x = ext_lock(in);
+	int fd;
+
+	if (!x)
+		return 1;
+	fd = x->fd;
+	/* the extent's pages are the kernel's page cache, not the hot tier:
+	 * evict drops them, warm reads them in */
+	if (fd >= 0)
+		posix_fadvise(fd, 0, 0, warm ? POSIX_FADV_WILLNEED : POSIX_FADV_DONTNEED);
+	idx_inode_unlock(in);
+	return 0;
+}
+
+int ext_state(struct tier *t, struct inode *in, char *buf, size_t len)
+{
+	struct idx_ext *x = ext_lock(in);
+	int ret;
+
+	if (!x)
+		return 1;
+	ret = snprintf(buf, len,
+		       "hot=0 dirty=0 cold=%llu restoring=0 spilling=0 pinned=%d segments=0 "
+		       "extent=1 sealed=%u",
+		       (unsigned long long)((in->size + t->chunk_size - 1) / t->chunk_size),
+		       in->pinned, x->sealed);
+	idx_inode_unlock(in);
+	return ret;
+}
+
+void ext_drop(struct tier *t, struct inode *in)
+{
+	struct idx_ext *x = ext_lock(in);
+	char name[40];
+
+	if (!x)
+		return;
+	if (x->fd >= 0)
+		close(x->fd);
+	x->fd = -1;
+	ext_name(name, sizeof(name), in->ino, x->id);
+	if (t->extr && x->dev < (uint32_t)t->extr->n)
+		unlinkat(t->extr->dirfd[x->dev], name, 0);
+	ST_ADD(ext_files, -1);
+	idx_inode_unlock(in);
+}
+
+/* ---- recovery and scrub ---- */
+
+int ext_recover_locked(struct tier *t, struct inode *in)
+{
+	struct extents *e = t->extr;
+	struct idx_ext *x = in->ext;
+	char name[40];
+	struct stat st;
+	int fd = -1;
+
+	ext_name(name, sizeof(name), in->ino, x->id);
+	/* its directory first; the nvme list may have been given in another order */
+	for (int k = -1; e && k < e->n && fd < 0; k++) {
+		int d = k < 0 ? (int)x->dev : k;
+		if (d >= e->n || (k >= 0 && d == (int)x->dev))
+			continue;
+		if ((fd = openat(e->dirfd[d], name, O_RDWR | O_CLOEXEC)) >= 0)
+			x->dev = (uint32_t)d;
+	}
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		log_err("recovery: inode %llu: its extent %s is missing from every cold directory",
+			(unsigned long long)in->ino, name);
+		if (fd >= 0)
+			close(fd);
+		return 1;
+	}
+	x->fd = fd;
+	ST_ADD(ext_files, 1);
+	if (x->sealed && (uint64_t)st.st_size == x->size && in->size == x->size)
+		return 0;
+	if (x->sealed)
+		log_warn("recovery: inode %llu: its extent holds %llu bytes, %llu when sealed: "
+			 "sealed again as it is",
+			 (unsigned long long)in->ino, (unsigned long long)st.st_size,
+			 (unsigned long long)x->size);
+	/* unsealed (written when the daemon stopped): its size on disk is the
+	 * file's, what the kernel wrote back is its bytes */
+	x->sealed = 0;
+	in->size = (uint64_t)st.st_size;
+	seal_locked(t, in);
+	t->rec.ext_resealed++;
+	return 0;
+}

@@ -1,0 +1,105 @@
+/*
+ * ROOM tier/extent/: extents (DESIGN section 16), a file whose bytes all live
+ * in one file of a cold directory, <dir>/extents/<ino>-<id> (named by inode
+ * and a per-mount-unique id, never by user path), at their own offsets.
+ * What it does:
+ * - Grants one to a stream under pressure: an open for writing of an empty
+ *   file while the hot tier is above low_watermark, with passthrough on,
+ *   (or within EXT_RECENT_MS of a file written around: tier/admit)
+ *   gets an extent on the cold directory with the most room (only one that
+ *   keeps a margin: EXT_MARGIN_MIN and 10 % free, and with S3 below stays
+ *   under nvme_threshold), journaled (JR_EXTENT) before the open replies.
+ * - Every open of such a file is passed through to the extent (the
+ *   kernel's one-mode rule: while it has daemon opens, new ones go through
+ *   the daemon); the kernel reads and writes it into the disk's page cache,
+ *   as for a plain directory: a kill -9 of the daemon loses nothing it took.
+ *   Size and mtime are read back from the extent (getattr, fsync, close).
+ * - Seals it at its last writer's close: a crc32c per JRNL_EXT_BLOCK from
+ *   the page cache, journaled; a write (an open for writing, a daemon write,
+ *   truncate, fallocate) unseals it until the next seal. Unsealed extents
+ *   are recovered by their size on disk and sealed at mount.
+ * - Serves what still reaches the daemon (passthrough off, another open's
+ *   mode): reads of a sealed extent verified block by block (-EIO on a
+ *   mismatch), writes into it; truncate, fallocate, SEEK_DATA/HOLE, fsync
+ *   (fdatasync of the extent and the journal).
+ * - Deletes it with its file (the release hook), or at a truncate to 0 with
+ *   no opens (the file goes back to the hot tier); recovery removes extents
+ *   no file names.
+ * Not (yet): demotion to S3, the evictor writing a cold big file as an
+ *   extent, warm/pin bringing one into RAM (they read it into the page
+ *   cache).
+ * Threading: the *_locked calls with the inode lock held; the others take
+ * it. Lock order as tier.c says (inode lock, then nothing of this room's:
+ * its state is atomics and read-only paths).
+ */
+#ifndef SPW_EXTENT_H
+#define SPW_EXTENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tier;
+struct inode;
+
+/* A file written around this recently (tier/admit) says streams are under
+ * pressure: new ones get extents */
+#define EXT_RECENT_MS 10000
+/* Free room a directory keeps beyond an extent (and 10 % of its size) */
+#define EXT_MARGIN_MIN (1ull << 30)
+
+/* The room (tier_new, after the stores; NULL t->extr without nvme, with
+ * extents=off or without passthrough's kernel support: no extent is
+ * granted, existing ones are still served). Makes <dir>/extents (0700) and
+ * removes extents no file of the index names (with a journal: after
+ * replay). 0 or -errno with err set. */
+int ext_room_new(struct tier *t, char *err, size_t errlen);
+/* Volatile mounts (no journal): every extent goes. Then free. */
+void ext_room_free(struct tier *t);
+
+/* tier_open: 1 when in has (or now got: may_grant) an extent and the open
+ * is counted as its (*backing_id > 0: passed through; pt: the caller can
+ * pass it), 0 when it is not an extent's business, -errno. in->lock held. */
+int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
+		    int (*pt_open)(void *ctx, int fd), void *ctx, int32_t *backing_id);
+/* tier_close: 1 when the open was an extent's (closed; the last writer's
+ * seals it), 0 not. Takes the lock. */
+int ext_close(struct tier *t, struct inode *in, int write, int32_t backing_id,
+	      void (*pt_close)(void *ctx, int32_t id), void *ctx);
+/* Size and mtime read back from the extent. in->lock held. */
+void ext_refresh_locked(struct tier *t, struct inode *in);
+
+/* The daemon's I/O on a file with an extent; each returns 1 when in has
+ * none (the caller goes on as for any file), else 0 or -errno. */
+/* A read: len bytes (short at EOF) at off of fd, or, from a sealed
+ * extent, verified bytes at buf + skip (buf: seg_buf_alloc'ed, the
+ * caller's to free). */
+struct ext_read {
+	int fd;
+	uint64_t len;
+	void *buf;
+	uint64_t skip;
+};
+int ext_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
+		   struct ext_read *r);
+/* A write goes into *fd at the file's offset; ext_write_end after it with
+ * the bytes written (or -errno). */
+int ext_write_begin(struct tier *t, struct inode *in, int *fd);
+void ext_write_end(struct tier *t, struct inode *in, uint64_t off, long written);
+int ext_truncate(struct tier *t, struct inode *in, uint64_t size);
+int ext_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint64_t len);
+/* 1 not an extent's; else *res = offset or -errno */
+int ext_lseek(struct tier *t, struct inode *in, uint64_t off, int whence, int64_t *res);
+/* fdatasync of the extent and its name, then the journal's sync */
+int ext_fsync(struct tier *t, struct inode *in);
+/* evict: drop its page cache; warm: read it into the page cache */
+int ext_evict(struct tier *t, struct inode *in, int warm);
+/* "extent=1 sealed=S", after tier_file_state's: 1 when none */
+int ext_state(struct tier *t, struct inode *in, char *buf, size_t len);
+/* The release hook: close and delete in's extent (in is going). */
+void ext_drop(struct tier *t, struct inode *in);
+/* Recovery (recover_finish, before journaling starts): open in's extent,
+ * take its size on disk, seal it when unsealed. 0, 1 when its file is gone
+ * (the caller counts the file lost). in->lock held. */
+int ext_recover_locked(struct tier *t, struct inode *in);
+
+#endif
