@@ -161,8 +161,9 @@ const struct opt_spec opt_table[] = {
      .meta = "on|off",
      .help = "on: a file written while RAM is full goes to one file on a cold directory, served by the kernel",
      .man_tag = ".BR %s= on | off",
-     .man = "A file opened for writing while empty and while the hot tier is above\n"
-	    ".B low_watermark\n"
+     .man = "A file opened for writing while empty, within 10 s of a stream written\n"
+	    "around RAM (the hot tier above\n"
+	    ".BR spill_threshold ),\n"
 	    "gets an extent: one file in\n"
 	    ".IB nvme /extents/\n"
 	    "holding its bytes at their own offsets, which the kernel reads and writes\n"

@@ -260,22 +260,23 @@ static int choose_dir(struct tier *t)
 	return dev;
 }
 
-/* Should this open get an extent? An empty file opened to write while RAM
- * is above low_watermark, or while streams are written around (one was in
- * the last EXT_RECENT_MS: the evictor may have brought RAM down already),
- * no other open, passthrough at hand. */
+/* Should this open get an extent? An empty file opened to write while
+ * streams are written around (one was in the last EXT_RECENT_MS: tier/admit
+ * found RAM above spill_threshold; the evictor may have brought it down
+ * since), no other open, passthrough at hand. Not merely RAM above
+ * low_watermark: files that fit in RAM stay there (the hot tier's job). */
 static int wanted_locked(struct tier *t, struct inode *in, int write, int pt)
 {
-	if (!t->extr || !t->cfg->extents || !tier_pt(t) || !pt || !write || in->size || in->open_count || in->pt_opens ||
-	    in->pinned || in->nlink == 0 || idx_check_writable(t->idx) < 0)
+	uint64_t around = __atomic_load_n(&t->admit.around_ms, __ATOMIC_RELAXED);
+
+	if (!t->extr || !t->cfg->extents || !tier_pt(t) || !pt || !write || in->size ||
+	    in->open_count || in->pt_opens || in->pinned || in->nlink == 0 ||
+	    idx_check_writable(t->idx) < 0)
 		return 0;
 	for (uint64_t c = 0; c < in->nchunks; c++)
 		if (in->chunks[c].state != CHUNK_ABSENT)
 			return 0;
-	uint64_t around = __atomic_load_n(&t->admit.around_ms, __ATOMIC_RELAXED);
-	return (around && clock_now_ms() - around < EXT_RECENT_MS) ||
-	       hot_used(t->hot) + hot_reserved(t->hot) >
-		   (uint64_t)(t->cfg->low_watermark * (double)hot_limit(t->hot));
+	return around && clock_now_ms() - around < EXT_RECENT_MS;
 }
 
 static int grant_locked(struct tier *t, struct inode *in)
@@ -531,9 +532,9 @@ int ext_truncate(struct tier *t, struct inode *in, uint64_t size)
 		ext_name(name, sizeof(name), in->ino, id);
 		if (x->fd >= 0)
 			close(x->fd);
+		ST_ADD(ext_files, -1);
 		unlinkat(t->extr ? t->extr->dirfd[x->dev] : AT_FDCWD, name, 0);
 		idx_ext_free(in);
-		ST_ADD(ext_files, -1);
 		in->size = 0;
 		idx_touch(&in->mtime);
 		in->ctime = in->mtime;
@@ -661,9 +662,9 @@ void ext_drop(struct tier *t, struct inode *in)
 		close(x->fd);
 	x->fd = -1;
 	ext_name(name, sizeof(name), in->ino, x->id);
+	ST_ADD(ext_files, -1); /* first: who sees the file gone sees the count */
 	if (t->extr && x->dev < (uint32_t)t->extr->n)
 		unlinkat(t->extr->dirfd[x->dev], name, 0);
-	ST_ADD(ext_files, -1);
 	idx_inode_unlock(in);
 }
 

@@ -4,9 +4,8 @@
  * and a per-mount-unique id, never by user path), at their own offsets.
  * What it does:
  * - Grants one to a stream under pressure: an open for writing of an empty
- *   file while the hot tier is above low_watermark, with passthrough on,
- *   (or within EXT_RECENT_MS of a file written around: tier/admit)
- *   gets an extent on the cold directory with the most room (only one that
+ *   file within EXT_RECENT_MS of a file written around (tier/admit: RAM
+ *   above spill_threshold), with passthrough on, gets an extent on the cold directory with the most room (only one that
  *   keeps a margin: EXT_MARGIN_MIN and 10 % free, and with S3 below stays
  *   under nvme_threshold), journaled (JR_EXTENT) before the open replies.
  * - Every open of such a file is passed through to the extent (the

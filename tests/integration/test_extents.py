@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""test_extents - a stream under pressure lives in one file on a cold
+directory, served by the kernel (tier/extent, DESIGN section 16).
+
+On real mounts with a small hot tier: a file created while streams are
+written around (or RAM is above low_watermark) gets an extent, named by inode
+(never by path), 0600 in a 0700 folder, passed through to the kernel, sealed
+at its last writer's close; its bytes are right through the kernel and
+through the daemon; truncate, unlink, O_TRUNC and fallocate keep the model;
+kill -9 with a writer in the middle and a wiped hot_dir lose nothing the
+kernel took (fsync'd, closed, or written and not yet closed); an extent
+written when the daemon died is recovered by its size on disk and sealed at
+mount; a flipped byte is EIO on a daemon read, never wrong bytes; spw_fsx
+runs on extents; extents=off keeps the old path.
+"""
+import ctypes
+import errno
+import hashlib
+import os
+import random
+import shutil
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from lib.fsx import FsxRun, find_fsx  # noqa: E402
+from lib.tier import file_state, stats_of  # noqa: E402
+
+MiB = 1 << 20
+
+
+def ext(mnt):
+    return stats_of(mnt)["extents"]
+
+
+def pattern(seed, size):
+    return random.Random(seed).randbytes(size)
+
+
+def write(path, data, fsync=False):
+    with open(path, "wb") as f:
+        for o in range(0, len(data), MiB):
+            f.write(data[o:o + MiB])
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def extent_files(cold):
+    d = os.path.join(cold, "extents")
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+class ExtentCase(harness.SpwTestCase):
+    timeout = 300
+
+    def setUp(self):
+        super().setUp()
+        base = self.tmpdir()
+        self.hot = os.path.join(self.tmpdir(on_shm=True), "hot")
+        self.cold = os.path.join(base, "cold")
+        os.mkdir(self.cold)
+        self.opts = ["nvme=" + self.cold, "state_dir=" + os.path.join(base, "state"),
+                     "mem_pressure=off"]
+
+    def start(self, extra=(), tag="ext"):
+        return self.mount(hot_size="32M", opts=self.opts + list(extra), hot_dir=self.hot,
+                          tag=tag)
+
+    def pressure(self, m, name="fill"):
+        """A stream bigger than the hot tier: written around, so the files
+        created next are streams under pressure."""
+        before = stats_of(m.mnt)["admission"]["written_around_files"]
+        write(m.path(name), pattern(99, 48 * MiB))
+        self.assertGreater(stats_of(m.mnt)["admission"]["written_around_files"], before,
+                           m.log_text(20))
+
+    def wait_sealed(self, m, path):
+        harness.wait_until(lambda: file_state(path).get("sealed") == 1, 20,
+                           "the daemon sealed %s at its writer's close" % path)
+
+    def assert_extent(self, path):
+        st = file_state(path)
+        self.assertEqual(st.get("extent"), 1, st)
+        self.assertEqual(st["hot"], 0, st)
+
+
+class TestStreams(ExtentCase):
+
+    def test_stream_under_pressure_is_an_extent(self):
+        m = self.start()
+        self.assertEqual(ext(m.mnt)["files"], 0, ext(m.mnt))
+        self.pressure(m)
+        data = pattern(1, 40 * MiB + 4097)
+        write(m.path("stream.bin"), data)
+        self.wait_sealed(m, m.path("stream.bin"))
+        self.assert_extent(m.path("stream.bin"))
+        e = ext(m.mnt)
+        self.assertEqual(e["files"], 1, e)
+        self.assertGreaterEqual(e["opens"], 1, e)
+        self.assertEqual(e["sealed_bytes"], len(data), e)
+        # not in RAM: the hot tier stays within its budget
+        self.assertLessEqual(stats_of(m.mnt)["hot"]["used"], 32 * MiB)
+        # stored by inode and id, 0600 in a 0700 folder, its bytes as they are
+        names = extent_files(self.cold)
+        self.assertEqual(len(names), 1, names)
+        self.assertNotIn("stream", names[0])
+        self.assertEqual(int(names[0].split("-")[0], 16), os.stat(m.path("stream.bin")).st_ino)
+        p = os.path.join(self.cold, "extents", names[0])
+        self.assertEqual(os.stat(p).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(os.path.dirname(p)).st_mode & 0o777, 0o700)
+        self.assertEqual(read(p), data)
+        # read back through the kernel (passed through), then again
+        opens = ext(m.mnt)["opens"]
+        self.assertEqual(read(m.path("stream.bin")), data)
+        self.assertEqual(ext(m.mnt)["opens"], opens + 1, "reopen: %s" % ext(m.mnt))
+        self.assertEqual(os.stat(m.path("stream.bin")).st_size, len(data))
+        # an overwrite in place unseals it; the close seals it again
+        with open(m.path("stream.bin"), "r+b") as f:
+            f.seek(5 * MiB + 3)
+            f.write(b"X" * 10000)
+        data = data[:5 * MiB + 3] + b"X" * 10000 + data[5 * MiB + 10003:]
+        self.wait_sealed(m, m.path("stream.bin"))
+        self.assertEqual(read(m.path("stream.bin")), data)
+        # unlink: its extent goes with it
+        os.unlink(m.path("stream.bin"))
+        harness.wait_until(lambda: extent_files(self.cold) == [] and ext(m.mnt)["files"] == 0,
+                           10, "the extent removed (the kernel's forget is asynchronous)")
+        self.assertEqual(ext(m.mnt)["files"], 0, "after the unlink: %s" % ext(m.mnt))
+
+    def test_truncate_fallocate_and_o_trunc(self):
+        m = self.start()
+        self.pressure(m)
+        data = bytearray(pattern(2, 12 * MiB))
+        write(m.path("t"), bytes(data))
+        self.wait_sealed(m, m.path("t"))
+        os.truncate(m.path("t"), 5 * MiB + 1)
+        del data[5 * MiB + 1:]
+        self.assertEqual(file_state(m.path("t"))["sealed"], 0)  # changed: not sealed
+        self.assertEqual(read(m.path("t")), bytes(data))
+        os.truncate(m.path("t"), 7 * MiB)
+        data += bytes(2 * MiB - 1)
+        self.assertEqual(read(m.path("t")), bytes(data))
+        fd = os.open(m.path("t"), os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 7 * MiB, MiB)  # grows it
+            data += bytes(MiB)
+            # punch a hole in the middle (through the daemon: fallocate)
+            PUNCH, KEEP = 0x02, 0x01
+            libc = ctypes.CDLL(None, use_errno=True)
+            self.assertEqual(libc.fallocate(fd, PUNCH | KEEP, ctypes.c_long(MiB),
+                                            ctypes.c_long(64 * 1024)), 0)
+            data[MiB:MiB + 64 * 1024] = bytes(64 * 1024)
+            # SEEK_HOLE finds the punched hole (or a later one), never past EOF
+            hole = os.lseek(fd, 0, os.SEEK_HOLE)
+            self.assertLessEqual(hole, len(data))
+        finally:
+            os.close(fd)
+        self.wait_sealed(m, m.path("t"))
+        self.assertEqual(os.stat(m.path("t")).st_size, len(data))
+        self.assertEqual(read(m.path("t")), bytes(data))
+        # a truncate to 0 with no opens: the extent goes, the file is an
+        # empty file of the hot tier again
+        os.truncate(m.path("t"), 0)
+        self.assertEqual(os.stat(m.path("t")).st_size, 0)
+        self.assertNotIn("extent", file_state(m.path("t")))
+        self.assertEqual(extent_files(self.cold), [])
+        self.assertEqual(ext(m.mnt)["files"], 0)
+
+    def test_extents_off_keeps_the_daemon_path(self):
+        m = self.start(extra=["extents=off"])
+        self.pressure(m)
+        data = pattern(3, 20 * MiB)
+        write(m.path("s"), data)
+        self.assertEqual(ext(m.mnt)["created"], 0)
+        self.assertNotIn("extent", file_state(m.path("s")))
+        self.assertEqual(read(m.path("s")), data)
+        self.assertEqual(extent_files(self.cold), [])
+
+
+class TestCrashes(ExtentCase):
+
+    def test_kill9_mid_stream_and_wiped_hot_dir(self):
+        """fsync'd, closed and still-being-written extents all come back after
+        kill -9 and a wiped hot_dir: the kernel's page cache is not the
+        daemon's; the open one by its size on disk, sealed at mount."""
+        m = harness.Mount(hot_size="32M", opts=self.opts, hot_dir=self.hot, tag="ext-kill")
+        m.start()
+        try:
+            self.pressure(m)
+            a, b = pattern(4, 9 * MiB), pattern(5, 17 * MiB + 5)
+            write(m.path("a"), a, fsync=True)
+            write(m.path("b"), b)
+            c = pattern(6, 6 * MiB)
+            fc = os.open(m.path("c"), os.O_WRONLY | os.O_CREAT, 0o644)
+            self.assertEqual(os.pwrite(fc, c, 0), len(c))
+            self.assert_extent(m.path("c"))
+            m.abort()  # kill -9 with c open for writing
+            try:
+                os.close(fc)
+            except OSError:
+                pass  # the connection is gone
+        finally:
+            m.stop()
+        shutil.rmtree(self.hot)
+        m2 = self.start(tag="ext-kill2")
+        self.assertEqual(read(m2.path("a")), a)
+        self.assertEqual(read(m2.path("b")), b)
+        self.assertEqual(read(m2.path("c")), c)
+        self.assertEqual(file_state(m2.path("c"))["sealed"], 1)
+        self.assertEqual(stats_of(m2.mnt)["lost_files"], 0)
+        # and the reseal was checkpointed: a clean remount finds the same
+        m2.stop()
+        m3 = self.start(tag="ext-kill3")
+        self.assertEqual(hashlib.sha256(read(m3.path("c"))).digest(),
+                         hashlib.sha256(c).digest())
+        self.assertEqual(file_state(m3.path("c"))["sealed"], 1)
+
+    def test_flipped_byte_is_eio_through_the_daemon(self):
+        m = self.start()
+        self.pressure(m)
+        data = pattern(7, 3 * MiB)
+        write(m.path("f"), data)
+        self.wait_sealed(m, m.path("f"))
+        m.stop()
+        names = extent_files(self.cold)
+        self.assertEqual(len(names), 1)
+        p = os.path.join(self.cold, "extents", names[0])
+        with open(p, "r+b") as f:
+            f.seek(2 * MiB + 100)
+            f.write(bytes([data[2 * MiB + 100] ^ 0xFF]))
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+        m2 = self.start(extra=["passthrough=off"], tag="ext-flip")
+        fd = os.open(m2.path("f"), os.O_RDONLY)
+        try:
+            self.assertEqual(os.pread(fd, MiB, 0), data[:MiB])  # a good block
+            with self.assertRaises(OSError) as cm:
+                os.pread(fd, 4096, 2 * MiB + 64)
+            self.assertEqual(cm.exception.errno, errno.EIO)
+        finally:
+            os.close(fd)
+        self.assertGreater(ext(m2.mnt)["crc_errors"], 0)
+
+    def test_orphan_extents_are_removed_at_mount(self):
+        m = self.start()
+        self.pressure(m)
+        write(m.path("keep"), pattern(8, 2 * MiB))
+        self.wait_sealed(m, m.path("keep"))
+        m.stop()
+        stray = os.path.join(self.cold, "extents", "%016x-%016x" % (999999, 1))
+        with open(stray, "wb") as f:
+            f.write(b"x" * 100)
+        m2 = self.start(tag="ext-orphan")
+        self.assertFalse(os.path.exists(stray))
+        self.assertEqual(ext(m2.mnt)["orphans"], 1)
+        self.assertEqual(read(m2.path("keep")), pattern(8, 2 * MiB))
+
+
+class TestFsx(ExtentCase):
+
+    def test_fsx_on_extents(self):
+        """spw_fsx's files created right after a stream was written around
+        are extents: every op (pwrite, truncate, punch, fallocate, mmap) goes
+        to the kernel or the daemon's extent path and is checked against
+        fsx's model."""
+        fsx = find_fsx()
+        self.assertIsNotNone(fsx)
+        good = self.tmpdir()
+        m = self.start()
+        self.pressure(m)
+        created = ext(m.mnt)["created"]
+        runs = [FsxRun(self, fsx, m.mnt, seed, 3000, "4M", seed == 12, good)
+                for seed in (11, 12)]
+        for run in runs:
+            run.finish(240)
+        self.assertGreater(ext(m.mnt)["created"], created,
+                           "fsx's files got no extent: %s" % ext(m.mnt))
+
+
+if __name__ == "__main__":
+    harness.main()
