@@ -157,7 +157,7 @@ const struct opt_spec opt_table[] = {
      .kind = OPT_ENUM,
      FIELD(extents),
      WORDS({"on", 1, 0}, {"off", 0, 0}),
-     .def = "on",
+     .def = "off",
      .meta = "on|off",
      .help = "on: a file written while RAM is full goes to one file on a cold directory, served by the kernel",
      .man_tag = ".BR %s= on | off",

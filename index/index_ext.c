@@ -23,7 +23,8 @@ void idx_ext_free(struct inode *in)
 		return;
 	free(in->ext->crc);
 	free(in->ext);
-	in->ext = NULL;
+	/* atomic: tier/extent peeks at it without the lock */
+	__atomic_store_n(&in->ext, NULL, __ATOMIC_RELAXED);
 }
 
 struct idx_ext *idx_ext_new_locked(struct inode *in)
@@ -35,7 +36,7 @@ struct idx_ext *idx_ext_new_locked(struct inode *in)
 	if (!(x = calloc(1, sizeof(*x))))
 		return NULL;
 	x->fd = -1;
-	in->ext = x;
+	__atomic_store_n(&in->ext, x, __ATOMIC_RELEASE);
 	return x;
 }
 

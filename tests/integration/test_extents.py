@@ -70,7 +70,8 @@ class ExtentCase(harness.SpwTestCase):
                      "mem_pressure=off"]
 
     def start(self, extra=(), tag="ext"):
-        return self.mount(hot_size="32M", opts=self.opts + list(extra), hot_dir=self.hot,
+        on = [] if any(o.startswith("extents=") for o in extra) else ["extents=on"]
+        return self.mount(hot_size="32M", opts=self.opts + on + list(extra), hot_dir=self.hot,
                           tag=tag)
 
     def pressure(self, m, name="fill"):
@@ -190,7 +191,8 @@ class TestCrashes(ExtentCase):
         """fsync'd, closed and still-being-written extents all come back after
         kill -9 and a wiped hot_dir: the kernel's page cache is not the
         daemon's; the open one by its size on disk, sealed at mount."""
-        m = harness.Mount(hot_size="32M", opts=self.opts, hot_dir=self.hot, tag="ext-kill")
+        m = harness.Mount(hot_size="32M", opts=self.opts + ["extents=on"], hot_dir=self.hot,
+                          tag="ext-kill")
         m.start()
         try:
             self.pressure(m)
