@@ -47,5 +47,6 @@ run test_durability "SPW_CRASH_ROUNDS=4" TestCrash
 run test_fsx "SPW_FSX_SEEDS=1,2 SPW_FSX_OPS=3000"
 run test_overlay "" OverlayTest OverlayDurabilityTest OverlayS3Test
 run test_admission ""
+run test_extents ""
 echo "sanitize: integration subset $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

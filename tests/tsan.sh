@@ -84,5 +84,6 @@ run test_durability "SPW_CRASH_ROUNDS=4" TestCrash TestRemount TestReboot
 run test_passthrough ""
 run test_admission "" TestReadOnce TestWriteAround TestWriteAroundKill9
 run test_overlay "" OverlayTest OverlayDurabilityTest
+run test_extents ""
 echo "tsan: integration $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

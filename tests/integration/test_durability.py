@@ -405,6 +405,9 @@ class TestRemount(DurCase):
 CRASH_ROUNDS = int(os.environ.get("SPW_CRASH_ROUNDS", "20"))
 CRASH_SEED = int(os.environ.get("SPW_CRASH_SEED", "1"))
 CRASH_FRESH = int(os.environ.get("SPW_CRASH_FRESH", "10"))
+# extents (tier/extent) in the kill -9 rounds: "alt" (every other fresh
+# state: rounds 10-19 of the default 20), "on" or "off"
+CRASH_EXTENTS = os.environ.get("SPW_CRASH_EXTENTS", "alt")
 CRASH_WIPE = float(os.environ.get("SPW_CRASH_WIPE", "0.4"))  # share of rounds with a reboot
 LIVE_BUDGET = 120 * MiB  # live bytes the writer keeps in the filesystem (about)
 MAX_BS = MiB + 4097  # largest single write
@@ -877,7 +880,7 @@ class TestCrash(DurCase):
                   "fsynced": 0, "unlinks": 0, "renames": 0, "spilled_seen": 0,
                   "durable_at_wipes": 0, "lost": 0, "damaged": 0, "intact_ram_only": 0,
                   "past_eof_chunks": 0, "segments_seen": 0, "kills": {}, "spill_kills": 0,
-                  "checkpoints_seen": 0, "gc_seen": 0, "max_segments": 0}
+                  "checkpoints_seen": 0, "gc_seen": 0, "max_segments": 0, "max_extents": 0}
         m = None
         hot = cold = None
         for rnd in range(CRASH_ROUNDS):
@@ -887,8 +890,10 @@ class TestCrash(DurCase):
                     m.stop()
                 hot, cold, _ = self.make_state()
                 model = Model()
+                ext_on = CRASH_EXTENTS == "on" or (CRASH_EXTENTS == "alt"
+                                                   and rnd // CRASH_FRESH % 2 == 1)
                 opts = self.opts(cold, None, journal_sync_ms="100", checkpoint_size="64K",
-                                 write_wait="30s")
+                                 write_wait="30s", extents="on" if ext_on else "off")
                 m = self.cmount(hot, opts, "r%02d" % rnd)
             self.ctx = "seed %d round %d" % (CRASH_SEED, rnd)
             m = self.crash_round(rnd, rng, m, model, hot, cold, opts, tmp, totals)
@@ -920,6 +925,9 @@ class TestCrash(DurCase):
             self.assertGreater(totals["durable_at_wipes"], 0,
                                "no fsync'd or spilled file met a reboot: %s" % totals)
         self.assertGreater(totals["segments_seen"], 0, "no spill happened: %s" % totals)
+        if CRASH_EXTENTS == "on" or (CRASH_EXTENTS == "alt" and CRASH_ROUNDS > CRASH_FRESH):
+            self.assertGreater(totals["max_extents"], 0,
+                               "extents=on, yet no file had one at a remount: %s" % totals)
         self.assertGreater(totals["spill_kills"], 0, "no kill landed during a spill: %s"
                            % totals)
         self.assertGreater(totals["checkpoints_seen"], 0,
@@ -1084,6 +1092,7 @@ class TestCrash(DurCase):
         self.killed_log = m.log
         s = stats_of(m2.mnt)
         totals["max_segments"] = max(totals["max_segments"], s["segments"]["count"])
+        totals["max_extents"] = max(totals["max_extents"], s["extents"]["files"])
         totals["past_eof_chunks"] += s.get("recovery", {}).get("past_eof_chunks", 0)
         # segments written but never journaled are gone, temp files too; the
         # rest are exactly the ones the index knows (GC may still be running)
