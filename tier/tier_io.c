@@ -217,6 +217,10 @@ static int read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len
 	memset(io->own, 0, sizeof(io->own));
 	tier_chunk_range(t, off, len ? len : 1, &io->first, &io->last);
 	idx_inode_lock(in);
+	if (in->ext) { /* moved into an extent meanwhile (around_to_extent_locked) */
+		idx_inode_unlock(in);
+		return ext_read(t, in, off, len, io);
+	}
 	hold_wait_locked(in, io->first, io->last);
 	if (rd) /* judged in this order: under the lock (struct tier_reader) */
 		flags = rd->pattern(rd, off, len) | (rd->again ? TIER_READ_AGAIN : 0);
@@ -384,6 +388,10 @@ int tier_write_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 	io->over = 0;
 	tier_chunk_range(t, off, len, &io->first, &io->last);
 	idx_inode_lock(in);
+	if (in->ext) { /* moved into an extent meanwhile: write there */
+		idx_inode_unlock(in);
+		return tier_write_begin(t, in, off, len, flags, io);
+	}
 	if ((ret = idx_chunks_reserve(in, io->last + 1)) < 0)
 		goto out_unclaim;
 	hold_wait_locked(in, io->first, io->last);
@@ -437,6 +445,36 @@ out_unclaim:
 	unclaim_locked(in, io);
 	idx_inode_unlock(in);
 	return ret;
+}
+
+/* A file written around RAM moves into an extent (ext_adopt_locked): its
+ * chunks are let go (journaled as holes after the extent's record: a
+ * replay of both keeps the extent, which recovery prefers), its hot file
+ * emptied, and the opens' holds on it returned. 0 or -errno. in->lock held. */
+static int around_to_extent_locked(struct tier *t, struct inode *in)
+{
+	int ret;
+
+	if (in->hot_fd < 0 || (ret = ext_adopt_locked(t, in, in->hot_fd)) < 0)
+		return -EAGAIN;
+	if ((ret = idx_journal_cut_locked(t->idx, in, 0, in->nchunks)) < 0)
+		log_err("inode %llu: its move into an extent is not journaled: %s",
+			(unsigned long long)in->ino, strerror(-ret));
+	for (uint64_t c = 0; c < in->nchunks; c++) {
+		if (in->chunks[c].state == CHUNK_ABSENT)
+			continue;
+		chunk_set_state(in, c, CHUNK_ABSENT);
+		in->chunks[c].around = 0;
+		in->chunks[c].gen++;
+	}
+	if (ftruncate(in->hot_fd, 0) == 0)
+		hot_account_locked(t->hot, in);
+	for (uint32_t i = 0; i < in->open_count; i++)
+		hot_fd_put_locked(t->hot, in);
+	/* streams are under pressure: the next ones get extents at their open */
+	__atomic_store_n(&t->admit.around_ms, clock_now_ms(), __ATOMIC_RELAXED);
+	evict_room_freed(t);
+	return 0;
 }
 
 ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written)
@@ -509,8 +547,22 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 	}
 	hot_account_locked(t->hot, in);
 	/* a stream under pressure is written around (tier/admit) */
+	int was_around = in->around;
 	int kick = written > 0 && admit_write_locked(t, in, io->off, (uint64_t)written,
 						     (io->flags & TIER_WRITE_STREAM) != 0);
+	/* a big stream while RAM fills, or one written around, lives in an
+	 * extent from now on when it can (tier/extent): tried before the
+	 * evictor takes its chunks (at low_watermark, or the moment it is
+	 * written around), then at the chunk boundaries of its writes */
+	if (written > 0 && t->cfg->extents && in->open_count == 1 &&
+	    (io->flags & TIER_WRITE_STREAM) &&
+	    ((in->around && !was_around) ||
+	     (io->off + (uint64_t)written) / t->chunk_size != io->off / t->chunk_size) &&
+	    (in->around || (in->size >= EXT_ADOPT_MIN &&
+			    hot_used(t->hot) + hot_reserved(t->hot) >
+				t->cfg->low_watermark * (double)hot_limit(t->hot))) &&
+	    around_to_extent_locked(t, in) == 0)
+		kick = 0;
 	idx_inode_unlock(in);
 	hot_unreserve(t->hot, (uint64_t)io->reserved);
 	if (kick || (t->store && hot_used(t->hot) > t->cfg->spill_threshold * hot_limit(t->hot)))
@@ -904,6 +956,9 @@ int tier_fsync(struct tier *t, struct inode *in)
 			(unsigned long long)in->ino);
 		return -EIO;
 	}
+	/* moved into an extent meanwhile: its bytes are the extent's now */
+	if ((ret = ext_fsync(t, in)) != 1)
+		return ret < 0 ? ret : state_s3_push(t);
 	idx_inode_lock(in);
 	in->attr_dirty = 0;
 	ret = idx_journal_attr_locked(t->idx, in);

@@ -52,9 +52,14 @@ def read(path):
         return f.read()
 
 
-def extent_files(cold):
+def extent_files(cold, path=None):
+    """The extents in cold/extents (of path's inode only, with path)."""
     d = os.path.join(cold, "extents")
-    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+    names = sorted(os.listdir(d)) if os.path.isdir(d) else []
+    if path is None:
+        return names
+    ino = path if isinstance(path, int) else os.stat(path).st_ino
+    return [n for n in names if int(n.split("-")[0], 16) == ino]
 
 
 class ExtentCase(harness.SpwTestCase):
@@ -75,12 +80,15 @@ class ExtentCase(harness.SpwTestCase):
                           tag=tag)
 
     def pressure(self, m, name="fill"):
-        """A stream bigger than the hot tier: written around, so the files
-        created next are streams under pressure."""
-        before = stats_of(m.mnt)["admission"]["written_around_files"]
+        """A stream bigger than the hot tier: it moves into an extent as RAM
+        fills (or is written around), so the files created next are streams
+        under pressure."""
+        e0 = ext(m.mnt)["created"]
+        a0 = stats_of(m.mnt)["admission"]["written_around_files"]
         write(m.path(name), pattern(99, 48 * MiB))
-        self.assertGreater(stats_of(m.mnt)["admission"]["written_around_files"], before,
-                           m.log_text(20))
+        self.assertTrue(ext(m.mnt)["created"] > e0
+                        or stats_of(m.mnt)["admission"]["written_around_files"] > a0,
+                        m.log_text(20))
 
     def wait_sealed(self, m, path):
         harness.wait_until(lambda: file_state(path).get("sealed") == 1, 20,
@@ -98,21 +106,22 @@ class TestStreams(ExtentCase):
         m = self.start()
         self.assertEqual(ext(m.mnt)["files"], 0, ext(m.mnt))
         self.pressure(m)
+        e0 = ext(m.mnt)
         data = pattern(1, 40 * MiB + 4097)
         write(m.path("stream.bin"), data)
         self.wait_sealed(m, m.path("stream.bin"))
         self.assert_extent(m.path("stream.bin"))
         e = ext(m.mnt)
-        self.assertEqual(e["files"], 1, e)
-        self.assertGreaterEqual(e["opens"], 1, e)
-        self.assertEqual(e["sealed_bytes"], len(data), e)
+        self.assertEqual(e["files"], e0["files"] + 1, e)
+        self.assertGreaterEqual(e["opens"], e0["opens"] + 1, e)  # granted at its open
+        self.assertEqual(e["sealed_bytes"] - e0["sealed_bytes"], len(data), e)
         # not in RAM: the hot tier stays within its budget
         self.assertLessEqual(stats_of(m.mnt)["hot"]["used"], 32 * MiB)
         # stored by inode and id, 0600 in a 0700 folder, its bytes as they are
-        names = extent_files(self.cold)
-        self.assertEqual(len(names), 1, names)
-        self.assertNotIn("stream", names[0])
-        self.assertEqual(int(names[0].split("-")[0], 16), os.stat(m.path("stream.bin")).st_ino)
+        ino = os.stat(m.path("stream.bin")).st_ino
+        names = extent_files(self.cold, ino)
+        self.assertEqual(len(names), 1, extent_files(self.cold))
+        self.assertNotIn("stream", "".join(extent_files(self.cold)))
         p = os.path.join(self.cold, "extents", names[0])
         self.assertEqual(os.stat(p).st_mode & 0o777, 0o600)
         self.assertEqual(os.stat(os.path.dirname(p)).st_mode & 0o777, 0o700)
@@ -131,9 +140,30 @@ class TestStreams(ExtentCase):
         self.assertEqual(read(m.path("stream.bin")), data)
         # unlink: its extent goes with it
         os.unlink(m.path("stream.bin"))
-        harness.wait_until(lambda: extent_files(self.cold) == [] and ext(m.mnt)["files"] == 0,
+        harness.wait_until(lambda: extent_files(self.cold, ino) == []
+                           and ext(m.mnt)["files"] == e0["files"],
                            10, "the extent removed (the kernel's forget is asynchronous)")
-        self.assertEqual(ext(m.mnt)["files"], 0, "after the unlink: %s" % ext(m.mnt))
+
+    def test_big_stream_moves_into_an_extent_as_ram_fills(self):
+        """The first big stream, written while RAM fills: its bytes so far
+        move from the hot tier into an extent before the evictor takes them
+        (no segment written), the rest goes there too, and the next opens
+        are passed through."""
+        m = self.start()
+        data = pattern(9, 80 * MiB + 77)
+        write(m.path("big"), data)
+        self.wait_sealed(m, m.path("big"))
+        self.assert_extent(m.path("big"))
+        st = stats_of(m.mnt)
+        self.assertEqual(st["segments"]["written"], 0, st["segments"])
+        self.assertEqual(st["extents"]["created"], 1, st["extents"])
+        harness.wait_until(lambda: stats_of(m.mnt)["hot"]["used"] == 0, 10, "RAM given back")
+        opens = ext(m.mnt)["opens"]
+        self.assertEqual(read(m.path("big")), data)
+        self.assertEqual(ext(m.mnt)["opens"], opens + 1)
+        m.stop()
+        m2 = self.start(tag="ext-big2")
+        self.assertEqual(read(m2.path("big")), data)
 
     def test_truncate_fallocate_and_o_trunc(self):
         m = self.start()
@@ -168,11 +198,12 @@ class TestStreams(ExtentCase):
         self.assertEqual(read(m.path("t")), bytes(data))
         # a truncate to 0 with no opens: the extent goes, the file is an
         # empty file of the hot tier again
+        files = ext(m.mnt)["files"]
         os.truncate(m.path("t"), 0)
         self.assertEqual(os.stat(m.path("t")).st_size, 0)
         self.assertNotIn("extent", file_state(m.path("t")))
-        self.assertEqual(extent_files(self.cold), [])
-        self.assertEqual(ext(m.mnt)["files"], 0)
+        self.assertEqual(extent_files(self.cold, m.path("t")), [])
+        self.assertEqual(ext(m.mnt)["files"], files - 1)
 
     def test_extents_off_keeps_the_daemon_path(self):
         m = self.start(extra=["extents=off"])
@@ -181,6 +212,7 @@ class TestStreams(ExtentCase):
         write(m.path("s"), data)
         self.assertEqual(ext(m.mnt)["created"], 0)
         self.assertNotIn("extent", file_state(m.path("s")))
+        self.assertNotIn("extent", file_state(m.path("fill")))
         self.assertEqual(read(m.path("s")), data)
         self.assertEqual(extent_files(self.cold), [])
 
@@ -230,8 +262,9 @@ class TestCrashes(ExtentCase):
         data = pattern(7, 3 * MiB)
         write(m.path("f"), data)
         self.wait_sealed(m, m.path("f"))
+        ino = os.stat(m.path("f")).st_ino
         m.stop()
-        names = extent_files(self.cold)
+        names = extent_files(self.cold, ino)
         self.assertEqual(len(names), 1)
         p = os.path.join(self.cold, "extents", names[0])
         with open(p, "r+b") as f:

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -279,11 +280,43 @@ static int wanted_locked(struct tier *t, struct inode *in, int write, int pt)
 	return around && clock_now_ms() - around < EXT_RECENT_MS;
 }
 
-static int grant_locked(struct tier *t, struct inode *in)
+/* All of [0, len) of in into out at the same offsets, in the kernel:
+ * copy_file_range where it can (one filesystem), sendfile across them
+ * (tmpfs to a disk: copy_file_range says EXDEV). 0 or -errno. */
+static int copy_all(int in, int out, uint64_t len)
+{
+	loff_t a = 0, b = 0;
+	off_t so = 0;
+	int cross = 0;
+
+	while ((uint64_t)(cross ? (uint64_t)so : (uint64_t)a) < len) {
+		ssize_t r;
+		if (!cross) {
+			r = copy_file_range(in, &a, out, &b, len - (uint64_t)a, 0);
+			if (r < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP) &&
+			    a == 0) {
+				cross = 1;
+				continue;
+			}
+		} else {
+			r = sendfile(out, in, &so, len - (uint64_t)so);
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+	}
+	return 0;
+}
+
+/* A new extent for in, journaled: empty, or (hot_fd >= 0) holding the
+ * file's bytes so far, copied from its hot file before the record. The
+ * file's opens now count as the extent's. 0 or -errno (nothing changed). */
+static int grant_locked(struct tier *t, struct inode *in, int hot_fd)
 {
 	struct extents *e = t->extr;
 	char name[40];
-	int dev = choose_dir(t), fd;
+	int dev = choose_dir(t), fd, ret = 0;
 	uint64_t id;
 	struct idx_ext *x;
 
@@ -294,23 +327,44 @@ static int grant_locked(struct tier *t, struct inode *in)
 	fd = openat(e->dirfd[dev], name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
+	if (hot_fd >= 0 && ((ret = copy_all(hot_fd, fd, in->size)) < 0 ||
+			    (ftruncate(fd, (off_t)in->size) < 0 && (ret = -errno))))
+		goto fail;
 	if (!(x = idx_ext_new_locked(in))) {
-		close(fd);
-		unlinkat(e->dirfd[dev], name, 0);
-		return -ENOMEM;
+		ret = -ENOMEM;
+		goto fail;
 	}
 	x->id = id;
 	x->dev = (uint32_t)dev;
 	x->fd = fd;
+	x->opens = in->open_count;
 	if (idx_journal_ext_locked(t->idx, in, 0) < 0) {
-		close(fd);
-		unlinkat(e->dirfd[dev], name, 0);
 		idx_ext_free(in);
-		return -EIO;
+		ret = -EIO;
+		goto fail;
 	}
 	ST_ADD(ext_created, 1);
 	ST_ADD(ext_files, 1);
 	return 0;
+fail:
+	close(fd);
+	unlinkat(e->dirfd[dev], name, 0);
+	return ret;
+}
+
+int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd)
+{
+	if (!t->extr || !t->cfg->extents || !tier_pt(t) || in->ext || in->pt_opens ||
+	    in->pinned || in->nlink == 0 || !in->size || idx_check_writable(t->idx) < 0)
+		return -EAGAIN;
+	for (uint64_t c = 0; c < in->nchunks; c++) {
+		const struct chunk *ch = &in->chunks[c];
+		if ((ch->state != CHUNK_ABSENT && ch->state != CHUNK_HOT_DIRTY &&
+		     ch->state != CHUNK_HOT_CLEAN) ||
+		    ch->pins || ch->chain || ch->queued || ch->loc.seg_id)
+			return -EAGAIN;
+	}
+	return grant_locked(t, in, hot_fd);
 }
 
 int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
@@ -320,7 +374,7 @@ int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
 	int ret;
 
 	if (!x) {
-		if (!wanted_locked(t, in, write, pt && pt_open) || grant_locked(t, in) < 0)
+		if (!wanted_locked(t, in, write, pt && pt_open) || grant_locked(t, in, -1) < 0)
 			return 0;
 		x = in->ext;
 	}
@@ -377,7 +431,7 @@ int ext_close(struct tier *t, struct inode *in, int write, int32_t backing_id,
 		if (write)
 			__atomic_sub_fetch(&in->pt_writers, 1, __ATOMIC_RELAXED);
 	}
-	if (write)
+	if (write && x->writers) /* an open from before ext_adopt_locked is none */
 		x->writers--;
 	x->opens--;
 	/* the last writer's close seals it (an unlinked file is going) */

@@ -8,6 +8,10 @@
  *   above spill_threshold), with passthrough on, gets an extent on the cold directory with the most room (only one that
  *   keeps a margin: EXT_MARGIN_MIN and 10 % free, and with S3 below stays
  *   under nvme_threshold), journaled (JR_EXTENT) before the open replies.
+ * - Adopts a stream of EXT_ADOPT_MIN or more written while RAM is above
+ *   low_watermark, or the moment it is written around RAM (tier/admit):
+ *   its bytes so far move into a new extent, the rest of its writes go there
+ *   through the daemon, and later opens to the kernel (ext_adopt_locked).
  * - Every open of such a file is passed through to the extent (the
  *   kernel's one-mode rule: while it has daemon opens, new ones go through
  *   the daemon); the kernel reads and writes it into the disk's page cache,
@@ -43,6 +47,9 @@ struct inode;
 /* A file written around this recently (tier/admit) says streams are under
  * pressure: new ones get extents */
 #define EXT_RECENT_MS 10000
+/* A stream this big, written while RAM is above low_watermark, moves into
+ * an extent before the evictor takes its chunks (tier_io.c) */
+#define EXT_ADOPT_MIN (16ull << 20)
 /* Free room a directory keeps beyond an extent (and 10 % of its size) */
 #define EXT_MARGIN_MIN (1ull << 30)
 
@@ -60,6 +67,14 @@ void ext_room_free(struct tier *t);
  * pass it), 0 when it is not an extent's business, -errno. in->lock held. */
 int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
 		    int (*pt_open)(void *ctx, int fd), void *ctx, int32_t *backing_id);
+/* A stream written around RAM (tier/admit) becomes an extent: its bytes
+ * so far copied from its hot file (hot_fd) into a new extent, journaled;
+ * its opens now count as the extent's (through the daemon: they were
+ * opened so), its next opens go to the kernel. Only a file all in RAM
+ * (no cold copy, nothing pinned or restoring, no passthrough open). The
+ * caller lets its chunks go. 0, or -errno (-EAGAIN: not such a file;
+ * nothing changed). in->lock held. */
+int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd);
 /* tier_close: 1 when the open was an extent's (closed; the last writer's
  * seals it), 0 not. Takes the lock. */
 int ext_close(struct tier *t, struct inode *in, int write, int32_t backing_id,
