@@ -13,7 +13,10 @@
  */
 #include "mount-helpers/fsck/fsck_i.h"
 
+#include "common/crc32c.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -320,6 +323,74 @@ static int check_past_eof(struct fsck *f, struct inode *in)
 	return fsck_change(f, &r);
 }
 
+/* A file whose bytes are an extent (tier/extent): its file is in its cold
+ * directory's extents/ at least as long as the file; sealed and with
+ * --verify-data, every 64 KiB block matches its crc. A problem is one line
+ * by path (nothing to repair: there is no other copy). */
+static int check_extent(struct fsck *f, struct inode *in)
+{
+	char pbuf[PATH_MAX_OUT], name[4200];
+	const char *path;
+	struct stat st;
+	uint64_t bad = 0, size = fsck_attr(in).size;
+	uint32_t *crc = NULL, ncrc = 0;
+	int fd, sealed;
+	uint32_t dev;
+	uint64_t id;
+
+	idx_inode_lock(in);
+	if (!in->ext) {
+		idx_inode_unlock(in);
+		return 0;
+	}
+	dev = in->ext->dev;
+	id = in->ext->id;
+	sealed = in->ext->sealed && in->ext->size == size;
+	if (sealed && (crc = malloc((size_t)in->ext->ncrc * 4 + 4))) {
+		ncrc = in->ext->ncrc;
+		memcpy(crc, in->ext->crc, (size_t)ncrc * 4);
+	}
+	idx_inode_unlock(in);
+	f->extents++;
+	path = fsck_path_of(f, in->ino, pbuf, sizeof(pbuf));
+	if (!f->usable[0] || dev >= (uint32_t)f->tiers.nnvme) {
+		fsck_problem(f, 0, "%s: its extent is on cold directory %u, which is not configured",
+			     path, dev);
+		free(crc);
+		return 0;
+	}
+	snprintf(name, sizeof(name), "%s/extents/%016" PRIx64 "-%016" PRIx64, f->devname[dev],
+		 in->ino, id);
+	if ((fd = open(name, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &st) < 0) {
+		fsck_problem(f, 0, "%s: its extent %s is missing: its bytes are lost", path, name);
+		if (fd >= 0)
+			close(fd);
+		free(crc);
+		return 0;
+	}
+	if ((uint64_t)st.st_size < size)
+		fsck_problem(f, 0, "%s: its extent %s holds %" PRIu64 " bytes, the file %" PRIu64,
+			     path, name, (uint64_t)st.st_size, size);
+	if (f->verify && crc) {
+		uint8_t *buf = malloc(JRNL_EXT_BLOCK);
+		for (uint32_t b = 0; buf && b < ncrc; b++) {
+			uint64_t off = (uint64_t)b * JRNL_EXT_BLOCK;
+			size_t len = size - off < JRNL_EXT_BLOCK ? size - off : JRNL_EXT_BLOCK;
+			if (pread(fd, buf, len, (off_t)off) != (ssize_t)len ||
+			    crc32c(0, buf, len) != crc[b])
+				bad++;
+		}
+		free(buf);
+		if (bad)
+			fsck_problem(f, 0, "%s: its extent %s: %" PRIu64 " blocks of 64 KiB fail their "
+				     "crc (reads of them are EIO)",
+				     path, name, bad);
+	}
+	close(fd);
+	free(crc);
+	return 0;
+}
+
 /* Check (and with --repair fix) the chunks of every reachable file. */
 int fsck_check_files(struct fsck *f)
 {
@@ -348,7 +419,8 @@ int fsck_check_files(struct fsck *f)
 			f->dirs++;
 		else if (S_ISREG(mode))
 			f->files++;
-		if (!S_ISREG(mode) || (ret = check_past_eof(f, in)) < 0)
+		if (!S_ISREG(mode) || (ret = check_past_eof(f, in)) < 0 ||
+		    (ret = check_extent(f, in)) < 0)
 			continue;
 		for (uint64_t c = 0; c < idx_nchunks(in) && ret == 0; c++) {
 			int nl = c * f->chunk_size < fsck_attr(in).size ? fsck_chunk_locs(in, c, locs) : 0;

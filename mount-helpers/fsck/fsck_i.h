@@ -158,6 +158,7 @@ struct fsck {
 	size_t nunreach, unreach_cap;
 
 	uint64_t problems, fixed, lost;
+	uint64_t extents; /* files whose bytes are an extent (checked) */
 	int oper; /* an operational error happened: exit 8 */
 	uint64_t files, dirs, chunks_checked, bytes_verified;
 	/* --verify-data: records of v3 segments not laid out as v3 places them

@@ -411,6 +411,8 @@ static void print_summary(struct fsck *f, int code)
 	if (f->layout_off)
 		printf("; %" PRIu64 " record%s of v3 segments off 4 KiB (read through a buffer)",
 		       f->layout_off, S(f->layout_off));
+	if (f->extents)
+		printf("; %" PRIu64 " file%s in extents", f->extents, S(f->extents));
 	printf("\n");
 }
 

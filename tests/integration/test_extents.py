@@ -19,6 +19,7 @@ import hashlib
 import os
 import random
 import shutil
+import subprocess
 import sys
 import time
 
@@ -272,6 +273,14 @@ class TestCrashes(ExtentCase):
             f.write(bytes([data[2 * MiB + 100] ^ 0xFF]))
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3")
+        # spillway-fsck --verify-data names the file and the bad block
+        state = [o for o in self.opts if o.startswith("state_dir=")][0].split("=", 1)[1]
+        r = subprocess.run([os.path.join(harness.BUILD_DIR, "spillway-fsck"), "--verify-data",
+                            state], capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("/f: its extent", r.stdout + r.stderr)
+        self.assertIn("1 blocks of 64 KiB fail their crc", r.stdout + r.stderr)
+        self.assertIn("2 files in extents", r.stdout)  # f and the fill
         m2 = self.start(extra=["passthrough=off"], tag="ext-flip")
         fd = os.open(m2.path("f"), os.O_RDONLY)
         try:
