@@ -161,13 +161,13 @@ const struct opt_spec opt_table[] = {
      .meta = "on|off",
      .help = "on: a file written while RAM is full goes to one file on a cold directory, served by the kernel",
      .man_tag = ".BR %s= on | off",
-     .man = "A file opened for writing while empty, within 10 s of a stream written\n"
-	    "around RAM (the hot tier above\n"
-	    ".BR spill_threshold ),\n"
-	    "gets an extent: one file in\n"
+     .man = "A stream of 16 MiB or more written while the hot tier is above\n"
+	    ".B low_watermark\n"
+	    "(or written around it) moves into an extent: one file in\n"
 	    ".IB nvme /extents/\n"
-	    "holding its bytes at their own offsets, which the kernel reads and writes\n"
-	    "itself (FUSE passthrough), as for a plain directory on that disk. Needs\n"
+	    "holding its bytes at their own offsets; so does a file opened for writing\n"
+	    "while empty within 10 s of that. The kernel reads and writes an extent itself\n"
+	    "(FUSE passthrough), as for a plain directory on that disk. Needs\n"
 	    ".B nvme\n"
 	    "and passthrough; granted only on a directory with room beyond 1 GiB and 10%\n"
 	    "of its size (and, with\n"
@@ -175,7 +175,8 @@ const struct opt_spec opt_table[] = {
 	    "below, under\n"
 	    ".BR nvme_threshold ).\n"
 	    "Sealed with a crc32c per 64 KiB at the last writer's close; reads the daemon\n"
-	    "serves are verified. Existing extents are served with\n"
+	    "serves and spillway-fsck --verify-data check it. Existing extents are served\n"
+	    "with\n"
 	    ".B off\n"
 	    "too.\n"},
     {.name = "cold_writes",

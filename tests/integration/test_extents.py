@@ -90,6 +90,8 @@ class ExtentCase(harness.SpwTestCase):
         self.assertTrue(ext(m.mnt)["created"] > e0
                         or stats_of(m.mnt)["admission"]["written_around_files"] > a0,
                         m.log_text(20))
+        if "extent" in file_state(m.path(name)):
+            self.wait_sealed(m, m.path(name))  # its release comes after close()
 
     def wait_sealed(self, m, path):
         harness.wait_until(lambda: file_state(path).get("sealed") == 1, 20,

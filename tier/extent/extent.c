@@ -441,8 +441,15 @@ int ext_close(struct tier *t, struct inode *in, int write, int32_t backing_id,
 		in->attr_dirty = 0;
 		idx_journal_attr_locked(t->idx, in);
 	}
+	/* the last open: the kernel's pages of what the daemon served (a
+	 * passthrough open reads the extent itself, never them) go */
+	int drop = x->opens == 0 && in->kcached;
+	if (drop)
+		in->kcached = 0;
 	in->open_count--;
 	idx_inode_unlock(in);
+	if (drop)
+		inval_async(t, in->ino, 0, 0);
 	return 1;
 }
 
@@ -488,6 +495,7 @@ int ext_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		return 1;
 	if (in->pt_writers)
 		ext_refresh_locked(t, in);
+	in->kcached = 1;
 	r->fd = x->fd;
 	r->len = 0;
 	r->buf = NULL;
@@ -552,6 +560,7 @@ int ext_write_begin(struct tier *t, struct inode *in, int *fd)
 	if (!x)
 		return 1;
 	*fd = x->fd;
+	in->kcached = 1;
 	ret = unseal_locked(t, in);
 	idx_inode_unlock(in);
 	return ret;

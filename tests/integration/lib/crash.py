@@ -111,6 +111,10 @@ class DurCase(CrashCase):
         o = ["chunk_size=" + CHUNK, "nvme=" + cold]
         if "min_spill_size" not in extra:
             o.append("min_spill_size=4M")
+        # these tests follow chunks into segments; the kill -9 rounds turn
+        # extents on for every other fresh state themselves
+        if "extents" not in extra:
+            o.append("extents=off")
         if state is not None:
             o.append("state_dir=" + state)
         o += ["%s=%s" % (k, v) for k, v in extra.items()]
