@@ -56,6 +56,7 @@ KiB = 1 << 10
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S3RVER_JS = os.path.join(REPO, "tests", "s3", "s3rver.js")
 BUCKET = "fib"
+EXTRA_OPTS = ""  # --spillway-opts
 KEY_ID = SECRET = "S3RVER"
 
 
@@ -95,7 +96,8 @@ class Mount:
         cold = ("nvme=" + self.cold) if s3 is None else (
             "s3=s3://%s/spw,s3_endpoint=%s,s3_path_style" % (BUCKET, s3.endpoint))
         o = "hot_dir=%s,hot_size=3G,%s,min_spill_size=64M,chunk_size=4M,state_dir=none" % (
-            self.hot, cold) + ("," + opts if opts else "")
+            self.hot, cold) + ("," + opts if opts else "") + (
+            "," + EXTRA_OPTS if EXTRA_OPTS else "")
         self.proc = subprocess.Popen([binary, "-f", "-o", o, self.mnt],
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         t0 = time.time()
@@ -436,7 +438,11 @@ def main():
     ap.add_argument("--file-size", type=parse_size, default=16 * MiB)
     ap.add_argument("--seq-size", type=parse_size, default=1 << 30)
     ap.add_argument("--no-s3", action="store_true", help="skip the S3 first byte")
+    ap.add_argument("--spillway-opts", default="",
+                    help="more -o options for every mount (e.g. extents=on)")
     a = ap.parse_args()
+    global EXTRA_OPTS
+    EXTRA_OPTS = a.spillway_opts
     plain_dir = tempfile.mkdtemp(prefix="fib-plain-", dir=a.cold)
     srv = None
     if not a.no_s3:

@@ -447,15 +447,16 @@ out_unclaim:
 	return ret;
 }
 
-/* A file written around RAM moves into an extent (ext_adopt_locked): its
- * chunks are let go (journaled as holes after the extent's record: a
- * replay of both keeps the extent, which recovery prefers), its hot file
- * emptied, and the opens' holds on it returned. 0 or -errno. in->lock held. */
-static int around_to_extent_locked(struct tier *t, struct inode *in)
+/* A file all in RAM moves into an extent (ext_adopt_locked; durable: an
+ * evict's): its chunks are let go (journaled as holes after the extent's
+ * record: a replay of both keeps the extent, which recovery prefers), its
+ * hot file emptied, and the opens' holds on it returned. 0 or -errno.
+ * in->lock held, fd its hot file (held). */
+static int to_extent_locked(struct tier *t, struct inode *in, int fd, int durable)
 {
 	int ret;
 
-	if (in->hot_fd < 0 || (ret = ext_adopt_locked(t, in, in->hot_fd)) < 0)
+	if (fd < 0 || (ret = ext_adopt_locked(t, in, fd, durable)) < 0)
 		return -EAGAIN;
 	if ((ret = idx_journal_cut_locked(t->idx, in, 0, in->nchunks)) < 0)
 		log_err("inode %llu: its move into an extent is not journaled: %s",
@@ -467,14 +468,40 @@ static int around_to_extent_locked(struct tier *t, struct inode *in)
 		in->chunks[c].around = 0;
 		in->chunks[c].gen++;
 	}
-	if (ftruncate(in->hot_fd, 0) == 0)
+	if (ftruncate(fd, 0) == 0)
 		hot_account_locked(t->hot, in);
 	for (uint32_t i = 0; i < in->open_count; i++)
 		hot_fd_put_locked(t->hot, in);
-	/* streams are under pressure: the next ones get extents at their open */
-	__atomic_store_n(&t->admit.around_ms, clock_now_ms(), __ATOMIC_RELAXED);
 	evict_room_freed(t);
 	return 0;
+}
+
+/* A stream under pressure moves into an extent (tier/extent): and the
+ * next streams get one at their open. */
+static int around_to_extent_locked(struct tier *t, struct inode *in)
+{
+	if (to_extent_locked(t, in, in->hot_fd, 0) < 0)
+		return -EAGAIN;
+	__atomic_store_n(&t->admit.around_ms, clock_now_ms(), __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* An evict of a big file all in RAM, closed: into an extent rather than
+ * segments (read once later, the kernel reads it at the disk's speed). 0
+ * moved, else not. */
+static int evict_to_extent(struct tier *t, struct inode *in)
+{
+	int fd, ret = -EAGAIN;
+
+	idx_inode_lock(in);
+	if (in->open_count == 0 && in->size >= EXT_ADOPT_MIN && !in->ext &&
+	    (fd = hot_fd_get_locked(t->hot, in)) >= 0) {
+		if ((ret = to_extent_locked(t, in, fd, 1)) == 0)
+			ext_seal_locked(t, in);
+		hot_fd_put_locked(t->hot, in);
+	}
+	idx_inode_unlock(in);
+	return ret;
 }
 
 ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written)
@@ -1022,6 +1049,8 @@ int tier_evict_file(struct tier *t, struct inode *in)
 
 	if ((ret = ext_evict(t, in, 0)) != 1)
 		return ret;
+	if (t->cfg->extents && evict_to_extent(t, in) == 0)
+		return ext_evict(t, in, 0); /* and its pages go too */
 	ret = 0;
 	idx_inode_lock(in);
 	wait_restoring_locked(in, 0, in->nchunks);

@@ -75,9 +75,9 @@ class ExtentCase(harness.SpwTestCase):
         self.opts = ["nvme=" + self.cold, "state_dir=" + os.path.join(base, "state"),
                      "mem_pressure=off"]
 
-    def start(self, extra=(), tag="ext"):
+    def start(self, extra=(), tag="ext", hot_size="32M"):
         on = [] if any(o.startswith("extents=") for o in extra) else ["extents=on"]
-        return self.mount(hot_size="32M", opts=self.opts + on + list(extra), hot_dir=self.hot,
+        return self.mount(hot_size=hot_size, opts=self.opts + on + list(extra), hot_dir=self.hot,
                           tag=tag)
 
     def pressure(self, m, name="fill"):
@@ -167,6 +167,29 @@ class TestStreams(ExtentCase):
         m.stop()
         m2 = self.start(tag="ext-big2")
         self.assertEqual(read(m2.path("big")), data)
+
+    def test_evict_of_a_big_file_makes_an_extent(self):
+        """user.spillway.evict of a big file all in RAM moves it into a
+        sealed extent (durable first), not into segments; a small one still
+        goes into a segment."""
+        m = self.start(hot_size="128M")  # room for both: neither is a stream under pressure
+        big, small = pattern(10, 20 * MiB + 5), pattern(11, 2 * MiB)
+        write(m.path("big"), big)
+        write(m.path("small"), small)
+        self.assertNotIn("extent", file_state(m.path("big")))
+        for n in ("big", "small"):
+            os.setxattr(m.path(n), "user.spillway.evict", b"1")
+        self.assertEqual(file_state(m.path("big"))["extent"], 1)
+        self.assertEqual(file_state(m.path("big"))["sealed"], 1)
+        self.assertNotIn("extent", file_state(m.path("small")))
+        self.assertGreater(file_state(m.path("small"))["segments"], 0)
+        self.assertEqual(len(extent_files(self.cold, m.path("big"))), 1)
+        self.assertEqual(read(m.path("big")), big)
+        self.assertEqual(read(m.path("small")), small)
+        m.stop()
+        m2 = self.start(tag="ext-evict2", hot_size="128M")
+        self.assertEqual(read(m2.path("big")), big)
+        self.assertEqual(file_state(m2.path("big"))["sealed"], 1)
 
     def test_truncate_fallocate_and_o_trunc(self):
         m = self.start()

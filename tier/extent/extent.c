@@ -312,7 +312,7 @@ static int copy_all(int in, int out, uint64_t len)
 /* A new extent for in, journaled: empty, or (hot_fd >= 0) holding the
  * file's bytes so far, copied from its hot file before the record. The
  * file's opens now count as the extent's. 0 or -errno (nothing changed). */
-static int grant_locked(struct tier *t, struct inode *in, int hot_fd)
+static int grant_locked(struct tier *t, struct inode *in, int hot_fd, int durable)
 {
 	struct extents *e = t->extr;
 	char name[40];
@@ -330,6 +330,11 @@ static int grant_locked(struct tier *t, struct inode *in, int hot_fd)
 	if (hot_fd >= 0 && ((ret = copy_all(hot_fd, fd, in->size)) < 0 ||
 			    (ftruncate(fd, (off_t)in->size) < 0 && (ret = -errno))))
 		goto fail;
+	/* durable before the record that lets its RAM copy go (an evict) */
+	if (durable && (fdatasync(fd) < 0 || fsync(e->dirfd[dev]) < 0)) {
+		ret = -errno;
+		goto fail;
+	}
 	if (!(x = idx_ext_new_locked(in))) {
 		ret = -ENOMEM;
 		goto fail;
@@ -352,7 +357,13 @@ fail:
 	return ret;
 }
 
-int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd)
+void ext_seal_locked(struct tier *t, struct inode *in)
+{
+	if (in->ext && !in->ext->sealed && !in->ext->writers && in->nlink > 0)
+		seal_locked(t, in);
+}
+
+int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd, int durable)
 {
 	if (!t->extr || !t->cfg->extents || !tier_pt(t) || in->ext || in->pt_opens ||
 	    in->pinned || in->nlink == 0 || !in->size || idx_check_writable(t->idx) < 0)
@@ -364,7 +375,7 @@ int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd)
 		    ch->pins || ch->chain || ch->queued || ch->loc.seg_id)
 			return -EAGAIN;
 	}
-	return grant_locked(t, in, hot_fd);
+	return grant_locked(t, in, hot_fd, durable);
 }
 
 int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
@@ -374,7 +385,7 @@ int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
 	int ret;
 
 	if (!x) {
-		if (!wanted_locked(t, in, write, pt && pt_open) || grant_locked(t, in, -1) < 0)
+		if (!wanted_locked(t, in, write, pt && pt_open) || grant_locked(t, in, -1, 0) < 0)
 			return 0;
 		x = in->ext;
 	}

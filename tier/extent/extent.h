@@ -28,9 +28,12 @@
  * - Deletes it with its file (the release hook), or at a truncate to 0 with
  *   no opens (the file goes back to the hot tier); recovery removes extents
  *   no file names.
- * Not (yet): demotion to S3, the evictor writing a cold big file as an
- *   extent, warm/pin bringing one into RAM (they read it into the page
- *   cache).
+ * - An evict of a file of EXT_ADOPT_MIN or more all in RAM moves it into an
+ *   extent (durable first) rather than into segments: read once later, the
+ *   kernel reads it at the disk's speed.
+ * Not (yet): demotion to S3, the background evictor writing a cold big
+ *   file as an extent, warm/pin bringing one into RAM (they read it into
+ *   the page cache).
  * Threading: the *_locked calls with the inode lock held; the others take
  * it. Lock order as tier.c says (inode lock, then nothing of this room's:
  * its state is atomics and read-only paths).
@@ -67,14 +70,18 @@ void ext_room_free(struct tier *t);
  * pass it), 0 when it is not an extent's business, -errno. in->lock held. */
 int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
 		    int (*pt_open)(void *ctx, int fd), void *ctx, int32_t *backing_id);
-/* A stream written around RAM (tier/admit) becomes an extent: its bytes
- * so far copied from its hot file (hot_fd) into a new extent, journaled;
+/* A file all in RAM becomes an extent (a stream as RAM fills, or an evict
+ * of a big file): its bytes so far copied from its hot file (hot_fd) into a
+ * new extent (made durable first with `durable`), journaled;
  * its opens now count as the extent's (through the daemon: they were
  * opened so), its next opens go to the kernel. Only a file all in RAM
  * (no cold copy, nothing pinned or restoring, no passthrough open). The
  * caller lets its chunks go. 0, or -errno (-EAGAIN: not such a file;
  * nothing changed). in->lock held. */
-int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd);
+int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd, int durable);
+/* Seal in's extent now if it has no writer (an evict's, which no close
+ * will seal). in->lock held. */
+void ext_seal_locked(struct tier *t, struct inode *in);
 /* tier_close: 1 when the open was an extent's (closed; the last writer's
  * seals it), 0 not. Takes the lock. */
 int ext_close(struct tier *t, struct inode *in, int write, int32_t backing_id,
