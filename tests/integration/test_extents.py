@@ -332,6 +332,26 @@ class TestCrashes(ExtentCase):
         self.assertEqual(read(m2.path("keep")), pattern(8, 2 * MiB))
 
 
+    def test_missing_extent_is_a_lost_file(self):
+        """An extent gone from its directory (a wiped disk, a hand): its
+        file is lost, said by path, counted; nothing else is touched."""
+        m = self.start()
+        self.pressure(m)
+        write(m.path("gone"), pattern(12, 3 * MiB))
+        self.wait_sealed(m, m.path("gone"))
+        ino = os.stat(m.path("gone")).st_ino
+        m.stop()
+        for n in extent_files(self.cold, ino):
+            os.unlink(os.path.join(self.cold, "extents", n))
+        m2 = self.start(tag="ext-missing")
+        self.assertFalse(os.path.exists(m2.path("gone")))
+        st = stats_of(m2.mnt)
+        self.assertEqual(st["lost_files"], 1, st)
+        self.assertIn("missing from every cold directory", m2.log_text(50))
+        self.assertEqual(st["extents"]["files"], 1, st["extents"])  # the fill only
+        self.assertEqual(read(m2.path("fill")), pattern(99, 48 * MiB))
+
+
 class TestFsx(ExtentCase):
 
     def test_fsx_on_extents(self):

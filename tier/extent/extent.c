@@ -732,11 +732,12 @@ void ext_drop(struct tier *t, struct inode *in)
 
 	if (!x)
 		return;
-	if (x->fd >= 0)
-		close(x->fd);
-	x->fd = -1;
 	ext_name(name, sizeof(name), in->ino, x->id);
-	ST_ADD(ext_files, -1); /* first: who sees the file gone sees the count */
+	if (x->fd >= 0) { /* counted (a missing one, at recovery, was not) */
+		close(x->fd);
+		ST_ADD(ext_files, -1); /* first: who sees the file gone sees the count */
+	}
+	x->fd = -1;
 	if (t->extr && x->dev < (uint32_t)t->extr->n)
 		unlinkat(t->extr->dirfd[x->dev], name, 0);
 	idx_inode_unlock(in);
