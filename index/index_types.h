@@ -132,6 +132,7 @@ struct idx_ext {
 	uint32_t wgen;	 /* tier/extent: bumped by every change (a seal compares) */
 	uint32_t opens;	 /* tier/extent: opens now, and writers among them */
 	uint32_t writers;
+	int64_t seen_mt, seen_ct; /* tier/extent: the extent's times last taken */
 };
 
 struct inode {

@@ -115,6 +115,7 @@ void tier_set_inval(struct tier *t, tier_inval_fn fn, void *arg);
 #define TIER_OPEN_PASSTHROUGH 2u /* the caller can pass the hot file to the kernel */
 #define TIER_OPEN_CREATE 4u	 /* a create: passed through only to an extent it
 				  * gets (tier/extent), else through the daemon */
+#define TIER_OPEN_EXT 8u	 /* out: counted as an open of the file's extent */
 
 /* How tier_open served an open: passthrough (backing_id > 0, the id the
  * kernel knows the hot file by) or through the daemon (backing_id 0). */

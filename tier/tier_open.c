@@ -191,6 +191,8 @@ int tier_open(struct tier *t, struct inode *in, unsigned flags, void *ctx,
 				   !!(flags & TIER_OPEN_PASSTHROUGH), tier_pt(t) ? tier_pt(t)->open : NULL,
 				   ctx, &out->backing_id)) != 0) {
 		idx_inode_unlock(in);
+		if (ret > 0)
+			out->flags |= TIER_OPEN_EXT;
 		return ret < 0 ? ret : 0;
 	}
 	if (flags & TIER_OPEN_CREATE)
@@ -249,7 +251,8 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 	uint64_t runs[DROP_RUNS][2];
 	int drop_cache = 0, nruns = 0;
 
-	if (ext_close(t, in, !!(how->flags & TIER_OPEN_WRITE), how->backing_id,
+	if (ext_close(t, in, !!(how->flags & TIER_OPEN_WRITE), !!(how->flags & TIER_OPEN_EXT),
+		      how->backing_id,
 		      tier_pt(t) ? tier_pt(t)->close : NULL, ctx))
 		return;
 	idx_inode_lock(in);

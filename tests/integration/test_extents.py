@@ -141,6 +141,10 @@ class TestStreams(ExtentCase):
         data = data[:5 * MiB + 3] + b"X" * 10000 + data[5 * MiB + 10003:]
         self.wait_sealed(m, m.path("stream.bin"))
         self.assertEqual(read(m.path("stream.bin")), data)
+        # a time the application sets stays (cp -p, rsync -t), reads or not
+        os.utime(m.path("stream.bin"), ns=(1_000_000_000, 2_000_000_000))
+        self.assertEqual(read(m.path("stream.bin")), data)
+        self.assertEqual(os.stat(m.path("stream.bin")).st_mtime_ns, 2_000_000_000)
         # unlink: its extent goes with it
         os.unlink(m.path("stream.bin"))
         harness.wait_until(lambda: extent_files(self.cold, ino) == []

@@ -220,13 +220,21 @@ void ext_refresh_locked(struct tier *t, struct inode *in)
 		in->size = (uint64_t)st.st_size;
 		in->attr_dirty = 1;
 	}
-	if (mt > in->mtime) {
-		in->mtime = mt;
-		in->attr_dirty = 1;
+	/* only what changed in the extent since last taken: a time the
+	 * application set (utimensat) stays until the extent is written again */
+	if (mt != in->ext->seen_mt) {
+		in->ext->seen_mt = mt;
+		if (mt > in->mtime) {
+			in->mtime = mt;
+			in->attr_dirty = 1;
+		}
 	}
-	if (ct > in->ctime) {
-		in->ctime = ct;
-		in->attr_dirty = 1;
+	if (ct != in->ext->seen_ct) {
+		in->ext->seen_ct = ct;
+		if (ct > in->ctime) {
+			in->ctime = ct;
+			in->attr_dirty = 1;
+		}
 	}
 }
 
@@ -342,7 +350,9 @@ static int grant_locked(struct tier *t, struct inode *in, int hot_fd, int durabl
 	x->id = id;
 	x->dev = (uint32_t)dev;
 	x->fd = fd;
+	/* opens from before (an adopted stream's): each may write */
 	x->opens = in->open_count;
+	x->writers = in->open_count;
 	if (idx_journal_ext_locked(t->idx, in, 0) < 0) {
 		idx_ext_free(in);
 		ret = -EIO;
@@ -419,7 +429,7 @@ int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
 	return 1;
 }
 
-int ext_close(struct tier *t, struct inode *in, int write, int32_t backing_id,
+int ext_close(struct tier *t, struct inode *in, int write, int counted, int32_t backing_id,
 	      void (*pt_close)(void *ctx, int32_t id), void *ctx)
 {
 	struct idx_ext *x;
@@ -442,7 +452,8 @@ int ext_close(struct tier *t, struct inode *in, int write, int32_t backing_id,
 		if (write)
 			__atomic_sub_fetch(&in->pt_writers, 1, __ATOMIC_RELAXED);
 	}
-	if (write && x->writers) /* an open from before ext_adopt_locked is none */
+	/* an open from before the extent (counted 0) was counted a writer */
+	if ((write || !counted) && x->writers)
 		x->writers--;
 	x->opens--;
 	/* the last writer's close seals it (an unlinked file is going) */
@@ -517,13 +528,13 @@ int ext_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		return 0;
 	}
 	r->len = off + len > size ? size - off : len;
-	if (!x->sealed) {
+	b0 = off / B;
+	b1 = (off + r->len + B - 1) / B;
+	if (!x->sealed || b1 > x->ncrc || off + r->len > x->size) {
 		idx_inode_unlock(in);
 		return 0;
 	}
 	/* sealed: whole blocks, verified */
-	b0 = off / B;
-	b1 = (off + r->len + B - 1) / B;
 	end = b1 * B < x->size ? b1 * B : x->size;
 	g = x->wgen;
 	fd = x->fd;
@@ -536,6 +547,12 @@ int ext_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		return -ENOMEM;
 	}
 	ret = pread_full(fd, buf, end - b0 * B, b0 * B);
+	if (ret == -EIO) { /* short: cut meanwhile? */
+		idx_inode_lock(in);
+		if (in->ext != x || x->wgen != g)
+			ret = -EAGAIN;
+		idx_inode_unlock(in);
+	}
 	for (uint64_t b = b0; ret == 0 && b < b1; b++) {
 		uint64_t bl = end - b * B < B ? end - b * B : B;
 		if (crc32c(0, buf + (b - b0) * B, bl) == crc[b - b0])
@@ -581,6 +598,9 @@ void ext_write_end(struct tier *t, struct inode *in, uint64_t off, long written)
 {
 	idx_inode_lock(in);
 	if (in->ext && written > 0) {
+		/* sealed meanwhile (another open's close): not any more */
+		if (in->ext->sealed)
+			unseal_locked(t, in);
 		in->ext->wgen++;
 		if (off + (uint64_t)written > in->size)
 			in->size = off + (uint64_t)written;
@@ -602,24 +622,38 @@ int ext_truncate(struct tier *t, struct inode *in, uint64_t size)
 		/* emptied and closed: it goes, the file is an empty hot file
 		 * again (its next writer under pressure gets a new extent) */
 		char name[40];
-		uint64_t id = x->id;
+		uint64_t id = x->id, old = in->size;
+		int fd = x->fd, dfd = t->extr ? t->extr->dirfd[x->dev] : AT_FDCWD;
 		ext_name(name, sizeof(name), in->ino, id);
-		if (x->fd >= 0)
-			close(x->fd);
-		ST_ADD(ext_files, -1);
-		unlinkat(t->extr ? t->extr->dirfd[x->dev] : AT_FDCWD, name, 0);
-		idx_ext_free(in);
+		/* journaled first: a kill before the unlink leaves an orphan
+		 * (removed at mount), never a file whose extent is gone */
+		__atomic_store_n(&in->ext, NULL, __ATOMIC_RELAXED); /* peeked at unlocked */
 		in->size = 0;
-		idx_touch(&in->mtime);
-		in->ctime = in->mtime;
 		if ((ret = idx_journal_ext_locked(t->idx, in, id)) == 0)
 			ret = idx_journal_attr_locked(t->idx, in);
+		__atomic_store_n(&in->ext, x, __ATOMIC_RELAXED);
+		if (ret < 0) {
+			in->size = old;
+			idx_inode_unlock(in);
+			return ret;
+		}
+		if (fd >= 0)
+			close(fd);
+		ST_ADD(ext_files, -1);
+		unlinkat(dfd, name, 0);
+		idx_ext_free(in);
+		idx_touch(&in->mtime);
+		in->ctime = in->mtime;
+		ret = idx_journal_attr_locked(t->idx, in);
 		idx_inode_unlock(in);
 		return ret;
 	}
-	if (ftruncate(x->fd, (off_t)size) < 0)
+	/* unsealed (journaled) before the extent changes */
+	if ((ret = unseal_locked(t, in)) < 0)
+		;
+	else if (ftruncate(x->fd, (off_t)size) < 0)
 		ret = -errno;
-	else if ((ret = unseal_locked(t, in)) == 0) {
+	else {
 		in->size = size;
 		idx_touch(&in->mtime);
 		in->ctime = in->mtime;
@@ -637,9 +671,11 @@ int ext_fallocate(struct tier *t, struct inode *in, int mode, uint64_t off, uint
 
 	if (!x)
 		return 1;
-	if (fallocate(x->fd, mode, (off_t)off, (off_t)len) < 0)
+	if ((ret = idx_check_writable(t->idx)) < 0 || (ret = unseal_locked(t, in)) < 0)
+		;
+	else if (fallocate(x->fd, mode, (off_t)off, (off_t)len) < 0)
 		ret = -errno;
-	else if ((ret = unseal_locked(t, in)) == 0) {
+	else {
 		ext_refresh_locked(t, in);
 		in->attr_dirty = 0;
 		ret = idx_journal_attr_locked(t->idx, in);

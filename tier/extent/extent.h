@@ -83,8 +83,9 @@ int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd, int durable);
  * will seal). in->lock held. */
 void ext_seal_locked(struct tier *t, struct inode *in);
 /* tier_close: 1 when the open was an extent's (closed; the last writer's
- * seals it), 0 not. Takes the lock. */
-int ext_close(struct tier *t, struct inode *in, int write, int32_t backing_id,
+ * seals it), 0 not; counted: ext_open_locked counted it (else it is an
+ * open from before the extent, counted as a writer). Takes the lock. */
+int ext_close(struct tier *t, struct inode *in, int write, int counted, int32_t backing_id,
 	      void (*pt_close)(void *ctx, int32_t id), void *ctx);
 /* Size and mtime read back from the extent. in->lock held. */
 void ext_refresh_locked(struct tier *t, struct inode *in);
