@@ -476,6 +476,24 @@ static int to_extent_locked(struct tier *t, struct inode *in, int fd, int durabl
 	return 0;
 }
 
+/* Should the stream io just wrote into move into an extent now? A big
+ * stream while RAM fills, or one written around, lives in an extent from
+ * then on when it can (tier/extent): tried before the evictor takes its
+ * chunks (at low_watermark, or the moment it is written around), then at
+ * the chunk boundaries of its writes. in->lock held. */
+static int stream_wants_extent_locked(struct tier *t, const struct inode *in,
+				      const struct tier_io *io, uint64_t written, int was_around)
+{
+	if (!t->cfg->extents || in->open_count != 1 || !(io->flags & TIER_WRITE_STREAM))
+		return 0;
+	if (!(in->around && !was_around) &&
+	    (io->off + written) / t->chunk_size == io->off / t->chunk_size)
+		return 0;
+	return in->around || (in->size >= EXT_ADOPT_MIN &&
+			      hot_used(t->hot) + hot_reserved(t->hot) >
+				  t->cfg->low_watermark * (double)hot_limit(t->hot));
+}
+
 /* A stream under pressure moves into an extent (tier/extent): and the
  * next streams get one at their open. */
 static int around_to_extent_locked(struct tier *t, struct inode *in)
@@ -577,17 +595,7 @@ ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssi
 	int was_around = in->around;
 	int kick = written > 0 && admit_write_locked(t, in, io->off, (uint64_t)written,
 						     (io->flags & TIER_WRITE_STREAM) != 0);
-	/* a big stream while RAM fills, or one written around, lives in an
-	 * extent from now on when it can (tier/extent): tried before the
-	 * evictor takes its chunks (at low_watermark, or the moment it is
-	 * written around), then at the chunk boundaries of its writes */
-	if (written > 0 && t->cfg->extents && in->open_count == 1 &&
-	    (io->flags & TIER_WRITE_STREAM) &&
-	    ((in->around && !was_around) ||
-	     (io->off + (uint64_t)written) / t->chunk_size != io->off / t->chunk_size) &&
-	    (in->around || (in->size >= EXT_ADOPT_MIN &&
-			    hot_used(t->hot) + hot_reserved(t->hot) >
-				t->cfg->low_watermark * (double)hot_limit(t->hot))) &&
+	if (written > 0 && stream_wants_extent_locked(t, in, io, (uint64_t)written, was_around) &&
 	    around_to_extent_locked(t, in) == 0)
 		kick = 0;
 	idx_inode_unlock(in);

@@ -367,6 +367,53 @@ static void test_chunks_reserve_overflow(void **state)
  * the old device field: a record written before v2 (device < 64, nothing
  * above) decodes with flags 0; unknown flags are refused.
  */
+/* JR_EXTENT and JR_EXTENT_CRC (format 3) round-trip, and what is out of
+ * their bounds is a bad record, never an extent. */
+static void test_codec_extent(void **state)
+{
+	uint32_t crcs[3] = {0x11223344, 0xdeadbeef, 7};
+	struct jrec e = {.type = JR_EXTENT,
+			 .ino = 42,
+			 .ext = {.id = 0x18eed5d01a0d0f0bull, .size = 3 * JRNL_EXT_BLOCK - 5,
+				 .dev = 3, .flags = JEXT_SEALED}};
+	struct jrec c = {.type = JR_EXTENT_CRC, .ino = 42, .chunk = 2, .value = crcs,
+			 .value_len = sizeof(crcs)};
+	struct jrec d;
+	uint8_t buf[256];
+	size_t len;
+
+	(void)state;
+	len = jrnl_encode(&e, buf);
+	assert_int_equal(jrnl_decode(buf, len, &d), len);
+	assert_int_equal(d.type, JR_EXTENT);
+	assert_int_equal(d.ino, 42);
+	assert_int_equal(d.ext.id, e.ext.id);
+	assert_int_equal(d.ext.size, e.ext.size);
+	assert_int_equal(d.ext.dev, 3);
+	assert_int_equal(d.ext.flags, JEXT_SEALED);
+	len = jrnl_encode(&c, buf);
+	assert_int_equal(jrnl_decode(buf, len, &d), len);
+	assert_int_equal(d.type, JR_EXTENT_CRC);
+	assert_int_equal(d.chunk, 2);
+	assert_int_equal(d.value_len, sizeof(crcs));
+	assert_memory_equal(d.value, crcs, sizeof(crcs));
+	/* out of bounds: each is refused whole */
+	struct jrec bad[] = {
+	    {.type = JR_EXTENT, .ino = 42, .ext = {.id = 1, .dev = 64}},
+	    {.type = JR_EXTENT, .ino = 42, .ext = {.id = 1, .flags = 4}},
+	    {.type = JR_EXTENT, .ino = 42, .ext = {.id = 0}},
+	    {.type = JR_EXTENT, .ino = 0, .ext = {.id = 1}},
+	    {.type = JR_EXTENT, .ino = 42, .ext = {.id = 1, .size = JRNL_MAX_FILE_SIZE + 1}},
+	    {.type = JR_EXTENT_CRC, .ino = 42, .value = crcs, .value_len = 5},
+	    {.type = JR_EXTENT_CRC, .ino = 42, .value = crcs, .value_len = 0},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		len = jrnl_encode(&bad[i], buf);
+		if (jrnl_decode(buf, len, &d) != -EBADMSG)
+			fail_msg("out-of-bounds extent record %zu decoded", i);
+	}
+}
+
 static void test_codec_loc_flags(void **state)
 {
 	struct jrec r = {.type = JR_CHUNK_LOC, .ino = 5, .chunk = 2}, out;
@@ -399,6 +446,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_codec_roundtrip),
 	    cmocka_unit_test(test_codec_loc_flags),
+	    cmocka_unit_test(test_codec_extent),
 	    cmocka_unit_test(test_codec_damage),
 	    cmocka_unit_test(test_codec_bad_frames),
 	    cmocka_unit_test(test_codec_tx),

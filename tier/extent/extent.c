@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "common/uring.h"
 #include "index/journal.h"
 
 #include <dirent.h>
@@ -488,22 +489,6 @@ static struct idx_ext *ext_lock(struct inode *in)
 	return in->ext;
 }
 
-/* pread all of len bytes at off. 0 or -errno (-EIO short). */
-static int pread_full(int fd, uint8_t *p, uint64_t len, uint64_t off)
-{
-	while (len) {
-		ssize_t r = pread(fd, p, len, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		p += r;
-		off += (uint64_t)r;
-		len -= (uint64_t)r;
-	}
-	return 0;
-}
-
 int ext_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		   struct ext_read *r)
 {
@@ -546,7 +531,8 @@ int ext_read_begin(struct tier *t, struct inode *in, uint64_t off, size_t len,
 		free(crc);
 		return -ENOMEM;
 	}
-	ret = pread_full(fd, buf, end - b0 * B, b0 * B);
+	ssize_t got = uring_read_full(fd, buf, end - b0 * B, b0 * B);
+	ret = got < 0 ? (int)got : (uint64_t)got < end - b0 * B ? -EIO : 0;
 	if (ret == -EIO) { /* short: cut meanwhile? */
 		idx_inode_lock(in);
 		if (in->ext != x || x->wgen != g)
