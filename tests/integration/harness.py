@@ -137,6 +137,58 @@ def _run_quiet(argv, timeout=15):
         return -1, str(e)
 
 
+def mount_holders(path):
+    """Processes holding something under the mount at path (an open fd, cwd,
+    root or mapping), as "pid comm: what" strings: who made an unmount busy."""
+    path = os.path.realpath(path)
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        base = "/proc/" + pid
+        links = ["cwd", "root"]
+        try:
+            links += ["fd/" + n for n in os.listdir(base + "/fd")]
+        except OSError:
+            continue
+        what = []
+        for ln in links:
+            try:
+                t = os.readlink(base + "/" + ln)
+            except OSError:
+                continue
+            if t == path or t.startswith(path + "/"):
+                what.append("%s -> %s" % (ln, t))
+        try:
+            with open(base + "/maps") as f:
+                what += ["maps " + ln.split()[-1] for ln in f
+                         if (path + "/") in ln or ln.rstrip().endswith(" " + path)]
+        except OSError:
+            pass
+        if what:
+            try:
+                with open(base + "/comm") as f:
+                    comm = f.read().strip()
+            except OSError:
+                comm = "?"
+            found.append("%s %s: %s" % (pid, comm, ", ".join(what)))
+    return found
+
+
+def clean_unmount(path, busy_deadline=10.0):
+    """fusermount3 -u path, as an administrator would: when the kernel says the
+    mount is busy (some process, maybe not ours, is inside it for a moment),
+    try again until busy_deadline. Returns (rc, output, holders seen)."""
+    deadline = time.monotonic() + busy_deadline
+    holders = []
+    while True:
+        rc, out = _run_quiet(["fusermount3", "-u", path], timeout=30)
+        if rc == 0 or "busy" not in out or time.monotonic() >= deadline:
+            return rc, out, holders
+        holders = mount_holders(path) or holders
+        sys.stderr.write("[harness] %s busy at unmount (%s); trying again\n"
+                         % (path, "; ".join(holders) or "no process holds it: a lookup in flight"))
+        time.sleep(0.1)
+
+
 def force_unmount(path):
     """fusermount3 -u, falling back to umount -l. Returns how it went."""
     if not is_mounted(path):

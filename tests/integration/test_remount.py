@@ -57,21 +57,9 @@ class RemountCase(DurCase):
         is retried for a few seconds: on a shared machine another user's
         process (a `spillctl stats` of every mount, a tree walk) may be
         inside the mount for an instant; nothing of this test is."""
-        out = []
-
-        def once():
-            r = subprocess.run(["fusermount3", "-u", mnt], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, timeout=30)
-            out.append(r.stdout.decode(errors="replace").strip())
-            return r.returncode == 0 or "busy" not in out[-1]
-
-        try:
-            harness.wait_until(once, 5, "an unmount without EBUSY", interval=0.05)
-        except AssertionError:
-            pass
-        self.assertFalse(harness.is_mounted(mnt), "fusermount3 -u %s: %s" % (mnt, out))
-        if len(out) > 1:
-            sys.stderr.write("[remount] fusermount3 -u retried: %s\n" % out[:-1])
+        rc, out, holders = harness.clean_unmount(mnt, busy_deadline=5)
+        self.assertFalse(harness.is_mounted(mnt), "fusermount3 -u %s: rc %d, %s (held by: %s)"
+                         % (mnt, rc, out, "; ".join(holders) or "no process"))
 
     def finished(self, m):
         """The daemon of an unmounted m exited 0 (it may still be spilling)."""

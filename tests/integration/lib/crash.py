@@ -47,11 +47,10 @@ class CrashMount(harness.Mount):
     def unmount_clean(self):
         """fusermount3 -u, wait for the daemon to exit; its exit status."""
         p = self.proc
-        r = subprocess.run(["fusermount3", "-u", self.mnt], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, timeout=30)
-        if r.returncode != 0:
-            raise AssertionError("fusermount3 -u %s failed: %s\n%s"
-                                 % (self.mnt, r.stdout.decode(errors="replace"),
+        rc, out, holders = harness.clean_unmount(self.mnt)
+        if rc != 0:
+            raise AssertionError("fusermount3 -u %s failed: %s (held by: %s)\n%s"
+                                 % (self.mnt, out, "; ".join(holders) or "no process",
                                     self.log_text(30)))
         try:
             p.wait(timeout=30)
