@@ -83,9 +83,10 @@ struct tier_stats {
 	uint64_t kdrops_sent, kdrops_owed;
 	/* extents (tier/extent): files that have one now, granted, opens
 	 * passed through to one, seals and their bytes, blocks that failed
-	 * their crc, extents no file named (removed at mount) */
+	 * their crc, extents no file named (removed at mount), files the
+	 * evictor moved into one */
 	uint64_t ext_files, ext_created, ext_opens, ext_seals, ext_sealed_bytes;
-	uint64_t ext_crc_errors, ext_orphans;
+	uint64_t ext_crc_errors, ext_orphans, ext_evicted;
 };
 
 /*

@@ -28,6 +28,7 @@
 #include "tier/extent/extent.h"
 #include "tier/admit/admit.h"
 #include "tier/spill/spill.h"
+#include "tier/spill/to_extent.h"
 #include "tier/tier.h"
 
 #include "common/clock.h"
@@ -447,31 +448,13 @@ out_unclaim:
 	return ret;
 }
 
-/* A file all in RAM moves into an extent (ext_adopt_locked; durable: an
- * evict's): its chunks are let go (journaled as holes after the extent's
- * record: a replay of both keeps the extent, which recovery prefers), its
- * hot file emptied, and the opens' holds on it returned. 0 or -errno.
- * in->lock held, fd its hot file (held). */
-static int to_extent_locked(struct tier *t, struct inode *in, int fd, int durable)
+/* A stream all in RAM moves into an extent (ext_adopt_locked), its
+ * chunks let go. 0 or -EAGAIN. in->lock held, fd its hot file (held). */
+static int to_extent_locked(struct tier *t, struct inode *in, int fd)
 {
-	int ret;
-
-	if (fd < 0 || (ret = ext_adopt_locked(t, in, fd, durable)) < 0)
+	if (fd < 0 || ext_adopt_locked(t, in, fd, 0) < 0)
 		return -EAGAIN;
-	if ((ret = idx_journal_cut_locked(t->idx, in, 0, in->nchunks)) < 0)
-		log_err("inode %llu: its move into an extent is not journaled: %s",
-			(unsigned long long)in->ino, strerror(-ret));
-	for (uint64_t c = 0; c < in->nchunks; c++) {
-		if (in->chunks[c].state == CHUNK_ABSENT)
-			continue;
-		chunk_set_state(in, c, CHUNK_ABSENT);
-		in->chunks[c].around = 0;
-		in->chunks[c].gen++;
-	}
-	if (ftruncate(fd, 0) == 0)
-		hot_account_locked(t->hot, in);
-	for (uint32_t i = 0; i < in->open_count; i++)
-		hot_fd_put_locked(t->hot, in);
+	spill_let_go_for_extent_locked(t, in, fd);
 	evict_room_freed(t);
 	return 0;
 }
@@ -498,28 +481,10 @@ static int stream_wants_extent_locked(struct tier *t, const struct inode *in,
  * next streams get one at their open. */
 static int around_to_extent_locked(struct tier *t, struct inode *in)
 {
-	if (to_extent_locked(t, in, in->hot_fd, 0) < 0)
+	if (to_extent_locked(t, in, in->hot_fd) < 0)
 		return -EAGAIN;
 	__atomic_store_n(&t->admit.around_ms, clock_now_ms(), __ATOMIC_RELAXED);
 	return 0;
-}
-
-/* An evict of a big file all in RAM, closed: into an extent rather than
- * segments (read once later, the kernel reads it at the disk's speed). 0
- * moved, else not. */
-static int evict_to_extent(struct tier *t, struct inode *in)
-{
-	int fd, ret = -EAGAIN;
-
-	idx_inode_lock(in);
-	if (in->open_count == 0 && in->size >= EXT_ADOPT_MIN && !in->ext &&
-	    (fd = hot_fd_get_locked(t->hot, in)) >= 0) {
-		if ((ret = to_extent_locked(t, in, fd, 1)) == 0)
-			ext_seal_locked(t, in);
-		hot_fd_put_locked(t->hot, in);
-	}
-	idx_inode_unlock(in);
-	return ret;
 }
 
 ssize_t tier_write_end(struct tier *t, struct inode *in, struct tier_io *io, ssize_t written)
@@ -1057,8 +1022,12 @@ int tier_evict_file(struct tier *t, struct inode *in)
 
 	if ((ret = ext_evict(t, in, 0)) != 1)
 		return ret;
-	if (t->cfg->extents && evict_to_extent(t, in) == 0)
+	/* a big file all in RAM, closed: into an extent rather than segments
+	 * (read once later, the kernel reads it at the disk's speed) */
+	if (t->cfg->extents && spill_file_to_extent(t, in) >= 0) {
+		evict_room_freed(t);
 		return ext_evict(t, in, 0); /* and its pages go too */
+	}
 	ret = 0;
 	idx_inode_lock(in);
 	wait_restoring_locked(in, 0, in->nchunks);

@@ -289,26 +289,30 @@ static int wanted_locked(struct tier *t, struct inode *in, int write, int pt)
 	return around && clock_now_ms() - around < EXT_RECENT_MS;
 }
 
-/* All of [0, len) of in into out at the same offsets, in the kernel:
+/* [off, end) of in into out at the same offsets, in the kernel:
  * copy_file_range where it can (one filesystem), sendfile across them
  * (tmpfs to a disk: copy_file_range says EXDEV). 0 or -errno. */
-static int copy_all(int in, int out, uint64_t len)
+static int copy_range(int in, int out, uint64_t off, uint64_t end, int *cross)
 {
-	loff_t a = 0, b = 0;
-	off_t so = 0;
-	int cross = 0;
+	loff_t a = (loff_t)off, b = (loff_t)off;
+	off_t so = (off_t)off;
 
-	while ((uint64_t)(cross ? (uint64_t)so : (uint64_t)a) < len) {
+	if (*cross && lseek(out, (off_t)off, SEEK_SET) < 0)
+		return -errno;
+	while ((uint64_t)(*cross ? (uint64_t)so : (uint64_t)a) < end) {
 		ssize_t r;
-		if (!cross) {
-			r = copy_file_range(in, &a, out, &b, len - (uint64_t)a, 0);
+		if (!*cross) {
+			r = copy_file_range(in, &a, out, &b, end - (uint64_t)a, 0);
 			if (r < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP) &&
-			    a == 0) {
-				cross = 1;
+			    (uint64_t)a == off) {
+				*cross = 1;
+				so = (off_t)off;
+				if (lseek(out, (off_t)off, SEEK_SET) < 0)
+					return -errno;
 				continue;
 			}
 		} else {
-			r = sendfile(out, in, &so, len - (uint64_t)so);
+			r = sendfile(out, in, &so, end - (uint64_t)so);
 		}
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -318,54 +322,165 @@ static int copy_all(int in, int out, uint64_t len)
 	return 0;
 }
 
+/* The data of [0, len) of in into out at the same offsets; holes stay
+ * holes (SEEK_DATA: a sparse file all in RAM does not become zeros on
+ * disk). 0 or -errno. */
+static int copy_all(int in, int out, uint64_t len)
+{
+	uint64_t off = 0;
+	int cross = 0, ret;
+
+	while (off < len) {
+		off_t d = lseek(in, (off_t)off, SEEK_DATA), h;
+		if (d < 0)
+			return errno == ENXIO ? 0 : -errno; /* the rest is a hole */
+		if ((uint64_t)d >= len)
+			return 0;
+		if ((h = lseek(in, d, SEEK_HOLE)) < 0)
+			return -errno;
+		if ((uint64_t)h > len)
+			h = (off_t)len;
+		if ((ret = copy_range(in, out, (uint64_t)d, (uint64_t)h, &cross)) < 0)
+			return ret;
+		off = (uint64_t)h;
+	}
+	return 0;
+}
+
+/* The extent's times as they are now are not the file's news (a copy
+ * made them, or they were taken already): ext_refresh_locked takes only
+ * later ones. */
+static void times_seen(struct idx_ext *x, const struct stat *st)
+{
+	x->seen_mt = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	x->seen_ct = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+/* A new extent file for inode ino on the directory with the most room:
+ * empty, or (hot_fd >= 0) holding size bytes copied from hot_fd, durable
+ * (fdatasync of it and its name) when asked. No lock needed: nothing
+ * names it yet. 0 or -errno (nothing left behind). */
+static int make_file(struct tier *t, uint64_t ino, int hot_fd, uint64_t size, int durable,
+		     struct ext_move *m)
+{
+	struct extents *e = t->extr;
+	char name[40];
+	int ret = 0;
+
+	*m = (struct ext_move){.fd = -1, .dev = choose_dir(t), .size = size};
+	if (m->dev < 0)
+		return m->dev;
+	m->id = __atomic_add_fetch(&e->next_id, 1, __ATOMIC_RELAXED);
+	m->ino = ino;
+	ext_name(name, sizeof(name), ino, m->id);
+	m->fd = openat(e->dirfd[m->dev], name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (m->fd < 0)
+		return -errno;
+	if (hot_fd >= 0 && ((ret = copy_all(hot_fd, m->fd, size)) < 0 ||
+			    (ftruncate(m->fd, (off_t)size) < 0 && (ret = -errno))))
+		goto fail;
+	/* durable before the record that lets its RAM copy go (an evict) */
+	if (durable && (fdatasync(m->fd) < 0 || fsync(e->dirfd[m->dev]) < 0)) {
+		ret = -errno;
+		goto fail;
+	}
+	return 0;
+fail:
+	ext_move_abort(t, m);
+	return ret;
+}
+
+void ext_move_abort(struct tier *t, struct ext_move *m)
+{
+	char name[40];
+
+	if (m->fd < 0)
+		return;
+	close(m->fd);
+	m->fd = -1;
+	ext_name(name, sizeof(name), m->ino, m->id);
+	unlinkat(t->extr->dirfd[m->dev], name, 0);
+	free(m->crc);
+	m->crc = NULL;
+}
+
+/* m, made for in, becomes in's extent, journaled (sealed with m's crcs
+ * when it has them). The file's opens now count as the extent's. 0 or
+ * -errno (m is still the caller's). */
+static int install_locked(struct tier *t, struct inode *in, struct ext_move *m)
+{
+	struct idx_ext *x;
+	struct stat st;
+
+	if (fstat(m->fd, &st) < 0)
+		return -errno;
+	if (!(x = idx_ext_new_locked(in)))
+		return -ENOMEM;
+	x->id = m->id;
+	x->dev = (uint32_t)m->dev;
+	x->fd = m->fd;
+	times_seen(x, &st);
+	/* opens from before (an adopted stream's): each may write */
+	x->opens = in->open_count;
+	x->writers = in->open_count;
+	if (m->crc) {
+		x->crc = m->crc;
+		x->ncrc = m->ncrc;
+		x->size = m->size;
+		x->sealed = 1;
+	}
+	if (idx_journal_ext_locked(t->idx, in, 0) < 0) {
+		x->crc = NULL; /* still m's */
+		idx_ext_free(in);
+		return -EIO;
+	}
+	m->fd = -1;
+	m->crc = NULL;
+	ST_ADD(ext_created, 1);
+	ST_ADD(ext_files, 1);
+	if (x->sealed) {
+		ST_ADD(ext_seals, 1);
+		ST_ADD(ext_sealed_bytes, x->size);
+	}
+	return 0;
+}
+
 /* A new extent for in, journaled: empty, or (hot_fd >= 0) holding the
  * file's bytes so far, copied from its hot file before the record. The
  * file's opens now count as the extent's. 0 or -errno (nothing changed). */
 static int grant_locked(struct tier *t, struct inode *in, int hot_fd, int durable)
 {
-	struct extents *e = t->extr;
-	char name[40];
-	int dev = choose_dir(t), fd, ret = 0;
-	uint64_t id;
-	struct idx_ext *x;
+	struct ext_move m;
+	int ret;
 
-	if (dev < 0)
-		return dev;
-	id = __atomic_add_fetch(&e->next_id, 1, __ATOMIC_RELAXED);
-	ext_name(name, sizeof(name), in->ino, id);
-	fd = openat(e->dirfd[dev], name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	if (hot_fd >= 0 && ((ret = copy_all(hot_fd, fd, in->size)) < 0 ||
-			    (ftruncate(fd, (off_t)in->size) < 0 && (ret = -errno))))
-		goto fail;
-	/* durable before the record that lets its RAM copy go (an evict) */
-	if (durable && (fdatasync(fd) < 0 || fsync(e->dirfd[dev]) < 0)) {
-		ret = -errno;
-		goto fail;
-	}
-	if (!(x = idx_ext_new_locked(in))) {
-		ret = -ENOMEM;
-		goto fail;
-	}
-	x->id = id;
-	x->dev = (uint32_t)dev;
-	x->fd = fd;
-	/* opens from before (an adopted stream's): each may write */
-	x->opens = in->open_count;
-	x->writers = in->open_count;
-	if (idx_journal_ext_locked(t->idx, in, 0) < 0) {
-		idx_ext_free(in);
-		ret = -EIO;
-		goto fail;
-	}
-	ST_ADD(ext_created, 1);
-	ST_ADD(ext_files, 1);
-	return 0;
-fail:
-	close(fd);
-	unlinkat(e->dirfd[dev], name, 0);
+	if ((ret = make_file(t, in->ino, hot_fd, in->size, durable, &m)) < 0)
+		return ret;
+	if ((ret = install_locked(t, in, &m)) < 0)
+		ext_move_abort(t, &m);
 	return ret;
+}
+
+int ext_move_prepare(struct tier *t, uint64_t ino, int hot_fd, uint64_t size, struct ext_move *m)
+{
+	int ret, err = 0;
+
+	if (!t->extr || !t->cfg->extents || !tier_pt(t))
+		return -EAGAIN;
+	if ((ret = make_file(t, ino, hot_fd, size, 1, m)) < 0)
+		return ret;
+	/* the crcs from the page cache the copy just filled: sealed at once */
+	if (!(m->crc = crc_blocks(m->fd, size, &m->ncrc, &err))) {
+		ext_move_abort(t, m);
+		return err;
+	}
+	return 0;
+}
+
+int ext_move_commit_locked(struct tier *t, struct inode *in, struct ext_move *m)
+{
+	if (ext_movable_locked(t, in) < 0 || in->open_count || in->size != m->size)
+		return -EAGAIN;
+	return install_locked(t, in, m);
 }
 
 void ext_seal_locked(struct tier *t, struct inode *in)
@@ -374,7 +489,7 @@ void ext_seal_locked(struct tier *t, struct inode *in)
 		seal_locked(t, in);
 }
 
-int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd, int durable)
+int ext_movable_locked(struct tier *t, struct inode *in)
 {
 	if (!t->extr || !t->cfg->extents || !tier_pt(t) || in->ext || in->pt_opens ||
 	    in->pinned || in->nlink == 0 || !in->size || idx_check_writable(t->idx) < 0)
@@ -386,6 +501,13 @@ int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd, int durable)
 		    ch->pins || ch->chain || ch->queued || ch->loc.seg_id)
 			return -EAGAIN;
 	}
+	return 0;
+}
+
+int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd, int durable)
+{
+	if (ext_movable_locked(t, in) < 0)
+		return -EAGAIN;
 	return grant_locked(t, in, hot_fd, durable);
 }
 
@@ -793,8 +915,10 @@ int ext_recover_locked(struct tier *t, struct inode *in)
 	}
 	x->fd = fd;
 	ST_ADD(ext_files, 1);
-	if (x->sealed && (uint64_t)st.st_size == x->size && in->size == x->size)
+	if (x->sealed && (uint64_t)st.st_size == x->size && in->size == x->size) {
+		times_seen(x, &st); /* the journal's times are the file's */
 		return 0;
+	}
 	if (x->sealed)
 		log_warn("recovery: inode %llu: its extent holds %llu bytes, %llu when sealed: "
 			 "sealed again as it is",

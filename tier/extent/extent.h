@@ -79,6 +79,27 @@ int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
  * caller lets its chunks go. 0, or -errno (-EAGAIN: not such a file;
  * nothing changed). in->lock held. */
 int ext_adopt_locked(struct tier *t, struct inode *in, int hot_fd, int durable);
+/* Could in become an extent now (all in RAM or empty: no cold copy,
+ * nothing pinned, restoring or passed through; extents on)? 0 or -EAGAIN.
+ * in->lock held. */
+int ext_movable_locked(struct tier *t, struct inode *in);
+/* The evictor's move of a closed file all in RAM, in steps that keep the
+ * copy out of the inode lock: ext_move_prepare (no lock) writes size
+ * bytes of hot_fd into a new extent file, durable, and takes their crcs;
+ * ext_move_commit_locked makes it in's extent, sealed and journaled, if in
+ * is still movable, closed and that size (the caller checks its bytes did
+ * not change meanwhile: the chunks' generations), else -EAGAIN;
+ * ext_move_abort removes one not committed. 0 or -errno. */
+struct ext_move {
+	int fd, dev;
+	uint64_t ino, id, size;
+	uint32_t ncrc;
+	uint32_t *crc;
+};
+int ext_move_prepare(struct tier *t, uint64_t ino, int hot_fd, uint64_t size,
+		     struct ext_move *m);
+int ext_move_commit_locked(struct tier *t, struct inode *in, struct ext_move *m);
+void ext_move_abort(struct tier *t, struct ext_move *m);
 /* Seal in's extent now if it has no writer (an evict's, which no close
  * will seal). in->lock held. */
 void ext_seal_locked(struct tier *t, struct inode *in);

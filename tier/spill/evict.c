@@ -64,6 +64,8 @@
 #include "tier/admit/admit.h"
 #include "tier/spill/cand.h"
 #include "tier/spill/spill.h"
+#include "tier/extent/extent.h"
+#include "tier/spill/to_extent.h"
 #include "index/journal.h"
 #include "tier/spill/maint.h"
 #include "common/workq.h"
@@ -502,6 +504,47 @@ static int under_pressure(struct tier *t)
 	return waiting > 0 || usage(t) > (uint64_t)(t->cfg->hard_watermark * hot_limit(t->hot));
 }
 
+/* The extents step of a round (extents=on): a closed file of
+ * EXT_ADOPT_MIN or more all in RAM, among the dirty candidates v[0..*nd),
+ * moves whole into an extent (tier/extent) rather than into packed
+ * segments: read once later, the kernel reads it from the disk at the
+ * disk's speed. Its candidates leave v[0..*nd) (the rest of v keeps its
+ * order: step 3 reuses it); the RAM freed is added to *got, its dirty
+ * bytes taken from *dirty and *around. Stops once *got + what is left
+ * reaches need, or when no directory has room. */
+static void move_big_files(struct tier *t, struct cand *v, size_t *nd, uint64_t need,
+			   uint64_t *got, uint64_t *dirty, uint64_t *around)
+{
+	for (size_t i = 0; i < *nd && *got < need; i++) {
+		struct inode *in = v[i].in;
+		int64_t freed;
+		if (__atomic_load_n(&in->ext, __ATOMIC_RELAXED) || in->size < EXT_ADOPT_MIN)
+			continue; /* a peek: spill_file_to_extent checks under the lock */
+		if ((freed = spill_file_to_extent(t, in)) == -ENOSPC)
+			return;
+		if (freed < 0)
+			continue;
+		evict_room_freed(t);
+		*got += (uint64_t)freed;
+		__atomic_add_fetch(&t->st.ext_evicted, 1, __ATOMIC_RELAXED);
+		/* its candidates go; the ones behind it close up (i is met again) */
+		size_t k = 0;
+		for (size_t j = 0; j < *nd; j++) {
+			if (v[j].in == in) {
+				*dirty -= v[j].len;
+				if (v[j].around)
+					*around -= v[j].len;
+				continue;
+			}
+			struct cand tmp = v[k];
+			v[k++] = v[j];
+			v[j] = tmp;
+		}
+		*nd = k;
+		i = (size_t)-1;
+	}
+}
+
 /* One round of eviction. Returns 1 if it freed or spilled anything, 0 if
  * it had to and could not, -1 if there was nothing to do. */
 static int evict_round(struct tier *t)
@@ -576,6 +619,11 @@ static int evict_round(struct tier *t)
 			cs.v[nd++] = cs.v[i];
 			cs.v[i] = tmp;
 			dirty += cs.v[nd - 1].len;
+		}
+		if (nd && t->cfg->extents) {
+			size_t was = nd;
+			move_big_files(t, cs.v, &nd, rest + around, &got, &dirty, &around);
+			progress |= nd < was;
 		}
 		if (nd && (dirty >= t->cfg->min_spill_size || pressure || flush)) {
 			cand_sort_location(cs.v, nd);
