@@ -1,12 +1,13 @@
 /*
  * ops_xattr.c — user.*, trusted.* and security.* xattrs kept in the index,
  * plus the virtual user.spillway.* names (the CephFS convention): per file
- * "state" and "pin", on the root "stats" (JSON); writing "evict" or "warm"
- * acts on a file. trusted.* is root's only (the kernel checks
+ * "state" and "pin", on the root "stats" and "scrub" (JSON); writing "evict"
+ * or "warm" acts on a file, "scrub" ("start [LIMIT]", "stop") on the root. trusted.* is root's only (the kernel checks
  * CAP_SYS_ADMIN on get and set; a listing leaves them out for others).
  */
 #include "fs/acl.h"
 #include "fs/fs_i.h"
+#include "common/size.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -190,9 +191,46 @@ int xattr_vx_parse(const char *what, const void *value, size_t size)
 	return -EINVAL;
 }
 
-static int vx_set(struct spw *s, struct inode *in, const char *what, const char *value, size_t size)
+/* user.spillway.scrub on the root: "start", "start LIMIT" (bytes/s, a
+ * size: "50M") or "stop" (a trailing newline or NUL taken); root or the
+ * root directory's owner only. */
+static int vx_scrub(struct spw *s, fuse_req_t req, struct inode *in, const char *value,
+		    size_t size)
 {
-	int act = xattr_vx_parse(what, value, size);
+	char v[64];
+	uint64_t limit = 0;
+	uid_t uid = fuse_req_ctx(req)->uid, owner;
+
+	if (in->ino != IDX_ROOT_INO)
+		return -EINVAL;
+	idx_inode_lock(in);
+	owner = in->uid;
+	idx_inode_unlock(in);
+	if (uid != 0 && uid != owner)
+		return -EPERM;
+	while (size && (value[size - 1] == '\n' || value[size - 1] == '\0'))
+		size--;
+	if (size >= sizeof(v))
+		return -EINVAL;
+	memcpy(v, value, size);
+	v[size] = '\0';
+	if (!strcmp(v, "stop"))
+		return tier_scrub_cancel(s->tier);
+	if (!strncmp(v, "start ", 6) && (size_parse(v + 6, &limit) < 0 || !limit))
+		return -EINVAL;
+	if (strcmp(v, "start") && strncmp(v, "start ", 6))
+		return -EINVAL;
+	return tier_scrub_start(s->tier, limit);
+}
+
+static int vx_set(struct spw *s, fuse_req_t req, struct inode *in, const char *what,
+		  const char *value, size_t size)
+{
+	int act;
+
+	if (!strcmp(what, "scrub"))
+		return vx_scrub(s, req, in, value, size);
+	act = xattr_vx_parse(what, value, size);
 
 	if (act < 0)
 		return act;
@@ -213,6 +251,8 @@ static ssize_t vx_get(struct spw *s, struct inode *in, const char *what, char *b
 {
 	if (!strcmp(what, "stats") && in->ino == IDX_ROOT_INO)
 		return tier_stats_json(s->tier, buf, len);
+	if (!strcmp(what, "scrub") && in->ino == IDX_ROOT_INO)
+		return tier_scrub_json(s->tier, buf, len);
 	if (!S_ISREG(idx_type(in)))
 		return -ENODATA;
 	if (!strcmp(what, "state"))
@@ -252,7 +292,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *v
 	if (is_acl(s, name))
 		ret = acl_set(s, req, in, name, value, size, flags);
 	else if (!strncmp(name, VPREFIX, strlen(VPREFIX)))
-		ret = vx_set(s, in, name + strlen(VPREFIX), value, size);
+		ret = vx_set(s, req, in, name + strlen(VPREFIX), value, size);
 	else if (is_user(name) && !S_ISREG(idx_type(in)) && !idx_dir(in))
 		ret = -EPERM; /* as on Linux: user.* only on files and directories */
 	else

@@ -16,6 +16,7 @@
 #include "tier/stats/stats.h"
 #include "tier/tier.h"
 #include "tier/extent/extent.h"
+#include "tier/extent/scrub.h"
 
 #include "index/journal.h"
 #include "common/uring.h"
@@ -121,6 +122,8 @@ int tier_new(const struct spw_config *cfg, struct index *idx, struct tier **out,
 	if ((cfg->nvme && (ret = stores_open_nvme(t, err, errlen)) < 0) ||
 	    (cfg->s3 && (ret = stores_open_s3(t, 1, cfg->nvme ? &t->s3 : &t->store, err, errlen)) < 0) ||
 	    (ret = ext_room_new(t, err, errlen)) < 0 || (ret = recover_finish(t, err, errlen)) < 0)
+		goto fail;
+	if ((ret = scrub_new(t)) < 0)
 		goto fail;
 	idx_set_release_hook(idx, drop_inode, t);
 	*out = t;
@@ -316,6 +319,8 @@ int tier_start(struct tier *t)
 
 void tier_stop(struct tier *t)
 {
+	/* the scrub first: its thread reads extents through the index */
+	scrub_stop(t);
 	/* a dead S3 endpoint: the threads joined below end their requests at
 	 * once instead of after minutes of retries */
 	store_unmounting(t->store);
@@ -345,6 +350,7 @@ void tier_free(struct tier *t)
 	if (t->s3)
 		store_close(t->s3);
 	stores_unlock_nvme(t);
+	scrub_free(t);
 	ext_room_free(t);
 	state_s3_free(t);
 	segtab_free(t->segtab);
@@ -382,6 +388,21 @@ int tier_stats_json(struct tier *t, char *buf, size_t len)
 	struct tier_snapshot snap;
 	tier_snapshot(t, &snap, 0);
 	return stats_json(&snap, t->cfg->nvme != NULL, buf, len);
+}
+
+int tier_scrub_start(struct tier *t, uint64_t limit)
+{
+	return scrub_start(t, limit);
+}
+
+int tier_scrub_cancel(struct tier *t)
+{
+	return scrub_cancel(t);
+}
+
+int tier_scrub_json(struct tier *t, char *buf, size_t len)
+{
+	return scrub_json(t, buf, len);
 }
 
 void tier_statfs(struct tier *t, uint64_t *total, uint64_t *avail)

@@ -217,6 +217,12 @@ int tier_evict_file(struct tier *t, struct inode *in);
 int tier_warm_file(struct tier *t, struct inode *in);
 /* Whole-tier statistics as one JSON object. Returns length or -errno. */
 int tier_stats_json(struct tier *t, char *buf, size_t len);
+/* The online scrub of every sealed extent (tier/extent/scrub.h): start a
+ * run (limit: bytes/s, 0 none; -EBUSY while one runs), cancel it, and its
+ * status as one JSON object (snprintf rules). */
+int tier_scrub_start(struct tier *t, uint64_t limit);
+int tier_scrub_cancel(struct tier *t);
+int tier_scrub_json(struct tier *t, char *buf, size_t len);
 /* A FUSE request named `op` (a static string) took ns in the daemon: keep
  * the slowest for the stats. Thread-safe. */
 void tier_note_request(struct tier *t, const char *op, uint64_t ns);

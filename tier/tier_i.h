@@ -27,6 +27,7 @@ struct tier_pt_ops;
 struct state_s3;
 struct nvme_locks;
 struct extents;
+struct scrub;
 
 struct tier_recovery {
 	uint64_t records, truncated, lost_files, dropped_inodes, damaged_chunks;
@@ -87,6 +88,9 @@ struct tier_stats {
 	 * evictor moved into one */
 	uint64_t ext_files, ext_created, ext_opens, ext_seals, ext_sealed_bytes;
 	uint64_t ext_crc_errors, ext_orphans, ext_evicted;
+	/* the online scrub (tier/extent/scrub.c): runs started, bytes read
+	 * and checked, blocks found damaged (also in ext_crc_errors) */
+	uint64_t scrub_runs, scrub_bytes, scrub_damaged;
 };
 
 /*
@@ -116,6 +120,7 @@ struct tier {
 	struct maint *maint;	 /* delete, compact, demote jobs (maint.h); NULL: not running */
 	struct restore *rst;	 /* restore workers and partial restores (restore.h) */
 	struct extents *extr;	 /* extents' directories (tier/extent); NULL: no nvme */
+	struct scrub *scrub;	 /* the online scrub of extents (scrub.h) */
 	struct state_s3 *s3st;	 /* s3 alone: the bucket's copy of the state (state_s3.c); NULL: none */
 
 	/* any thread */

@@ -78,6 +78,9 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 	d->ext_crc_errors = LD(s->ext_crc_errors);
 	d->ext_orphans = LD(s->ext_orphans);
 	d->ext_evicted = LD(s->ext_evicted);
+	d->scrub_runs = LD(s->scrub_runs);
+	d->scrub_bytes = LD(s->scrub_bytes);
+	d->scrub_damaged = LD(s->scrub_damaged);
 }
 
 static int count_unevictable(void *arg, struct inode *in)
@@ -254,6 +257,9 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	    (unsigned long long)c->ext_opens, (unsigned long long)c->ext_seals,
 	    (unsigned long long)c->ext_sealed_bytes, (unsigned long long)c->ext_crc_errors,
 	    (unsigned long long)c->ext_orphans, (unsigned long long)c->ext_evicted);
+	PUT("\"scrub\":{\"runs\":%llu,\"bytes\":%llu,\"damaged\":%llu},",
+	    (unsigned long long)c->scrub_runs, (unsigned long long)c->scrub_bytes,
+	    (unsigned long long)c->scrub_damaged);
 	PUT("\"page_cache\":{\"drops_sent\":%llu,\"drops_owed\":%llu},",
 	    (unsigned long long)c->kdrops_sent, (unsigned long long)c->kdrops_owed);
 	/* first byte, then whole-chunk restore; nvme, then s3 */
