@@ -168,7 +168,7 @@ class TestInstall(SpwTestCase):
             if default is not None:
                 self.assertIn("Default: %s." % default, found[0],
                               "%s: --help says default %s" % (name, default))
-        for xattr in ("state", "pin", "evict", "warm", "stats"):
+        for xattr in ("state", "pin", "evict", "warm", "stats", "scrub"):
             self.assertIn("user.spillway." + xattr, text)
 
     def test_spillctl_page_documents_every_command_and_option(self):
@@ -177,7 +177,8 @@ class TestInstall(SpwTestCase):
         rc, out, err = run([sys.executable, ctl, "--help"])
         self.assertEqual(rc, 0, err)
         verbs = re.findall(r"(?m)^ {4}(\w+) ", out)
-        self.assertEqual(verbs, ["stats", "status", "pin", "unpin", "evict", "warm", "fsck"])
+        self.assertEqual(verbs, ["stats", "status", "pin", "unpin", "evict", "warm", "scrub",
+                                 "fsck"])
         commands = text.split("\nCOMMANDS\n", 1)[1].split("\nOPTIONS\n", 1)[0]
         options = text.split("\nOPTIONS\n", 1)[1].split("\nEXIT STATUS\n", 1)[0]
         for verb in verbs:
