@@ -8,7 +8,8 @@
 #      paths, small objects, the kill -9 durability rounds
 #      (SPW_CRASH_ROUNDS=4), a short fsx and writes over cold data
 #      (overlays: random writes, folds, kill -9, S3), admission both ways
-#      (reads once, re-reads, write-around, its kill -9, fsx -A). The
+#      (reads once, re-reads, write-around, its kill -9, fsx -A), extents
+#      and their online scrub. The
 #      builds abort on an illegal chunk state move, a second inode lock
 #      or a failed assert() (SPW_CHECKS). The harness fails a test when
 #      any program it started wrote a sanitizer report.
@@ -48,5 +49,6 @@ run test_fsx "SPW_FSX_SEEDS=1,2 SPW_FSX_OPS=3000"
 run test_overlay "" OverlayTest OverlayDurabilityTest OverlayS3Test
 run test_admission ""
 run test_extents ""
+run test_scrub ""
 echo "sanitize: integration subset $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

@@ -24,7 +24,9 @@
 #          OverlayDurabilityTest (writes over cold data, folds, kill -9)
 #        test_admission (all but its fsx runs: direct readers sharing a
 #          chunk, re-reads promoted, write-around racing overwrites and
-#          truncates, kill -9 while written around).
+#          truncates, kill -9 while written around)
+#        test_extents and test_scrub (the scrub thread against writers
+#          of the file it reads, a cancel and an unmount in its middle).
 # Measured (seconds, 2 cores, medians of 4 runs with an hour-long soak
 # beside them at load 20-25; docs/testing.md, "Hardening"): build 75 (from
 # an empty build-tsan), unit tests 75, integration 212 (tiering 58,
@@ -85,5 +87,6 @@ run test_passthrough ""
 run test_admission "" TestReadOnce TestWriteAround TestWriteAroundKill9
 run test_overlay "" OverlayTest OverlayDurabilityTest
 run test_extents ""
+run test_scrub ""
 echo "tsan: integration $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail
