@@ -171,6 +171,26 @@ class TestScrub(ScrubCase):
         self.assertEqual(r.rc, 1, r)
         self.assertIn("damaged: %s:" % m2.path("sub/dir/b"), r.out)
 
+    def test_damaged_file_with_an_odd_name(self):
+        """A name with a quote, a backslash, a newline and a byte that is
+        not UTF-8 comes back whole in the status's JSON."""
+        m = self.start128()
+        name = os.fsdecode(b'we"ird\\\n\xff')
+        data = pattern(13, 16 * MiB)
+        self.make_extent(m, name, data)
+        ino = os.stat(m.path(name)).st_ino
+        with open(os.path.join(self.cold, "extents", extent_files(self.cold, ino)[0]),
+                  "r+b") as f:
+            f.seek(5)
+            f.write(bytes([data[5] ^ 1]))
+        r = ctl("scrub", m.mnt)
+        self.assertEqual(r.rc, 1, r)
+        raw = os.getxattr(m.mnt, X_SCRUB)
+        st = json.loads(raw.decode(errors="surrogateescape"))
+        self.assertEqual(st["damaged_files"],
+                         [{"ino": ino, "blocks": 1, "path": "/" + name, "offsets": [0]}], st)
+        self.assertIn("damaged: %s/we\"ird\\" % m.mnt, r.out)
+
     def test_file_open_for_writing_is_skipped(self):
         m = self.start128()
         a, w = pattern(7, 16 * MiB), pattern(8, 16 * MiB)

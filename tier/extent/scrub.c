@@ -648,7 +648,9 @@ int scrub_json(struct tier *t, char *buf, size_t len)
 	    (unsigned long long)s->blocks, (unsigned long long)s->damaged_files,
 	    (unsigned long long)s->damaged_blocks, (unsigned long long)s->skipped,
 	    (long long)s->started, (long long)s->finished);
-	for (uint32_t i = 0; i < s->nbad; i++) {
+	/* room for the end kept: a long list stops short (damaged says how
+	 * many there are) */
+	for (uint32_t i = 0; i < s->nbad && p + 8192 < len; i++) {
 		const struct scrub_bad *b = &s->bad[i];
 		PUT("%s{\"ino\":%llu,\"blocks\":%llu,\"path\":", i ? "," : "",
 		    (unsigned long long)b->ino, (unsigned long long)b->blocks);
