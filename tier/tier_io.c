@@ -1010,6 +1010,9 @@ int tier_pin(struct tier *t, struct inode *in, int on)
 	return 0;
 }
 
+/* How long an evict waits for a writer's release still on its way */
+#define EVICT_RELEASE_WAIT_MS 500
+
 int tier_evict_file(struct tier *t, struct inode *in)
 {
 	if (!t->store)
@@ -1023,7 +1026,17 @@ int tier_evict_file(struct tier *t, struct inode *in)
 	if ((ret = ext_evict(t, in, 0)) != 1)
 		return ret;
 	/* a big file all in RAM, closed: into an extent rather than segments
-	 * (read once later, the kernel reads it at the disk's speed) */
+	 * (read once later, the kernel reads it at the disk's speed). Its
+	 * writer's release may still be on its way (FUSE sends it after
+	 * close() returned): wait for it, at most EVICT_RELEASE_WAIT_MS */
+	if (t->cfg->extents) {
+		dl = clock_deadline_ms(EVICT_RELEASE_WAIT_MS);
+		idx_inode_lock(in);
+		while (in->open_count && in->size >= EXT_ADOPT_MIN &&
+		       ext_movable_locked(t, in) == 0 && idx_inode_timedwait(in, &dl) != -ETIMEDOUT)
+			;
+		idx_inode_unlock(in);
+	}
 	if (t->cfg->extents && spill_file_to_extent(t, in) >= 0) {
 		evict_room_freed(t);
 		return ext_evict(t, in, 0); /* and its pages go too */

@@ -294,7 +294,8 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 	}
 	/* a writer that wrote the file around: what it left dirty goes now */
 	int kick = (how->flags & TIER_OPEN_WRITE) && admit_close_locked(t, in);
-	in->open_count--;
+	if (--in->open_count == 0)
+		idx_inode_wake(in); /* an evict waiting for the writer's release */
 	hot_fd_put_locked(t->hot, in);
 	idx_inode_unlock(in);
 	if (kick)

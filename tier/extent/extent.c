@@ -4,6 +4,7 @@
  */
 #include "tier/extent/extent.h"
 #include "tier/tier_i.h"
+#include "tier/store/store.h"
 
 #include "common/clock.h"
 #include "common/crc32c.h"
@@ -245,13 +246,15 @@ void ext_refresh_locked(struct tier *t, struct inode *in)
 static int choose_dir(struct tier *t)
 {
 	struct extents *e = t->extr;
+	struct store_dev_stat ds[EXT_DIRS];
 	uint64_t best = 0;
-	int dev = -ENOSPC;
+	int dev = -ENOSPC, nds = t->store ? store_stat(t->store, ds, EXT_DIRS) : 0;
 
 	for (int i = 0; i < e->n; i++) {
 		struct statvfs sv;
 		uint64_t total, avail, margin;
-		if (fstatvfs(e->dirfd[i], &sv) < 0)
+		/* a directory the segments skip after an I/O error: so do extents */
+		if ((i < nds && ds[i].failed) || fstatvfs(e->dirfd[i], &sv) < 0)
 			continue;
 		total = (uint64_t)sv.f_blocks * sv.f_frsize;
 		avail = (uint64_t)sv.f_bavail * sv.f_frsize;
