@@ -8,8 +8,12 @@
  * libc from the daemon's own code and from any library (a --wrap catches only
  * the references of the objects on the link line, so a call made by a
  * library, or one added later in a new file, would silently go unrecorded).
+ * Copies inside the kernel into a recorded file (copy_file_range, sendfile)
+ * are recorded as writes of the bytes that landed, read back afterwards.
  * What it cannot see is I/O that does not go through libc's symbols:
- * io_uring (hence -o io_engine=psync) and raw syscall(2). The replayer checks
+ * io_uring (hence -o io_engine=psync) and raw syscall(2); nor the kernel's
+ * own writes into a recorded file through FUSE passthrough (the test logs
+ * those itself: test_crash_extents.py). The replayer checks
  * that nothing slipped past: replaying the whole log must reproduce the
  * directories the daemon left, byte for byte.
  *
