@@ -35,7 +35,9 @@ after, granted an extent at its open and written by the kernel: fsync'd,
 written more, closed (sealed), then a journal sync (another file's fsync);
 an overwrite that unseals it, closed (sealed again); a truncate, fsync; a
 kernel write into the adopted stream, fsync; a writer open across a kill -9
-(recovery seals the extent by its size on disk), written again after it.
+(recovery seals the extent by its size on disk), written again after it; a
+truncate to 0 that drops an extent (the file back in the hot tier, written,
+fsync'd); an unlink of a file with an extent.
 
 Checks of every state (on top of test_crash_states.py's): what was fsync'd,
 or closed and sealed (or evicted into an extent) before a journal sync that
@@ -239,6 +241,17 @@ def ext_workload(w, restart):
         raise AssertionError("d/g not sealed by recovery: %s" % file_state(w.p("d/g")))
     w.write("d/g", 0, 128 * KiB, sync=True)
     w.sealed("d/g")
+    # a truncate to 0 with no opens: the extent goes (journaled gone before
+    # its unlink), the file is a file of the hot tier again (no write-around
+    # since the remount: no new extent), written and fsync'd there
+    w.truncate("d/ev", 0)
+    if "extent" in file_state(w.p("d/ev")):
+        raise AssertionError("d/ev kept its extent at a truncate to 0: %s"
+                             % file_state(w.p("d/ev")))
+    w.write("d/ev", 0, 100 * KiB, sync=True)
+    # an extent's file unlinked: its extent goes with it
+    w.unlink("d/s")
+    w.fsync_dir("d")
 
 
 class ExtOracle(tcs.Oracle):
