@@ -107,8 +107,13 @@ void tier_pt_refresh_locked(struct tier *t, struct inode *in, int all_dirty)
 		in->mtime = in->ctime = mt;
 		in->attr_dirty = 1;
 	}
-	if (all_dirty && size_chunks(t, in))
+	/* every chunk of the size, the map grown to it first: a truncate up
+	 * leaves the chunks past the old end out of it, and the writer may
+	 * have written there (out of memory: the map's chunks at least) */
+	if (all_dirty && size_chunks(t, in)) {
+		idx_chunks_reserve(in, size_chunks(t, in));
 		mark_changed_locked(t, in, 0, size_chunks(t, in) - 1);
+	}
 	hot_account_locked(t->hot, in);
 }
 

@@ -86,6 +86,14 @@ def mark_bytes(text):
     return HDR.pack(MAGIC, MARK, 0, 0, len(d), -1, 0, 0, 0) + d
 
 
+def write_bytes(path, off, data):
+    """A WRITE record of data at off of the file at path (no fd: replayed by
+    path), for the test to append to the log: a write the recorder cannot
+    see (the kernel's, through FUSE passthrough, into a recorded file)."""
+    p = path.encode()
+    return HDR.pack(MAGIC, WRITE, len(p), 0, len(data), -1, off, 0, 0) + p + bytes(data)
+
+
 def parse(path):
     """The records of a log, in order."""
     with open(path, "rb") as f:

@@ -8,8 +8,12 @@
  * libc from the daemon's own code and from any library (a --wrap catches only
  * the references of the objects on the link line, so a call made by a
  * library, or one added later in a new file, would silently go unrecorded).
+ * Copies inside the kernel into a recorded file (copy_file_range, sendfile)
+ * are recorded as writes of the bytes that landed, read back afterwards.
  * What it cannot see is I/O that does not go through libc's symbols:
- * io_uring (hence -o io_engine=psync) and raw syscall(2). The replayer checks
+ * io_uring (hence -o io_engine=psync) and raw syscall(2); nor the kernel's
+ * own writes into a recorded file through FUSE passthrough (the test logs
+ * those itself: test_crash_extents.py). The replayer checks
  * that nothing slipped past: replaying the whole log must reproduce the
  * directories the daemon left, byte for byte.
  *
@@ -47,6 +51,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sendfile.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -431,6 +436,81 @@ ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	return wr_at(fd, iov, cnt, off, flags, 5);
+}
+
+/* Copies into a recorded file inside the kernel (tier/extent's move of a
+ * stream into its extent: copy_file_range, sendfile across filesystems):
+ * recorded as a write of the bytes that landed, read back from the
+ * destination (the recorded fds of the daemon are O_RDWR; a write-only one
+ * is a call the replayer cannot model). */
+REAL(ssize_t, copy_file_range, int, loff_t *, int, loff_t *, size_t, unsigned)
+REAL(ssize_t, sendfile, int, int, off_t *, size_t)
+REAL(ssize_t, sendfile64, int, int, off_t *, size_t)
+
+/* n bytes landed at off of the recorded fd; mu held. */
+static void emit_copied(int fd, off_t off, ssize_t n)
+{
+	struct iovec v;
+	char *buf = malloc((size_t)n ? (size_t)n : 1);
+	ssize_t got = buf ? pread(fd, buf, (size_t)n, off) : -1;
+
+	if (got != n) {
+		emit(REC_UNKNOWN, fd, 0, 0, 0, fd_path[fd], "copy into a file it cannot read back",
+		     NULL, 0);
+		free(buf);
+		return;
+	}
+	v = (struct iovec){buf, (size_t)n};
+	emit(REC_WRITE, fd, off, 0, 0, NULL, NULL, &v, 1);
+	free(buf);
+}
+
+ssize_t copy_file_range(int in, loff_t *in_off, int out, loff_t *out_off, size_t len,
+			unsigned flags)
+{
+	ssize_t n;
+	off_t at;
+
+	if (!tracked_fd(out))
+		return get_copy_file_range()(in, in_off, out, out_off, len, flags);
+	pthread_mutex_lock(&mu);
+	at = out_off ? *out_off : lseek(out, 0, SEEK_CUR);
+	n = get_copy_file_range()(in, in_off, out, out_off, len, flags);
+	if (n > 0) {
+		int e = errno;
+		emit_copied(out, at, n);
+		errno = e;
+	}
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+static ssize_t do_sendfile(int out, int in, off_t *off, size_t len, int is64)
+{
+	ssize_t n;
+	off_t at;
+#define CALL() (is64 ? get_sendfile64()(out, in, off, len) : get_sendfile()(out, in, off, len))
+	if (!tracked_fd(out))
+		return CALL();
+	pthread_mutex_lock(&mu);
+	at = lseek(out, 0, SEEK_CUR); /* sendfile writes at out's own offset */
+	n = CALL();
+	if (n > 0) {
+		int e = errno;
+		emit_copied(out, at, n);
+		errno = e;
+	}
+	pthread_mutex_unlock(&mu);
+	return n;
+#undef CALL
+}
+ssize_t sendfile(int out, int in, off_t *off, size_t len)
+{
+	return do_sendfile(out, in, off, len, 0);
+}
+ssize_t sendfile64(int out, int in, off_t *off, size_t len)
+{
+	return do_sendfile(out, in, off, len, 1);
 }
 
 REAL(int, ftruncate, int, off_t)

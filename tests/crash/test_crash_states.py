@@ -67,7 +67,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import harness  # noqa: E402
 import crashlib  # noqa: E402
-from lib.crash import CrashMount  # noqa: E402
+from lib.crash import HOT_SIZE, CrashMount  # noqa: E402
 from lib.data import KiB, MiB, content  # noqa: E402
 from lib.tier import stats_of  # noqa: E402
 
@@ -416,8 +416,9 @@ class Oracle:
             required[cur[0][0]] = (f.fid, f.versions[last][0], f.versions[last][1])
         return required, allowed
 
-    def check(self, k, found):
-        """Problems with what the mount shows ({name: (sha, size)})."""
+    def check(self, k, found, mnt=None):
+        """Problems with what the mount shows ({name: (sha, size)}; mnt:
+        where it is mounted, for a subclass that looks closer)."""
         required, allowed = self.expect(k)
         bad = []
         for name, (fid, s, size) in sorted(required.items()):
@@ -508,6 +509,7 @@ def error_lines(text):
 
 class CrashStates(harness.SpwTestCase):
     timeout = int(os.environ.get("SPW_CRASH_TIMEOUT", "540"))
+    hot_size = HOT_SIZE  # of the recorded mount and of every state's
 
     def setUp(self):
         super().setUp()
@@ -542,13 +544,14 @@ class CrashStates(harness.SpwTestCase):
         def restart():
             if mounts:
                 mounts[-1].kill9()
-            m = CrashMount(self.hot(), self.opts, "record%d" % len(mounts), env=env)
+            m = CrashMount(self.hot(), self.opts, "record%d" % len(mounts), env=env,
+                           hot_size=self.hot_size)
             mounts.append(m)
             m.start()
             self.addCleanup(self._stop_mount, m)
             return m.mnt
 
-        w = Workload(restart(), log_path)
+        w = self.make_workload(restart(), log_path)
         try:
             workload(w, restart)
         finally:
@@ -557,6 +560,9 @@ class CrashStates(harness.SpwTestCase):
         rc = self.unmount(m)  # the passthrough writer's release may lag its close
         self.assertEqual(rc, 0, "the recorded daemon's clean unmount\n%s" % m.log_text(30))
         return w, log_path
+
+    def make_workload(self, mnt, log_path):
+        return Workload(mnt, log_path)
 
     def test_crash_states(self):
         t0 = time.monotonic()
@@ -738,7 +744,7 @@ class CrashStates(harness.SpwTestCase):
         build = harness.BUILD_DIR
         log.write_state(k, dropped)
         rc_pre, out_pre = fsck(build, self.state)
-        m = CrashMount(self.hot(), self.opts, "state%s" % n)
+        m = CrashMount(self.hot(), self.opts, "state%s" % n, hot_size=self.hot_size)
         problems = []
         try:
             m.start()
@@ -771,7 +777,7 @@ class CrashStates(harness.SpwTestCase):
                         for n in found if n.startswith("lost+found/") and
                         n not in damaged.values()]
             found = {n: v for n, v in found.items() if not n.startswith("lost+found/")}
-            problems += oracle.check(k, found)
+            problems += oracle.check(k, found, m.mnt)
             lost = set(re.findall(r"recovery: lost /(\S+) \(", m.log_all())) | set(damaged)
             for name, fid in sorted(oracle.named(k).items()):
                 if name not in found and name not in lost:

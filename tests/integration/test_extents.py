@@ -377,5 +377,53 @@ class TestFsx(ExtentCase):
                            "fsx's files got no extent: %s" % ext(m.mnt))
 
 
+class TestFsxPassthrough(ExtentCase):
+
+    def test_fsx_passthrough_second_opener_evict_warm(self):
+        """spw_fsx with the passthrough model (-P: a reopen joins a held
+        read-only open), streams and scans (-A: big streams move into
+        extents while open as RAM fills), evicts and warms (-E: one in three
+        of a closed file, a big one all in RAM moving into an extent) and,
+        in one run, a second read-only descriptor per file held from start to
+        end and read through (-R), on a 32 MiB hot tier right after a
+        stream was written around (its files get extents at their open):
+        every byte checked against fsx's model, through both descriptors."""
+        self.fsx_runs(pressure=True)
+
+    def test_fsx_files_become_extents_while_open(self):
+        """The same runs on a fresh mount: fsx's files start in RAM, and
+        become extents while open (a stream moves as RAM fills) or closed
+        (an evict of a big file all in RAM), later opens passed through."""
+        self.fsx_runs(pressure=False)
+
+    def fsx_runs(self, pressure):
+        fsx = find_fsx()
+        self.assertIsNotNone(fsx)
+        good = self.tmpdir()
+        m = self.start()
+        if pressure:
+            self.pressure(m)
+        e0 = ext(m.mnt)
+        base = 31 if pressure else 41
+        runs = [FsxRun(self, fsx, m.mnt, base, 1200, "24M", False, good,
+                       extra=["-P", "-A", "-E", "-R"]),
+                FsxRun(self, fsx, m.mnt, base + 1, 1200, "20M", False, good,
+                       extra=["-P", "-A", "-E"])]
+        for run in runs:
+            run.finish(120)
+        e, st = ext(m.mnt), stats_of(m.mnt)
+        # fsx's files were extents (granted at open, moved while written,
+        # or evicted into one), opened through the kernel, sealed
+        self.assertGreater(e["created"], e0["created"] + 2, e)
+        self.assertGreater(e["opens"], e0["opens"], e)
+        self.assertGreater(e["seals"], e0["seals"], e)
+        self.assertEqual(e["crc_errors"], 0, e)
+        self.assertEqual(st["errors"], {"io": 0, "crc": 0}, st["errors"])
+        # their extents went with them (fsx unlinks its files)
+        harness.wait_until(lambda: ext(m.mnt)["files"] == e0["files"], 10,
+                           "fsx's extents removed: %s" % ext(m.mnt))
+        self.assertEqual(len(extent_files(self.cold)), e0["files"])
+
+
 if __name__ == "__main__":
     harness.main()

@@ -1,7 +1,8 @@
 /*
  * spw_fsx — an fsx-style file system exerciser (libc only).
  *
- *   spw_fsx [-N ops] [-S seed] [-f nfiles] [-l maxlen] [-b boundary] [-m] [-A] [-q] [-v] [-k] DIR
+ *   spw_fsx [-N ops] [-S seed] [-f nfiles] [-l maxlen] [-b boundary] [-m] [-A] [-E] [-R] [-q]
+ *           [-v] [-k] DIR
  *
  * Keeps nfiles files open in DIR, each with an in-memory model (a growable
  * zero-filled byte buffer + size), and applies a seeded random stream of
@@ -13,7 +14,13 @@
  * going on from the last (appending, or rewriting from 0 or from a
  * boundary), and scans: the file read front to back in 1 MiB reads through
  * a fresh descriptor, its pages dropped first (read once, as a restore of a
- * spilled object is).
+ * spilled object is). With -E, evicts and warms (setxattr user.spillway.evict
+ * or .warm: a spillway mount's tier moves, which must not change a byte),
+ * some with the file closed first (a closed big file all in RAM is what an
+ * evict moves into an extent), reopened after. With -R, a second read-only
+ * descriptor per file stays open from the start to the end, and some reads
+ * go through it (a second opener, in whatever mode the file had when it
+ * opened, sees every write of the first).
  *
  * Everything is a pure function of the seed and the options, so a failing run
  * is replayed with the same -S/-N/-f/-l/-b/-m. On the first mismatch or
@@ -44,6 +51,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,6 +83,8 @@ enum op_kind {
 	OP_DROPCACHE,
 	OP_STREAM, /* -A */
 	OP_SCAN,   /* -A */
+	OP_EVICT,  /* -E: evict or warm */
+	OP_READ2,  /* -R: a read through the second descriptor */
 	OP_NKINDS,
 };
 
@@ -83,7 +93,7 @@ static const char *const op_names[OP_NKINDS] = {
     [OP_PUNCH] = "punch",	[OP_FALLOC] = "fallocate",    [OP_MAPREAD] = "mapread",
     [OP_MAPWRITE] = "mapwrite", [OP_REOPEN] = "reopen",	      [OP_FSYNC] = "fsync",
     [OP_VERIFY] = "verify",	[OP_DROPCACHE] = "dropcache", [OP_STREAM] = "stream",
-    [OP_SCAN] = "scan",
+    [OP_SCAN] = "scan",		[OP_EVICT] = "evict",	      [OP_READ2] = "read2",
 };
 
 /*
@@ -95,11 +105,13 @@ static const unsigned op_weight[OP_NKINDS] = {
     [OP_WRITE] = 60, [OP_READ] = 52,	[OP_TRUNC] = 12,    [OP_PUNCH] = 10,
     [OP_FALLOC] = 4, [OP_MAPREAD] = 12, [OP_MAPWRITE] = 12, [OP_REOPEN] = 6,
     [OP_FSYNC] = 4,  [OP_VERIFY] = 1,	[OP_DROPCACHE] = 8, [OP_STREAM] = 6, [OP_SCAN] = 4,
+    [OP_EVICT] = 6,  [OP_READ2] = 20,
 };
 
 struct model {
 	char path[4096];
 	int fd;
+	int fd2;	    /* -R: the second, read-only descriptor */
 	unsigned char *buf; /* model contents; zero beyond size, always */
 	uint64_t cap;
 	uint64_t size;
@@ -118,7 +130,7 @@ struct log_ent {
 struct fsx {
 	uint64_t seed, nops, maxlen, boundary, maxio;
 	unsigned nfiles;
-	int use_mmap, quiet, verbose, keep, pt_reopen;
+	int use_mmap, quiet, verbose, keep, pt_reopen, second, admission, evicts;
 	unsigned disabled; /* bit per op_kind, plus NO_OTRUNC */
 	const char *xopt;  /* -X as given, for the replay line */
 	int have_punch, have_falloc;
@@ -244,6 +256,13 @@ static void log_print_ent(FILE *out, const struct log_ent *e)
 	case OP_VERIFY:
 		fprintf(out, "%s", e->flag ? " (page cache dropped first)" : "");
 		break;
+	case OP_EVICT:
+		fprintf(out, "%s", e->flag == 1 ? " warm" : e->flag == 2 ? " closed first" : "");
+		break;
+	case OP_READ2:
+		fprintf(out, " off=0x%-9" PRIx64 " len=0x%-7" PRIx64 " end=0x%-9" PRIx64, e->off,
+			e->len, e->off + e->len);
+		break;
 	case OP_DROPCACHE:
 		if (e->len)
 			fprintf(out, " off=0x%-9" PRIx64 " len=0x%-7" PRIx64 " end=0x%-9" PRIx64,
@@ -301,9 +320,11 @@ static void __attribute__((noreturn)) fail_exit(void)
 	fprintf(stderr, "spw_fsx: FAILED at op %" PRIu64 ", seed %" PRIu64 "\n", g.opnum, g.seed);
 	fprintf(stderr,
 		"spw_fsx: replay: spw_fsx -S %" PRIu64 " -N %" PRIu64 " -f %u -l %" PRIu64
-		" -b %" PRIu64 "%s%s%s%s DIR\n",
+		" -b %" PRIu64 "%s%s%s%s%s%s%s%s DIR\n",
 		g.seed, g.nops, g.nfiles, g.maxlen, g.boundary, g.use_mmap ? " -m" : "",
-		g.pt_reopen ? " -P" : "", g.xopt ? " -X " : "", g.xopt ? g.xopt : "");
+		g.admission ? " -A" : "", g.pt_reopen ? " -P" : "", g.dense ? " -D" : "",
+		g.evicts ? " -E" : "", g.second ? " -R" : "", g.xopt ? " -X " : "",
+		g.xopt ? g.xopt : "");
 	log_dump(stderr);
 	save_good_images();
 	fflush(stderr);
@@ -563,14 +584,14 @@ static void open_file(int file, int trunc)
 		model_set_size(m, 0);
 }
 
-/* Read [off, off+len) of the file through pread and compare with the model. */
-static void read_and_check(int file, uint64_t off, uint64_t len, const char *how)
+/* Read [off, off+len) of the file through pread of fd and compare with the model. */
+static void read_and_check_fd(int file, int fd, uint64_t off, uint64_t len, const char *how)
 {
 	struct model *m = &g.files[file];
 	uint64_t want = off >= m->size ? 0 : (m->size - off < len ? m->size - off : len);
 	ssize_t n;
 
-	n = pread(m->fd, g.rbuf, len, (off_t)off);
+	n = pread(fd, g.rbuf, len, (off_t)off);
 	if (n < 0)
 		fail("%s pread %s off=0x%" PRIx64 " len=0x%" PRIx64 ": %s", how, m->path, off, len,
 		     strerror(errno));
@@ -585,6 +606,11 @@ static void read_and_check(int file, uint64_t off, uint64_t len, const char *how
 		     how, m->path, off, len, n, want, m->size);
 	}
 	check_bytes(file, off, g.rbuf, want, how);
+}
+
+static void read_and_check(int file, uint64_t off, uint64_t len, const char *how)
+{
+	read_and_check_fd(file, g.files[file].fd, off, len, how);
 }
 
 static void verify_file(int file, const char *how)
@@ -941,6 +967,53 @@ static void do_reopen(int file)
 		check_fstat_size(file, "after reopen");
 }
 
+/* -R: a read through the second descriptor, checked like any */
+static void do_read2(int file)
+{
+	struct model *m = &g.files[file];
+	uint64_t len = pick_len(), off = pick_off(m, len);
+
+	log_begin(file, OP_READ2, off, len)->flag = off + len > m->size;
+	read_and_check_fd(file, m->fd2, off, len, "read2");
+}
+
+/* -E: user.spillway.evict or .warm of the file (the tier moves it; its
+ * bytes stay); one evict in three with the file closed first (not the
+ * second descriptor), reopened after as a reopen does. An evict refused
+ * with EBUSY (a file in RAM with passthrough opens) is logged skipped. */
+static void do_evict(int file)
+{
+	struct model *m = &g.files[file];
+	uint64_t r = rnd() % 6;
+	int how = r < 2 ? 0 : r < 4 ? 1 : 2; /* evict, warm, evict closed */
+	const char *name = how == 1 ? "user.spillway.warm" : "user.spillway.evict";
+	struct log_ent *e = log_begin(file, OP_EVICT, 0, 0);
+
+	e->flag = how;
+	if (how == 2) {
+		if (close(m->fd) < 0)
+			fail("close %s: %s", m->path, strerror(errno));
+		m->fd = -1;
+	}
+	/* EBUSY: an evict of a file the kernel reads itself (passthrough
+	 * opens of its hot file), refused as documented */
+	if (setxattr(m->path, name, "1", 1, 0) < 0) {
+		if (errno != EBUSY || how == 1)
+			fail("setxattr %s %s: %s", m->path, name, strerror(errno));
+		e->skipped = 1;
+	}
+	if (how == 2) {
+		int holder = g.pt_reopen ? open(m->path, O_RDONLY) : -1;
+		if (g.pt_reopen && holder < 0)
+			fail("open %s read-only: %s", m->path, strerror(errno));
+		open_file(file, 0);
+		if (holder >= 0)
+			close(holder);
+	}
+	if (rnd() % 2)
+		check_fstat_size(file, how == 1 ? "after warm" : "after evict");
+}
+
 static void do_fsync(int file)
 {
 	struct model *m = &g.files[file];
@@ -1073,6 +1146,12 @@ static void run_op(void)
 	case OP_FSYNC:
 		do_fsync(file);
 		break;
+	case OP_EVICT:
+		do_evict(file);
+		break;
+	case OP_READ2:
+		do_read2(file);
+		break;
 	default:
 		do_verify(file);
 		break;
@@ -1129,7 +1208,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: spw_fsx [-N ops] [-S seed] [-f nfiles] [-l maxlen] [-b boundary] [-m] [-A] [-q] "
-		"[-v] [-k] [-P] [-D] [-X ops] DIR\n"
+		"[-v] [-k] [-P] [-D] [-E] [-R] [-X ops] DIR\n"
 		"  -N ops       operations to run (default 10000)\n"
 		"  -S seed      PRNG seed (default: from time and pid; always printed)\n"
 		"  -f nfiles    files kept open (default 4, max %d)\n"
@@ -1142,9 +1221,12 @@ static void usage(void)
 		"  -k           keep the files in DIR at the end (default: unlink)\n"
 		"  -P           reopen with a read-only open held meanwhile (passthrough writers)\n"
 		"  -D           dense: zeros written where a file would get holes (grow, punch)\n"
+		"  -E           also evicts and warms (setxattr user.spillway.evict/.warm), some\n"
+		"               with the file closed first\n"
+		"  -R           a second read-only descriptor per file, open throughout, read too\n"
 		"  -X ops       disable operations, comma-separated: read, truncate, punch,\n"
 		"               fallocate, mapread, mapwrite, reopen, fsync, verify,\n"
-		"               dropcache, stream, scan, and otrunc (reopens never use O_TRUNC); to step\n"
+		"               dropcache, stream, scan, evict, read2, and otrunc (reopens never use O_TRUNC); to step\n"
 		"               past a known bug\n",
 		MAX_FILES);
 	exit(2);
@@ -1153,7 +1235,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	uint64_t v, progress_every;
-	int c, seed_given = 0, admission = 0;
+	int c, seed_given = 0;
 	struct timeval t0, t1;
 	double secs;
 
@@ -1163,7 +1245,7 @@ int main(int argc, char **argv)
 	g.boundary = MIB;
 	g.have_punch = -1; /* unknown until the first try */
 	g.have_falloc = -1;
-	while ((c = getopt(argc, argv, "N:S:f:l:b:mAqvkPDX:h")) != -1) {
+	while ((c = getopt(argc, argv, "N:S:f:l:b:mAqvkPDERX:h")) != -1) {
 		switch (c) {
 		case 'N':
 			if (parse_u64(optarg, &g.nops, 1))
@@ -1191,7 +1273,7 @@ int main(int argc, char **argv)
 			g.use_mmap = 1;
 			break;
 		case 'A':
-			admission = 1;
+			g.admission = 1;
 			break;
 		case 'q':
 			g.quiet = 1;
@@ -1208,6 +1290,12 @@ int main(int argc, char **argv)
 		case 'D':
 			g.dense = 1;
 			break;
+		case 'E':
+			g.evicts = 1;
+			break;
+		case 'R':
+			g.second = 1;
+			break;
 		case 'X':
 			if (parse_disabled(optarg))
 				usage();
@@ -1221,8 +1309,12 @@ int main(int argc, char **argv)
 		usage();
 	if (!g.use_mmap)
 		g.disabled |= (1u << OP_MAPREAD) | (1u << OP_MAPWRITE);
-	if (!admission)
+	if (!g.admission)
 		g.disabled |= (1u << OP_STREAM) | (1u << OP_SCAN);
+	if (!g.evicts)
+		g.disabled |= 1u << OP_EVICT;
+	if (!g.second)
+		g.disabled |= 1u << OP_READ2;
 	g.dir = argv[optind];
 	if (!seed_given) {
 		struct timespec ts;
@@ -1252,6 +1344,9 @@ int main(int argc, char **argv)
 		snprintf(g.files[i].path, sizeof(g.files[i].path), "%s/fsx.%u", g.dir, i);
 		open_file((int)i, 1);
 		check_fstat_size((int)i, "after create");
+		g.files[i].fd2 = g.second ? open(g.files[i].path, O_RDONLY) : -1;
+		if (g.second && g.files[i].fd2 < 0)
+			fail("open %s read-only: %s", g.files[i].path, strerror(errno));
 	}
 
 	progress_every = g.nops / 10 ? g.nops / 10 : 1;
@@ -1267,6 +1362,13 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < g.nfiles; i++) {
 		log_begin((int)i, OP_VERIFY, 0, g.files[i].size);
 		verify_file((int)i, "final verify");
+		if (g.second) {
+			for (uint64_t off = 0; off <= g.files[i].size; off += g.maxio)
+				read_and_check_fd((int)i, g.files[i].fd2, off, g.maxio,
+						  "final verify (second descriptor)");
+			if (close(g.files[i].fd2) < 0)
+				fail("close %s: %s", g.files[i].path, strerror(errno));
+		}
 		if (close(g.files[i].fd) < 0)
 			fail("close %s: %s", g.files[i].path, strerror(errno));
 		open_file((int)i, 0);

@@ -168,7 +168,11 @@ static uint32_t *crc_blocks(int fd, uint64_t size, uint32_t *n, int *err)
 }
 
 /* Seal in's extent: crcs of its size bytes, journaled with the size. The
- * lock stays held (no writer can open meanwhile, nothing truncates it). */
+ * lock stays held (no writer can open meanwhile, nothing truncates it).
+ * The bytes and the extent's name are made durable before the record: a
+ * seal on disk over bytes that are not (the kernel's pages not yet written
+ * back) would fail its crcs after a power loss, and a file closed and
+ * sealed before a journal sync must come back whole. */
 static void seal_locked(struct tier *t, struct inode *in)
 {
 	struct idx_ext *x = in->ext;
@@ -176,6 +180,13 @@ static void seal_locked(struct tier *t, struct inode *in)
 	int err = 0;
 
 	ext_refresh_locked(t, in);
+	if (fdatasync(x->fd) < 0 ||
+	    (t->extr && x->dev < (uint32_t)t->extr->n && fsync(t->extr->dirfd[x->dev]) < 0)) {
+		log_warn("extent of inode %llu: cannot seal it: its sync failed: %s (its reads are "
+			 "not verified until it is)",
+			 (unsigned long long)in->ino, strerror(errno));
+		return;
+	}
 	if (!(crc = crc_blocks(x->fd, in->size, &n, &err))) {
 		log_warn("extent of inode %llu: cannot seal it: %s (its reads are not verified "
 			 "until it is)",
@@ -194,10 +205,14 @@ static void seal_locked(struct tier *t, struct inode *in)
 	ST_ADD(ext_sealed_bytes, in->size);
 }
 
-/* A change: a seal in flight or done no longer holds. 0 or -EIO. */
+/* A change: a seal in flight or done no longer holds. Durable before the
+ * extent changes (the kernel may write its pages back at any time after a
+ * write): a power loss must never leave the old seal over new bytes (its
+ * crcs would fail: EIO for bytes the disk holds). 0 or -EIO. */
 static int unseal_locked(struct tier *t, struct inode *in)
 {
 	struct idx_ext *x = in->ext;
+	int ret;
 
 	x->wgen++;
 	if (!x->sealed)
@@ -206,7 +221,9 @@ static int unseal_locked(struct tier *t, struct inode *in)
 	free(x->crc);
 	x->crc = NULL;
 	x->ncrc = 0;
-	return idx_journal_ext_locked(t->idx, in, 0);
+	if ((ret = idx_journal_ext_locked(t->idx, in, 0)) == 0 && t->jrnl)
+		ret = jrnl_sync(t->jrnl);
+	return ret;
 }
 
 void ext_refresh_locked(struct tier *t, struct inode *in)

@@ -17,10 +17,11 @@
  *   the daemon); the kernel reads and writes it into the disk's page cache,
  *   as for a plain directory: a kill -9 of the daemon loses nothing it took.
  *   Size and mtime are read back from the extent (getattr, fsync, close).
- * - Seals it at its last writer's close: a crc32c per JRNL_EXT_BLOCK from
- *   the page cache, journaled; a write (an open for writing, a daemon write,
- *   truncate, fallocate) unseals it until the next seal. Unsealed extents
- *   are recovered by their size on disk and sealed at mount.
+ * - Seals it at its last writer's close: its bytes and name made durable,
+ *   then a crc32c per JRNL_EXT_BLOCK from the page cache, journaled; a write
+ *   (an open for writing, a daemon write, truncate, fallocate) unseals it,
+ *   the unseal durable before the extent changes, until the next seal.
+ *   Unsealed extents are recovered by their size on disk and sealed at mount.
  * - Serves what still reaches the daemon (passthrough off, another open's
  *   mode): reads of a sealed extent verified block by block (-EIO on a
  *   mismatch), writes into it; truncate, fallocate, SEEK_DATA/HOLE, fsync
