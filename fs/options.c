@@ -157,7 +157,7 @@ const struct opt_spec opt_table[] = {
      .kind = OPT_ENUM,
      FIELD(extents),
      WORDS({"on", 1, 0}, {"off", 0, 0}),
-     .def = "off",
+     .def = "on",
      .meta = "on|off",
      .help = "on: a file written while RAM is full goes to one file on a cold directory, served by the kernel",
      .man_tag = ".BR %s= on | off",
@@ -166,7 +166,9 @@ const struct opt_spec opt_table[] = {
 	    "(or written around it) moves into an extent: one file in\n"
 	    ".IB nvme /extents/\n"
 	    "holding its bytes at their own offsets; so does a file opened for writing\n"
-	    "while empty within 10 s of that. The kernel reads and writes an extent itself\n"
+	    "while empty within 10 s of that, and a closed file of 16 MiB or more all in\n"
+	    "RAM when the evictor (or an evict) takes it. The kernel reads and writes an\n"
+	    "extent itself\n"
 	    "(FUSE passthrough), as for a plain directory on that disk. Needs\n"
 	    ".B nvme\n"
 	    "and passthrough; granted only on a directory with room beyond 1 GiB and 10%\n"

@@ -60,6 +60,11 @@ def mount_root(path):
     return p
 
 
+def cold_bytes(st):
+    """Bytes written to the cold tier: into segments, or sealed in extents."""
+    return st["spilled"]["bytes"] + st.get("extents", {}).get("sealed_bytes", 0)
+
+
 def spillway_stats(mnt):
     try:
         return json.loads(os.getxattr(mnt, STATS_XATTR))
@@ -177,8 +182,11 @@ def main():
              nbytes / MiB / statistics.mean(t_res), ", every file evicted first"
              if args.evict else ""))
     if before is not None and after is not None:
-        res["spillway"] = {k: after[k]["bytes"] - before[k]["bytes"]
-                           for k in ("spilled", "restored")}
+        # to the cold tier: spilled into segments, or sealed in extents
+        # (a file whose bytes all moved to one file on a cold directory)
+        res["spillway"] = {
+            "spilled": cold_bytes(after) - cold_bytes(before),
+            "restored": after["restored"]["bytes"] - before["restored"]["bytes"]}
         res["spillway"]["hot_limit"] = after["hot"]["limit"]
         print("spillway %s: hot tier %d MiB; spilled %d MiB, restored %d MiB during the run"
               % (mnt, after["hot"]["limit"] // MiB, res["spillway"]["spilled"] // MiB,

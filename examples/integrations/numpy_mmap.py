@@ -185,10 +185,12 @@ def main():
 
     st = spillway_stats(d)
     if st is not None:
-        print("spillway: hot %d/%d MiB, spilled %d MiB, restored %d MiB, segments %d"
+        ext = st.get("extents", {})
+        print("spillway: hot %d/%d MiB, spilled %d MiB, restored %d MiB, segments %d, "
+              "extents %d"
               % (st["hot"]["used"] // MiB, st["hot"]["limit"] // MiB,
-                 st["spilled"]["bytes"] // MiB, st["restored"]["bytes"] // MiB,
-                 st["segments"]["count"]))
+                 (st["spilled"]["bytes"] + ext.get("sealed_bytes", 0)) // MiB,
+                 st["restored"]["bytes"] // MiB, st["segments"]["count"], ext.get("files", 0)))
 
     if not args.keep:
         for e in expect:

@@ -344,7 +344,10 @@ class TestPressure(PassthroughCase):
     timeout = 300
 
     def test_never_punched_under_pressure(self):
-        m = self.cold_mount(hot_size="48M", opts=["write_wait=30s", "min_spill_size=8M"])
+        # extents=off: the other files' chunks must go through RAM into
+        # segments around the held one (extents would take them off RAM)
+        m = self.cold_mount(hot_size="48M", opts=["write_wait=30s", "min_spill_size=8M",
+                                                  "extents=off"])
         held = pattern(31, 16 * MiB)
         write_file(m.path("held"), held, m.mnt)
         f = open(m.path("held"), "rb")

@@ -454,7 +454,9 @@ class TestDaemonMemory(RamCase):
         staging, segment reads, restores) goes back once the mount is
         still, down to the documented bound."""
         hot, cold, state = self.make_state()
-        opts = ["chunk_size=1M", "min_spill_size=16M", "nvme=" + cold, "state_dir=" + state]
+        # extents=off: the daemon's buffers on the segment path are measured
+        opts = ["chunk_size=1M", "min_spill_size=16M", "nvme=" + cold, "state_dir=" + state,
+                "extents=off"]
         m = self.cmount(hot, opts, "rss", hot_size="64M")
         names = ["w%d" % i for i in range(4)]
         run_threads([lambda i=i: write_content(m.path(names[i]), 80 + i, 64 * MiB)

@@ -57,6 +57,7 @@ class SegCase(TierCase):
 
     def tier_mount(self, hot_size, **opts):
         self.cold = self.cold_dir()
+        opts.setdefault("extents", "off")  # segments are what these tests read
         o = ["nvme=" + self.cold] + ["%s=%s" % kv for kv in opts.items()]
         self.m = self.mount(hot_size=hot_size, opts=o)
         self.mnt = self.m.mnt

@@ -259,15 +259,20 @@ void ext_refresh_locked(struct tier *t, struct inode *in)
 
 /* ---- granting one, opens and closes ---- */
 
-/* The cold directory with the most room that keeps its margin, or -ENOSPC. */
+/* The cold directory with the most room that keeps its margin, or -ENOSPC.
+ * Directories on one filesystem share its room: among them, each new
+ * extent takes the next in turn (their disks' bandwidth, if the mount
+ * stacks several). */
 static int choose_dir(struct tier *t)
 {
 	struct extents *e = t->extr;
 	struct store_dev_stat ds[EXT_DIRS];
-	uint64_t best = 0;
+	uint64_t best = 0, best_fsid = 0;
 	int dev = -ENOSPC, nds = t->store ? store_stat(t->store, ds, EXT_DIRS) : 0;
+	unsigned start = (unsigned)(__atomic_load_n(&e->next_id, __ATOMIC_RELAXED) % (uint64_t)e->n);
 
-	for (int i = 0; i < e->n; i++) {
+	for (int k = 0; k < e->n; k++) {
+		int i = (int)((start + (unsigned)k) % (unsigned)e->n);
 		struct statvfs sv;
 		uint64_t total, avail, margin;
 		/* a directory the segments skip after an I/O error: so do extents */
@@ -282,8 +287,9 @@ static int choose_dir(struct tier *t)
 		 * threshold: an extent (never demoted yet) must not eat that */
 		if (t->s3 && (double)(total - avail) > (t->cfg->nvme_threshold - 0.05) * (double)total)
 			continue;
-		if (avail > best) {
+		if (avail > best && (dev < 0 || (uint64_t)sv.f_fsid != best_fsid)) {
 			best = avail;
+			best_fsid = (uint64_t)sv.f_fsid;
 			dev = i;
 		}
 	}
