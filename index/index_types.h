@@ -133,6 +133,8 @@ struct idx_ext {
 	uint32_t opens;	 /* tier/extent: opens now, and writers among them */
 	uint32_t writers;
 	int64_t seen_mt, seen_ct; /* tier/extent: the extent's times last taken */
+	int32_t wb_err;		  /* tier/extent: a writeback error a seal's sync took, owed
+				   * to the next fsync (errseq reports it to one sync only) */
 };
 
 struct inode {

@@ -252,6 +252,49 @@ class TestColdFull(FaultCase):
 # 10. one of two cold directories failing (a dying disk, a lying one)
 
 
+class TestExtentSyncFails(FaultCase):
+    """An extent's disk fails the sync of a seal (the last writer's close):
+    the close cannot report it (FUSE's release comes after close()
+    returned), so the next fsync of the file does, once, as the kernel's
+    errseq would; the extent stays unsealed. (tests/shims/spw_faultdir.c
+    fails fdatasync on the cold directory's files.)"""
+    timeout = 120
+
+    def test_failed_seal_sync_is_the_next_fsyncs_eio(self):
+        shim = os.path.join(harness.BUILD_DIR, "tests", "spw_faultdir.so")
+        cold = os.path.realpath(self.cold_dir())
+        ctl = os.path.join(self.tmpdir(), "fault")
+        env = dict(os.environ, LD_PRELOAD=shim, SPW_FAULT_DIR=cold, SPW_FAULT_CTL=ctl)
+        self.m = self.mount(hot_size="64M", env=env, opts=[
+            "chunk_size=1M", "nvme=" + cold, "io_engine=psync", "extents=on",
+            "state_dir=" + os.path.join(self.tmpdir(), "state")])
+        self.mnt = self.m.mnt
+        p = self.p("f")
+        write_content(p, 71, 20 * MiB)
+        self.evict(p)  # a sealed extent (durable first)
+        self.assertEqual((self.state(p)["extent"], self.state(p)["sealed"]), (1, 1))
+        fd = os.open(p, os.O_WRONLY)
+        try:
+            os.pwrite(fd, b"x" * 4096, 5 * MiB)  # the kernel writes the extent
+            with open(ctl, "w") as f:
+                f.write("EIO data")
+        finally:
+            os.close(fd)
+        harness.wait_until(lambda: "its sync failed" in self.m.log_text(50), 20,
+                           "the seal at the writer's release met the failing sync")
+        os.unlink(ctl)  # the disk works again
+        self.assertEqual(self.state(p)["sealed"], 0)
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            with self.assertRaises(OSError) as cm:
+                os.fsync(fd)
+            self.assertEqual(cm.exception.errno, errno.EIO)
+            os.fsync(fd)  # reported once
+            self.assertEqual(os.pread(fd, 4096, 5 * MiB), b"x" * 4096)
+        finally:
+            os.close(fd)
+
+
 class TestColdDirFails(FaultCase):
     """One of two cold directories fails: EIO at segment creation, EIO or
     ENOSPC in the middle of a segment (statvfs still showing room, as a

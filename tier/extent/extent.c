@@ -182,6 +182,7 @@ static void seal_locked(struct tier *t, struct inode *in)
 	ext_refresh_locked(t, in);
 	if (fdatasync(x->fd) < 0 ||
 	    (t->extr && x->dev < (uint32_t)t->extr->n && fsync(t->extr->dirfd[x->dev]) < 0)) {
+		x->wb_err = -errno; /* the writer's next fsync reports it */
 		log_warn("extent of inode %llu: cannot seal it: its sync failed: %s (its reads are "
 			 "not verified until it is)",
 			 (unsigned long long)in->ino, strerror(errno));
@@ -852,6 +853,10 @@ int ext_fsync(struct tier *t, struct inode *in)
 	if (fdatasync(fd) < 0 || (dfd >= 0 && fsync(dfd) < 0))
 		ret = -errno;
 	idx_inode_lock(in);
+	if (in->ext && in->ext->wb_err) { /* taken by a seal's sync meanwhile */
+		ret = ret ? ret : in->ext->wb_err;
+		in->ext->wb_err = 0;
+	}
 	if (ret == 0 && in->ext) {
 		ext_refresh_locked(t, in);
 		in->attr_dirty = 0;
