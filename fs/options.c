@@ -181,6 +181,19 @@ const struct opt_spec opt_table[] = {
 	    "with\n"
 	    ".B off\n"
 	    "too.\n"},
+    {.name = "extent_min",
+     .kind = OPT_SIZE,
+     FIELD(extent_min),
+     .min = 1 * MiB,
+     .max = 1024 * GiB,
+     .def = "16M",
+     .meta = "SIZE",
+     .accepted = "must be between 1M and 1T",
+     .help = "the smallest stream or cold file moved whole into an extent (1M..1T)",
+     .man_tag = ".BI %s= size",
+     .man = "The smallest file that moves whole into an extent: a stream written under\n"
+	    "pressure, a closed file the evictor takes or an evict asks for (smaller ones\n"
+	    "are packed into segments); between 1M and 1T.\n"},
     {.name = "cold_writes",
      .kind = OPT_ENUM,
      FIELD(cold_writes),

@@ -472,7 +472,7 @@ static int stream_wants_extent_locked(struct tier *t, const struct inode *in,
 	if (!(in->around && !was_around) &&
 	    (io->off + written) / t->chunk_size == io->off / t->chunk_size)
 		return 0;
-	return in->around || (in->size >= EXT_ADOPT_MIN &&
+	return in->around || (in->size >= t->cfg->extent_min &&
 			      hot_used(t->hot) + hot_reserved(t->hot) >
 				  t->cfg->low_watermark * (double)hot_limit(t->hot));
 }
@@ -1032,7 +1032,7 @@ int tier_evict_file(struct tier *t, struct inode *in)
 	if (t->cfg->extents) {
 		dl = clock_deadline_ms(EVICT_RELEASE_WAIT_MS);
 		idx_inode_lock(in);
-		while (in->open_count && in->size >= EXT_ADOPT_MIN &&
+		while (in->open_count && in->size >= t->cfg->extent_min &&
 		       ext_movable_locked(t, in) == 0 && idx_inode_timedwait(in, &dl) != -ETIMEDOUT)
 			;
 		idx_inode_unlock(in);

@@ -138,6 +138,32 @@ class TestEvictorExtents(ExtentCase):
             os.close(fd)
         self.assertEqual(read(m.path("big")), big)
 
+    def test_extent_min(self):
+        """extent_min=32M: a 20 MiB evict goes into segments, a 40 MiB one
+        into an extent; a value out of range is refused in one line and
+        nothing is mounted."""
+        m = self.start(["extent_min=32M"], hot_size="128M")
+        small, big = pattern(46, 20 * MiB), pattern(47, 40 * MiB)
+        write(m.path("small"), small)
+        write(m.path("big"), big)
+        for n in ("small", "big"):
+            os.setxattr(m.path(n), "user.spillway.evict", b"1")
+        self.assertNotIn("extent", file_state(m.path("small")))
+        self.assertGreater(file_state(m.path("small"))["segments"], 0)
+        self.assertEqual(file_state(m.path("big"))["extent"], 1)
+        self.assertEqual(read(m.path("small")), small)
+        self.assertEqual(read(m.path("big")), big)
+        mnt = self.tmpdir()
+        args = ["-f", "-o", "hot_dir=%s,hot_size=64M,nvme=%s,extent_min=512K"
+                % (os.path.join(self.tmpdir(on_shm=True), "hot"), self.cold), mnt]
+        rc, out, err, was_mounted = harness.run_spillway(args, mnt)
+        self.assertFalse(was_mounted)
+        self.assertEqual(rc, 1, err)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("extent_min", lines[0])
+        self.assertIn("512K", lines[0])
+
     def test_extents_off_keeps_segments(self):
         m = self.start(["extents=off", "min_spill_size=8M"], hot_size="64M")
         big = pattern(44, 24 * MiB)

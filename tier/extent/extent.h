@@ -8,7 +8,7 @@
  *   above spill_threshold), with passthrough on, gets an extent on the cold directory with the most room (only one that
  *   keeps a margin: EXT_MARGIN_MIN and 10 % free, and with S3 below stays
  *   under nvme_threshold), journaled (JR_EXTENT) before the open replies.
- * - Adopts a stream of EXT_ADOPT_MIN or more written while RAM is above
+ * - Adopts a stream of extent_min (a mount option) or more written while RAM is above
  *   low_watermark, or the moment it is written around RAM (tier/admit):
  *   its bytes so far move into a new extent, the rest of its writes go there
  *   through the daemon, and later opens to the kernel (ext_adopt_locked).
@@ -29,12 +29,12 @@
  * - Deletes it with its file (the release hook), or at a truncate to 0 with
  *   no opens (the file goes back to the hot tier); recovery removes extents
  *   no file names.
- * - An evict of a file of EXT_ADOPT_MIN or more all in RAM moves it into an
+ * - An evict of a file of extent_min or more all in RAM (or the evictor's
+ *   pick of such a cold closed file: tier/spill/to_extent.c) moves it into an
  *   extent (durable first) rather than into segments: read once later, the
  *   kernel reads it at the disk's speed.
- * Not (yet): demotion to S3, the background evictor writing a cold big
- *   file as an extent, warm/pin bringing one into RAM (they read it into
- *   the page cache).
+ * Not (yet): demotion to S3, warm/pin bringing one into RAM (they read it
+ *   into the page cache).
  * Threading: the *_locked calls with the inode lock held; the others take
  * it. Lock order as tier.c says (inode lock, then nothing of this room's:
  * its state is atomics and read-only paths).
@@ -51,9 +51,6 @@ struct inode;
 /* A file written around this recently (tier/admit) says streams are under
  * pressure: new ones get extents */
 #define EXT_RECENT_MS 10000
-/* A stream this big, written while RAM is above low_watermark, moves into
- * an extent before the evictor takes its chunks (tier_io.c) */
-#define EXT_ADOPT_MIN (16ull << 20)
 /* Free room a directory keeps beyond an extent (and 10 % of its size) */
 #define EXT_MARGIN_MIN (1ull << 30)
 

@@ -505,7 +505,7 @@ static int under_pressure(struct tier *t)
 }
 
 /* The extents step of a round (extents=on): a closed file of
- * EXT_ADOPT_MIN or more all in RAM, among the dirty candidates v[0..*nd),
+ * extent_min or more all in RAM, among the dirty candidates v[0..*nd),
  * moves whole into an extent (tier/extent) rather than into packed
  * segments: read once later, the kernel reads it from the disk at the
  * disk's speed. Its candidates leave v[0..*nd) (the rest of v keeps its
@@ -518,7 +518,7 @@ static void move_big_files(struct tier *t, struct cand *v, size_t *nd, uint64_t 
 	for (size_t i = 0; i < *nd && *got < need; i++) {
 		struct inode *in = v[i].in;
 		int64_t freed;
-		if (__atomic_load_n(&in->ext, __ATOMIC_RELAXED) || in->size < EXT_ADOPT_MIN)
+		if (__atomic_load_n(&in->ext, __ATOMIC_RELAXED) || in->size < t->cfg->extent_min)
 			continue; /* a peek: spill_file_to_extent checks under the lock */
 		if ((freed = spill_file_to_extent(t, in)) == -ENOSPC)
 			return;

@@ -46,7 +46,7 @@ int64_t spill_file_to_extent(struct tier *t, struct inode *in)
 	int fd = -1, ret;
 
 	idx_inode_lock(in);
-	if (in->open_count == 0 && in->size >= EXT_ADOPT_MIN && ext_movable_locked(t, in) == 0 &&
+	if (in->open_count == 0 && in->size >= t->cfg->extent_min && ext_movable_locked(t, in) == 0 &&
 	    (gens = malloc(in->nchunks * sizeof(*gens))) &&
 	    (fd = hot_fd_get_locked(t->hot, in)) >= 0) {
 		n = in->nchunks;

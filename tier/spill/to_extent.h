@@ -11,7 +11,7 @@
 struct tier;
 struct inode;
 
-/* A closed file of EXT_ADOPT_MIN or more all in RAM moves into a sealed
+/* A closed file of extent_min or more all in RAM moves into a sealed
  * extent (an evict, or the evictor's pick of a cold big file): copied,
  * made durable and crc'd outside its lock, committed only when no chunk
  * changed meanwhile. The RAM it freed, or -errno (-EAGAIN: not such a
