@@ -134,8 +134,33 @@ static void init_uring(struct spw *s, struct fuse_conn_info *conn)
 	log_info("io_uring off (%s): requests go through /dev/fuse", why);
 }
 
-/* Raise the mount's readahead so sequential reads arrive in 1 MiB requests.
- * Runs in its own thread: stat() of the mountpoint needs the session loop. */
+/*
+ * The largest FUSE request to ask for: what fs.fuse.max_pages_limit allows
+ * (Linux 6.13+; 256 pages, 1 MiB, by default), at most SPW_REQUEST_MAX. An
+ * administrator who raised it gets larger writes and reads where the daemon
+ * serves (bench/bench_reqsize.py measures what they give); spillway never
+ * changes it. libfuse (3.17+) sizes its buffers from the same limit and
+ * caps max_write to them.
+ */
+#define SPW_REQUEST_MAX (4u << 20)
+static unsigned request_max(void)
+{
+	unsigned long pages = 0;
+	FILE *f = fopen("/proc/sys/fs/fuse/max_pages_limit", "r");
+
+	if (f) {
+		if (fscanf(f, "%lu", &pages) != 1)
+			pages = 0;
+		fclose(f);
+	}
+	if (pages * 4096 <= (1u << 20))
+		return 1u << 20;
+	return pages * 4096 < SPW_REQUEST_MAX ? (unsigned)(pages * 4096) : SPW_REQUEST_MAX;
+}
+
+/* Raise the mount's readahead so sequential reads arrive in requests of
+ * request_max() (1 MiB by default). Runs in its own thread: stat() of the
+ * mountpoint needs the session loop. */
 static void *tune_readahead(void *arg)
 {
 	struct spw *s = arg;
@@ -152,7 +177,7 @@ static void *tune_readahead(void *arg)
 		log_debug("readahead: cannot open %s: %s", path, strerror(errno));
 		return NULL;
 	}
-	fprintf(f, "1024\n");
+	fprintf(f, "%u\n", request_max() >> 10);
 	if (fclose(f) != 0)
 		log_debug("readahead: cannot set %s: %s", path, strerror(errno));
 	return NULL;
@@ -206,10 +231,11 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	struct spw *s = userdata;
 	pthread_t th;
+	unsigned req = request_max();
 
-	conn->max_write = 1 << 20;
+	conn->max_write = req;
 	conn->max_read = s->max_read; /* libfuse wants the mount option's value */
-	conn->max_readahead = conn->max_readahead > (1u << 20) ? conn->max_readahead : (1u << 20);
+	conn->max_readahead = conn->max_readahead > req ? conn->max_readahead : req;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
 	/* libfuse splices requests in (its default with write_buf) through a
