@@ -50,5 +50,6 @@ run test_overlay "" OverlayTest OverlayDurabilityTest OverlayS3Test
 run test_admission ""
 run test_extents ""
 run test_scrub ""
+run test_extent_evict ""
 echo "sanitize: integration subset $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

@@ -26,7 +26,9 @@
 #          chunk, re-reads promoted, write-around racing overwrites and
 #          truncates, kill -9 while written around)
 #        test_extents and test_scrub (the scrub thread against writers
-#          of the file it reads, a cancel and an unmount in its middle).
+#          of the file it reads, a cancel and an unmount in its middle),
+#          test_extent_evict (the evictor moving files into extents while
+#          writers create and write others).
 # Measured (seconds, 2 cores, medians of 4 runs with an hour-long soak
 # beside them at load 20-25; docs/testing.md, "Hardening"): build 75 (from
 # an empty build-tsan), unit tests 75, integration 212 (tiering 58,
@@ -88,5 +90,6 @@ run test_admission "" TestReadOnce TestWriteAround TestWriteAroundKill9
 run test_overlay "" OverlayTest OverlayDurabilityTest
 run test_extents ""
 run test_scrub ""
+run test_extent_evict ""
 echo "tsan: integration $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

@@ -515,11 +515,18 @@ static int under_pressure(struct tier *t)
 static void move_big_files(struct tier *t, struct cand *v, size_t *nd, uint64_t need,
 			   uint64_t *got, uint64_t *dirty, uint64_t *around)
 {
+	struct inode *tried[64]; /* files looked at this round (their chunks recur) */
+	size_t ntried = 0;
+
 	for (size_t i = 0; i < *nd && *got < need; i++) {
 		struct inode *in = v[i].in;
-		int64_t freed;
-		if (__atomic_load_n(&in->ext, __ATOMIC_RELAXED) || in->size < t->cfg->extent_min)
-			continue; /* a peek: spill_file_to_extent checks under the lock */
+		int64_t freed, seen = 0;
+		for (size_t k = 0; k < ntried && !seen; k++)
+			seen = tried[k] == in;
+		if (seen || __atomic_load_n(&in->ext, __ATOMIC_RELAXED))
+			continue; /* spill_file_to_extent checks the rest under the lock */
+		if (ntried < sizeof(tried) / sizeof(tried[0]))
+			tried[ntried++] = in;
 		if ((freed = spill_file_to_extent(t, in)) == -ENOSPC)
 			return;
 		if (freed < 0)

@@ -9,6 +9,7 @@
 #include "tier/spill/to_extent.h"
 #include "tier/tier_i.h"
 #include "tier/extent/extent.h"
+#include "tier/spill/spill.h"
 
 #include "common/log.h"
 #include "index/journal.h"
@@ -20,6 +21,7 @@
 
 void spill_let_go_for_extent_locked(struct tier *t, struct inode *in, int fd)
 {
+	uint32_t opens = in->open_count; /* theirs: the opens from before */
 	int ret;
 
 	if ((ret = idx_journal_cut_locked(t->idx, in, 0, in->nchunks)) < 0)
@@ -32,9 +34,15 @@ void spill_let_go_for_extent_locked(struct tier *t, struct inode *in, int fd)
 		in->chunks[c].around = 0;
 		in->chunks[c].gen++;
 	}
+	/* a spill still reading a chunk through its mapping (a write made it
+	 * dirty again under the spill: the state let the move by) must not
+	 * meet a cut page, a SIGBUS to it; it finds the generation moved and
+	 * keeps nothing. The wait drops the lock: the file is the extent's
+	 * meanwhile, its new opens take no hold on the hot file. */
+	spill_wait_mapped_locked(t, in, 0, in->nchunks);
 	if (ftruncate(fd, 0) == 0)
 		hot_account_locked(t->hot, in);
-	for (uint32_t i = 0; i < in->open_count; i++)
+	for (uint32_t i = 0; i < opens; i++)
 		hot_fd_put_locked(t->hot, in);
 }
 

@@ -20,8 +20,9 @@ struct inode;
 int64_t spill_file_to_extent(struct tier *t, struct inode *in);
 /* in just became an extent: its chunks are let go (journaled as holes
  * after the extent's record: a replay of both keeps the extent, which
- * recovery prefers), its hot file emptied, the opens' holds on it
- * returned. in->lock held, fd its hot file (held). */
+ * recovery prefers), its hot file emptied once no spill reads it through
+ * a mapping (the wait drops the lock), the opens' holds on it returned.
+ * in->lock held, fd its hot file (held). */
 void spill_let_go_for_extent_locked(struct tier *t, struct inode *in, int fd);
 
 #endif
