@@ -84,8 +84,8 @@ struct tier_stats {
 	uint64_t kdrops_sent, kdrops_owed;
 	/* extents (tier/extent): files that have one now, granted, opens
 	 * passed through to one, seals and their bytes, blocks that failed
-	 * their crc, extents no file named (removed at mount), files the
-	 * evictor moved into one */
+	 * their crc, extents no file named (removed at mount), closed files
+	 * moved whole into one (the evictor's, an evict's) */
 	uint64_t ext_files, ext_created, ext_opens, ext_seals, ext_sealed_bytes;
 	uint64_t ext_crc_errors, ext_orphans, ext_evicted;
 	/* the online scrub (tier/extent/scrub.c): runs started, bytes read

@@ -533,7 +533,6 @@ static void move_big_files(struct tier *t, struct cand *v, size_t *nd, uint64_t 
 			continue;
 		evict_room_freed(t);
 		*got += (uint64_t)freed;
-		__atomic_add_fetch(&t->st.ext_evicted, 1, __ATOMIC_RELAXED);
 		/* its candidates go; the ones behind it close up (i is met again) */
 		size_t k = 0;
 		for (size_t j = 0; j < *nd; j++) {

@@ -80,6 +80,8 @@ int64_t spill_file_to_extent(struct tier *t, struct inode *in)
 			ext_move_abort(t, &m);
 			ret = -EAGAIN;
 		} else {
+			/* counted with the extent in place, before the lock drops */
+			__atomic_add_fetch(&t->st.ext_evicted, 1, __ATOMIC_RELAXED);
 			spill_let_go_for_extent_locked(t, in, fd);
 		}
 	}
