@@ -221,8 +221,14 @@ class TestWriteAround(AdmitCase):
         # cold soon after its close: nothing of it dirty or in RAM
         self.poll(lambda: (lambda st: st["dirty"] + st["hot"] == 0)(self.state(big)), 30,
                   "the written-around file cold after its close (%s)" % self.state(big))
+        # the stream went around RAM, not through the hot data; but when its
+        # writer waits for room (a slow or busy disk: CI's parallel tests)
+        # the evictor takes the oldest dirty chunks too, no bet on the
+        # written-around ones alone (evict.c): at most one segment's worth
+        # (min_spill_size, 4 chunks) of the hot file, never the file
         st = self.state(hot)
-        self.assertEqual((st["hot"], st["cold"]), (8, 0), "the hot file was pushed out: %s" % st)
+        self.assertEqual(st["hot"] + st["cold"], 8, st)
+        self.assertLessEqual(st["cold"], 4, "the hot file was pushed out: %s" % st)
         s1 = self.stats()
         self.assertGreaterEqual(s1["spilled"]["bytes"] - s0["spilled"]["bytes"], 96 * MiB)
         self.assertLessEqual(s1["hot"]["used"], s1["hot"]["limit"])
