@@ -21,7 +21,8 @@
  * writers (tier_open.c).
  *
  * ABSENT    -> HOT_DIRTY  written or allocated; replay: DIRTY
- *           -> COLD       replay: a location (LOC)
+ *           -> COLD       replay: a location (LOC); an extent demoted to
+ *                         S3 (tier/spill/demote_ext.c)
  *           -> ABSENT     a hole punched over it (tier_io.c, fallocate)
  * HOT_DIRTY -> HOT_DIRTY  written again
  *           -> SPILLING   taken by a spill (spill.c)
@@ -46,7 +47,8 @@
  *           -> HOT_DIRTY  zeroed whole (fallocate: written); replay: PART
  *           -> COLD       recovery: a chain with nothing in the hot file
  *                         (recover.c)
- *           -> ABSENT     truncated or punched (tier_io.c)
+ *           -> ABSENT     truncated or punched (tier_io.c); an extent's
+ *                         demotion the journal refused (demote_ext.c)
  * RESTORING -> HOT_CLEAN  restored (restore.c)
  *           -> COLD       the restore failed (restore.c) or the last direct
  *                         reader is done (restore_read.c, restore.c: a chunk

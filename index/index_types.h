@@ -135,6 +135,10 @@ struct idx_ext {
 	int64_t seen_mt, seen_ct; /* tier/extent: the extent's times last taken */
 	int32_t wb_err;		  /* tier/extent: a writeback error a seal's sync took, owed
 				   * to the next fsync (errseq reports it to one sync only) */
+	uint64_t used;		  /* tier/extent: idx_tick of its last open or seal (0: none
+				   * since the mount), what demotion orders by */
+	uint32_t bad_wgen;	  /* tier/extent: wgen + 1 when demotion found a block
+				   * failing its crc (0: never): not picked again */
 };
 
 struct inode {

@@ -87,7 +87,7 @@ struct tier_stats {
 	 * their crc, extents no file named (removed at mount), closed files
 	 * moved whole into one (the evictor's, an evict's) */
 	uint64_t ext_files, ext_created, ext_opens, ext_seals, ext_sealed_bytes;
-	uint64_t ext_crc_errors, ext_orphans, ext_evicted;
+	uint64_t ext_crc_errors, ext_orphans, ext_evicted, ext_demoted, ext_demoted_bytes;
 	/* the online scrub (tier/extent/scrub.c): runs started, bytes read
 	 * and checked, blocks found damaged (also in ext_crc_errors) */
 	uint64_t scrub_runs, scrub_bytes, scrub_damaged;
@@ -220,15 +220,21 @@ void gc_delete(struct tier *t, const uint64_t *ids, size_t n);
 void gc_compact(struct tier *t, uint64_t id);
 
 /* demote.c: nvme fuller than nvme_threshold: move the least recently read
- * segments to s3. */
-/* Mark gc_busy and return up to max nvme segments, least recently read
- * first, whose bytes bring the nvme tier 5 % below nvme_threshold (none
- * when it is not above it, or without s3). */
-size_t demote_pick(struct tier *t, uint64_t *ids, size_t max);
+ * segments and extents to s3. */
+/* Up to max nvme segments (marked gc_busy) into ids and up to max extents
+ * (their inodes) into inos, *ninos, least recently used first of both,
+ * whose bytes bring the nvme tier 5 % below nvme_threshold (none when it
+ * is not above it, or without s3). Returns the segments picked. */
+size_t demote_pick(struct tier *t, uint64_t *ids, size_t max, uint64_t *inos, size_t *ninos);
 /* Demote segment id (gc_busy, picked by demote_pick) unless the nvme tier
  * is already 5 % below nvme_threshold, then clear gc_busy. 0 demoted, 1
  * not needed any more, or -errno. */
 int demote_segment(struct tier *t, uint64_t id);
+/* The same for the extent of inode ino (demote_ext.c does the move). */
+int demote_ext(struct tier *t, uint64_t ino);
+/* demote_ext.c: move ino's extent into a segment on s3 now. 0 moved, 1
+ * nothing to move (changed, open, gone), or -errno. */
+int demote_extent(struct tier *t, uint64_t ino);
 
 /* inval.c */
 /* Queue a page-cache invalidation of [off, off+len) of ino (len 0: to the

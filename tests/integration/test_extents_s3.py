@@ -108,8 +108,8 @@ class TestExtentsFullColdDir(S3Case):
 
     def test_s3_threshold_streams_go_through_the_daemon(self):
         """With S3 below, an extent must also leave the directory under
-        nvme_threshold - 0.05 (demotion keeps it under nvme_threshold and
-        never moves an extent): a directory of 2 GiB with 1400 MiB free keeps
+        nvme_threshold - 0.05 (demotion keeps it under nvme_threshold, an
+        extent only once it is closed: test_extent_demote): a directory of 2 GiB with 1400 MiB free keeps
         the 1 GiB margin but is above 0.3 - 0.05 full: no extent, the
         streams go through the daemon and on to S3, no ENOSPC."""
         self.setup_mount("2G", nvme_threshold="0.3")

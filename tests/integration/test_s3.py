@@ -519,13 +519,7 @@ class TestColdTierOut(S3Case):
         self.assertEqual(failed[0], errno.ENOSPC, failed)
         self.assertGreaterEqual(failed[1], 2.5, "ENOSPC before write_wait: %r" % (failed,))
         # data only in S3: EIO, not wrong bytes nor a hang
-        fd = open_uncached(self.p("before"))
-        try:
-            with self.assertRaises(OSError) as cm:
-                os.pread(fd, 4096, 5 * MiB)
-            self.assertEqual(cm.exception.errno, errno.EIO)
-        finally:
-            os.close(fd)
+        self.assertReadEIO(self.p("before"), 4096, 5 * MiB)
         # what is in RAM reads back while S3 is gone
         for name, size, tag in acked:
             self.assertContent(self.p(name), tag, size, "(in RAM, S3 gone)")

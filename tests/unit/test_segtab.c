@@ -54,8 +54,8 @@ static void test_register_release(void **state)
 
 	assert_int_equal(a, 1); /* id 0 is never handed out */
 	assert_int_equal(b, 2);
-	assert_int_equal(segtab_register(t, a, 3, 1000, 800), 0);
-	assert_int_equal(segtab_register(t, b, 0, 500, 500), 0);
+	assert_int_equal(segtab_register(t, a, 0, 3, 1000, 800), 0);
+	assert_int_equal(segtab_register(t, b, 0, 0, 500, 500), 0);
 	segtab_totals(t, &n, &bytes, &live);
 	assert_int_equal(n, 2);
 	assert_int_equal(bytes, 1500);
@@ -115,7 +115,7 @@ static void test_pick_dead_drop(void **state)
 	struct seg_where w;
 
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(segtab_register(t, segtab_alloc_id(t), 0, 1000, 1000), 0);
+		assert_int_equal(segtab_register(t, segtab_alloc_id(t), 0, 0, 1000, 1000), 0);
 	segtab_release_bytes(t, 1, 1000); /* 1: dead */
 	segtab_release_bytes(t, 2, 900);  /* 2: sparse */
 	assert_int_equal(segtab_pick_dead(t, dead, 4, 0.5, &compact), 1);
@@ -165,13 +165,13 @@ static void test_pick_oldest_relocate(void **state)
 	uint32_t dev;
 
 	for (int i = 0; i < 3; i++)
-		assert_int_equal(segtab_register(t, segtab_alloc_id(t), 0, 100, 100), 0);
+		assert_int_equal(segtab_register(t, segtab_alloc_id(t), 0, 0, 100, 100), 0);
 	assert_int_equal(segtab_locate(t, 1, &st, &dev), 0); /* 1 read last */
 	assert_int_equal(segtab_where(t, 2, &w), 0);	     /* no access noted */
-	assert_int_equal(segtab_pick_oldest(t, 0, 150, ids, 4), 2);
+	assert_int_equal(segtab_pick_oldest(t, 0, 150, ids, 4, NULL, NULL), 2);
 	assert_int_equal(ids[0], 2);
 	assert_int_equal(ids[1], 3);
-	assert_int_equal(segtab_pick_oldest(t, 0, 150, ids, 4), 1); /* 2, 3 held */
+	assert_int_equal(segtab_pick_oldest(t, 0, 150, ids, 4, NULL, NULL), 1); /* 2, 3 held */
 	assert_int_equal(ids[0], 1);
 	segtab_unbusy(t, (uint64_t[]){1, 2, 3}, 3);
 
@@ -182,8 +182,19 @@ static void test_pick_oldest_relocate(void **state)
 	segtab_tier_bytes(t, per);
 	assert_int_equal(per[0], 200);
 	assert_int_equal(per[1], 100);
-	assert_int_equal(segtab_pick_oldest(t, 1, 1000, ids, 4), 1);
+	assert_int_equal(segtab_pick_oldest(t, 1, 1000, ids, 4, NULL, NULL), 1);
 	assert_int_equal(ids[0], 3);
+	segtab_unbusy(t, ids, 1);
+
+	/* a segment written to s3 directly (an extent's demotion) is store 1
+	 * from its first record; the picks say when each was read and its size */
+	uint64_t s3id = segtab_alloc_id(t), at[4], len[4];
+	assert_int_equal(segtab_register(t, s3id, 1, 0, 300, 300), 0);
+	assert_int_equal(segtab_where(t, s3id, &w), 0);
+	assert_int_equal(w.store, 1);
+	assert_int_equal(segtab_pick_oldest(t, 1, 1000, ids, 4, at, len), 2);
+	assert_int_equal(len[0] + len[1], 400);
+	assert_true(at[0] <= at[1]);
 }
 
 int main(void)

@@ -199,6 +199,7 @@ static void seal_locked(struct tier *t, struct inode *in)
 	x->ncrc = n;
 	x->size = in->size;
 	x->sealed = 1;
+	x->used = idx_tick(t->idx);
 	in->attr_dirty = 0;
 	if (idx_journal_attr_locked(t->idx, in) == 0)
 		idx_journal_ext_locked(t->idx, in, 0);
@@ -446,6 +447,7 @@ static int install_locked(struct tier *t, struct inode *in, struct ext_move *m)
 	x->id = m->id;
 	x->dev = (uint32_t)m->dev;
 	x->fd = m->fd;
+	x->used = idx_tick(t->idx);
 	times_seen(x, &st);
 	/* opens from before (an adopted stream's): each may write */
 	x->opens = in->open_count;
@@ -575,6 +577,7 @@ int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
 	x->opens++;
 	if (write)
 		x->writers++;
+	x->used = idx_tick(t->idx);
 	in->open_count++;
 	return 1;
 }
@@ -900,13 +903,12 @@ int ext_state(struct tier *t, struct inode *in, char *buf, size_t len)
 	return ret;
 }
 
-void ext_drop(struct tier *t, struct inode *in)
+/* Close in's extent and remove its file (in->ext stays: the caller's). */
+static void remove_locked(struct tier *t, struct inode *in)
 {
-	struct idx_ext *x = ext_lock(in);
+	struct idx_ext *x = in->ext;
 	char name[40];
 
-	if (!x)
-		return;
 	ext_name(name, sizeof(name), in->ino, x->id);
 	if (x->fd >= 0) { /* counted (a missing one, at recovery, was not) */
 		close(x->fd);
@@ -915,7 +917,143 @@ void ext_drop(struct tier *t, struct inode *in)
 	x->fd = -1;
 	if (t->extr && x->dev < (uint32_t)t->extr->n)
 		unlinkat(t->extr->dirfd[x->dev], name, 0);
+}
+
+void ext_drop(struct tier *t, struct inode *in)
+{
+	if (!ext_lock(in))
+		return;
+	remove_locked(t, in);
 	idx_inode_unlock(in);
+}
+
+/* ---- demotion (tier/spill/demote_ext.c) ---- */
+
+struct pick {
+	struct ext_cand *v;
+	size_t n, max;
+};
+
+static int pick_one(void *arg, struct inode *in)
+{
+	struct pick *p = arg;
+	struct idx_ext *x;
+
+	if (!S_ISREG(idx_type(in)) || !__atomic_load_n(&in->ext, __ATOMIC_RELAXED))
+		return 0;
+	idx_inode_lock(in);
+	x = in->ext;
+	if (x && x->sealed && !x->opens && x->fd >= 0 && x->size && in->nlink > 0 &&
+	    x->bad_wgen != x->wgen + 1) {
+		if (p->n < p->max)
+			p->v[p->n++] = (struct ext_cand){in->ino, x->used, x->size};
+		else /* full: the most recently used one makes way */
+			for (size_t i = 0; i < p->n; i++)
+				if (x->used < p->v[i].used) {
+					p->v[i] = (struct ext_cand){in->ino, x->used, x->size};
+					break;
+				}
+	}
+	idx_inode_unlock(in);
+	return 0;
+}
+
+static int by_used(const void *a, const void *b)
+{
+	const struct ext_cand *x = a, *y = b;
+	return x->used < y->used ? -1 : x->used > y->used;
+}
+
+size_t ext_pick_cold(struct tier *t, struct ext_cand *v, size_t max)
+{
+	struct pick p = {.v = v, .max = max};
+
+	idx_for_each(t->idx, pick_one, &p);
+	if (p.n)
+		qsort(v, p.n, sizeof(*v), by_used);
+	return p.n;
+}
+
+int ext_snap_locked(struct tier *t, struct inode *in, struct ext_snap *s)
+{
+	struct idx_ext *x = in->ext;
+
+	(void)t;
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	if (!x || !x->sealed || x->opens || x->fd < 0 || !x->size || in->nlink == 0 ||
+	    in->size != x->size || in->pinned)
+		return -EAGAIN;
+	for (uint64_t c = 0; c < in->nchunks; c++)
+		if (in->chunks[c].state != CHUNK_ABSENT || in->chunks[c].loc.seg_id ||
+		    in->chunks[c].chain)
+			return -EAGAIN; /* never so: its bytes are all the extent's */
+	if (!(s->crc = malloc((size_t)x->ncrc * 4 + 4)))
+		return -ENOMEM;
+	if ((s->fd = fcntl(x->fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+		free(s->crc);
+		s->crc = NULL;
+		return -errno;
+	}
+	memcpy(s->crc, x->crc, (size_t)x->ncrc * 4);
+	s->ncrc = x->ncrc;
+	s->id = x->id;
+	s->size = x->size;
+	s->wgen = x->wgen;
+	return 0;
+}
+
+void ext_snap_free(struct ext_snap *s)
+{
+	if (s->fd >= 0)
+		close(s->fd);
+	free(s->crc);
+	s->fd = -1;
+	s->crc = NULL;
+}
+
+int ext_snap_same_locked(struct inode *in, const struct ext_snap *s)
+{
+	struct idx_ext *x = in->ext;
+
+	return x && x->id == s->id && x->wgen == s->wgen && x->sealed && !x->opens &&
+	       x->size == s->size && in->size == s->size && in->nlink > 0 && !in->pinned;
+}
+
+void ext_snap_bad_locked(struct inode *in, const struct ext_snap *s)
+{
+	if (in->ext && in->ext->id == s->id && in->ext->wgen == s->wgen)
+		in->ext->bad_wgen = s->wgen + 1;
+}
+
+int ext_verify(const struct ext_snap *s, uint64_t off, const void *buf, uint64_t len)
+{
+	const uint8_t *p = buf;
+
+	if (off % B)
+		return -EINVAL;
+	for (uint64_t o = 0; o < len; o += B) {
+		uint64_t b = (off + o) / B, bl = len - o < B ? len - o : B;
+		if (b >= s->ncrc || crc32c(0, p + o, bl) != s->crc[b])
+			return -EIO;
+	}
+	return 0;
+}
+
+int ext_let_go_locked(struct tier *t, struct inode *in, struct jrec *rs, int n)
+{
+	struct idx_ext *x = in->ext;
+	int ret = 0;
+
+	rs[n] = (struct jrec){
+	    .type = JR_EXTENT, .ino = in->ino, .ext = {.id = x->id, .flags = JEXT_GONE}};
+	/* one transaction: a replay sees the file in one form or the other */
+	if (t->jrnl && ((ret = jrnl_append_tx(t->jrnl, rs, n + 1)) < 0 ||
+			(ret = jrnl_sync(t->jrnl)) < 0))
+		return ret;
+	remove_locked(t, in);
+	idx_ext_free(in);
+	return 0;
 }
 
 /* ---- recovery and scrub ---- */

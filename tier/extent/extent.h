@@ -33,8 +33,14 @@
  *   pick of such a cold closed file: tier/spill/to_extent.c) moves it into an
  *   extent (durable first) rather than into segments: read once later, the
  *   kernel reads it at the disk's speed.
- * Not (yet): demotion to S3, warm/pin bringing one into RAM (they read it
- *   into the page cache).
+ * - Demotion to S3 (tier/spill/demote_ext.c, with the segments' demotion,
+ *   as the cold directory passes nvme_threshold): a sealed, closed extent,
+ *   least recently opened first, is read back (verified against its crcs)
+ *   into one segment written to S3, and the file leaves extent form: its
+ *   chunks COLD there (restored, read ranged, adopted by a replacement
+ *   node like any segment's), the extent removed.
+ * Not (yet): warm/pin bringing one into RAM (they read it into the page
+ *   cache).
  * Threading: the *_locked calls with the inode lock held; the others take
  * it. Lock order as tier.c says (inode lock, then nothing of this room's:
  * its state is atomics and read-only paths).
@@ -138,6 +144,42 @@ int ext_evict(struct tier *t, struct inode *in, int warm);
 int ext_state(struct tier *t, struct inode *in, char *buf, size_t len);
 /* The release hook: close and delete in's extent (in is going). */
 void ext_drop(struct tier *t, struct inode *in);
+/* Demotion to S3 (tier/spill/demote_ext.c): the file leaves extent form,
+ * its chunks COLD in a segment written to S3. */
+struct ext_cand {
+	uint64_t ino, used, size; /* used: idx_tick of its last open or seal */
+};
+/* Up to max extents that could go (sealed, closed, on disk), least
+ * recently used first. Walks the index (index lock, each inode's lock). */
+size_t ext_pick_cold(struct tier *t, struct ext_cand *v, size_t max);
+/* What the upload reads: a dup of the extent's descriptor, a copy of its
+ * crcs, and what says it is unchanged at the commit. */
+struct ext_snap {
+	int fd;
+	uint64_t id, size;
+	uint32_t wgen, ncrc;
+	uint32_t *crc;
+};
+/* in's extent, if it could go now (sealed, closed, holding all its bytes).
+ * 0, or -EAGAIN / -errno (s empty). in->lock held. */
+int ext_snap_locked(struct tier *t, struct inode *in, struct ext_snap *s);
+void ext_snap_free(struct ext_snap *s);
+/* in's extent is still what s saw, sealed and closed. in->lock held. */
+int ext_snap_same_locked(struct inode *in, const struct ext_snap *s);
+/* Its bytes failed their crcs (ext_verify): not picked again until it
+ * changes. in->lock held. */
+void ext_snap_bad_locked(struct inode *in, const struct ext_snap *s);
+/* len bytes at off (a multiple of JRNL_EXT_BLOCK) of s's extent, as read
+ * into buf, against its crcs: 0 or -EIO. */
+int ext_verify(const struct ext_snap *s, uint64_t off, const void *buf, uint64_t len);
+/* The file leaves extent form: rs[0..n) (its chunks' new records) and the
+ * extent's end (written into rs[n]: room for n + 1) journaled as one
+ * transaction and synced, then the extent closed and removed. 0, or
+ * -errno: the extent stays (the journal may still hold the transaction
+ * only if it failed: read-only from then on). in->lock held. */
+struct jrec;
+int ext_let_go_locked(struct tier *t, struct inode *in, struct jrec *rs, int n);
+
 /* Recovery (recover_finish, before journaling starts): open in's extent,
  * take its size on disk, seal it when unsealed. 0, 1 when its file is gone
  * (the caller counts the file lost). in->lock held. */

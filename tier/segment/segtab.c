@@ -148,12 +148,17 @@ uint64_t segtab_next_id(struct segtab *s)
 	return take_ids(s, 0);
 }
 
-int segtab_register(struct segtab *s, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload)
+int segtab_register(struct segtab *s, uint64_t id, uint8_t store, uint32_t dev, uint64_t len,
+		    uint64_t payload)
 {
 	int ret;
 	pthread_mutex_lock(&s->lock);
-	*slot_locked(s, id) = (struct seg_info){
-	    .len = len, .live = payload, .payload = payload, .dev = dev, .atime = tick(s)};
+	*slot_locked(s, id) = (struct seg_info){.len = len,
+						.live = payload,
+						.payload = payload,
+						.store = store,
+						.dev = dev,
+						.atime = tick(s)};
 	s->count++;
 	s->bytes += len;
 	s->live += payload;
@@ -170,8 +175,8 @@ int segtab_register(struct segtab *s, uint64_t id, uint32_t dev, uint64_t len, u
 	return ret;
 }
 
-int segtab_commit(struct segtab *s, struct seg_writer *w, uint64_t id, uint64_t payload,
-		  uint32_t *dev, uint64_t *len)
+static int commit_in(struct segtab *s, struct seg_writer *w, uint64_t id, uint8_t store,
+		     uint64_t payload, uint32_t *dev, uint64_t *len)
 {
 	struct journal *j;
 	int ret;
@@ -185,7 +190,19 @@ int segtab_commit(struct segtab *s, struct seg_writer *w, uint64_t id, uint64_t 
 	}
 	if ((ret = seg_writer_finish(w, dev, len)) < 0)
 		return ret;
-	return segtab_register(s, id, *dev, *len, payload);
+	return segtab_register(s, id, store, *dev, *len, payload);
+}
+
+int segtab_commit(struct segtab *s, struct seg_writer *w, uint64_t id, uint64_t payload,
+		  uint32_t *dev, uint64_t *len)
+{
+	return commit_in(s, w, id, 0, payload, dev, len);
+}
+
+int segtab_commit_s3(struct segtab *s, struct seg_writer *w, uint64_t id, uint64_t payload,
+		     uint32_t *dev, uint64_t *len)
+{
+	return commit_in(s, w, id, 1, payload, dev, len);
 }
 
 void segtab_release_bytes(struct segtab *s, uint64_t id, uint64_t bytes)
@@ -310,7 +327,7 @@ static int by_atime(const void *a, const void *b)
 }
 
 size_t segtab_pick_oldest(struct segtab *s, uint8_t store, uint64_t bytes, uint64_t *ids,
-			  size_t max)
+			  size_t max, uint64_t *atimes, uint64_t *lens)
 {
 	struct oldest_cand *v = NULL;
 	uint64_t sum = 0;
@@ -328,6 +345,10 @@ size_t segtab_pick_oldest(struct segtab *s, uint8_t store, uint64_t bytes, uint6
 		/* least recently read first, until their bytes cover the excess */
 		for (size_t k = 0; k < n && npick < max && sum < bytes; k++) {
 			s->v[v[k].id].gc_busy = 1;
+			if (atimes)
+				atimes[npick] = v[k].atime;
+			if (lens)
+				lens[npick] = v[k].len;
 			ids[npick++] = v[k].id;
 			sum += v[k].len;
 		}

@@ -55,9 +55,11 @@ void segtab_set_stores(struct segtab *s, struct store *first, struct store *s3);
 uint64_t segtab_alloc_id(struct segtab *s);
 /* The id segtab_alloc_id would hand out next (not taken). */
 uint64_t segtab_next_id(struct segtab *s);
-/* Enter a durable segment in the table (store 0) and the journal. 0, or
- * -EIO (not journaled: not entered). */
-int segtab_register(struct segtab *s, uint64_t id, uint32_t dev, uint64_t len, uint64_t payload);
+/* Enter a durable segment of store `store` (0: the first cold tier, 1:
+ * s3) in the table and the journal. 0, or -EIO (not journaled: not
+ * entered). */
+int segtab_register(struct segtab *s, uint64_t id, uint8_t store, uint32_t dev, uint64_t len,
+		    uint64_t payload);
 /*
  * The commit of a new segment, for spill and compaction alike: the journal
  * synced first (the records naming the files its chunks belong to are
@@ -71,6 +73,10 @@ int segtab_register(struct segtab *s, uint64_t id, uint32_t dev, uint64_t len, u
  */
 int segtab_commit(struct segtab *s, struct seg_writer *w, uint64_t id, uint64_t payload,
 		  uint32_t *dev, uint64_t *len);
+/* The same for a segment w writes to s3 directly (store 1: an extent's
+ * demotion, tier/spill/demote_ext.c). */
+int segtab_commit_s3(struct segtab *s, struct seg_writer *w, uint64_t id, uint64_t payload,
+		     uint32_t *dev, uint64_t *len);
 void segtab_release_bytes(struct segtab *s, uint64_t id, uint64_t bytes);
 /* Forget a chunk's cold copy (segment live bytes drop). Caller holds the
  * chunk's inode lock. */
@@ -100,9 +106,10 @@ void segtab_tier_bytes(struct segtab *s, uint64_t out[2]);
 size_t segtab_pick_dead(struct segtab *s, uint64_t *dead, size_t max, double sparse,
 			uint64_t *compact);
 /* Mark gc_busy and return up to max segments of store `store`, least
- * recently read first, until their bytes reach `bytes`. */
+ * recently read first, until their bytes reach `bytes`; atimes (may be
+ * NULL) gets each one's last read (idx_tick) and lens its length. */
 size_t segtab_pick_oldest(struct segtab *s, uint8_t store, uint64_t bytes, uint64_t *ids,
-			  size_t max);
+			  size_t max, uint64_t *atimes, uint64_t *lens);
 /* Clear gc_busy of ids[0..n): they may be picked again. */
 void segtab_unbusy(struct segtab *s, const uint64_t *ids, size_t n);
 /* Compacting id would not shrink it: not picked again until more of it dies. */

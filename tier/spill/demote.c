@@ -20,6 +20,7 @@
  *   upload is aborted, the nvme copy stays.
  */
 #include "tier/tier_i.h"
+#include "tier/extent/extent.h"
 
 #include "common/log.h"
 #include "index/journal.h"
@@ -27,6 +28,7 @@
 #include "tier/store/store.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Fill fraction of the nvme tier (0..1); *total_out its bytes if not NULL. */
@@ -92,11 +94,15 @@ out:
 	return ret;
 }
 
-size_t demote_pick(struct tier *t, uint64_t *ids, size_t max)
+size_t demote_pick(struct tier *t, uint64_t *ids, size_t max, uint64_t *inos, size_t *ninos)
 {
-	uint64_t total, excess = 0;
+	uint64_t total, excess = 0, sum = 0;
+	uint64_t *atimes = NULL, *lens = NULL;
+	struct ext_cand *ec = NULL;
+	size_t n, ne = 0, i = 0, j = 0, k = 0;
 	double fill;
 
+	*ninos = 0;
 	if (!t->s3)
 		return 0;
 	fill = nvme_fill(t, &total);
@@ -106,16 +112,52 @@ size_t demote_pick(struct tier *t, uint64_t *ids, size_t max)
 		excess = 2 * t->cfg->min_spill_size;
 	if (!excess)
 		return 0;
-	/* least recently read first, until their bytes cover the excess */
-	return segtab_pick_oldest(t->segtab, 0, excess, ids, max);
+	if (!(atimes = malloc(max * sizeof(*atimes))) || !(lens = malloc(max * sizeof(*lens))) ||
+	    !(ec = malloc(max * sizeof(*ec)))) {
+		free(atimes);
+		free(lens);
+		return 0;
+	}
+	/* the least recently read segments and the least recently opened
+	 * extents, each enough alone; then, oldest first of both, until
+	 * their bytes cover the excess */
+	n = segtab_pick_oldest(t->segtab, 0, excess, ids, max, atimes, lens);
+	ne = ext_pick_cold(t, ec, max);
+	while (sum < excess && (i < n || j < ne)) {
+		if (j < ne && (i == n || ec[j].used <= atimes[i])) {
+			inos[(*ninos)++] = ec[j].ino;
+			sum += ec[j++].size;
+		} else {
+			ids[k++] = ids[i];
+			sum += lens[i++];
+		}
+	}
+	if (i < n) /* not needed: free for the next pick */
+		segtab_unbusy(t->segtab, ids + i, n - i);
+	free(atimes);
+	free(lens);
+	free(ec);
+	return k;
+}
+
+/* Is a demotion still needed? */
+static int wanted(struct tier *t)
+{
+	return nvme_fill(t, NULL) > t->cfg->nvme_threshold - 0.05 || tier_cold_full(t);
 }
 
 int demote_segment(struct tier *t, uint64_t id)
 {
-	int ret = 1;
+	int ret = wanted(t) ? seg_demote(t, id) : 1;
 
-	if (nvme_fill(t, NULL) > t->cfg->nvme_threshold - 0.05 || tier_cold_full(t))
-		ret = seg_demote(t, id);
 	segtab_unbusy(t->segtab, &id, 1);
 	return ret;
+}
+
+int demote_ext(struct tier *t, uint64_t ino)
+{
+	int ret = wanted(t) ? demote_extent(t, ino) : 1;
+
+	/* one that changed meanwhile makes way for the next */
+	return ret == 1 && wanted(t) ? 0 : ret;
 }

@@ -74,6 +74,7 @@ struct maint {
 	uint64_t job[MAINT_QUEUE_MAX];
 	struct workq_job *taken[MAINT_QUEUE_MAX];
 	uint64_t pick[MAINT_QUEUE_MAX]; /* the planner's picks (its thread only) */
+	uint64_t pick_ext[MAINT_QUEUE_MAX];
 };
 
 /* Take up to max jobs of kind k off the queue into m->job (the worker). */
@@ -108,22 +109,27 @@ static void job_run(struct workq *q, struct workq_job *wj, void *arg)
 	case MAINT_COMPACT:
 		gc_compact(t, id);
 		break;
-	default:
+	case MAINT_DEMOTE:
 		if (demote_segment(t, id) != 0) {
 			/* failed, or the nvme tier is low enough: the batch ends */
 			n = take(m, MAINT_DEMOTE, MAINT_QUEUE_MAX);
 			segtab_unbusy(t->segtab, m->job, n);
 		}
 		break;
+	default:
+		if (demote_ext(t, id) != 0) /* the same, for the extents picked */
+			take(m, MAINT_DEMOTE_EXT, MAINT_QUEUE_MAX);
+		break;
 	}
 }
 
-/* Stopping: a job still queued is cancelled. */
+/* Stopping: a job still queued is cancelled (an extent's holds nothing). */
 static void job_cancel(struct workq_job *wj, void *arg)
 {
 	struct maint *m = arg;
 
-	segtab_unbusy(m->t->segtab, &((struct maint_job *)wj)->id, 1);
+	if (wj->level != MAINT_DEMOTE_EXT)
+		segtab_unbusy(m->t->segtab, &((struct maint_job *)wj)->id, 1);
 	free(wj);
 }
 
@@ -141,7 +147,8 @@ static void queue(struct maint *m, enum maint_kind k, const uint64_t *ids, size_
 		}
 		/* no memory, or stopping: never lose a busy mark */
 		free(j);
-		segtab_unbusy(m->t->segtab, ids + i, 1);
+		if (k != MAINT_DEMOTE_EXT)
+			segtab_unbusy(m->t->segtab, ids + i, 1);
 	}
 }
 
@@ -156,14 +163,18 @@ void maint_plan(struct tier *t)
 		return;
 	room = workq_room(m->wq, MAINT_DELETE);
 	want_compact = !workq_pending(m->wq, MAINT_COMPACT);
-	want_demote = !workq_pending(m->wq, MAINT_DEMOTE);
+	want_demote = !workq_pending(m->wq, MAINT_DEMOTE) && !workq_pending(m->wq, MAINT_DEMOTE_EXT);
 
 	n = gc_pick(t, m->pick, room, want_compact ? &compact : NULL);
 	queue(m, MAINT_DELETE, m->pick, n);
 	if (compact)
 		queue(m, MAINT_COMPACT, &compact, 1);
-	if (want_demote)
-		queue(m, MAINT_DEMOTE, m->pick, demote_pick(t, m->pick, MAINT_QUEUE_MAX));
+	if (want_demote) {
+		size_t ne;
+		n = demote_pick(t, m->pick, MAINT_QUEUE_MAX, m->pick_ext, &ne);
+		queue(m, MAINT_DEMOTE, m->pick, n);
+		queue(m, MAINT_DEMOTE_EXT, m->pick_ext, ne);
+	}
 }
 
 unsigned maint_pending(struct tier *t)

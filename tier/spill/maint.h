@@ -1,7 +1,7 @@
 /*
  * maint — the maintenance worker: one thread beside the evictor that runs
  * segment jobs from a typed, bounded queue: delete a dead segment, compact a
- * sparse one, demote one from nvme to s3. The evictor chooses (maint_plan,
+ * sparse one, demote one (a segment or an extent) from nvme to s3. The evictor chooses (maint_plan,
  * on its thread, through gc_pick and demote_pick); this worker does the
  * I/O, so a slow compaction or demotion never holds up a spill.
  * Guarantees: a segment has at most one job, queued or running, and is
@@ -20,6 +20,7 @@ enum maint_kind {
 	MAINT_DELETE,  /* a segment with no live bytes (deletes go in batches) */
 	MAINT_COMPACT, /* a sparse segment: its live chunks rewritten (one at a time) */
 	MAINT_DEMOTE,  /* an nvme segment copied to s3 (one batch at a time) */
+	MAINT_DEMOTE_EXT, /* an extent moved to s3 (demote_ext.c; its job id: the inode) */
 	MAINT_KINDS
 };
 

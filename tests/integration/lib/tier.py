@@ -7,6 +7,7 @@ with one or more NVMe cold directories) and Tmpfs (a small tmpfs, for cold
 directories that fill up).
 """
 
+import errno
 import json
 import os
 import shutil
@@ -207,6 +208,16 @@ class FileOps:
     def content_log(self):
         """What a content mismatch adds to its message (a log tail, or "")."""
         return ""
+
+    def assertReadEIO(self, path, length, off):
+        """A read of path (uncached) at off fails with EIO: never other bytes."""
+        fd = open_uncached(path)
+        try:
+            with self.assertRaises(OSError) as cm:
+                os.pread(fd, length, off)
+            self.assertEqual(cm.exception.errno, errno.EIO, path)
+        finally:
+            os.close(fd)
 
     def assertContent(self, path, tag, size, msg=""):
         """The whole file equals content(tag, 0, size), read uncached."""

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""test_extent_demote - extents (tier/extent, DESIGN section 16) demoted to
+S3 as their cold directory passes nvme_threshold.
+
+A sealed, closed extent goes with the segments, least recently opened first:
+it is read back, checked against its crcs, written to S3 as one segment of
+the file's chunks (tier/spill/demote_ext.c), and the file leaves extent form
+(its chunks cold in S3, read back ranged like any segment's). An open extent
+stays; one whose bytes fail their crcs stays (never wrong bytes in S3); the
+state survives kill -9 and spillway-fsck --verify-data checks the S3 copy.
+
+The cold directory is a tmpfs mounted by the test (lib.tier.Tmpfs); its fill
+is raised by a file of the test beside the cold directory. The S3 server is
+tests/s3/s3rver.js (lib.s3), with a state_dir (journal) for the remounts.
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from lib.data import MiB, content  # noqa: E402
+from lib.s3 import S3Case  # noqa: E402
+from lib.tier import Tmpfs, extents_in, file_state  # noqa: E402
+
+SIZE = 120 * MiB + 12345  # a file of three extents' worth of demotion step
+
+
+def write_file(path, tag, size):
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        for off in range(0, size, 4 * MiB):
+            n = min(4 * MiB, size - off)
+            if os.pwrite(fd, content(tag, off, n), off) != n:
+                raise AssertionError("short write to %s" % path)
+    finally:
+        os.close(fd)
+
+
+class TestExtentDemotion(S3Case):
+    timeout = 300
+
+    def setup_mount(self, tag="mnt", **opts):
+        srv = getattr(self, "srv", None) or self.s3server()
+        self.srv = srv
+        if not getattr(self, "t", None):
+            self.t = Tmpfs("2G")
+            self.addCleanup(self.t.stop)
+            self.colddir = os.path.join(self.t.mnt, "cold")
+            os.mkdir(self.colddir)
+            self.state = os.path.join(self.tmpdir(), "state")
+        self.s3_mount(srv, nvme=self.colddir, hot_size="160M", min_spill_size="8M",
+                      extents="on", nvme_threshold="0.5", state_dir=self.state, tag=tag,
+                      **opts)
+
+    def ext(self):
+        return self.stats()["extents"]
+
+    def make_extent(self, name, tag):
+        """A file all in RAM, evicted: it moves whole into a sealed extent."""
+        write_file(self.p(name), tag, SIZE)
+        self.evict(self.p(name))
+        st = file_state(self.p(name))
+        self.assertEqual((st.get("extent"), st.get("sealed")), (1, 1), "%s: %s" % (name, st))
+        return os.stat(self.p(name)).st_ino
+
+    def touch_open(self, name):
+        """An open and a read: the extent's last use is now."""
+        with open(self.p(name), "rb") as f:
+            f.read(4096)
+
+    def fill_over(self, frac):
+        """A file of the test beside the cold directory brings its
+        filesystem to `frac` full."""
+        sv = os.statvfs(self.t.mnt)
+        total, free = sv.f_blocks * sv.f_frsize, sv.f_bavail * sv.f_frsize
+        want = int(total * frac) - (total - free)
+        self.assertGreater(want, 0)
+        with open(os.path.join(self.t.mnt, "filler"), "ab") as f:
+            f.write(bytes(want))
+        return total
+
+    def fill_frac(self):
+        sv = os.statvfs(self.t.mnt)
+        return 1 - sv.f_bavail / sv.f_blocks
+
+    def mine(self, ino):
+        return [n for n in extents_in(self.colddir) if int(n.split("-")[0], 16) == ino]
+
+    def test_least_recently_used_closed_extent_goes_to_s3(self):
+        self.setup_mount()
+        inos = {n: self.make_extent(n, tag) for n, tag in (("a", 1), ("b", 2), ("c", 3))}
+        self.assertEqual(len(extents_in(self.colddir)), 3)
+        # a is the oldest but held open; b next; c used last
+        self.touch_open("b")
+        self.touch_open("c")
+        held = os.open(self.p("a"), os.O_RDONLY)
+        try:
+            # 10 MiB over 0.5 of 2 GiB: the excess down to 0.45 (112 MiB) is
+            # one extent
+            self.fill_over(0.5 + 10 * MiB / (2 << 30))
+            harness.wait_until(lambda: self.ext()["demoted"] >= 1, 60,
+                               "an extent demoted: %s" % json.dumps(self.ext()))
+            self.assertEqual(os.pread(held, 4096, SIZE - 4096),
+                             content(1, SIZE - 4096, 4096))
+        finally:
+            os.close(held)
+        harness.wait_until(lambda: self.fill_frac() < 0.5, 30,
+                           "the cold directory back under nvme_threshold")
+        e = self.ext()
+        self.assertEqual((e["demoted"], e["demoted_bytes"]), (1, SIZE), e)
+        st = {n: file_state(self.p(n)) for n in "abc"}
+        self.assertNotIn("extent", st["b"], st)
+        self.assertEqual(st["b"]["cold"], (SIZE + MiB - 1) // MiB, st)
+        self.assertEqual(st["a"].get("extent"), 1, st)  # open: it stays
+        self.assertEqual(st["c"].get("extent"), 1, st)  # used last: it stays
+        self.assertEqual(self.mine(inos["b"]), [])
+        self.assertEqual(len(self.mine(inos["a"])), 1)
+        # b's bytes are one segment in the bucket, none on the disk
+        s = self.stats()
+        objs = self.seg_objects()
+        self.assertEqual(len(objs), 1, objs)
+        self.assertGreaterEqual(sum(objs.values()), SIZE)
+        self.assertEqual(s["tiers"]["s3"], sum(objs.values()), json.dumps(s["tiers"]))
+        # read back ranged from S3: a random range first, then all of it
+        fd = os.open(self.p("b"), os.O_RDONLY)
+        try:
+            self.assertEqual(os.pread(fd, 10000, 77 * MiB + 3), content(2, 77 * MiB + 3, 10000))
+        finally:
+            os.close(fd)
+        for n, tag in (("a", 1), ("b", 2), ("c", 3)):
+            self.assertContent(self.p(n), tag, SIZE)
+        self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
+
+        # kill -9, remount on the same state: b is in S3 by the journal
+        os.remove(os.path.join(self.t.mnt, "filler"))
+        self.m.abort()
+        self.m.proc.wait()
+        self.m.stop()
+        self.setup_mount(tag="again")
+        for n, tag in (("a", 1), ("b", 2), ("c", 3)):
+            self.assertContent(self.p(n), tag, SIZE)
+        self.assertNotIn("extent", file_state(self.p("b")))
+        self.assertEqual(file_state(self.p("c")).get("extent"), 1, file_state(self.p("c")))
+        self.assertEqual(self.stats()["lost_files"], 0)
+        self.m.stop()
+        # spillway-fsck reads b's chunks back from S3 and checks their crcs
+        r = subprocess.run([os.path.join(harness.BUILD_DIR, "spillway-fsck"), "--verify-data",
+                            self.state], capture_output=True, text=True, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("2 files in extents", r.stdout)
+
+    def test_damaged_extent_stays_on_disk(self):
+        self.setup_mount()
+        ino = self.make_extent("d", 4)
+        self.m.stop()
+        names = self.mine(ino)
+        self.assertEqual(len(names), 1)
+        with open(os.path.join(self.colddir, "extents", names[0]), "r+b") as f:
+            f.seek(50 * MiB + 7)
+            b = f.read(1)
+            f.seek(50 * MiB + 7)
+            f.write(bytes([b[0] ^ 0x5A]))
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+        self.setup_mount(tag="damaged")
+        self.fill_over(0.5 + 40 * MiB / (2 << 30))
+        harness.wait_until(lambda: "fails its crcs: it stays on disk" in self.full_log(self.m),
+                           60, "the demotion met the damaged block")
+        e = self.ext()
+        self.assertEqual(e["demoted"], 0, e)
+        self.assertGreaterEqual(e["crc_errors"], 1, e)
+        self.assertEqual(file_state(self.p("d")).get("extent"), 1)
+        self.assertEqual(self.mine(ino), names)
+        self.assertEqual(self.seg_objects(), {})  # nothing of it reached S3
+        # the block is EIO through the daemon, never other bytes
+        self.m.stop()
+        self.setup_mount(tag="damaged2", passthrough="off")
+        self.assertReadEIO(self.p("d"), 4096, 50 * MiB)
+
+
+if __name__ == "__main__":
+    harness.main()
