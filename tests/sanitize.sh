@@ -51,5 +51,6 @@ run test_admission ""
 run test_extents ""
 run test_scrub ""
 run test_extent_evict ""
+run test_extent_demote ""
 echo "sanitize: integration subset $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

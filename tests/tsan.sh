@@ -28,7 +28,9 @@
 #        test_extents and test_scrub (the scrub thread against writers
 #          of the file it reads, a cancel and an unmount in its middle),
 #          test_extent_evict (the evictor moving files into extents while
-#          writers create and write others).
+#          writers create and write others), test_extent_demote (extents
+#          moved to S3 by the maintenance worker while a writer opens one,
+#          a kill -9 in the upload).
 # Measured (seconds, 2 cores, medians of 4 runs with an hour-long soak
 # beside them at load 20-25; docs/testing.md, "Hardening"): build 75 (from
 # an empty build-tsan), unit tests 75, integration 212 (tiering 58,
@@ -91,5 +93,6 @@ run test_overlay "" OverlayTest OverlayDurabilityTest
 run test_extents ""
 run test_scrub ""
 run test_extent_evict ""
+run test_extent_demote ""
 echo "tsan: integration $((SECONDS - t1))s (total $((SECONDS - t0))s)"
 exit $fail

@@ -38,10 +38,10 @@ def write_file(path, tag, size):
         os.close(fd)
 
 
-class TestExtentDemotion(S3Case):
+class DemoteCase(S3Case):
     timeout = 300
 
-    def setup_mount(self, tag="mnt", **opts):
+    def setup_mount(self, tag="mnt", endpoint=None, **opts):
         srv = getattr(self, "srv", None) or self.s3server()
         self.srv = srv
         if not getattr(self, "t", None):
@@ -50,9 +50,9 @@ class TestExtentDemotion(S3Case):
             self.colddir = os.path.join(self.t.mnt, "cold")
             os.mkdir(self.colddir)
             self.state = os.path.join(self.tmpdir(), "state")
-        self.s3_mount(srv, nvme=self.colddir, hot_size="160M", min_spill_size="8M",
-                      extents="on", nvme_threshold="0.5", state_dir=self.state, tag=tag,
-                      **opts)
+        self.s3_mount(srv, endpoint=endpoint, nvme=self.colddir, hot_size="160M",
+                      min_spill_size="8M", extents="on", nvme_threshold="0.5",
+                      state_dir=self.state, tag=tag, **opts)
 
     def ext(self):
         return self.stats()["extents"]
@@ -87,6 +87,9 @@ class TestExtentDemotion(S3Case):
 
     def mine(self, ino):
         return [n for n in extents_in(self.colddir) if int(n.split("-")[0], 16) == ino]
+
+
+class TestExtentDemotion(DemoteCase):
 
     def test_least_recently_used_closed_extent_goes_to_s3(self):
         self.setup_mount()
@@ -178,6 +181,68 @@ class TestExtentDemotion(S3Case):
         self.m.stop()
         self.setup_mount(tag="damaged2", passthrough="off")
         self.assertReadEIO(self.p("d"), 4096, 50 * MiB)
+
+
+
+class TestExtentDemotionRaces(DemoteCase):
+    """A demotion's upload slowed by a proxy that holds back each part's
+    reply (1 to 1.5 s), so that a writer and a kill -9 meet it."""
+
+    def slow_mount(self, tag):
+        self.srv = self.s3server()
+        self.px = self.proxy(self.srv, stall="1.0:1.5")
+        self.px.configure(1.0, kinds=["stall"], match="^PUT .*partNumber=")
+        self.setup_mount(tag=tag, endpoint=self.px.endpoint)
+
+    def upload_started(self):
+        harness.wait_until(
+            lambda: any(r["method"] == "PUT" and "partNumber=" in r["target"]
+                        for r in self.px.requests()),
+            60, "the demotion's upload started")
+
+    def test_writer_during_the_upload_wins(self):
+        self.slow_mount("race")
+        self.make_extent("w", 5)
+        expect = bytearray(content(5, 0, SIZE))
+        patch = content(6, 0, MiB)
+        self.fill_over(0.5 + 10 * MiB / (2 << 30))
+        self.upload_started()
+        # the upload reads the extent as it was; this write makes it stale
+        fd = os.open(self.p("w"), os.O_WRONLY)
+        try:
+            self.assertEqual(os.pwrite(fd, patch, 10 * MiB + 5), MiB)
+        finally:
+            os.close(fd)
+        expect[10 * MiB + 5:11 * MiB + 5] = patch
+        # the stale upload is dropped; the extent, sealed again, goes next
+        self.px.configure(0)
+        harness.wait_until(lambda: self.ext()["demoted"] >= 1, 90,
+                           "the rewritten extent demoted: %s" % json.dumps(self.ext()))
+        self.assertNotIn("extent", file_state(self.p("w")))
+        self.assertIn("changed during its upload: the upload is dropped", self.full_log(self.m))
+        with open(self.p("w"), "rb") as f:
+            self.assertTrue(f.read() == bytes(expect), "w differs after the race")
+        self.assertEqual(self.ext()["demoted"], 1)
+        self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
+
+    def test_kill_during_the_upload(self):
+        self.slow_mount("kill")
+        ino = self.make_extent("k", 7)
+        self.fill_over(0.5 + 10 * MiB / (2 << 30))
+        self.upload_started()
+        self.m.abort()
+        self.m.proc.wait()
+        self.m.stop()
+        # nothing journaled: the file is its extent; the demotion starts again
+        self.px.configure(0)
+        self.setup_mount(tag="after", endpoint=self.px.endpoint)
+        self.assertEqual(self.stats()["lost_files"], 0)
+        self.assertContent(self.p("k"), 7, SIZE)
+        harness.wait_until(lambda: self.ext()["demoted"] >= 1, 90,
+                           "demoted after the restart: %s" % json.dumps(self.ext()))
+        self.assertEqual(self.mine(ino), [])
+        self.assertContent(self.p("k"), 7, SIZE)
+        self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
 
 
 if __name__ == "__main__":

@@ -220,16 +220,19 @@ int demote_extent(struct tier *t, uint64_t ino)
 	if (!in)
 		return 1;
 	idx_inode_lock(in);
-	ret = ext_snap_locked(t, in, &s);
-	if (ret == 0) {
-		nch = (s.size + t->chunk_size - 1) / t->chunk_size;
-		if (nch > DEMOTE_MAX_CHUNKS)
-			ret = -EFBIG;
-		else if (!(gens = calloc(nch, sizeof(*gens))))
-			ret = -ENOMEM;
-		for (uint64_t c = 0; ret == 0 && c < nch; c++)
-			gens[c] = (c < in->nchunks ? in->chunks[c].gen : 0) + 1;
+	if (ext_snap_locked(t, in, &s) < 0) { /* opened, written, gone since the pick */
+		idx_inode_unlock(in);
+		idx_put(t->idx, in);
+		return 1;
 	}
+	ret = 0;
+	nch = (s.size + t->chunk_size - 1) / t->chunk_size;
+	if (nch > DEMOTE_MAX_CHUNKS)
+		ret = -EFBIG;
+	else if (!(gens = calloc(nch, sizeof(*gens))))
+		ret = -ENOMEM;
+	for (uint64_t c = 0; ret == 0 && c < nch; c++)
+		gens[c] = (c < in->nchunks ? in->chunks[c].gen : 0) + 1;
 	idx_inode_unlock(in);
 	if (ret == 0 && (!(ents = calloc(nch, sizeof(*ents))) ||
 			 !(segof = calloc(nch, sizeof(*segof))) ||
@@ -254,11 +257,14 @@ int demote_extent(struct tier *t, uint64_t ino)
 		__atomic_add_fetch(&t->st.ext_demoted_bytes, s.size, __ATOMIC_RELAXED);
 		log_debug("demote: extent of inode %llu (%llu bytes) to s3 in %u segments",
 			  (unsigned long long)ino, (unsigned long long)s.size, nsegs);
+	} else if (ret == -EAGAIN) {
+		log_info("demote: extent of inode %llu changed during its upload: the upload is "
+			 "dropped", (unsigned long long)ino);
 	} else if (ret == -EFBIG) {
 		log_warn("demote: extent of inode %llu: %llu chunks, more than one journal "
 			 "transaction holds (%u): it stays on disk",
 			 (unsigned long long)ino, (unsigned long long)nch, DEMOTE_MAX_CHUNKS);
-	} else if (ret != -EAGAIN && ret != -ECANCELED) {
+	} else if (ret != -ECANCELED) {
 		log_warn("demote: extent of inode %llu to s3: %s", (unsigned long long)ino,
 			 strerror(-ret));
 	}
