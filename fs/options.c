@@ -362,14 +362,15 @@ const struct opt_spec opt_table[] = {
      FIELD(nvme_threshold),
      .def = "0.90",
      .meta = "F",
-     .help = "with nvme and s3: demote LRU segments to S3 above this fill",
+     .help = "with nvme and s3: demote LRU segments and closed extents to S3 above this fill",
      .man_tag = ".BI %s= fraction",
      .man = "With both\n"
 	    ".B nvme\n"
 	    "and\n"
 	    ".BR s3 :\n"
 	    "above this fill of the NVMe directories, the least recently used segments\n"
-	    "are moved (demoted) to S3.\n"},
+	    "and closed extents are moved (demoted) to S3, until the fill is 0.05 below it\n"
+	    "(an extent goes as one segment holding the file's chunks).\n"},
 
     /* ---- spilling and restoring ---- */
     {.name = "spill_threshold",
