@@ -235,6 +235,9 @@ int demote_ext(struct tier *t, uint64_t ino);
 /* demote_ext.c: move ino's extent into a segment on s3 now. 0 moved, 1
  * nothing to move (changed, open, gone), or -errno. */
 int demote_extent(struct tier *t, uint64_t ino);
+/* The same into segments on the first cold tier (warm: the file is then
+ * restored into RAM like any cold file, its cold copy kept). */
+int extent_to_segments(struct tier *t, uint64_t ino);
 
 /* inval.c */
 /* Queue a page-cache invalidation of [off, off+len) of ino (len 0: to the

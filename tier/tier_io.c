@@ -1073,7 +1073,11 @@ int tier_warm_file(struct tier *t, struct inode *in)
 	int ret;
 	if (!t->store)
 		return 0;
-	if ((ret = ext_evict(t, in, 1)) != 1)
+	/* an extent: into segments on the first cold tier, then restored as
+	 * any cold file (its cold copy kept, as a restore keeps it); one that
+	 * cannot go now (open, no room) is read into the page cache instead */
+	if (__atomic_load_n(&in->ext, __ATOMIC_RELAXED) && extent_to_segments(t, in->ino) != 0 &&
+	    (ret = ext_evict(t, in, 1)) != 1)
 		return ret;
 	ret = 0;
 	/* the restore workers fetch in parallel; this thread takes what is left

@@ -51,7 +51,7 @@ class DemoteCase(S3Case):
             os.mkdir(self.colddir)
             self.state = os.path.join(self.tmpdir(), "state")
         self.s3_mount(srv, endpoint=endpoint, nvme=self.colddir, hot_size="160M",
-                      min_spill_size="8M", extents="on", nvme_threshold="0.5",
+                      min_spill_size="8M", extents="on", nvme_threshold="0.5", mem_pressure="off",
                       state_dir=self.state, tag=tag, **opts)
 
     def ext(self):
@@ -219,7 +219,7 @@ class TestExtentDemotionRaces(DemoteCase):
         harness.wait_until(lambda: self.ext()["demoted"] >= 1, 90,
                            "the rewritten extent demoted: %s" % json.dumps(self.ext()))
         self.assertNotIn("extent", file_state(self.p("w")))
-        self.assertIn("changed during its upload: the upload is dropped", self.full_log(self.m))
+        self.assertIn("changed during its copy: the copy is dropped", self.full_log(self.m))
         with open(self.p("w"), "rb") as f:
             self.assertTrue(f.read() == bytes(expect), "w differs after the race")
         self.assertEqual(self.ext()["demoted"], 1)

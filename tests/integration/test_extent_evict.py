@@ -177,5 +177,55 @@ class TestEvictorExtents(ExtentCase):
         self.assertEqual(read(m.path("big")), big)
 
 
+
+class TestWarmExtent(ExtentCase):
+    """warm brings an extent into the hot tier: into segments on the cold
+    directory first (its cold copy, so RAM holds a clean copy and a reboot
+    loses nothing), then restored like any cold file."""
+
+    def test_warm_brings_an_extent_into_ram(self):
+        m = self.start(hot_size="64M")
+        data = pattern(60, 40 * MiB + 777)
+        write(m.path("w"), data)
+        self.evict(m.path("w"))
+        self.assertEqual(file_state(m.path("w")).get("extent"), 1)
+        ino = os.stat(m.path("w")).st_ino
+        # open: it stays an extent, read into the page cache
+        fd = os.open(m.path("w"), os.O_RDONLY)
+        try:
+            self.warm(m.path("w"))
+            self.assertEqual(file_state(m.path("w")).get("extent"), 1)
+        finally:
+            os.close(fd)
+        harness.wait_until(lambda: self.closed(m, "w"), 10, "the reader's release")
+        self.warm(m.path("w"))
+        st = file_state(m.path("w"))
+        nch = (len(data) + 4 * MiB - 1) // (4 * MiB)  # chunk_size 4M, the default
+        self.assertNotIn("extent", st)
+        self.assertEqual((st["hot"], st["dirty"], st["cold"]), (nch, 0, 0), st)
+        self.assertGreaterEqual(st["segments"], 1, st)
+        self.assertEqual(extent_files(self.cold, ino), [])
+        self.assertEqual(read(m.path("w")), data)
+        # its cold copy: kill -9 and a wiped hot_dir lose nothing
+        m.abort()
+        m.proc.wait()
+        m.stop()
+        shutil.rmtree(self.hot)
+        m2 = self.start(tag="warm2", hot_size="64M")
+        self.assertEqual(read(m2.path("w")), data)
+        self.assertEqual(stats_of(m2.mnt)["lost_files"], 0)
+
+    def closed(self, m, name):
+        """No open of the file is left in the daemon (its release arrived)."""
+        self.warm(m.path(name))
+        return "extent" not in file_state(m.path(name))
+
+    def evict(self, path):
+        os.setxattr(path, "user.spillway.evict", b"1")
+
+    def warm(self, path):
+        os.setxattr(path, "user.spillway.warm", b"1")
+
+
 if __name__ == "__main__":
     harness.main()

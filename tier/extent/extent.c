@@ -944,7 +944,7 @@ static int pick_one(void *arg, struct inode *in)
 	idx_inode_lock(in);
 	x = in->ext;
 	if (x && x->sealed && !x->opens && x->fd >= 0 && x->size && in->nlink > 0 &&
-	    x->bad_wgen != x->wgen + 1) {
+	    !in->pinned && x->bad_wgen != x->wgen + 1) {
 		if (p->n < p->max)
 			p->v[p->n++] = (struct ext_cand){in->ino, x->used, x->size};
 		else /* full: the most recently used one makes way */
@@ -982,7 +982,7 @@ int ext_snap_locked(struct tier *t, struct inode *in, struct ext_snap *s)
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
 	if (!x || !x->sealed || x->opens || x->fd < 0 || !x->size || in->nlink == 0 ||
-	    in->size != x->size || in->pinned)
+	    in->size != x->size)
 		return -EAGAIN;
 	for (uint64_t c = 0; c < in->nchunks; c++)
 		if (in->chunks[c].state != CHUNK_ABSENT || in->chunks[c].loc.seg_id ||
@@ -1017,7 +1017,7 @@ int ext_snap_same_locked(struct inode *in, const struct ext_snap *s)
 	struct idx_ext *x = in->ext;
 
 	return x && x->id == s->id && x->wgen == s->wgen && x->sealed && !x->opens &&
-	       x->size == s->size && in->size == s->size && in->nlink > 0 && !in->pinned;
+	       x->size == s->size && in->size == s->size && in->nlink > 0;
 }
 
 void ext_snap_bad_locked(struct inode *in, const struct ext_snap *s)

@@ -39,8 +39,9 @@
  *   into one segment written to S3, and the file leaves extent form: its
  *   chunks COLD there (restored, read ranged, adopted by a replacement
  *   node like any segment's), the extent removed.
- * Not (yet): warm/pin bringing one into RAM (they read it into the page
- *   cache).
+ * - warm (tier_warm_file) brings a closed one into RAM the same way: into
+ *   segments on the first cold tier, then restored like any cold file (an
+ *   open one, or with no room there, is read into the page cache).
  * Threading: the *_locked calls with the inode lock held; the others take
  * it. Lock order as tier.c says (inode lock, then nothing of this room's:
  * its state is atomics and read-only paths).

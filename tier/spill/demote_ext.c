@@ -97,9 +97,12 @@ static int pack_data(int fd, uint64_t off, uint8_t *buf, uint32_t len, struct se
  * generation gens[c]: ents[c] and segof[c] (1-based into segs; 0: a hole)
  * for each chunk, *nsegs the segments committed. 0 or -errno (what was
  * committed is in segs: the caller releases it). */
-static int upload(struct tier *t, uint64_t ino, const struct ext_snap *s, const uint32_t *gens,
-		  struct seg_entry *ents, uint32_t *segof, struct dseg *segs, uint32_t *nsegs)
+static int upload(struct tier *t, int s3, uint64_t ino, const struct ext_snap *s,
+		  const uint32_t *gens, struct seg_entry *ents, uint32_t *segof, struct dseg *segs,
+		  uint32_t *nsegs)
 {
+	int (*commit)(struct segtab *, struct seg_writer *, uint64_t, uint64_t, uint32_t *,
+		      uint64_t *) = s3 ? segtab_commit_s3 : segtab_commit;
 	uint64_t cs = t->chunk_size, nch = (s->size + cs - 1) / cs;
 	struct seg_extent *ext = malloc(SEG_MAX_EXTENTS * sizeof(*ext));
 	uint8_t *buf = seg_buf_alloc(cs);
@@ -126,9 +129,10 @@ static int upload(struct tier *t, uint64_t ino, const struct ext_snap *s, const 
 		if (ext_verify(s, off, buf, len) < 0) {
 			ret = -EILSEQ; /* the caller marks it */
 			__atomic_add_fetch(&t->st.ext_crc_errors, 1, __ATOMIC_RELAXED);
-			log_err("demote: extent of inode %llu: chunk %llu fails its crcs: it stays "
+			log_err("%s: extent of inode %llu: chunk %llu fails its crcs: it stays "
 				"on disk (spillctl scrub names it)",
-				(unsigned long long)ino, (unsigned long long)c);
+				s3 ? "demote" : "warm", (unsigned long long)ino,
+				(unsigned long long)c);
 			break;
 		}
 		if ((ret = pack_data(s->fd, off, buf, len, ext, &next)) < 0 || next == 0)
@@ -136,7 +140,7 @@ static int upload(struct tier *t, uint64_t ino, const struct ext_snap *s, const 
 		if (!w) {
 			uint64_t left = s->size - off;
 			cur = (struct dseg){.id = segtab_alloc_id(t->segtab)};
-			ret = seg_writer_new(t->s3, t->uuid, cur.id,
+			ret = seg_writer_new(s3 ? t->s3 : t->store, t->uuid, cur.id,
 					     (left < DEMOTE_SEG_MAX ? left : DEMOTE_SEG_MAX) + (4u << 20),
 					     &w);
 			if (ret < 0)
@@ -148,7 +152,7 @@ static int upload(struct tier *t, uint64_t ino, const struct ext_snap *s, const 
 		cur.payload += ents[c].len;
 		segof[c] = *nsegs + 1;
 		if (seg_writer_bytes(w) >= DEMOTE_SEG_MAX || c + 1 == nch) {
-			ret = segtab_commit_s3(t->segtab, w, cur.id, cur.payload, &cur.dev, &seg_len);
+			ret = commit(t->segtab, w, cur.id, cur.payload, &cur.dev, &seg_len);
 			w = NULL;
 			if (ret < 0)
 				break;
@@ -156,7 +160,7 @@ static int upload(struct tier *t, uint64_t ino, const struct ext_snap *s, const 
 		}
 	}
 	if (ret == 0 && w) { /* the last chunks were holes */
-		ret = segtab_commit_s3(t->segtab, w, cur.id, cur.payload, &cur.dev, &seg_len);
+		ret = commit(t->segtab, w, cur.id, cur.payload, &cur.dev, &seg_len);
 		w = NULL;
 		if (ret == 0)
 			segs[(*nsegs)++] = cur;
@@ -207,8 +211,10 @@ static int switch_locked(struct tier *t, struct inode *in, const struct ext_snap
 	return ret;
 }
 
-int demote_extent(struct tier *t, uint64_t ino)
+/* ino's extent into segments on s3 (s3 1) or on the first cold tier. */
+static int to_segments(struct tier *t, uint64_t ino, int s3)
 {
+	const char *what = s3 ? "demote" : "warm";
 	struct inode *in = idx_get(t->idx, ino);
 	uint64_t nch = 0;
 	struct seg_entry *ents = NULL;
@@ -220,7 +226,8 @@ int demote_extent(struct tier *t, uint64_t ino)
 	if (!in)
 		return 1;
 	idx_inode_lock(in);
-	if (ext_snap_locked(t, in, &s) < 0) { /* opened, written, gone since the pick */
+	/* opened, written, gone or (to s3) pinned since the pick */
+	if ((s3 && in->pinned) || ext_snap_locked(t, in, &s) < 0) {
 		idx_inode_unlock(in);
 		idx_put(t->idx, in);
 		return 1;
@@ -238,7 +245,7 @@ int demote_extent(struct tier *t, uint64_t ino)
 			 !(segof = calloc(nch, sizeof(*segof))) ||
 			 !(segs = calloc(s.size / DEMOTE_SEG_MAX + 2, sizeof(*segs)))))
 		ret = -ENOMEM;
-	if (ret == 0 && (ret = upload(t, ino, &s, gens, ents, segof, segs, &nsegs)) == -EILSEQ) {
+	if (ret == 0 && (ret = upload(t, s3, ino, &s, gens, ents, segof, segs, &nsegs)) == -EILSEQ) {
 		idx_inode_lock(in);
 		ext_snap_bad_locked(in, &s);
 		idx_inode_unlock(in);
@@ -252,20 +259,22 @@ int demote_extent(struct tier *t, uint64_t ino)
 	if (ret < 0) /* nothing points at them: GC deletes them */
 		for (uint32_t i = 0; i < nsegs; i++)
 			segtab_release_bytes(t->segtab, segs[i].id, segs[i].payload);
-	if (ret == 0) {
+	if (ret == 0 && s3) {
 		__atomic_add_fetch(&t->st.ext_demoted, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&t->st.ext_demoted_bytes, s.size, __ATOMIC_RELAXED);
-		log_debug("demote: extent of inode %llu (%llu bytes) to s3 in %u segments",
+	}
+	if (ret == 0) {
+		log_debug("%s: extent of inode %llu (%llu bytes) into %u segments", what,
 			  (unsigned long long)ino, (unsigned long long)s.size, nsegs);
 	} else if (ret == -EAGAIN) {
-		log_info("demote: extent of inode %llu changed during its upload: the upload is "
-			 "dropped", (unsigned long long)ino);
+		log_info("%s: extent of inode %llu changed during its copy: the copy is dropped",
+			 what, (unsigned long long)ino);
 	} else if (ret == -EFBIG) {
-		log_warn("demote: extent of inode %llu: %llu chunks, more than one journal "
-			 "transaction holds (%u): it stays on disk",
-			 (unsigned long long)ino, (unsigned long long)nch, DEMOTE_MAX_CHUNKS);
+		log_warn("%s: extent of inode %llu: %llu chunks, more than one journal "
+			 "transaction holds (%u): it stays an extent",
+			 what, (unsigned long long)ino, (unsigned long long)nch, DEMOTE_MAX_CHUNKS);
 	} else if (ret != -ECANCELED) {
-		log_warn("demote: extent of inode %llu to s3: %s", (unsigned long long)ino,
+		log_warn("%s: extent of inode %llu: %s", what, (unsigned long long)ino,
 			 strerror(-ret));
 	}
 	ext_snap_free(&s);
@@ -275,4 +284,14 @@ int demote_extent(struct tier *t, uint64_t ino)
 	free(segs);
 	idx_put(t->idx, in);
 	return ret == -EAGAIN ? 1 : ret;
+}
+
+int demote_extent(struct tier *t, uint64_t ino)
+{
+	return to_segments(t, ino, 1);
+}
+
+int extent_to_segments(struct tier *t, uint64_t ino)
+{
+	return t->store ? to_segments(t, ino, 0) : 1;
 }
