@@ -47,6 +47,7 @@ struct spw_config {
 	int passthrough;	  /* hand hot files to the kernel (FUSE passthrough) */
 	int extents;		  /* streams under pressure go to extents (tier/extent) */
 	uint64_t extent_min;	  /* the smallest file moved into an extent (a stream, an evict) */
+	uint64_t seal_delay_ms;	  /* an extent's seal after its last writer's close (0: at it) */
 	int cold_writes;	  /* 1: writes go over cold data (overlays), 0: restore first */
 	int admit_reread;	  /* admit=reread: cold data enters RAM when read again
 				   * (tier/admit); 0: admit=always */

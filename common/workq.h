@@ -38,7 +38,7 @@ struct workq_ops {
 /* Start up to nthreads threads over nlevels levels (at most WORKQ_LEVELS).
  * 0 with at least one thread running, or -errno (nothing started). Free
  * with workq_free(). */
-#define WORKQ_LEVELS 4
+#define WORKQ_LEVELS 8
 int workq_new(const struct workq_ops *ops, void *arg, unsigned nthreads, unsigned nlevels,
 	      size_t bound, struct workq **out);
 /* Queue j at level. 0; -EAGAIN when the level holds bound jobs; -ESHUTDOWN

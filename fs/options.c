@@ -194,6 +194,21 @@ const struct opt_spec opt_table[] = {
      .man = "The smallest file that moves whole into an extent: a stream written under\n"
 	    "pressure, a closed file the evictor takes or an evict asks for (smaller ones\n"
 	    "are packed into segments); between 1M and 1T.\n"},
+    {.name = "seal_delay",
+     .kind = OPT_DURATION,
+     FIELD(seal_delay_ms),
+     .max = 3600000,
+     .def = "30s",
+     .meta = "DURATION",
+     .accepted = "expected a duration like 0, 500ms, 30s or 5m (at most 1h)",
+     .help = "seal an extent (sync, crcs) this long after its last writer's close; 0: at it",
+     .man_tag = ".BI %s= duration",
+     .man = "How long after its last writer's close an extent is sealed: its bytes synced\n"
+	    "to the disk and a crc32c taken of every 64 KiB (what reads through the\n"
+	    "daemon, the scrub and demotion check). Until then the kernel writes it back\n"
+	    "when it would for a plain file, and a file deleted before is never synced\n"
+	    "nor read again for its crcs, as in a plain directory; an fsync is durable\n"
+	    "either way. 0: at the close. At most 1h.\n"},
     {.name = "cold_writes",
      .kind = OPT_ENUM,
      FIELD(cold_writes),

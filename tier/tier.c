@@ -265,6 +265,8 @@ void tier_detach(struct tier *t)
 	} else if (flush) {
 		flush_all(t);
 	}
+	/* the extents' seals still due: synced and crc'd before the checkpoint */
+	ext_seal_all_due(t);
 	/* a last checkpoint: the next mount starts from it, no replay */
 	jrnl_close(t->jrnl, 1);
 	t->jrnl = NULL;

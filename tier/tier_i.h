@@ -86,7 +86,7 @@ struct tier_stats {
 	 * passed through to one, seals and their bytes, blocks that failed
 	 * their crc, extents no file named (removed at mount), closed files
 	 * moved whole into one (the evictor's, an evict's) */
-	uint64_t ext_files, ext_created, ext_opens, ext_seals, ext_sealed_bytes;
+	uint64_t ext_files, ext_created, ext_opens, ext_seals, ext_sealed_bytes, ext_written_bytes;
 	uint64_t ext_crc_errors, ext_orphans, ext_evicted, ext_demoted, ext_demoted_bytes;
 	/* the online scrub (tier/extent/scrub.c): runs started, bytes read
 	 * and checked, blocks found damaged (also in ext_crc_errors) */

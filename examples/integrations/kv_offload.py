@@ -62,7 +62,7 @@ def mount_root(path):
 
 def cold_bytes(st):
     """Bytes written to the cold tier: into segments, or sealed in extents."""
-    return st["spilled"]["bytes"] + st.get("extents", {}).get("sealed_bytes", 0)
+    return st["spilled"]["bytes"] + st.get("extents", {}).get("written_bytes", 0)
 
 
 def spillway_stats(mnt):

@@ -189,7 +189,7 @@ def main():
         print("spillway: hot %d/%d MiB, spilled %d MiB, restored %d MiB, segments %d, "
               "extents %d"
               % (st["hot"]["used"] // MiB, st["hot"]["limit"] // MiB,
-                 (st["spilled"]["bytes"] + ext.get("sealed_bytes", 0)) // MiB,
+                 (st["spilled"]["bytes"] + ext.get("written_bytes", 0)) // MiB,
                  st["restored"]["bytes"] // MiB, st["segments"]["count"], ext.get("files", 0)))
 
     if not args.keep:

@@ -263,8 +263,8 @@ def run(args):
             # files whose bytes went whole into one file on a cold directory
             "extents_created": (a.get("extents", {}).get("created", 0)
                                 - (b or a).get("extents", {}).get("created", 0)),
-            "extent_bytes": (a.get("extents", {}).get("sealed_bytes", 0)
-                             - (b or a).get("extents", {}).get("sealed_bytes", 0)),
+            "extent_bytes": (a.get("extents", {}).get("written_bytes", 0)
+                             - (b or a).get("extents", {}).get("written_bytes", 0)),
             "cold": a["cold"], "tiers": a["tiers"], "hot_limit": a["hot"]["limit"]}
         for a, b in zip(after, before)]
     res["ok"] = ("error" not in res and not res["bad"] and res["verified"] == count

@@ -367,7 +367,8 @@ class CrashExtents(tcs.CrashStates):
         super().setUp()
         # a 17 MiB file fits in RAM below spill_threshold (24 MiB); a
         # stream of 16 MiB is above low_watermark (12.8 MiB): it moves
-        self.opts += ["extents=on", "low_watermark=0.4", "mem_pressure=off"]
+        # seal_delay=0: the workload's "closed (sealed)" is at the close
+        self.opts += ["extents=on", "low_watermark=0.4", "mem_pressure=off", "seal_delay=0"]
 
     def test_crash_states_of_extents(self):
         os.environ.setdefault("SPW_CRASH_STATES", "160")

@@ -52,15 +52,20 @@ class DemoteCase(S3Case):
             self.state = os.path.join(self.tmpdir(), "state")
         self.s3_mount(srv, endpoint=endpoint, nvme=self.colddir, hot_size="160M",
                       min_spill_size="8M", extents="on", nvme_threshold="0.5", mem_pressure="off",
+                      seal_delay="1s",
                       state_dir=self.state, tag=tag, **opts)
 
     def ext(self):
         return self.stats()["extents"]
 
     def make_extent(self, name, tag):
-        """A file all in RAM, evicted: it moves whole into a sealed extent."""
+        """A file written and evicted: an extent (moved whole at the evict, or
+        adopted mid-write as RAM filled), sealed."""
         write_file(self.p(name), tag, SIZE)
         self.evict(self.p(name))
+        # a stream adopted mid-write is sealed seal_delay (1s) after its close
+        harness.wait_until(lambda: file_state(self.p(name)).get("sealed") == 1, 20,
+                           "%s sealed" % name)
         st = file_state(self.p(name))
         self.assertEqual((st.get("extent"), st.get("sealed")), (1, 1), "%s: %s" % (name, st))
         return os.stat(self.p(name)).st_ino

@@ -39,7 +39,7 @@ class TestEvictorExtents(ExtentCase):
             os.close(fd)
 
     def test_cold_big_file_becomes_an_extent(self):
-        m = harness.Mount(hot_size="64M", opts=self.opts + ["extents=on"], hot_dir=self.hot,
+        m = harness.Mount(hot_size="64M", opts=self.opts + ["extents=on", "seal_delay=0"], hot_dir=self.hot,
                           tag="ext-ev")
         m.start()
         try:

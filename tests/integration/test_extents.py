@@ -77,10 +77,14 @@ class ExtentCase(harness.SpwTestCase):
 
     def start(self, extra=(), tag="ext", hot_size="32M"):
         on = [] if any(o.startswith("extents=") for o in extra) else ["extents=on"]
+        # sealed at the last writer's close, what these tests follow
+        # (TestSealDelay: the default, later)
+        if not any(o.startswith("seal_delay=") for o in extra):
+            on.append("seal_delay=0")
         return self.mount(hot_size=hot_size, opts=self.opts + on + list(extra), hot_dir=self.hot,
                           tag=tag)
 
-    def pressure(self, m, name="fill"):
+    def pressure(self, m, name="fill", sealed=True):
         """A stream bigger than the hot tier: it moves into an extent as RAM
         fills (or is written around), so the files created next are streams
         under pressure."""
@@ -90,7 +94,7 @@ class ExtentCase(harness.SpwTestCase):
         self.assertTrue(ext(m.mnt)["created"] > e0
                         or stats_of(m.mnt)["admission"]["written_around_files"] > a0,
                         m.log_text(20))
-        if "extent" in file_state(m.path(name)):
+        if sealed and "extent" in file_state(m.path(name)):
             self.wait_sealed(m, m.path(name))  # its release comes after close()
 
     def wait_sealed(self, m, path):
@@ -253,7 +257,7 @@ class TestCrashes(ExtentCase):
         """fsync'd, closed and still-being-written extents all come back after
         kill -9 and a wiped hot_dir: the kernel's page cache is not the
         daemon's; the open one by its size on disk, sealed at mount."""
-        m = harness.Mount(hot_size="32M", opts=self.opts + ["extents=on"], hot_dir=self.hot,
+        m = harness.Mount(hot_size="32M", opts=self.opts + ["extents=on", "seal_delay=0"], hot_dir=self.hot,
                           tag="ext-kill")
         m.start()
         try:
@@ -354,6 +358,51 @@ class TestCrashes(ExtentCase):
         self.assertIn("missing from every cold directory", m2.log_text(50))
         self.assertEqual(st["extents"]["files"], 1, st["extents"])  # the fill only
         self.assertEqual(read(m2.path("fill")), pattern(99, 48 * MiB))
+
+
+class TestSealDelay(ExtentCase):
+    """seal_delay (default 30s): an extent is synced and crc'd that long
+    after its last writer's close, on the maintenance worker, as a plain
+    directory's pages are written back after they expire: a file deleted
+    first is never synced nor read again for its crcs; an unmount seals
+    what is still due, before its last checkpoint."""
+
+    def test_seal_comes_later_and_not_for_a_deleted_file(self):
+        m = self.start(extra=["seal_delay=2s"])
+        self.pressure(m)  # its extent is sealed 2 s after its close
+        harness.wait_until(lambda: ext(m.mnt)["seals"] >= 1, 20, "the fill's seal")
+        e0 = ext(m.mnt)
+        a = pattern(21, 9 * MiB)
+        write(m.path("a"), a)
+        st = file_state(m.path("a"))
+        self.assertEqual((st.get("extent"), st.get("sealed")), (1, 0), st)
+        e1 = ext(m.mnt)
+        self.assertEqual(e1["written_bytes"] - e0["written_bytes"], len(a), e1)
+        self.assertEqual(e1["seals"], e0["seals"], e1)
+        # b is deleted before its seal falls due, c after it: only a and c
+        write(m.path("b"), pattern(22, 5 * MiB))
+        self.assertEqual(file_state(m.path("b")).get("extent"), 1)
+        os.unlink(m.path("b"))
+        write(m.path("c"), pattern(23, 3 * MiB))
+        harness.wait_until(lambda: file_state(m.path("c")).get("sealed") == 1, 20,
+                           "c sealed seal_delay after its close")
+        self.assertEqual(file_state(m.path("a"))["sealed"], 1)
+        e2 = ext(m.mnt)
+        self.assertEqual(e2["seals"] - e0["seals"], 2, e2)
+        self.assertEqual(read(m.path("a")), a)
+
+    def test_unmount_seals_what_is_due(self):
+        m = self.start(extra=["seal_delay=1h"], tag="ext-due")
+        self.pressure(m, sealed=False)
+        d = pattern(24, 7 * MiB + 3)
+        write(m.path("d"), d)
+        self.assertEqual(file_state(m.path("d")).get("sealed"), 0)
+        m.stop()
+        m2 = self.start(extra=["seal_delay=1h"], tag="ext-due2")
+        # sealed by the unmount: the mount had nothing to seal again
+        self.assertEqual(file_state(m2.path("d")).get("sealed"), 1)
+        self.assertEqual(ext(m2.mnt)["seals"], 0, ext(m2.mnt))
+        self.assertEqual(read(m2.path("d")), d)
 
 
 class TestFsx(ExtentCase):

@@ -50,7 +50,8 @@ class TestExtentsFullColdDir(S3Case):
         self.colddir = os.path.join(self.t.mnt, "cold")
         os.mkdir(self.colddir)
         self.s3_mount(srv, nvme=self.colddir, hot_size="32M", min_spill_size="8M",
-                      extents="on", mem_pressure="off", write_wait="60s", **opts)
+                      extents="on", mem_pressure="off", write_wait="60s", seal_delay="0",
+                      **opts)
         return srv
 
     def ext(self):

@@ -269,7 +269,7 @@ class TestExtentSyncFails(FaultCase):
         ctl = os.path.join(self.tmpdir(), "fault")
         env = dict(os.environ, LD_PRELOAD=shim, SPW_FAULT_DIR=cold, SPW_FAULT_CTL=ctl)
         self.m = self.mount(hot_size="64M", env=env, opts=[
-            "chunk_size=1M", "nvme=" + cold, "io_engine=psync", "extents=on",
+            "chunk_size=1M", "nvme=" + cold, "io_engine=psync", "extents=on", "seal_delay=0",
             "state_dir=" + os.path.join(self.tmpdir(), "state")])
         self.mnt = self.m.mnt
         p = self.p("f")

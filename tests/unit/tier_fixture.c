@@ -41,6 +41,7 @@ void fx_cfg_defaults(struct fx *f, uint64_t hot_size)
 	    .hard_watermark = 0.95,
 	    .min_spill_size = 4 * MiB,
 	    .extent_min = 16 * MiB,
+	    .seal_delay_ms = 0,
 	    .io_workers = 2,
 	    .restore = RESTORE_LAZY,
 	    .write_wait_ms = 5000,

@@ -13,6 +13,7 @@
 #include "index/journal.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -29,12 +30,21 @@
 #define EXT_DIRS 64
 #define B JRNL_EXT_BLOCK
 
+/* A seal due (seal_delay after its last writer's close). */
+struct due {
+	uint64_t ino, at_ms;
+};
+
 /* The room: each cold directory's extents/ folder. Read-only after
- * ext_room_new but next_id (atomic). */
+ * ext_room_new but next_id (atomic) and the seals due (their lock, a
+ * leaf). */
 struct extents {
 	int n;
 	int dirfd[EXT_DIRS];
 	uint64_t next_id;
+	pthread_mutex_t due_lock;
+	struct due *due; /* in the order they fall due */
+	size_t ndue, cap;
 };
 
 static void ext_name(char *buf, size_t len, uint64_t ino, uint64_t id)
@@ -112,6 +122,7 @@ int ext_room_new(struct tier *t, char *err, size_t errlen)
 		e->n++;
 	}
 	free(copy);
+	pthread_mutex_init(&e->due_lock, NULL);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	e->next_id = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	t->extr = e;
@@ -133,6 +144,8 @@ void ext_room_free(struct tier *t)
 		return;
 	for (int i = 0; i < e->n; i++)
 		close(e->dirfd[i]);
+	pthread_mutex_destroy(&e->due_lock);
+	free(e->due);
 	free(e);
 	t->extr = NULL;
 }
@@ -470,6 +483,7 @@ static int install_locked(struct tier *t, struct inode *in, struct ext_move *m)
 	if (x->sealed) {
 		ST_ADD(ext_seals, 1);
 		ST_ADD(ext_sealed_bytes, x->size);
+		ST_ADD(ext_written_bytes, x->size);
 	}
 	return 0;
 }
@@ -582,6 +596,81 @@ int ext_open_locked(struct tier *t, struct inode *in, int write, int pt,
 	return 1;
 }
 
+/* Seal ino seal_delay from now (the maintenance worker: ext_seals_due).
+ * 0, or -1: seal it now (no delay, no room). */
+static int due_add(struct tier *t, uint64_t ino)
+{
+	struct extents *e = t->extr;
+	int ret = -1;
+
+	if (!e || !t->cfg->seal_delay_ms || !t->maint)
+		return -1;
+	pthread_mutex_lock(&e->due_lock);
+	if (e->ndue == e->cap) {
+		size_t cap = e->cap ? e->cap * 2 : 64;
+		struct due *d = realloc(e->due, cap * sizeof(*d));
+		if (d) {
+			e->due = d;
+			e->cap = cap;
+		}
+	}
+	if (e->ndue < e->cap) {
+		e->due[e->ndue++] = (struct due){ino, clock_now_ms() + t->cfg->seal_delay_ms};
+		ret = 0;
+	}
+	pthread_mutex_unlock(&e->due_lock);
+	return ret;
+}
+
+size_t ext_seals_due(struct tier *t, uint64_t *inos, size_t max, int all)
+{
+	struct extents *e = t->extr;
+	uint64_t now = clock_now_ms();
+	size_t n = 0;
+
+	if (!e)
+		return 0;
+	pthread_mutex_lock(&e->due_lock);
+	while (n < max && n < e->ndue && (all || e->due[n].at_ms <= now)) {
+		inos[n] = e->due[n].ino;
+		n++;
+	}
+	memmove(e->due, e->due + n, (e->ndue - n) * sizeof(*e->due));
+	e->ndue -= n;
+	pthread_mutex_unlock(&e->due_lock);
+	return n;
+}
+
+void ext_seal_ino(struct tier *t, uint64_t ino)
+{
+	struct inode *in = idx_get(t->idx, ino);
+
+	if (!in)
+		return;
+	idx_inode_lock(in);
+	/* written again since (a writer open: its close queues it anew), or
+	 * sealed, or going */
+	ext_seal_locked(t, in);
+	idx_inode_unlock(in);
+	idx_put(t->idx, in);
+}
+
+void ext_seal_requeue(struct tier *t, uint64_t ino)
+{
+	if (due_add(t, ino) < 0)
+		ext_seal_ino(t, ino);
+}
+
+void ext_seal_all_due(struct tier *t)
+{
+	uint64_t inos[256];
+	size_t n;
+
+	while ((n = ext_seals_due(t, inos, 256, 1)) > 0)
+		for (size_t i = 0; i < n; i++)
+			ext_seal_ino(t, inos[i]);
+}
+
 int ext_close(struct tier *t, struct inode *in, int write, int counted, int32_t backing_id,
 	      void (*pt_close)(void *ctx, int32_t id), void *ctx)
 {
@@ -609,9 +698,13 @@ int ext_close(struct tier *t, struct inode *in, int write, int counted, int32_t 
 	if ((write || !counted) && x->writers)
 		x->writers--;
 	x->opens--;
-	/* the last writer's close seals it (an unlinked file is going) */
-	if (!x->writers && !x->sealed && in->nlink > 0)
-		seal_locked(t, in);
+	/* the last writer's close seals it, now or seal_delay later (an
+	 * unlinked file is going) */
+	if (!x->writers && !x->sealed && in->nlink > 0) {
+		ST_ADD(ext_written_bytes, in->size);
+		if (due_add(t, in->ino) < 0)
+			seal_locked(t, in);
+	}
 	if (in->attr_dirty) {
 		in->attr_dirty = 0;
 		idx_journal_attr_locked(t->idx, in);

@@ -17,7 +17,11 @@
  *   the daemon); the kernel reads and writes it into the disk's page cache,
  *   as for a plain directory: a kill -9 of the daemon loses nothing it took.
  *   Size and mtime are read back from the extent (getattr, fsync, close).
- * - Seals it at its last writer's close: its bytes and name made durable,
+ * - Seals it seal_delay after its last writer's close (the maintenance
+ *   worker; at the close with seal_delay=0; every one queued at unmount):
+ *   a file deleted or written again first is never synced nor crc'd for
+ *   it, as a plain directory never writes back a file deleted before its
+ *   dirty pages expire. A seal: its bytes and name made durable,
  *   then a crc32c per JRNL_EXT_BLOCK from the page cache, journaled; a write
  *   (an open for writing, a daemon write, truncate, fallocate) unseals it,
  *   the unseal durable before the extent changes, until the next seal.
@@ -113,6 +117,16 @@ void ext_seal_locked(struct tier *t, struct inode *in);
  * open from before the extent, counted as a writer). Takes the lock. */
 int ext_close(struct tier *t, struct inode *in, int write, int counted, int32_t backing_id,
 	      void (*pt_close)(void *ctx, int32_t id), void *ctx);
+/* Seals due: up to max inodes whose extent's last writer closed
+ * seal_delay ago (all: every one queued, due or not), taken off the
+ * queue. Any thread. */
+size_t ext_seals_due(struct tier *t, uint64_t *inos, size_t max, int all);
+/* Seal ino's extent now if it is closed and unsealed (takes the lock). */
+void ext_seal_ino(struct tier *t, uint64_t ino);
+/* A seal taken off the queue but not done (a job cancelled): back on it. */
+void ext_seal_requeue(struct tier *t, uint64_t ino);
+/* Every seal queued, now (the unmount, before its last checkpoint). */
+void ext_seal_all_due(struct tier *t);
 /* Size and mtime read back from the extent. in->lock held. */
 void ext_refresh_locked(struct tier *t, struct inode *in);
 

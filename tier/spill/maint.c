@@ -10,7 +10,9 @@
  *   its turn.
  * - Queue: a workq with one thread and a level per kind (enum maint_kind
  *   is its order), each level bounded at MAINT_QUEUE_MAX.
- * - Order: deletes first (a batch of every queued one: one push of the
+ * - Order: extents' seals first (seal_delay after their last writer's
+ *   close, tier/extent: one sync and one crc pass each; a cancelled one is
+ *   queued again for the unmount's), then deletes (a batch of every queued one: one push of the
  *   bucket's state for all, then one store remove each), then the
  *   compaction, then one demotion; the queue is looked at again after each
  *   job, so a compaction or deletes chosen during a long demotion batch go
@@ -56,6 +58,7 @@
  */
 #include "tier/spill/maint.h"
 #include "tier/tier_i.h"
+#include "tier/extent/extent.h"
 #include "common/workq.h"
 
 #include <errno.h>
@@ -100,6 +103,9 @@ static void job_run(struct workq *q, struct workq_job *wj, void *arg)
 	(void)q;
 	free(wj);
 	switch (k) {
+	case MAINT_SEAL:
+		ext_seal_ino(t, id);
+		break;
 	case MAINT_DELETE:
 		/* a batch of every queued one */
 		n = take(m, MAINT_DELETE, MAINT_QUEUE_MAX - 1);
@@ -128,7 +134,9 @@ static void job_cancel(struct workq_job *wj, void *arg)
 {
 	struct maint *m = arg;
 
-	if (wj->level != MAINT_DEMOTE_EXT)
+	if (wj->level == MAINT_SEAL) /* sealed at the unmount, before its checkpoint */
+		ext_seal_requeue(m->t, ((struct maint_job *)wj)->id);
+	else if (wj->level != MAINT_DEMOTE_EXT)
 		segtab_unbusy(m->t->segtab, &((struct maint_job *)wj)->id, 1);
 	free(wj);
 }
@@ -147,7 +155,9 @@ static void queue(struct maint *m, enum maint_kind k, const uint64_t *ids, size_
 		}
 		/* no memory, or stopping: never lose a busy mark */
 		free(j);
-		if (k != MAINT_DEMOTE_EXT)
+		if (k == MAINT_SEAL)
+			ext_seal_requeue(m->t, ids[i]);
+		else if (k != MAINT_DEMOTE_EXT)
 			segtab_unbusy(m->t->segtab, ids + i, 1);
 	}
 }
@@ -161,6 +171,7 @@ void maint_plan(struct tier *t)
 
 	if (!m)
 		return;
+	queue(m, MAINT_SEAL, m->pick, ext_seals_due(t, m->pick, workq_room(m->wq, MAINT_SEAL), 0));
 	room = workq_room(m->wq, MAINT_DELETE);
 	want_compact = !workq_pending(m->wq, MAINT_COMPACT);
 	want_demote = !workq_pending(m->wq, MAINT_DEMOTE) && !workq_pending(m->wq, MAINT_DEMOTE_EXT);

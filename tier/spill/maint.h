@@ -17,6 +17,7 @@ struct tier;
 
 /* Job kinds, in the order the worker takes them. */
 enum maint_kind {
+	MAINT_SEAL,    /* an extent's seal, seal_delay after its last writer's close (its inode) */
 	MAINT_DELETE,  /* a segment with no live bytes (deletes go in batches) */
 	MAINT_COMPACT, /* a sparse segment: its live chunks rewritten (one at a time) */
 	MAINT_DEMOTE,  /* an nvme segment copied to s3 (one batch at a time) */

@@ -75,6 +75,7 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 	d->ext_opens = LD(s->ext_opens);
 	d->ext_seals = LD(s->ext_seals);
 	d->ext_sealed_bytes = LD(s->ext_sealed_bytes);
+	d->ext_written_bytes = LD(s->ext_written_bytes);
 	d->ext_crc_errors = LD(s->ext_crc_errors);
 	d->ext_orphans = LD(s->ext_orphans);
 	d->ext_evicted = LD(s->ext_evicted);
@@ -254,11 +255,12 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	    (unsigned long long)c->pt_fallback[TIER_PT_ROOM], (unsigned long long)s->pt_pinned,
 	    (unsigned long long)c->cache_drops);
 	PUT("\"extents\":{\"files\":%llu,\"created\":%llu,\"opens\":%llu,\"seals\":%llu,"
-	    "\"sealed_bytes\":%llu,\"crc_errors\":%llu,\"orphans\":%llu,\"evicted\":%llu,"
+	    "\"sealed_bytes\":%llu,\"written_bytes\":%llu,\"crc_errors\":%llu,\"orphans\":%llu,\"evicted\":%llu,"
 	    "\"demoted\":%llu,\"demoted_bytes\":%llu},",
 	    (unsigned long long)c->ext_files, (unsigned long long)c->ext_created,
 	    (unsigned long long)c->ext_opens, (unsigned long long)c->ext_seals,
-	    (unsigned long long)c->ext_sealed_bytes, (unsigned long long)c->ext_crc_errors,
+	    (unsigned long long)c->ext_sealed_bytes, (unsigned long long)c->ext_written_bytes,
+	    (unsigned long long)c->ext_crc_errors,
 	    (unsigned long long)c->ext_orphans, (unsigned long long)c->ext_evicted,
 	    (unsigned long long)c->ext_demoted, (unsigned long long)c->ext_demoted_bytes);
 	PUT("\"scrub\":{\"runs\":%llu,\"bytes\":%llu,\"damaged\":%llu},",

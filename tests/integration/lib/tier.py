@@ -172,9 +172,10 @@ def stats_of(mnt):
 
 def cold_written_bytes(st):
     """Bytes written to the cold tier, from a stats dict: spilled into
-    segments, or sealed in extents (extents=on, the default: a stream under
-    pressure, a cold big file; a file sealed again counts again)."""
-    return st["spilled"]["bytes"] + st.get("extents", {}).get("sealed_bytes", 0)
+    segments, or written into extents (extents=on, the default: a stream under
+    pressure, a cold big file; counted at its last writer's close or its
+    move, a file written again counts again)."""
+    return st["spilled"]["bytes"] + st.get("extents", {}).get("written_bytes", 0)
 
 
 def cold_read_bytes(st):
