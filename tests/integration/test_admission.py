@@ -225,11 +225,14 @@ class TestWriteAround(AdmitCase):
         # writer waits for room (a slow or busy disk: CI's parallel tests)
         # the evictor takes the oldest dirty chunks too, no bet on the
         # written-around ones alone (evict.c): at most one segment's worth
-        # (min_spill_size, 4 chunks) of the hot file, never the file
+        # (min_spill_size, 4 chunks) of the hot file per pressure episode
+        # (a writer's wait; one more for the hard watermark), never more
         st = self.state(hot)
-        self.assertEqual(st["hot"] + st["cold"], 8, st)
-        self.assertLessEqual(st["cold"], 4, "the hot file was pushed out: %s" % st)
         s1 = self.stats()
+        waits = s1["write_waits"] - s0["write_waits"]
+        self.assertEqual(st["hot"] + st["cold"], 8, st)
+        self.assertLessEqual(st["cold"], 4 * (1 + waits),
+                             "the hot file was pushed out: %s after %d waits" % (st, waits))
         self.assertGreaterEqual(s1["spilled"]["bytes"] - s0["spilled"]["bytes"], 96 * MiB)
         self.assertLessEqual(s1["hot"]["used"], s1["hot"]["limit"])
         self.assertContent(big, 2, 96 * MiB)
