@@ -635,8 +635,10 @@ size_t ext_seals_due(struct tier *t, uint64_t *inos, size_t max, int all)
 		inos[n] = e->due[n].ino;
 		n++;
 	}
-	memmove(e->due, e->due + n, (e->ndue - n) * sizeof(*e->due));
-	e->ndue -= n;
+	if (n) {
+		memmove(e->due, e->due + n, (e->ndue - n) * sizeof(*e->due));
+		e->ndue -= n;
+	}
 	pthread_mutex_unlock(&e->due_lock);
 	return n;
 }
