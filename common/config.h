@@ -41,6 +41,7 @@ struct spw_config {
 	uint64_t journal_sync_ms; /* group commit period; 0: every change */
 	uint64_t checkpoint_size; /* journal bytes that trigger a checkpoint */
 	int takeover;		  /* s3: attach a prefix another node holds */
+	int s3_state;		  /* nvme+s3: keep a copy of the state in the bucket too */
 	int io_psync;		  /* io_engine=psync */
 	int io_uring;		  /* FUSE requests over io_uring (libfuse 3.18+, fs/main.c) */
 	int keep_hot;		  /* unmount keeps the hot files (fast remount) */

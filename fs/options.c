@@ -578,6 +578,32 @@ const struct opt_spec opt_table[] = {
 	    ".BR s3 :\n"
 	    "attach a bucket prefix whose lease is still held by another node (that\n"
 	    "node is gone; a live one would be corrupted).\n"},
+    {.name = "s3_state",
+     .kind = OPT_FLAG,
+     FIELD(s3_state),
+     .def_doc = "on with s3 alone, off with nvme",
+     .help = "with nvme and s3: copy the state to the bucket too (a replacement node)",
+     .man_tag = ".B %s",
+     .man = "With\n"
+	    ".B nvme\n"
+	    "and\n"
+	    ".BR s3 :\n"
+	    "copy the checkpoint and the journal to the bucket as well, as\n"
+	    ".B s3\n"
+	    "alone always does, after each demotion, each checkpoint and before\n"
+	    "segments are deleted from S3, and at unmount (never in an\n"
+	    ".BR fsync (2)).\n"
+	    "A replacement node (an empty\n"
+	    ".BR state_dir ,\n"
+	    "with\n"
+	    ".B s3\n"
+	    "alone or with its own\n"
+	    ".BR nvme )\n"
+	    "then mounts the prefix and gets every file whose bytes were all in S3 at\n"
+	    "the last copy; a file some of whose bytes were on the old node's disk or\n"
+	    "in its RAM is removed, or kept in\n"
+	    ".I /lost+found\n"
+	    "with holes where they were (logged by path).\n"},
     {.name = "io_engine",
      .kind = OPT_ENUM,
      FIELD(io_psync),
@@ -933,6 +959,11 @@ static int opt_cross(struct opt_ctx *c)
 		return opt_fail(c, "option 's3_*' given without 's3=s3://BUCKET/PREFIX'");
 	if (cfg->takeover && !cfg->s3)
 		return opt_fail(c, "option 'takeover' needs 's3=s3://BUCKET/PREFIX'");
+	if (cfg->s3_state && (!cfg->s3 || !cfg->nvme))
+		return opt_fail(c, "option 's3_state' needs 'nvme=DIR' and 's3=s3://BUCKET/PREFIX' "
+			       "(s3 alone always keeps the state in the bucket)");
+	if (cfg->s3_state && !cfg->state_dir)
+		return opt_fail(c, "option 's3_state' needs a state_dir (not state_dir=none)");
 	if (cfg->s3 && !cfg->nvme && !opt_given(c, "state_dir"))
 		return opt_fail(c, "option 's3' alone needs 'state_dir=DIR' on a local disk for the "
 			       "journal (or state_dir=none: nothing survives an unmount)");

@@ -35,6 +35,7 @@ struct tier_recovery {
 	uint64_t ext_resealed; /* extents sealed at mount (a checkpoint follows) */
 	uint64_t orphan_segments, orphan_hot_files, recover_ms;
 	int fresh;
+	uint64_t adopt_gone_segments; /* adopted: segments not in the bucket */
 	int adopted; /* the state is the bucket's copy (state_s3_adopt) */
 };
 
@@ -55,6 +56,7 @@ struct tier_stats {
 	uint64_t spill_ns, restore_ns;
 	uint64_t enospc, write_waits, errors_io, errors_crc, retries;
 	uint64_t write_wait_ns;
+	uint64_t state_copies; /* pushes of the state to the bucket (state_s3) */
 	uint64_t restore_waits, restore_overshoots; /* restores short of room */
 	uint64_t slow_op_ns;			    /* slowest FUSE request so far */
 	const char *slow_op;			    /* its name (static string) */
@@ -273,8 +275,8 @@ int recover_open(struct tier *t, char *err, size_t errlen);
  * index, then start journaling. 0 or -errno with err set. */
 int recover_finish(struct tier *t, char *err, size_t errlen);
 
-/* state_s3.c: s3 alone, the bucket's copy of the state */
-/* t->s3st (recover_open, s3 alone with a state_dir) and its end (tier_free).
+/* state_s3.c: the bucket's copy of the state (s3 alone, or s3_state) */
+/* t->s3st (recover_open: s3 alone or s3_state, a state_dir) and its end (tier_free).
  * 0 or -ENOMEM. */
 int state_s3_new(struct tier *t);
 void state_s3_free(struct tier *t);
@@ -287,10 +289,22 @@ int state_s3_lease(struct tier *t, char *err, size_t errlen);
 /* Copy the current checkpoint and journal to the bucket (after a journal
  * sync, for fsync). 0 or -errno. */
 int state_s3_push(struct tier *t);
+/* fsync, sync and the end of a demotion batch (after a journal sync): with
+ * s3 alone state_s3_push; with nvme below only when S3's segments changed
+ * since the last push (an fsync'd file on the node's disk is not a
+ * replacement node's). 0 or -errno. */
+int state_s3_push_changed(struct tier *t);
 /* jrnl_set_on_checkpoint callback (arg: the tier): state_s3_push. */
 void state_s3_on_checkpoint(void *arg, uint64_t gen);
 /* Clean unmount: push, then release the bucket prefix's lease. */
 void state_s3_release(struct tier *t);
+/* recover_finish, an adopted state: segments listed in the bucket are S3's
+ * (relocated to its store number), the others leave the table (the old
+ * node's disk). 0 or -errno with err set. */
+int state_s3_locate(struct tier *t, char *err, size_t errlen);
+/* recover_finish, once the adopted state is checkpointed and pushed: the
+ * adoption is done (its marker goes). */
+void state_s3_adopted(struct tier *t);
 
 /* restore.c (its lifecycle: restore.h) */
 /* Queue every COLD chunk of `in` for background restore (file order). */

@@ -908,7 +908,7 @@ int tier_fsync(struct tier *t, struct inode *in)
 	if (!t->jrnl)
 		return 0; /* nothing outlives the mount: nothing to make durable */
 	if ((ret = ext_fsync(t, in)) != 1)
-		return ret < 0 ? ret : state_s3_push(t);
+		return ret < 0 ? ret : state_s3_push_changed(t);
 	ret = 0;
 	/* passthrough writers: what they wrote so far is dirty now */
 	if (__atomic_load_n(&in->pt_writers, __ATOMIC_RELAXED)) {
@@ -958,20 +958,20 @@ int tier_fsync(struct tier *t, struct inode *in)
 	}
 	/* moved into an extent meanwhile: its bytes are the extent's now */
 	if ((ret = ext_fsync(t, in)) != 1)
-		return ret < 0 ? ret : state_s3_push(t);
+		return ret < 0 ? ret : state_s3_push_changed(t);
 	idx_inode_lock(in);
 	in->attr_dirty = 0;
 	ret = idx_journal_attr_locked(t->idx, in);
 	idx_inode_unlock(in);
 	if (ret == 0)
 		ret = jrnl_sync(t->jrnl);
-	return ret < 0 ? ret : state_s3_push(t);
+	return ret < 0 ? ret : state_s3_push_changed(t);
 }
 
 int tier_sync(struct tier *t)
 {
 	int ret = t->jrnl ? jrnl_sync(t->jrnl) : 0;
-	return ret < 0 ? ret : (t->jrnl ? state_s3_push(t) : 0);
+	return ret < 0 ? ret : (t->jrnl ? state_s3_push_changed(t) : 0);
 }
 
 int tier_file_state(struct tier *t, struct inode *in, char *buf, size_t len)

@@ -21,7 +21,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from lib.data import MiB, content  # noqa: E402
-from lib.s3 import S3Case  # noqa: E402
+from lib.s3 import BUCKET, S3Case  # noqa: E402
 from lib.tier import Tmpfs, extents_in, file_state  # noqa: E402
 
 SIZE = 120 * MiB + 12345  # a file of three extents' worth of demotion step
@@ -187,6 +187,119 @@ class TestExtentDemotion(DemoteCase):
         self.setup_mount(tag="damaged2", passthrough="off")
         self.assertReadEIO(self.p("d"), 4096, 50 * MiB)
 
+
+
+class TestReplacementNode(DemoteCase):
+    """s3_state: with nvme and s3 the bucket keeps a copy of the state too
+    (pushed after each demotion batch). The node dies with its disk; a
+    replacement with an empty state_dir adopts the prefix, with S3 alone or
+    with a disk of its own: the demoted extent is back byte for byte, files
+    whose bytes were on the old disk or in its RAM are lost (never zeros),
+    and the adopted state is the new node's own from then on."""
+
+    def write(self, name, tag, size, fsync):
+        fd = os.open(self.p(name), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        try:
+            self.assertEqual(os.write(fd, content(tag, 0, size)), size)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def node(self, tag, **opts):
+        """A node with a fresh hot_dir on the same prefix."""
+        return self.s3_mount(self.srv, hot_size="160M", min_spill_size="8M", tag=tag, **opts)
+
+    def survivors(self):
+        self.assertContent(self.p("b"), 2, SIZE)
+        for gone in ("local", "ram", "d/x", "seg"):
+            self.assertFalse(os.path.exists(self.p(gone)), gone)
+        self.assertTrue(os.path.isdir(self.p("d")))
+
+    def test_replacement_node_sees_demoted_extent(self):
+        self.setup_mount(s3_state=None)
+        # written before RAM fills: a segment on the disk
+        self.write("seg", 11, 2 * MiB + 3, False)
+        self.evict(self.p("seg"))
+        harness.wait_until(lambda: self.stats()["segments"]["count"] == 1, 30,
+                           "seg spilled: %s" % file_state(self.p("seg")))
+        self.make_extent("b", 2)
+        os.mkdir(self.p("d"))
+        self.write("local", 8, 3 * MiB + 5, True)  # fsync'd: on the disk
+        self.write("d/x", 9, 5000, True)
+        self.write("ram", 10, MiB, False)  # only in RAM
+        with open(self.p("seg"), "rb") as f:  # read after b's seal: b is older
+            self.assertEqual(f.read(), content(11, 0, 2 * MiB + 3))
+        uuid = self.uuid
+        copies = self.stats()["journal"]["bucket_copies"]
+        self.assertGreaterEqual(copies, 1)  # the mount's own
+        # fsyncs of files on the disk put nothing in S3: no copy for them
+        self.fill_over(0.5 + 10 * MiB / (2 << 30))
+        harness.wait_until(lambda: self.ext()["demoted"] >= 1, 60,
+                           "b demoted: %s" % json.dumps(self.ext()))
+        harness.wait_until(lambda: self.stats()["journal"]["bucket_copies"] > copies, 30,
+                           "the state copied to the bucket after the demotion")
+        self.assertEqual(self.stats()["segments"]["demoted"], 0)  # local stays on disk
+        # the node dies, its disk with it
+        self.m.abort()
+        self.m.proc.wait()
+        self.m.stop()
+
+        # a replacement with S3 alone: refused while the lease holds
+        st1, st2 = self.state, os.path.join(self.tmpdir(), "state2")
+        msg = self.refused(self.base(self.srv, s3="s3://%s/pfx" % BUCKET, state_dir=st2))
+        self.assertIn("takeover", self.one_line(msg, "s3"))
+        self.state = st2
+        self.node("node2", state_dir=st2, takeover=None)
+        self.assertEqual(self.uuid, uuid, "the replacement adopted another filesystem")
+        rec = self.stats()["recovery"]
+        self.assertEqual((rec["adopted"], rec["adopt_gone_segments"] >= 1), (1, True), rec)
+        self.assertEqual(self.stats()["lost_files"], 4)
+        self.survivors()
+        log = self.full_log(self.m)
+        self.assertIn("recovery: lost /local", log)
+        self.assertIn("adopted from the bucket", log)
+        # its state is its own: a remount of it adopts nothing, loses nothing
+        self.m.stop()
+        self.node("node2b", state_dir=st2)
+        self.assertEqual((self.stats()["recovery"]["adopted"], self.stats()["lost_files"]), (0, 0))
+        self.survivors()
+        self.assertEqual(self.stats()["errors"], {"io": 0, "crc": 0})
+        self.m.stop()
+        r = subprocess.run([os.path.join(harness.BUILD_DIR, "spillway-fsck"), "--verify-data",
+                            st2], capture_output=True, text=True, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+        # a replacement with a disk of its own adopts that (S3-alone) state:
+        # its segment is S3's there too
+        cold3 = os.path.join(self.t.mnt, "cold3")
+        os.mkdir(cold3)
+        st3 = os.path.join(self.tmpdir(), "state3")
+        self.node("node3", nvme=cold3, state_dir=st3, s3_state=None, extents="on")
+        self.assertEqual((self.stats()["recovery"]["adopted"], self.stats()["lost_files"]), (1, 0))
+        self.survivors()
+        self.assertEqual(self.stats()["tiers"]["s3"], sum(self.seg_sizes().values()))
+        self.m.stop()
+
+        # an adoption cut short (the marker is still there) starts over from
+        # the bucket, whatever the state_dir holds: here the dead node's
+        # own journal, whose disk segment no store has
+        st4 = os.path.join(self.tmpdir(), "state4")
+        os.mkdir(st4, 0o700)
+        for n in os.listdir(st1):
+            if n.startswith(("checkpoint.", "journal.")):
+                with open(os.path.join(st1, n), "rb") as src, open(os.path.join(st4, n), "wb") as d:
+                    d.write(src.read())
+        with open(os.path.join(st4, "adopting"), "w") as f:
+            f.write(uuid)
+        self.node("node4", state_dir=st4)
+        self.assertEqual(self.stats()["recovery"]["adopted"], 1)
+        self.survivors()
+        self.assertFalse(os.path.exists(os.path.join(st4, "adopting")))
+
+    def seg_sizes(self):
+        objs = self.server.objects("%s/%s" % (self.prefix, self.uuid))
+        return {k: v for k, v in objs.items() if "/state/" not in k}
 
 
 class TestExtentDemotionRaces(DemoteCase):

@@ -487,6 +487,24 @@ static void test_allow_other(void **state)
 	assert_int_equal(f->cfg.default_permissions, 1);
 }
 
+/* s3_state: only with nvme and s3 (s3 alone always keeps it), and a state_dir. */
+static void test_s3_state(void **state)
+{
+	struct fx *f = *state;
+	char opts[512];
+
+	expect_bad(f, "s3_state", "s3_state", "nvme");
+	expect_bad(f, "s3_state,s3=s3://bucket/p,state_dir=none", "s3_state", "s3 alone");
+	snprintf(opts, sizeof(opts), "s3_state,nvme=%s", f->nv1);
+	expect_bad(f, opts, "s3_state", "s3=");
+	snprintf(opts, sizeof(opts), "s3_state,nvme=%s,s3=s3://bucket/p,state_dir=none", f->nv1);
+	expect_bad(f, opts, "s3_state", "state_dir");
+	assert_int_equal(parse_o(f, "hot_dir=%s,nvme=%s,s3=s3://bucket/p,s3_state", f->hot, f->nv1), 0);
+	assert_int_equal(f->cfg.s3_state, 1);
+	assert_int_equal(parse_o(f, "hot_dir=%s,nvme=%s,s3=s3://bucket/p", f->hot, f->nv1), 0);
+	assert_int_equal(f->cfg.s3_state, 0);
+}
+
 static void test_bad_nvme(void **state)
 {
 	struct fx *f = *state;
@@ -984,6 +1002,7 @@ int main(void)
 	    T(test_rejected_hot_dir_inside_mountpoint_is_removed),
 	    T(test_failure_removes_created_hot_dir),
 	    T(test_allow_other),
+	    T(test_s3_state),
 	    T(test_bad_nvme),
 	    T(test_defaults),
 	    T(test_default_hot_dir),

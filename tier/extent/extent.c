@@ -1171,8 +1171,13 @@ int ext_recover_locked(struct tier *t, struct inode *in)
 			x->dev = (uint32_t)d;
 	}
 	if (fd < 0 || fstat(fd, &st) < 0) {
-		log_err("recovery: inode %llu: its extent %s is missing from every cold directory",
-			(unsigned long long)in->ino, name);
+		if (t->rec.adopted) /* the old node's disk: reported with the lost files */
+			log_debug("recovery: inode %llu: its extent %s stayed on the old node",
+				  (unsigned long long)in->ino, name);
+		else
+			log_err("recovery: inode %llu: its extent %s is missing from every cold "
+				"directory",
+				(unsigned long long)in->ino, name);
 		if (fd >= 0)
 			close(fd);
 		return 1;

@@ -201,11 +201,23 @@ size_t gc_pick(struct tier *t, uint64_t *dead, size_t max, uint64_t *compact)
 	return segtab_pick_dead(t->segtab, dead, max, thr, compact);
 }
 
+/* Is any of ids[0..n) a segment of the bucket's? */
+static int in_bucket(struct tier *t, const uint64_t *ids, size_t n)
+{
+	struct seg_where w;
+	for (size_t i = 0; i < n; i++)
+		if (!t->cfg->nvme || (segtab_where(t->segtab, ids[i], &w) == 0 && w.store == 1))
+			return 1;
+	return 0;
+}
+
 void gc_delete(struct tier *t, const uint64_t *ids, size_t n)
 {
-	/* s3 alone: the bucket's copy of the state must stop referencing them
-	 * too (a replacement node recovers from it): one push for the batch */
-	if (n && t->s3st && ((t->jrnl && jrnl_sync(t->jrnl) < 0) || state_s3_push(t) < 0)) {
+	/* the bucket's copy of the state (s3 alone, s3_state) must stop
+	 * referencing those in S3 too (a replacement node recovers from it):
+	 * one push for the batch */
+	if (n && t->s3st && in_bucket(t, ids, n) &&
+	    ((t->jrnl && jrnl_sync(t->jrnl) < 0) || state_s3_push(t) < 0)) {
 		segtab_unbusy(t->segtab, ids, n);
 		return; /* kept; picked again later */
 	}

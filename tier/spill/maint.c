@@ -127,6 +127,11 @@ static void job_run(struct workq *q, struct workq_job *wj, void *arg)
 			take(m, MAINT_DEMOTE_EXT, MAINT_QUEUE_MAX);
 		break;
 	}
+	/* a demotion batch over (this job is still counted pending): the bucket's copy of the state (s3_state)
+	 * names what moved, so a replacement node finds it */
+	if ((k == MAINT_DEMOTE || k == MAINT_DEMOTE_EXT) &&
+	    workq_pending(m->wq, MAINT_DEMOTE) + workq_pending(m->wq, MAINT_DEMOTE_EXT) <= 1)
+		state_s3_push_changed(t);
 }
 
 /* Stopping: a job still queued is cancelled (an extent's holds nothing). */

@@ -74,7 +74,7 @@ int recover_open(struct tier *t, char *err, size_t errlen)
 		return 0;
 	if ((ret = jrnl_open(&jc, &t->jrnl, err, errlen)) < 0)
 		return ret;
-	if ((t->cfg->s3 && !t->cfg->nvme && (ret = state_s3_new(t)) < 0) ||
+	if ((t->cfg->s3 && (!t->cfg->nvme || t->cfg->s3_state) && (ret = state_s3_new(t)) < 0) ||
 	    (t->s3st && (ret = state_s3_adopt(t, err, errlen)) < 0) ||
 	    (ret = jrnl_recover(t->jrnl, apply, t, &info, err, errlen)) < 0) {
 		jrnl_close(t->jrnl, 0);
@@ -196,10 +196,26 @@ static void drop_past_eof(struct tier *t, struct inode *in)
 		 (unsigned long long)in->size);
 }
 
+/* An adopted state (state_s3_locate): chunk c's bytes were on the old
+ * node's disk (a segment no longer in the table). 1 if so. */
+static int chunk_gone(struct tier *t, struct inode *in, uint64_t c)
+{
+	struct chunk *ch = &in->chunks[c];
+	struct seg_where w;
+	int gone = 0;
+	if (ch->state != CHUNK_COLD && !ch->chain)
+		return 0;
+	for (uint16_t i = 0; ch->chain && i < ch->chain->nrec; i++)
+		gone |= segtab_where(t->segtab, ch->chain->rec[i].loc.seg_id, &w) < 0;
+	if (ch->state == CHUNK_COLD && ch->loc.seg_id)
+		gone |= segtab_where(t->segtab, ch->loc.seg_id, &w) < 0;
+	return gone;
+}
+
 /* One regular file: fix its hot file, count its cold bytes, find if lost. */
 static void reconcile_file(struct tier *t, struct inode *in)
 {
-	int dirty = 0, cold = 0, fd;
+	int dirty = 0, cold = 0, gone = 0, fd;
 
 	idx_inode_lock(in);
 	if (in->ext) {
@@ -220,6 +236,13 @@ static void reconcile_file(struct tier *t, struct inode *in)
 		return;
 	}
 	drop_past_eof(t, in);
+	/* adopted: what was on the old node's disk is a hole now, the file
+	 * lost or damaged below as if those bytes had been RAM's */
+	for (uint64_t c = 0; t->rec.adopted && c < in->nchunks; c++)
+		if (chunk_gone(t, in, c)) {
+			drop_chunk(in, c);
+			gone = 1;
+		}
 	for (uint64_t c = 0; c < in->nchunks; c++) {
 		struct chunk *ch = &in->chunks[c];
 		int bad = 0;
@@ -261,11 +284,12 @@ static void reconcile_file(struct tier *t, struct inode *in)
 			hot_fd_put_locked(t->hot, in);
 		}
 		in->mark = 0;
-	} else if (dirty && !cold) {
-		/* its bytes were only in RAM, and RAM is gone: nothing to keep */
+	} else if ((dirty || gone) && !cold) {
+		/* its bytes were only in RAM (or on the old node's disk), and
+		 * that is gone: nothing to keep */
 		in->mark = IDX_MARK_LOST;
 		t->rec.lost_files++;
-	} else if (dirty) {
+	} else if (dirty || gone) {
 		/* some of its newest bytes were only in RAM; the rest is in
 		 * segments: kept, with holes where RAM was, in /lost+found (as
 		 * fsck keeps what it can), never removed whole */
@@ -291,7 +315,17 @@ static void reconcile_file(struct tier *t, struct inode *in)
 
 static void report_lost(void *arg, const char *path, struct inode *in, const char *moved)
 {
-	if (moved)
+	struct tier *t = arg;
+	if (t->rec.adopted && moved)
+		log_warn("recovery: damaged %s (%llu bytes): adopted from the bucket, some of its "
+			 "data was on the old node's disk or in its RAM. What S3 holds is kept, "
+			 "with holes where the rest was, as %s",
+			 path, (unsigned long long)in->size, moved);
+	else if (t->rec.adopted)
+		log_warn("recovery: lost %s (%llu bytes): adopted from the bucket, its data was "
+			 "on the old node's disk or in its RAM, none in S3. Removed.",
+			 path, (unsigned long long)in->size);
+	else if (moved)
 		log_warn("recovery: damaged %s (%llu bytes): some of its data existed only in "
 			 "RAM and hot_dir was emptied (a reboot?); it was not fsync'd since. What "
 			 "its segments hold is kept, with holes where RAM was, as %s",
@@ -419,7 +453,8 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 	if (!t->jrnl)
 		return 0;
 	/* nothing is deleted below before the bucket prefix is ours */
-	if (t->s3st && (ret = state_s3_lease(t, err, errlen)) < 0)
+	if (t->s3st && ((ret = state_s3_lease(t, err, errlen)) < 0 ||
+			(ret = state_s3_locate(t, err, errlen)) < 0))
 		return ret;
 	/* hot files: which live files still have their RAM copy */
 	hot_list(t->hot, hot_seen, t);
@@ -468,7 +503,8 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 	/* the group-commit thread starts in tier_start, after fuse_daemonize;
 	 * chunks dropped above are in no record: a checkpoint says so */
 	if ((ret = jrnl_start_appends(t->jrnl, snapshot, t)) < 0 ||
-	    ((t->rec.past_eof_chunks || t->rec.damaged_files || t->rec.ext_resealed) &&
+	    ((t->rec.past_eof_chunks || t->rec.damaged_files || t->rec.ext_resealed ||
+	      t->rec.adopted) &&
 	     (ret = jrnl_checkpoint(t->jrnl)) < 0)) {
 		snprintf(err, errlen, "option 'state_dir': '%s': cannot start the journal: %s",
 			 t->cfg->state_dir, strerror(-ret));
@@ -484,6 +520,7 @@ int recover_finish(struct tier *t, char *err, size_t errlen)
 			 strerror(-ret));
 		goto out;
 	}
+	state_s3_adopted(t); /* checkpointed in this node's numbering, and pushed */
 	t->rec.recover_ms += (clock_now_ns() - t0) / 1000000;
 	if (!t->rec.fresh) {
 		uint64_t inodes, files;

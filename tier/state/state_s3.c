@@ -1,5 +1,6 @@
 /*
- * state_s3 — with s3 alone, the bucket keeps a copy of the state too.
+ * state_s3 — the bucket keeps a copy of the state too: always with s3
+ * alone, with nvme and s3 when s3_state is set.
  *
  * DESIGN
  * - Keys under <prefix>/<uuid>/: state/checkpoint.<gen>, state/journal.<gen>
@@ -8,8 +9,18 @@
  *   unmount). A node with an empty state_dir adopts the filesystem under the
  *   prefix from these (refused while a lease of another node exists, unless
  *   -o takeover).
- * - One upload at a time (struct state_s3's lock); pushes follow a journal
- *   sync (fsync, GC deletes, each checkpoint) and the clean unmount.
+ * - One upload at a time (struct state_s3's lock). Pushes follow a journal
+ *   sync: with s3 alone each fsync; both ways each checkpoint, each
+ *   demotion, GC deleting S3 segments, and the clean unmount. With nvme
+ *   below, an fsync'd file is on the node's own disk, which a replacement
+ *   node does not have: an fsync does not push.
+ * - Adoption is layout-blind: the old node's store numbers (s3 alone: 0 is
+ *   S3; with nvme: 0 is its disk, 1 S3) are not trusted. Recovery lists the
+ *   bucket: a segment found there is S3's, any other was on the old node's
+ *   disk and is gone (state_s3_locate), with the extents. The adopted
+ *   state is checkpointed in the new numbering before the mount serves; a
+ *   marker file (state_dir/adopting) written before the fetch and removed
+ *   after that checkpoint makes an interrupted adoption start over.
  */
 #include "tier/tier_i.h"
 
@@ -32,12 +43,32 @@
 
 
 #define STATE_KEY "state/"
+#define ADOPTING "adopting"
+
+/* The store holding the bucket's copy (s3 alone: the first cold tier). */
+static struct store *bucket(struct tier *t)
+{
+	return t->cfg->nvme ? t->s3 : t->store;
+}
 
 /* t->s3st: the bucket's copy of the state, s3 alone with a state_dir. */
 struct state_s3 {
 	pthread_mutex_t lock; /* one upload at a time */
 	uint64_t ck_gen;      /* checkpoint generation uploaded (lock) */
+	uint64_t s3_sig;      /* what S3 held at the last push (lock; s3_sig()) */
 };
+
+/* What the S3 tier holds, in one number that moves with every segment
+ * entering or leaving it (demoted, spilled there when the disk was full,
+ * deleted). */
+static uint64_t s3_sig(struct tier *t)
+{
+	uint64_t b[2];
+	segtab_tier_bytes(t->segtab, b);
+	return b[t->cfg->nvme ? 1 : 0] * 31 +
+	       __atomic_load_n(&t->st.segments_demoted, __ATOMIC_RELAXED) * 7 +
+	       __atomic_load_n(&t->st.ext_demoted, __ATOMIC_RELAXED);
+}
 
 int state_s3_new(struct tier *t)
 {
@@ -167,6 +198,27 @@ static int local_state_empty(const char *dir)
 	return empty;
 }
 
+static int access_marker(struct tier *t)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/" ADOPTING, t->cfg->state_dir);
+	return access(path, F_OK) == 0;
+}
+
+/* The journal and checkpoints of an adoption that did not finish. */
+static void clear_local(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	uint64_t gen;
+	int kind;
+	while (d && (de = readdir(d)))
+		if (jrnl_parse_name(de->d_name, &kind, &gen))
+			unlinkat(dirfd(d), de->d_name, 0);
+	if (d)
+		closedir(d);
+}
+
 struct fetch_ctx {
 	struct store *st;
 	const char *uuid, *dir;
@@ -202,7 +254,9 @@ int state_s3_adopt(struct tier *t, char *err, size_t errlen)
 	int ret;
 
 	memset(&a, 0, sizeof(a));
-	if (!local_state_empty(t->cfg->state_dir))
+	if (access_marker(t))
+		clear_local(t->cfg->state_dir); /* an adoption interrupted: again */
+	else if (!local_state_empty(t->cfg->state_dir))
 		return 0;
 	if ((ret = stores_open_s3(t, 0, &base, err, errlen)) < 0)
 		return ret;
@@ -231,6 +285,11 @@ int state_s3_adopt(struct tier *t, char *err, size_t errlen)
 			 "if that node is gone",
 			 t->cfg->s3, buf ? (int)strcspn(buf, "\n") : 7, buf ? (char *)buf : "unknown");
 		ret = -EBUSY;
+		goto out;
+	}
+	if ((ret = write_whole(t->cfg->state_dir, ADOPTING, a.uuid, 32)) < 0) {
+		snprintf(err, errlen, "option 'state_dir': '%s': cannot write: %s",
+			 t->cfg->state_dir, strerror(-ret));
 		goto out;
 	}
 	jrnl_file_name(name, sizeof(name), JRNL_KIND_CHECKPOINT, a.ck_gen);
@@ -272,7 +331,7 @@ int state_s3_lease(struct tier *t, char *err, size_t errlen)
 	int ret;
 
 	node_id(t, id);
-	ret = store_s3_get_object(t->store, STATE_KEY "lease", &buf, &len);
+	ret = store_s3_get_object(bucket(t), STATE_KEY "lease", &buf, &len);
 	if (ret == 0 && (len < 5 + 32 || strncmp(buf, "node=", 5) || memcmp((char *)buf + 5, id, 32)) &&
 	    !t->cfg->takeover) {
 		snprintf(err, errlen,
@@ -291,7 +350,7 @@ int state_s3_lease(struct tier *t, char *err, size_t errlen)
 	gethostname(host, sizeof(host) - 1);
 	snprintf(lease, sizeof(lease), "node=%s host=%s pid=%d state_dir=%s since=%lld\n", id, host,
 		 (int)getpid(), t->cfg->state_dir, (long long)time(NULL));
-	if ((ret = store_s3_put_object(t->store, STATE_KEY "lease", lease, strlen(lease))) < 0)
+	if ((ret = store_s3_put_object(bucket(t), STATE_KEY "lease", lease, strlen(lease))) < 0)
 		snprintf(err, errlen, "option 's3': '%s': cannot write the lease: %s", t->cfg->s3,
 			 strerror(-ret));
 	return ret;
@@ -345,7 +404,7 @@ static int put_file(struct tier *t, const char *name)
 	int ret = read_whole(t->cfg->state_dir, name, &buf, &len);
 	snprintf(key, sizeof(key), STATE_KEY "%s", name);
 	if (ret == 0)
-		ret = store_s3_put_object(t->store, key, buf, len);
+		ret = store_s3_put_object(bucket(t), key, buf, len);
 	free(buf);
 	return ret;
 }
@@ -354,11 +413,13 @@ int state_s3_push(struct tier *t)
 {
 	struct local_gens g;
 	char name[64];
+	uint64_t sig;
 	int ret = 0;
 
-	if (!t->s3st || !t->store)
+	if (!t->s3st || !bucket(t))
 		return 0;
 	pthread_mutex_lock(&t->s3st->lock);
+	sig = s3_sig(t); /* before the copy: a change during it pushes again */
 	scan_local(t->cfg->state_dir, &g);
 	if (g.have_ck && (g.ck != t->s3st->ck_gen)) {
 		jrnl_file_name(name, sizeof(name), JRNL_KIND_CHECKPOINT, g.ck);
@@ -375,14 +436,31 @@ int state_s3_push(struct tier *t)
 			goto out;
 	}
 	{
-		struct prune_ctx p = {.st = t->store, .keep = g.ck};
-		store_s3_list_objects(t->store, STATE_KEY, prune_remote, &p);
+		struct prune_ctx p = {.st = bucket(t), .keep = g.ck};
+		store_s3_list_objects(bucket(t), STATE_KEY, prune_remote, &p);
 	}
 out:
+	if (ret == 0) {
+		t->s3st->s3_sig = sig;
+		__atomic_add_fetch(&t->st.state_copies, 1, __ATOMIC_RELAXED);
+	}
 	pthread_mutex_unlock(&t->s3st->lock);
 	if (ret < 0)
 		log_err("s3: cannot store the journal in the bucket: %s", strerror(-ret));
 	return ret;
+}
+
+int state_s3_push_changed(struct tier *t)
+{
+	int changed;
+	if (!t->s3st)
+		return 0;
+	if (!t->cfg->nvme)
+		return state_s3_push(t);
+	pthread_mutex_lock(&t->s3st->lock);
+	changed = t->s3st->s3_sig != s3_sig(t);
+	pthread_mutex_unlock(&t->s3st->lock);
+	return changed ? state_s3_push(t) : 0;
 }
 
 void state_s3_on_checkpoint(void *arg, uint64_t gen)
@@ -392,8 +470,69 @@ void state_s3_on_checkpoint(void *arg, uint64_t gen)
 
 void state_s3_release(struct tier *t)
 {
-	if (!t->s3st || !t->store)
+	if (!t->s3st || !bucket(t))
 		return;
 	if (state_s3_push(t) == 0)
-		store_s3_delete_object(t->store, STATE_KEY "lease");
+		store_s3_delete_object(bucket(t), STATE_KEY "lease");
+}
+
+/* ---- adoption: where the segments are ---- */
+
+struct locate_ctx {
+	struct tier *t;
+	uint8_t store_no;
+	uint8_t *in_bucket; /* per segment id below cap */
+	uint64_t cap;
+};
+
+static int located(void *arg, uint64_t id, uint32_t dev, uint64_t size)
+{
+	struct locate_ctx *c = arg;
+	struct seg_where w;
+	if (id < c->cap && segtab_where(c->t->segtab, id, &w) == 0) {
+		segtab_relocate(c->t->segtab, id, c->store_no, dev);
+		c->in_bucket[id] = 1;
+	}
+	return 0;
+}
+
+int state_s3_locate(struct tier *t, char *err, size_t errlen)
+{
+	struct locate_ctx c = {.t = t, .store_no = t->cfg->nvme ? 1 : 0};
+	struct seg_where w;
+	uint64_t id = 0, gone = 0;
+	int ret;
+
+	if (!t->rec.adopted)
+		return 0;
+	c.cap = segtab_recount(t->segtab);
+	if (!(c.in_bucket = calloc(c.cap ? c.cap : 1, 1)))
+		return -ENOMEM;
+	if ((ret = store_list(bucket(t), located, &c)) < 0) {
+		snprintf(err, errlen, "option 's3': '%s': cannot list the segments: %s", t->cfg->s3,
+			 strerror(-ret));
+		free(c.in_bucket);
+		return ret;
+	}
+	while (segtab_next(t->segtab, &id, &w))
+		if (id >= c.cap || !c.in_bucket[id]) {
+			segtab_drop(t->segtab, id);
+			gone++;
+		}
+	free(c.in_bucket);
+	if (gone)
+		log_warn("adopting: %llu segments of the old node are not in the bucket (they "
+			 "were on its disk): files with bytes in them are lost or kept damaged",
+			 (unsigned long long)gone);
+	t->rec.adopt_gone_segments = gone;
+	return 0;
+}
+
+void state_s3_adopted(struct tier *t)
+{
+	char path[4200];
+	if (!t->rec.adopted)
+		return;
+	snprintf(path, sizeof(path), "%s/" ADOPTING, t->cfg->state_dir);
+	unlink(path);
 }

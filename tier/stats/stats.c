@@ -30,6 +30,7 @@ static void read_counters(struct tier_stats *d, struct tier_stats *s)
 	d->segments_deleted = LD(s->segments_deleted);
 	d->segments_compacted = LD(s->segments_compacted);
 	d->segments_demoted = LD(s->segments_demoted);
+	d->state_copies = LD(s->state_copies);
 	d->bytes_restored = LD(s->bytes_restored);
 	d->chunks_restored = LD(s->chunks_restored);
 	d->spill_ns = LD(s->spill_ns);
@@ -220,16 +221,19 @@ int stats_json(const struct tier_snapshot *s, int nvme_first, char *buf, size_t 
 	PUT("\"cold_full\":%d,\"cold_failing\":%d,\"errors\":{\"io\":%llu,\"crc\":%llu},", s->cold_full,
 	    s->cold_failing, (unsigned long long)c->errors_io, (unsigned long long)c->errors_crc);
 	PUT("\"journal\":{\"enabled\":%d,\"failed\":%d,\"bytes\":%llu,\"checkpoints\":%llu,"
-	    "\"syncs\":%llu},",
+	    "\"syncs\":%llu,\"bucket_copies\":%llu},",
 	    s->jrnl_on, s->jrnl_failed, (unsigned long long)s->jrnl_bytes,
-	    (unsigned long long)s->jrnl_checkpoints, (unsigned long long)s->jrnl_syncs);
+	    (unsigned long long)s->jrnl_checkpoints, (unsigned long long)s->jrnl_syncs,
+	    (unsigned long long)c->state_copies);
 	PUT("\"recovery\":{\"records\":%llu,\"truncated_bytes\":%llu,\"dropped_inodes\":%llu,"
 	    "\"damaged_chunks\":%llu,\"orphan_segments\":%llu,\"orphan_hot_files\":%llu,"
-	    "\"past_eof_chunks\":%llu,\"ms\":%llu},\"lost_files\":%llu,\"damaged_files\":%llu,",
+	    "\"past_eof_chunks\":%llu,\"adopted\":%d,\"adopt_gone_segments\":%llu,\"ms\":%llu},"
+	    "\"lost_files\":%llu,\"damaged_files\":%llu,",
 	    (unsigned long long)s->rec.records, (unsigned long long)s->rec.truncated,
 	    (unsigned long long)s->rec.dropped_inodes, (unsigned long long)s->rec.damaged_chunks,
 	    (unsigned long long)s->rec.orphan_segments,
 	    (unsigned long long)s->rec.orphan_hot_files, (unsigned long long)s->rec.past_eof_chunks,
+	    s->rec.adopted, (unsigned long long)s->rec.adopt_gone_segments,
 	    (unsigned long long)s->rec.recover_ms, (unsigned long long)s->rec.lost_files,
 	    (unsigned long long)s->rec.damaged_files);
 	PUT("\"partial_restores\":%llu,\"readahead_chunks\":%llu,",
