@@ -123,7 +123,6 @@ void op_statfs(fuse_req_t, fuse_ino_t);
 void op_open(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 void op_read(fuse_req_t, fuse_ino_t, size_t, off_t, struct fuse_file_info *);
 void op_write_buf(fuse_req_t, fuse_ino_t, struct fuse_bufvec *, off_t, struct fuse_file_info *);
-void op_flush(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 void op_release(fuse_req_t, fuse_ino_t, struct fuse_file_info *);
 void op_fsync(fuse_req_t, fuse_ino_t, int, struct fuse_file_info *);
 void op_fallocate(fuse_req_t, fuse_ino_t, int, off_t, off_t, struct fuse_file_info *);

@@ -230,11 +230,6 @@ void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in_buf, of
 		fuse_reply_write(req, (size_t)res);
 }
 
-void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	fuse_reply_err(req, 0);
-}
-
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct spw *s = spw_of(req);
