@@ -45,6 +45,16 @@ struct extents {
 	pthread_mutex_t due_lock;
 	struct due *due; /* in the order they fall due */
 	size_t ndue, cap;
+	/* the reaper: the last close of a removed extent frees its blocks
+	 * (on a disk mounted with discard, a discard per run of blocks, in
+	 * the closing thread); that close runs here, off the FUSE request
+	 * that removed the file (an unlink waited for it) */
+	pthread_mutex_t reap_lock;
+	pthread_cond_t reap_cv;
+	int *reap; /* fds to close */
+	size_t nreap, reap_cap;
+	int reap_stop, reaper_on;
+	pthread_t reaper;
 };
 
 static void ext_name(char *buf, size_t len, uint64_t ino, uint64_t id)
@@ -62,6 +72,55 @@ static int parse_name(const char *name, uint64_t *ino, uint64_t *id)
 #define ST_ADD(f, v) __atomic_add_fetch(&t->st.f, (v), __ATOMIC_RELAXED)
 
 /* ---- the room ---- */
+
+static void *reaper_main(void *arg)
+{
+	struct extents *e = arg;
+	int *fds = NULL;
+	size_t n;
+
+	pthread_mutex_lock(&e->reap_lock);
+	for (;;) {
+		while (!e->nreap && !e->reap_stop)
+			pthread_cond_wait(&e->reap_cv, &e->reap_lock);
+		if (!e->nreap)
+			break; /* stopping, and nothing left */
+		fds = e->reap;
+		n = e->nreap;
+		e->reap = NULL;
+		e->nreap = e->reap_cap = 0;
+		pthread_mutex_unlock(&e->reap_lock);
+		for (size_t i = 0; i < n; i++)
+			close(fds[i]);
+		free(fds);
+		pthread_mutex_lock(&e->reap_lock);
+	}
+	pthread_mutex_unlock(&e->reap_lock);
+	return NULL;
+}
+
+/* Close fd, the last open of an extent whose name is gone, on the reaper
+ * (at once when there is none or no memory). */
+static void reap_close(struct extents *e, int fd)
+{
+	pthread_mutex_lock(&e->reap_lock);
+	if (e->reaper_on && !e->reap_stop && e->nreap == e->reap_cap) {
+		size_t cap = e->reap_cap ? e->reap_cap * 2 : 64;
+		int *v = realloc(e->reap, cap * sizeof(*v));
+		if (v) {
+			e->reap = v;
+			e->reap_cap = cap;
+		}
+	}
+	if (e->reaper_on && !e->reap_stop && e->nreap < e->reap_cap) {
+		e->reap[e->nreap++] = fd;
+		fd = -1;
+		pthread_cond_signal(&e->reap_cv);
+	}
+	pthread_mutex_unlock(&e->reap_lock);
+	if (fd >= 0)
+		close(fd);
+}
 
 static int sweep_dir(struct tier *t, int dfd)
 {
@@ -123,6 +182,8 @@ int ext_room_new(struct tier *t, char *err, size_t errlen)
 	}
 	free(copy);
 	pthread_mutex_init(&e->due_lock, NULL);
+	pthread_mutex_init(&e->reap_lock, NULL);
+	pthread_cond_init(&e->reap_cv, NULL);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	e->next_id = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	t->extr = e;
@@ -133,6 +194,7 @@ int ext_room_new(struct tier *t, char *err, size_t errlen)
 	if (t->st.ext_orphans)
 		log_info("extents: removed %llu that no file names",
 			 (unsigned long long)t->st.ext_orphans);
+	e->reaper_on = pthread_create(&e->reaper, NULL, reaper_main, e) == 0;
 	return 0;
 }
 
@@ -142,6 +204,16 @@ void ext_room_free(struct tier *t)
 
 	if (!e)
 		return;
+	if (e->reaper_on) { /* it closes what is queued, then ends */
+		pthread_mutex_lock(&e->reap_lock);
+		e->reap_stop = 1;
+		pthread_cond_signal(&e->reap_cv);
+		pthread_mutex_unlock(&e->reap_lock);
+		pthread_join(e->reaper, NULL);
+	}
+	free(e->reap);
+	pthread_cond_destroy(&e->reap_cv);
+	pthread_mutex_destroy(&e->reap_lock);
 	for (int i = 0; i < e->n; i++)
 		close(e->dirfd[i]);
 	pthread_mutex_destroy(&e->due_lock);
@@ -1005,13 +1077,19 @@ static void remove_locked(struct tier *t, struct inode *in)
 	char name[40];
 
 	ext_name(name, sizeof(name), in->ino, x->id);
-	if (x->fd >= 0) { /* counted (a missing one, at recovery, was not) */
-		close(x->fd);
+	if (x->fd >= 0) /* counted (a missing one, at recovery, was not) */
 		ST_ADD(ext_files, -1); /* first: who sees the file gone sees the count */
-	}
-	x->fd = -1;
+	/* the name first: with x->fd still open this frees nothing, so it is
+	 * quick; the blocks go at the fd's close, on the reaper */
 	if (t->extr && x->dev < (uint32_t)t->extr->n)
 		unlinkat(t->extr->dirfd[x->dev], name, 0);
+	if (x->fd >= 0) {
+		if (t->extr)
+			reap_close(t->extr, x->fd);
+		else
+			close(x->fd);
+	}
+	x->fd = -1;
 }
 
 void ext_drop(struct tier *t, struct inode *in)
