@@ -310,6 +310,7 @@ int tier_start(struct tier *t)
 	/* with or without a cold tier: the last close drops the kernel's copy */
 	if ((ret = inval_start(t)) < 0)
 		return ret;
+	ext_room_start(t);
 	if (!t->store)
 		return 0;
 	if ((ret = restore_start(t)) < 0)

@@ -30,6 +30,9 @@ static struct tier_snapshot *sample(void)
 	s->c.slow_op_ns = 42000000;
 	s->jrnl_on = 1;
 	s->jrnl_syncs = 9;
+	s->c.state_copies = 4;
+	s->rec.adopted = 1;
+	s->rec.adopt_gone_segments = 5;
 	lhist_observe(&s->c.h_first[1], 2000000); /* one s3 first byte of 2 ms */
 	s->store_name[0] = "nvme";
 	s->ndev[0] = 2;
@@ -68,7 +71,8 @@ static void test_fields_from_the_snapshot(void **state)
 	assert_non_null(strstr(buf, "\"tiers\":{\"nvme\":1000,\"s3\":2000}"));
 	assert_non_null(strstr(buf, "\"MiBps\":5.0}"));
 	assert_non_null(strstr(buf, "\"slow_request\":{\"op\":\"write\",\"ms\":42}"));
-	assert_non_null(strstr(buf, "\"syncs\":9}"));
+	assert_non_null(strstr(buf, "\"syncs\":9,\"bucket_copies\":4}"));
+	assert_non_null(strstr(buf, "\"adopted\":1,\"adopt_gone_segments\":5,"));
 	assert_non_null(strstr(buf, "\"buffer_replies\":0,\"direct_reads\":13,"));
 	assert_non_null(strstr(buf, "\"first_byte\":{\"nvme\":{\"count\":0,"));
 	assert_non_null(strstr(buf, "\"s3\":{\"count\":1,"));

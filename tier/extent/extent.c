@@ -194,8 +194,20 @@ int ext_room_new(struct tier *t, char *err, size_t errlen)
 	if (t->st.ext_orphans)
 		log_info("extents: removed %llu that no file names",
 			 (unsigned long long)t->st.ext_orphans);
-	e->reaper_on = pthread_create(&e->reaper, NULL, reaper_main, e) == 0;
 	return 0;
+}
+
+void ext_room_start(struct tier *t)
+{
+	struct extents *e = t->extr;
+	int on;
+
+	if (!e)
+		return;
+	on = pthread_create(&e->reaper, NULL, reaper_main, e) == 0;
+	pthread_mutex_lock(&e->reap_lock);
+	e->reaper_on = on;
+	pthread_mutex_unlock(&e->reap_lock);
 }
 
 void ext_room_free(struct tier *t)

@@ -71,6 +71,10 @@ struct inode;
  * removes extents no file of the index names (with a journal: after
  * replay). 0 or -errno with err set. */
 int ext_room_new(struct tier *t, char *err, size_t errlen);
+/* tier_start (after fuse_daemonize: no thread survives its fork): the
+ * reaper, which closes removed extents' fds. Without it (never started, or
+ * no thread) they are closed where removed. */
+void ext_room_start(struct tier *t);
 /* Volatile mounts (no journal): every extent goes. Then free. */
 void ext_room_free(struct tier *t);
 
