@@ -135,6 +135,24 @@ class TestS3State(DurS3Case):
         with open(m2.path("kept"), "rb") as f:
             self.assertEqual(f.read(), data)
 
+    def test_stale_adoption_marker_on_an_empty_prefix(self):
+        """state_dir/adopting with nothing in the bucket to adopt: the mount
+        starts a new filesystem and the marker goes, so the next mount keeps
+        what this one wrote (a marker left behind would clear it)."""
+        srv = self.s3server()
+        st = os.path.join(self.tmpdir(), "state")
+        os.mkdir(st, 0o700)
+        with open(os.path.join(st, "adopting"), "w") as f:
+            f.write("0" * 32)
+        m = self.node(srv, st, "fresh")
+        self.assertFalse(os.path.exists(os.path.join(st, "adopting")))
+        data = self.write(m.path("kept"), 400, 3 * MiB + 1, True)
+        m.stop()
+        m = self.node(srv, st, "again")
+        with open(m.path("kept"), "rb") as f:
+            self.assertEqual(f.read(), data)
+        self.assertEqual(self.stats()["recovery"]["adopted"], 0)
+
     def refused_mount(self, srv, state):
         o = self.base(srv, s3="s3://%s/dur" % BUCKET, state_dir=state)
         return self.refused(o, env=self.env(srv.access_key, srv.secret_key))

@@ -198,11 +198,24 @@ static int local_state_empty(const char *dir)
 	return empty;
 }
 
+/* state_dir/adopting: an adoption started and not yet checkpointed */
+static void marker_path(struct tier *t, char *path, size_t len)
+{
+	snprintf(path, len, "%s/" ADOPTING, t->cfg->state_dir);
+}
+
 static int access_marker(struct tier *t)
 {
 	char path[4200];
-	snprintf(path, sizeof(path), "%s/" ADOPTING, t->cfg->state_dir);
+	marker_path(t, path, sizeof(path));
 	return access(path, F_OK) == 0;
+}
+
+static void remove_marker(struct tier *t)
+{
+	char path[4200];
+	marker_path(t, path, sizeof(path));
+	unlink(path);
 }
 
 /* The journal and checkpoints of an adoption that did not finish. */
@@ -266,7 +279,11 @@ int state_s3_adopt(struct tier *t, char *err, size_t errlen)
 		goto out;
 	}
 	if (!a.have_ck) {
-		ret = 0; /* nothing to adopt: a new filesystem */
+		/* nothing to adopt: a new filesystem (and an earlier adoption's
+		 * marker has nothing to start over from: it goes, or every later
+		 * mount would clear this state_dir again) */
+		remove_marker(t);
+		ret = 0;
 		goto out;
 	}
 	if (a.fs_count > 1) {
@@ -530,9 +547,6 @@ int state_s3_locate(struct tier *t, char *err, size_t errlen)
 
 void state_s3_adopted(struct tier *t)
 {
-	char path[4200];
-	if (!t->rec.adopted)
-		return;
-	snprintf(path, sizeof(path), "%s/" ADOPTING, t->cfg->state_dir);
-	unlink(path);
+	if (t->rec.adopted)
+		remove_marker(t);
 }
