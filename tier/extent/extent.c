@@ -1083,7 +1083,10 @@ int ext_state(struct tier *t, struct inode *in, char *buf, size_t len)
 }
 
 /* Close in's extent and remove its file (in->ext stays: the caller's). */
-static void remove_locked(struct tier *t, struct inode *in)
+/* reap: the fd's last close on the reaper (a FUSE request removed the
+ * file); 0: here (the maintenance worker's demotion: its next look at the
+ * disk's fill must see the blocks freed, or it demotes one extent more) */
+static void remove_locked(struct tier *t, struct inode *in, int reap)
 {
 	struct idx_ext *x = in->ext;
 	char name[40];
@@ -1096,7 +1099,7 @@ static void remove_locked(struct tier *t, struct inode *in)
 	if (t->extr && x->dev < (uint32_t)t->extr->n)
 		unlinkat(t->extr->dirfd[x->dev], name, 0);
 	if (x->fd >= 0) {
-		if (t->extr)
+		if (t->extr && reap)
 			reap_close(t->extr, x->fd);
 		else
 			close(x->fd);
@@ -1108,7 +1111,7 @@ void ext_drop(struct tier *t, struct inode *in)
 {
 	if (!ext_lock(in))
 		return;
-	remove_locked(t, in);
+	remove_locked(t, in, 1);
 	idx_inode_unlock(in);
 }
 
@@ -1236,7 +1239,7 @@ int ext_let_go_locked(struct tier *t, struct inode *in, struct jrec *rs, int n)
 	if (t->jrnl && ((ret = jrnl_append_tx(t->jrnl, rs, n + 1)) < 0 ||
 			(ret = jrnl_sync(t->jrnl)) < 0))
 		return ret;
-	remove_locked(t, in);
+	remove_locked(t, in, 0);
 	idx_ext_free(in);
 	return 0;
 }

@@ -79,6 +79,7 @@ int recover_open(struct tier *t, char *err, size_t errlen)
 	    (ret = jrnl_recover(t->jrnl, apply, t, &info, err, errlen)) < 0) {
 		jrnl_close(t->jrnl, 0);
 		t->jrnl = NULL;
+		state_s3_free(t); /* tier_new's failure here frees no more than it */
 		return ret;
 	}
 	memcpy(t->uuid, info.uuid, 16);
