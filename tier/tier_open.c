@@ -271,7 +271,8 @@ void tier_close(struct tier *t, struct inode *in, const struct tier_open_out *ho
 			tier_pt(t)->close(ctx, in->backing_id);
 			in->backing_id = 0;
 		}
-		in->pt_opens--;
+		if (!--in->pt_opens)
+			idx_inode_wake(in); /* an evict waiting for the last release */
 		touch_all_locked(t, in);
 		__atomic_sub_fetch(&t->st.pt_open_now, 1, __ATOMIC_RELAXED);
 	} else if (in->open_count == 1 && tier_pt(t) && in->kcached &&

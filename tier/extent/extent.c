@@ -776,7 +776,8 @@ int ext_close(struct tier *t, struct inode *in, int write, int counted, int32_t 
 				pt_close(ctx, in->backing_id);
 			in->backing_id = 0;
 		}
-		in->pt_opens--;
+		if (!--in->pt_opens)
+			idx_inode_wake(in); /* an evict waiting for the last release */
 		if (write)
 			__atomic_sub_fetch(&in->pt_writers, 1, __ATOMIC_RELAXED);
 	}

@@ -701,6 +701,16 @@ int evict_file(struct tier *t, struct inode *in, int drop)
 	int ret = 0;
 
 	idx_inode_lock(in);
+	/* a close's RELEASE reaches the daemon after the close returned (the
+	 * kernel sends it in the background): an evict right after the last
+	 * close waits for it, a little */
+	if (drop && !in->pinned && in->pt_opens) {
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 1;
+		while (in->pt_opens && idx_inode_timedwait(in, &dl) == 0)
+			;
+	}
 	/* pinned, or passed through to the kernel: its RAM stays (tier.h) */
 	ret = drop && (in->pinned || in->pt_opens) ? -EBUSY : 0;
 	idx_inode_unlock(in);
